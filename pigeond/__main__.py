@@ -1,0 +1,3 @@
+from pigeond.main import entry
+
+entry()

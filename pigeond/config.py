@@ -1,0 +1,234 @@
+"""pigeond's settings: flag > ``PIGEOND_<OPTION>`` environment variable > TOML file > default.
+
+Each option is declared once in :data:`OPTIONS`; the flag, the variable and
+the file key are all derived from its name, so the three can never drift.
+A variable set to the empty string counts as set (``PIGEOND_OPENCODE_URL=``
+turns the arbiter off).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pigeond.opencode_client import BasicAuth
+
+
+class ConfigError(ValueError):
+    """A setting is wrong; the text is one line fit for the terminal."""
+
+
+def default_db_path(env: Mapping[str, str]) -> str:
+    state_dirs = env.get("STATE_DIRECTORY")
+    if state_dirs:
+        return str(Path(state_dirs.split(":")[0]) / "pigeond.db")
+    xdg = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local/state")
+    return str(Path(xdg) / "pigeond" / "pigeond.db")
+
+
+def _check_url(value: str) -> None:
+    if value == "":
+        return
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"opencode_url must be an http:// or https:// URL or empty, not {value!r}"
+        )
+    if parts.query or parts.fragment:
+        raise ConfigError("opencode_url must not have a query or fragment")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as e:
+        raise ConfigError(f"opencode_url has a bad port: {value!r}") from e
+
+
+def _nonempty(name: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value == "":
+            raise ConfigError(f"{name} must not be empty")
+
+    return check
+
+
+def _between(name: str, low: float, high: float) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if not low <= value <= high:
+            raise ConfigError(f"{name} must be between {low:g} and {high:g}, not {value}")
+
+    return check
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    name: str
+    kind: type
+    help: str
+    check: Callable[[Any], None] | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env_var(self) -> str:
+        return "PIGEOND_" + self.name.upper()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("listen", str, "Twisted server endpoint to listen on", _nonempty("listen")),
+    Option("db", str, "SQLite database file", _nonempty("db")),
+    Option("opencode_url", str, "opencode serve base URL; empty disables delivery", _check_url),
+    Option("tick_ms", int, "arbiter tick interval in ms", _between("tick_ms", 10, 60_000)),
+    Option(
+        "max_body_bytes",
+        int,
+        "largest accepted request body in bytes",
+        _between("max_body_bytes", 1024, 64 * 1024 * 1024),
+    ),
+    Option(
+        "handoff_timeout_s",
+        float,
+        "deadline for one call to opencode in seconds",
+        _between("handoff_timeout_s", 0.1, 3600),
+    ),
+    Option(
+        "registry_ttl_s",
+        float,
+        "how long a session's directory is cached in seconds",
+        _between("registry_ttl_s", 0, 86_400),
+    ),
+    Option(
+        "max_attempts",
+        int,
+        "failed attempts before a message is marked failed",
+        _between("max_attempts", 1, 1000),
+    ),
+)
+OPTION_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    listen: str = "tcp:4097:interface=127.0.0.1"
+    db: str = ""
+    opencode_url: str = "http://127.0.0.1:4096"
+    tick_ms: int = 500
+    max_body_bytes: int = 256 * 1024
+    handoff_timeout_s: float = 30.0
+    registry_ttl_s: float = 300.0
+    max_attempts: int = 10
+    opencode_auth: BasicAuth | None = None
+    config_file: str | None = None
+
+    @property
+    def arbiter_enabled(self) -> bool:
+        return self.opencode_url != ""
+
+    def render(self) -> str:
+        """The effective settings as TOML lines (the password is never shown)."""
+        lines = [f"# config file: {self.config_file or '(none)'}"]
+        for option in OPTIONS:
+            value = getattr(self, option.name)
+            lines.append(f"{option.name} = {_toml_value(value)}")
+        auth = self.opencode_auth
+        lines.append(
+            "# opencode auth: "
+            + (f"basic, user {auth.username!r} (OPENCODE_SERVER_PASSWORD)" if auth else "none")
+        )
+        return "\n".join(lines)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value)
+
+
+def _coerce_text(option: Option, raw: str, source: str) -> Any:
+    if option.kind is str:
+        return raw
+    try:
+        return option.kind(raw.strip())
+    except ValueError as e:
+        kind = "an integer" if option.kind is int else "a number"
+        raise ConfigError(f"{option.name} from {source} must be {kind}, not {raw!r}") from e
+
+
+def _check_file_value(option: Option, value: Any, path: str) -> Any:
+    ok = (
+        isinstance(value, str)
+        if option.kind is str
+        else isinstance(value, int) and not isinstance(value, bool)
+        if option.kind is int
+        else isinstance(value, int | float) and not isinstance(value, bool)
+    )
+    if not ok:
+        kind = {str: "a string", int: "an integer", float: "a number"}[option.kind]
+        raise ConfigError(f"{path}: key '{option.name}' must be {kind}, not {value!r}")
+    return float(value) if option.kind is float else value
+
+
+def find_config_file(flag_value: str | None, env: Mapping[str, str]) -> Path | None:
+    """The config file to read: named by ``--config`` or ``PIGEOND_CONFIG`` (then it must
+    exist; an empty ``PIGEOND_CONFIG`` means none), else the user's, else the system's."""
+    if flag_value is not None:
+        return Path(flag_value)
+    if "PIGEOND_CONFIG" in env:
+        return Path(env["PIGEOND_CONFIG"]) if env["PIGEOND_CONFIG"] else None
+    xdg = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    for candidate in (Path(xdg) / "pigeond" / "pigeond.toml", Path("/etc/pigeond/pigeond.toml")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError as e:
+        raise ConfigError(f"{path}: config file not found") from e
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e.strerror}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from e
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        option = OPTION_BY_NAME.get(key)
+        if option is None:
+            raise ConfigError(f"{path}: unknown key '{key}'")
+        values[key] = _check_file_value(option, value, str(path))
+    return values
+
+
+def load_config(
+    flags: Mapping[str, str | None], env: Mapping[str, str], config_path: str | None = None
+) -> Config:
+    """Merge the sources; ``flags`` maps option names to the raw flag text (None = not given)."""
+    path = find_config_file(config_path, env)
+    from_file = read_config_file(path) if path is not None else {}
+    values: dict[str, Any] = {"db": default_db_path(env)}
+    for option in OPTIONS:
+        flag = flags.get(option.name)
+        if flag is not None:
+            values[option.name] = _coerce_text(option, flag, option.flag)
+        elif option.env_var in env:
+            values[option.name] = _coerce_text(option, env[option.env_var], option.env_var)
+        elif option.name in from_file:
+            values[option.name] = from_file[option.name]
+        if option.name in values and option.check is not None:
+            option.check(values[option.name])
+    password = env.get("OPENCODE_SERVER_PASSWORD")
+    auth = None
+    if password:
+        auth = BasicAuth(env.get("OPENCODE_SERVER_USERNAME") or "opencode", password)
+    known = {f.name for f in fields(Config)}
+    return Config(
+        **{k: v for k, v in values.items() if k in known},
+        opencode_auth=auth,
+        config_file=str(path) if path is not None else None,
+    )

@@ -1,0 +1,130 @@
+"""Wiring: one factory builds every layer from a :class:`Config` and a reactor.
+
+Nothing here touches the global reactor; the entry point passes it in, and
+tests pass their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from treq.client import HTTPClient
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IListeningPort
+from twisted.logger import Logger
+from twisted.web.client import Agent, HTTPConnectionPool, _HTTP11ClientFactory
+from twisted.web.server import Site
+
+from pigeond.arbiter import Arbiter
+from pigeond.config import Config
+from pigeond.opencode_client import OpencodeClient
+from pigeond.registry import SessionDirectoryRegistry
+from pigeond.routes import SwarmRoutes
+from pigeond.storage import SwarmRepository, open_database
+from pigeond.web import JsonApi, make_site
+
+log = Logger()
+
+
+class _QuietClientFactory(_HTTP11ClientFactory):
+    noisy = False
+
+
+class QuietConnectionPool(HTTPConnectionPool):
+    """A persistent pool that does not log every connection it opens and closes."""
+
+    _factory = _QuietClientFactory
+
+
+@dataclass
+class Daemon:
+    config: Config
+    repo: SwarmRepository
+    site: Site
+    arbiter: Arbiter | None
+    pool: HTTPConnectionPool | None
+    reactor: Any
+    ports: list[IListeningPort] = field(default_factory=list)
+
+    async def listen(self) -> IListeningPort:
+        endpoint = serverFromString(self.reactor, self.config.listen)
+        port: IListeningPort = await endpoint.listen(self.site)
+        self.ports.append(port)
+        log.info("listening on {address}", address=describe_address(port))
+        return port
+
+    def start_delivery(self) -> None:
+        if self.arbiter is None:
+            log.info("arbiter NOT started: opencode_url is empty; messages stay queued")
+            return
+        self.arbiter.start()
+        log.info(
+            "arbiter started: opencode {url}, tick {tick_ms} ms",
+            url=self.config.opencode_url,
+            tick_ms=self.config.tick_ms,
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, let hand-offs in flight end, then close the database."""
+        for port in self.ports:
+            stopped = port.stopListening()
+            if stopped is not None:
+                await stopped
+        self.ports.clear()
+        if self.arbiter is not None:
+            await self.arbiter.stop()
+        if self.pool is not None:
+            await self.pool.closeCachedConnections()
+        self.repo.close()
+        log.info("stopped")
+
+
+def describe_address(port: IListeningPort) -> str:
+    host = port.getHost()
+    if hasattr(host, "port"):
+        return f"{host.type.lower()}:{host.host}:{host.port}"  # type: ignore[attr-defined]
+    name = getattr(host, "name", b"")
+    return "unix:" + (name.decode() if isinstance(name, bytes) else str(name))
+
+
+def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -> Daemon:
+    """Open and migrate the database and wire the layers; listens on nothing yet."""
+    repo = SwarmRepository(open_database(config.db))
+    arbiter: Arbiter | None = None
+    pool: HTTPConnectionPool | None = None
+    if config.arbiter_enabled:
+        if http is None:
+            pool = QuietConnectionPool(reactor, persistent=True)
+            pool.maxPersistentPerHost = 16
+            http = HTTPClient(Agent(reactor, pool=pool, connectTimeout=config.handoff_timeout_s))
+        client = OpencodeClient(
+            http,
+            config.opencode_url,
+            reactor,
+            timeout_s=config.handoff_timeout_s,
+            auth=config.opencode_auth,
+        )
+        registry = SessionDirectoryRegistry(client, reactor, ttl_s=config.registry_ttl_s)
+        arbiter = Arbiter(
+            repo,
+            registry,
+            client,
+            reactor,
+            tick_s=config.tick_ms / 1000,
+            max_attempts=config.max_attempts,
+        )
+    routes = SwarmRoutes(
+        repo,
+        reactor,
+        on_accepted=arbiter.kick if arbiter is not None else (lambda target: None),
+        arbiter_running=(lambda: arbiter.running) if arbiter is not None else (lambda: False),
+    )
+    site = make_site(routes.install(JsonApi()), config.max_body_bytes)
+    return Daemon(config=config, repo=repo, site=site, arbiter=arbiter, pool=pool, reactor=reactor)
+
+
+def stop_later(daemon: Daemon) -> Deferred[None]:
+    """``daemon.stop`` as a Deferred, for reactor shutdown triggers."""
+    return Deferred.fromCoroutine(daemon.stop())

@@ -1,0 +1,26 @@
+"""Message ids: ``msg_<base36 millisecond timestamp>_<8 hex>``.
+
+Ids are names, not order; accept order is kept by ``accept_seq``.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def base36(n: int) -> str:
+    if n < 0:
+        raise ValueError("base36 takes a non-negative integer")
+    if n == 0:
+        return "0"
+    out = []
+    while n:
+        n, r = divmod(n, 36)
+        out.append(_DIGITS[r])
+    return "".join(reversed(out))
+
+
+def make_msg_id(now_ms: int) -> str:
+    return f"msg_{base36(now_ms)}_{secrets.token_hex(4)}"

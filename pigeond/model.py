@@ -1,0 +1,94 @@
+"""The message vocabulary shared by the routes, storage, arbiter and tools."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+KINDS: Final = (
+    "chat",
+    "task.assign",
+    "status.update",
+    "clarification.request",
+    "clarification.reply",
+    "artifact.handoff",
+)
+PRIORITIES: Final = ("urgent", "normal", "low")
+DEFAULT_KIND: Final = "chat"
+DEFAULT_PRIORITY: Final = "normal"
+
+SESSION_ID_RE: Final = re.compile(r"^ses_[A-Za-z0-9_-]{1,128}$")
+SENDER_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+MSG_ID_RE: Final = re.compile(r"^msg_[A-Za-z0-9_-]{1,128}$")
+CHANNEL_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+class State(StrEnum):
+    QUEUED = "queued"
+    HANDED_OFF = "handed_off"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A validated send request, defaults applied: what idempotency compares."""
+
+    msg_id: str
+    from_session: str
+    to_session: str | None
+    channel: str | None
+    kind: str
+    priority: str
+    reply_to: str | None
+    payload: str
+
+    def same_content(self, other: NewMessage | StoredMessage) -> bool:
+        return (
+            self.from_session == other.from_session
+            and self.to_session == other.to_session
+            and self.channel == other.channel
+            and self.kind == other.kind
+            and self.priority == other.priority
+            and self.reply_to == other.reply_to
+            and self.payload == other.payload
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One row of ``swarm_messages``."""
+
+    msg_id: str
+    from_session: str
+    to_session: str | None
+    channel: str | None
+    kind: str
+    priority: str
+    reply_to: str | None
+    payload: str
+    state: str
+    attempts: int
+    next_retry_at: int | None
+    created_at: int
+    updated_at: int
+    handed_off_at: int | None
+    last_error: str | None
+    accept_seq: int | None
+    handoff_seq: int | None
+
+    def inbox_view(self) -> dict[str, object]:
+        """The fields ``GET /swarm/inbox`` shows, named as the seed names them."""
+        return {
+            "msg_id": self.msg_id,
+            "from": self.from_session,
+            "to": self.to_session,
+            "channel": self.channel,
+            "kind": self.kind,
+            "priority": self.priority,
+            "reply_to": self.reply_to,
+            "payload": self.payload,
+            "created_at": self.created_at,
+            "handed_off_at": self.handed_off_at,
+        }

@@ -1,0 +1,49 @@
+"""Which directory each session lives in, as opencode itself says.
+
+Senders never pass a directory: pigeond asks opencode once, caches the answer
+for a while, and sends every prompt for that session with the same
+``x-opencode-directory`` header.  A 404 drops the cached entry.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from twisted.internet.interfaces import IReactorTime
+
+from pigeond.opencode_client import SessionNotFound
+
+
+class DirectoryLookup(Protocol):
+    async def session_directory(self, session_id: str) -> str: ...
+
+
+class SessionDirectoryRegistry:
+    def __init__(self, lookup: DirectoryLookup, clock: IReactorTime, ttl_s: float = 300.0) -> None:
+        self._lookup = lookup
+        self._clock = clock
+        self._ttl_s = ttl_s
+        self._cache: dict[str, tuple[str, float]] = {}
+
+    async def resolve(self, session_id: str) -> str:
+        cached = self._cache.get(session_id)
+        now = self._clock.seconds()
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        try:
+            directory = await self._lookup.session_directory(session_id)
+        except SessionNotFound:
+            self.invalidate(session_id)
+            raise
+        self._cache[session_id] = (directory, self._clock.seconds() + self._ttl_s)
+        return directory
+
+    def invalidate(self, session_id: str) -> None:
+        self._cache.pop(session_id, None)
+
+    def cached(self, session_id: str) -> str | None:
+        """The cached directory if still fresh, for status and tests."""
+        entry = self._cache.get(session_id)
+        if entry is None or entry[1] <= self._clock.seconds():
+            return None
+        return entry[0]

@@ -1,0 +1,151 @@
+"""The swarm routes, wired to the repository and the arbiter.
+
+The send path is ``parse → check → store → kick``; a later access-control
+check slots in as another :data:`SendCheck` without touching the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.web import server
+
+from pigeond import __version__
+from pigeond.ids import make_msg_id
+from pigeond.model import SESSION_ID_RE, NewMessage, State
+from pigeond.send_request import parse_send_body
+from pigeond.storage import AcceptOutcome, SwarmRepository
+from pigeond.web import HttpError, JsonApi, JsonResponse, query_param, read_body
+
+DEFAULT_INBOX_LIMIT = 100
+MAX_INBOX_LIMIT = 1000
+log = Logger()
+_CURSOR_RE = re.compile(r"^cur_([0-9]{1,18})$")
+
+# A check on an accepted-for-parsing send; raises HttpError to refuse it.
+SendCheck = Callable[[server.Request, NewMessage], None]
+
+
+def encode_cursor(handoff_seq: int) -> str:
+    return f"cur_{handoff_seq}"
+
+
+class SwarmRoutes:
+    def __init__(
+        self,
+        repo: SwarmRepository,
+        clock: IReactorTime,
+        *,
+        on_accepted: Callable[[str], None] = lambda target: None,
+        arbiter_running: Callable[[], bool] = lambda: False,
+        send_checks: Sequence[SendCheck] = (),
+    ) -> None:
+        self._repo = repo
+        self._clock = clock
+        self._on_accepted = on_accepted
+        self._arbiter_running = arbiter_running
+        self._send_checks = tuple(send_checks)
+
+    def install(self, api: JsonApi) -> JsonApi:
+        api.route("POST", "/swarm/send", self.send)
+        api.route("GET", "/swarm/inbox", self.inbox)
+        api.route("GET", "/health", self.health)
+        return api
+
+    def _now_ms(self) -> int:
+        return int(self._clock.seconds() * 1000)
+
+    # -- POST /swarm/send ------------------------------------------------------
+
+    def send(self, request: server.Request) -> JsonResponse:
+        now_ms = self._now_ms()
+        message = parse_send_body(read_body(request), lambda: make_msg_id(now_ms))
+        for check in self._send_checks:
+            check(request, message)
+        outcome = self._repo.accept(message, now_ms)
+        if outcome is AcceptOutcome.CONFLICT:
+            raise HttpError(
+                409,
+                "msg_id is already used by a message with different content",
+                {"msg_id": message.msg_id},
+            )
+        if outcome is AcceptOutcome.STORED:
+            log.info(
+                "accepted {msg_id} from {sender} to {target}",
+                msg_id=message.msg_id,
+                sender=message.from_session,
+                target=message.to_session or f"channel:{message.channel}",
+            )
+            if message.to_session is not None:
+                self._on_accepted(message.to_session)
+        return JsonResponse(202, {"accepted": True, "msg_id": message.msg_id})
+
+    # -- GET /swarm/inbox ------------------------------------------------------
+
+    def inbox(self, request: server.Request) -> JsonResponse:
+        session = query_param(request, "session")
+        if not session:
+            raise HttpError(400, "query parameter 'session' is required")
+        if not SESSION_ID_RE.fullmatch(session):
+            raise HttpError(400, f"query parameter 'session' must match {SESSION_ID_RE.pattern}")
+        limit = self._inbox_limit(query_param(request, "limit"))
+        since = query_param(request, "since")
+        after_seq = 0 if since is None else self._cursor_position(since, session)
+        page = self._repo.inbox_page(session, after_seq, limit)
+        if page.messages:
+            last_seq = page.messages[-1].handoff_seq
+            assert last_seq is not None
+            next_cursor: str | None = encode_cursor(last_seq)
+        else:
+            next_cursor = since
+        return JsonResponse(
+            200,
+            {
+                "messages": [m.inbox_view() for m in page.messages],
+                "has_more": page.has_more,
+                "next_cursor": next_cursor,
+            },
+        )
+
+    @staticmethod
+    def _inbox_limit(raw: str | None) -> int:
+        if raw is None:
+            return DEFAULT_INBOX_LIMIT
+        if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_INBOX_LIMIT:
+            raise HttpError(
+                400, f"query parameter 'limit' must be an integer from 1 to {MAX_INBOX_LIMIT}"
+            )
+        return int(raw)
+
+    def _cursor_position(self, since: str, session: str) -> int:
+        """A cursor is ours (``cur_N``) or, as in the seed, a msg_id handed off to this session."""
+        match = _CURSOR_RE.fullmatch(since)
+        if match is not None:
+            seq = int(match.group(1))
+            if seq > self._repo.last_handoff_seq():
+                raise HttpError(400, f"unknown cursor {since!r}")
+            return seq
+        message = self._repo.get(since)
+        if message is None or message.to_session != session or message.handoff_seq is None:
+            raise HttpError(
+                400, f"unknown cursor {since!r}: not a message handed off to this session"
+            )
+        return message.handoff_seq
+
+    # -- GET /health -------------------------------------------------------------
+
+    def health(self, request: server.Request) -> JsonResponse:
+        counts = self._repo.count_by_state()
+        return JsonResponse(
+            200,
+            {
+                "ok": True,
+                "version": __version__,
+                "arbiter": self._arbiter_running(),
+                "queued": counts.get(State.QUEUED, 0),
+                "failed": counts.get(State.FAILED, 0),
+            },
+        )

@@ -1,0 +1,197 @@
+"""``pigeon-send``: post one message to the daemon and print its msg_id.
+
+Exit codes: 0 accepted, 1 rejected (4xx; the daemon's error is printed),
+2 usage error, 3 daemon unreachable, timed out or 5xx.  Blocking stdlib HTTP
+on purpose: a one-shot CLI needs no reactor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+from pigeond.model import KINDS, PRIORITIES
+
+DEFAULT_URL = "http://127.0.0.1:4097"
+EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+class UsageError(ValueError):
+    pass
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonAnswer:
+    status: int
+    body: dict[str, Any]
+
+
+def connection_for(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    """A connection and path prefix for ``http://host:port[/prefix]`` or ``unix:/path.sock``."""
+    if url.startswith("unix:"):
+        path = url[len("unix:") :]
+        if not path:
+            raise UsageError("a unix: URL needs a socket path, e.g. unix:/run/pigeond/pigeond.sock")
+        return _UnixHTTPConnection(path, timeout), ""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--url must be http://HOST:PORT or unix:PATH, not {url!r}")
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise UsageError(f"--url has a bad port: {url!r}") from e
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return cls(parts.hostname, port, timeout=timeout), parts.path.rstrip("/")
+
+
+def call_daemon(
+    url: str, method: str, path: str, body: dict[str, Any] | None, timeout: float
+) -> DaemonAnswer:
+    """One request; raises OSError (incl. timeouts) when the daemon cannot be reached."""
+    conn, prefix = connection_for(url, timeout)
+    try:
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        headers = {"accept": "application/json"}
+        if data is not None:
+            headers["content-type"] = "application/json"
+        conn.request(method, prefix + path, body=data, headers=headers)
+        response = conn.getresponse()
+        raw = response.read()
+    except http.client.HTTPException as e:
+        raise OSError(f"bad answer from the daemon: {e}") from e
+    finally:
+        conn.close()
+    try:
+        parsed = json.loads(raw.decode("utf-8")) if raw else {}
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        parsed = {"error": raw.decode("utf-8", errors="replace").strip()[:300]}
+    return DaemonAnswer(response.status, parsed if isinstance(parsed, dict) else {})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pigeon-send", description="Send a swarm message through pigeond."
+    )
+    parser.add_argument(
+        "--from", dest="sender", metavar="ID", help="sender id (default $OPENCODE_SESSION_ID)"
+    )
+    parser.add_argument("--kind", choices=KINDS, help="message kind (default chat)")
+    parser.add_argument("--priority", choices=PRIORITIES, help="priority (default normal)")
+    parser.add_argument("--reply-to", metavar="MSG", help="msg_id this message answers")
+    parser.add_argument(
+        "--msg-id", metavar="ID", help="idempotency key (default: daemon makes one)"
+    )
+    parser.add_argument("--url", help=f"daemon URL (default $PIGEOND_URL or {DEFAULT_URL})")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds to wait for the daemon (default 10)",
+    )
+    parser.add_argument("--channel", metavar="NAME", help="send to a channel instead of a session")
+    parser.add_argument(
+        "args",
+        nargs="+",
+        metavar="TO PAYLOAD",
+        help="target session and payload ('-' reads stdin); no TO with --channel",
+    )
+    return parser
+
+
+def build_request(
+    args: argparse.Namespace, env: Mapping[str, str], stdin: IO[str]
+) -> dict[str, Any]:
+    positional: list[str] = list(args.args)
+    expected = 1 if args.channel is not None else 2
+    if len(positional) != expected:
+        raise UsageError(
+            "give a payload with --channel"
+            if args.channel is not None
+            else "give a target session and a payload (or --channel NAME and a payload)"
+        )
+    payload = positional[-1]
+    if payload == "-":
+        payload = stdin.read()
+    sender = args.sender if args.sender is not None else env.get("OPENCODE_SESSION_ID", "")
+    if not sender:
+        raise UsageError("no sender: pass --from or set OPENCODE_SESSION_ID")
+    body: dict[str, Any] = {"from": sender, "payload": payload}
+    if args.channel is not None:
+        body["channel"] = args.channel
+    else:
+        body["to"] = positional[0]
+    for key, value in (
+        ("kind", args.kind),
+        ("priority", args.priority),
+        ("reply_to", args.reply_to),
+        ("msg_id", args.msg_id),
+    ):
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: IO[str] | None = None,
+) -> int:
+    env = os.environ if env is None else env
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_USAGE if e.code else EXIT_ACCEPTED
+    url = args.url or env.get("PIGEOND_URL") or DEFAULT_URL
+    try:
+        body = build_request(args, env, stdin or sys.stdin)
+        if args.timeout <= 0:
+            raise UsageError("--timeout must be positive")
+        answer = call_daemon(url, "POST", "/swarm/send", body, args.timeout)
+    except UsageError as e:
+        print(f"pigeon-send: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except UnicodeDecodeError:
+        print("pigeon-send: the payload on stdin is not valid UTF-8", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, TimeoutError) as e:
+        print(f"pigeon-send: daemon at {url} unreachable: {e}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
+    if 200 <= answer.status < 300 and "msg_id" in answer.body:
+        print(answer.body["msg_id"])
+        return EXIT_ACCEPTED
+    if 400 <= answer.status < 500:
+        print(f"pigeon-send: rejected ({answer.status}): {error}", file=sys.stderr)
+        return EXIT_REJECTED
+    print(f"pigeon-send: daemon error ({answer.status}): {error}", file=sys.stderr)
+    return EXIT_UNAVAILABLE
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Turning a ``POST /swarm/send`` body into a :class:`NewMessage`, or a 400 that names the field."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from pigeond.model import (
+    CHANNEL_RE,
+    DEFAULT_KIND,
+    DEFAULT_PRIORITY,
+    KINDS,
+    MSG_ID_RE,
+    PRIORITIES,
+    SENDER_RE,
+    SESSION_ID_RE,
+    NewMessage,
+)
+
+
+class InvalidRequest(ValueError):
+    """The request is malformed; the message is safe to show to the client."""
+
+
+def decode_json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InvalidRequest("body is not valid UTF-8") from e
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise InvalidRequest(f"body is not valid JSON: {e}") from e
+    if not isinstance(body, dict):
+        raise InvalidRequest("body must be a JSON object")
+    return body
+
+
+def _optional_string(body: dict[str, Any], field: str) -> str | None:
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidRequest(f"field '{field}' must be a string")
+    return value
+
+
+def _required_string(body: dict[str, Any], field: str) -> str:
+    value = _optional_string(body, field)
+    if value is None or value == "":
+        raise InvalidRequest(f"field '{field}' is required and must be a non-empty string")
+    return value
+
+
+def _check(value: str | None, field: str, pattern: re.Pattern[str]) -> None:
+    if value is not None and not pattern.fullmatch(value):
+        raise InvalidRequest(f"field '{field}' must match {pattern.pattern}")
+
+
+def _one_of(value: str | None, field: str, allowed: tuple[str, ...], default: str) -> str:
+    if value is None:
+        return default
+    if value not in allowed:
+        raise InvalidRequest(f"field '{field}' must be one of: {', '.join(allowed)}")
+    return value
+
+
+def _no_surrogates(value: str, field: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidRequest(f"field '{field}' holds an unpaired surrogate") from e
+
+
+def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> NewMessage:
+    """Validate a send request and apply the defaults; unknown fields are ignored."""
+    body = decode_json_object(raw)
+    from_session = _required_string(body, "from")
+    payload = _required_string(body, "payload")
+    to_session = _optional_string(body, "to")
+    channel = _optional_string(body, "channel")
+    kind = _optional_string(body, "kind")
+    priority = _optional_string(body, "priority")
+    reply_to = _optional_string(body, "reply_to")
+    msg_id = _optional_string(body, "msg_id")
+
+    if (to_session is None) == (channel is None):
+        raise InvalidRequest("exactly one of fields 'to' and 'channel' is required")
+    _check(to_session, "to", SESSION_ID_RE)
+    _check(channel, "channel", CHANNEL_RE)
+    _check(from_session, "from", SENDER_RE)
+    _check(msg_id, "msg_id", MSG_ID_RE)
+    _check(reply_to, "reply_to", MSG_ID_RE)
+    _no_surrogates(payload, "payload")
+    return NewMessage(
+        msg_id=msg_id if msg_id is not None else make_msg_id(),
+        from_session=from_session,
+        to_session=to_session,
+        channel=channel,
+        kind=_one_of(kind, "kind", KINDS, DEFAULT_KIND),
+        priority=_one_of(priority, "priority", PRIORITIES, DEFAULT_PRIORITY),
+        reply_to=reply_to,
+        payload=payload,
+    )

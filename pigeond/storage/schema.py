@@ -1,0 +1,185 @@
+"""Opening the database and bringing its schema up to date.
+
+The schema is versioned with ``PRAGMA user_version``: each entry of
+``MIGRATIONS`` moves the database one version forward, inside one
+transaction, so a crash mid-upgrade leaves the old version intact.  Version 1
+is the seed design's table exactly as the TypeScript daemon created it (with
+``IF NOT EXISTS``), so a database written by that daemon (``user_version`` 0
+but the table present) is adopted and upgraded in place.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from pigeond.storage.errors import SchemaError
+
+# The priority order, as one SQL expression: the ready-head index is built on
+# it and the head query orders by it, so the two must be the same text.
+PRIORITY_RANK_SQL = "(CASE priority WHEN 'urgent' THEN 0 WHEN 'normal' THEN 1 ELSE 2 END)"
+
+_V1_SEED = """
+CREATE TABLE IF NOT EXISTS swarm_messages (
+    msg_id        TEXT PRIMARY KEY,
+    from_session  TEXT NOT NULL,
+    to_session    TEXT,
+    channel       TEXT,
+    kind          TEXT NOT NULL,
+    priority      TEXT NOT NULL DEFAULT 'normal',
+    reply_to      TEXT,
+    payload       TEXT NOT NULL,
+    state         TEXT NOT NULL DEFAULT 'queued',
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    next_retry_at INTEGER,
+    created_at    INTEGER NOT NULL,
+    updated_at    INTEGER NOT NULL,
+    handed_off_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS idx_swarm_target_state
+    ON swarm_messages (to_session, state, next_retry_at, created_at);
+CREATE INDEX IF NOT EXISTS idx_swarm_inbox
+    ON swarm_messages (to_session, state, msg_id);
+CREATE INDEX IF NOT EXISTS idx_swarm_channel
+    ON swarm_messages (channel, state, created_at);
+"""
+
+_V2_SEQUENCES = f"""
+ALTER TABLE swarm_messages ADD COLUMN last_error TEXT;
+ALTER TABLE swarm_messages ADD COLUMN accept_seq INTEGER;
+ALTER TABLE swarm_messages ADD COLUMN handoff_seq INTEGER;
+
+CREATE TABLE swarm_sequences (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+
+-- Rows written by the seed daemon get sequence numbers in the order they
+-- were accepted and handed off.
+UPDATE swarm_messages SET accept_seq = ordered.n
+FROM (SELECT msg_id, ROW_NUMBER() OVER (ORDER BY created_at, rowid) AS n
+      FROM swarm_messages) AS ordered
+WHERE ordered.msg_id = swarm_messages.msg_id;
+
+UPDATE swarm_messages SET handoff_seq = ordered.n
+FROM (SELECT msg_id, ROW_NUMBER() OVER (ORDER BY handed_off_at, accept_seq) AS n
+      FROM swarm_messages WHERE state = 'handed_off') AS ordered
+WHERE ordered.msg_id = swarm_messages.msg_id;
+
+INSERT INTO swarm_sequences (name, value)
+    SELECT 'accept', COALESCE(MAX(accept_seq), 0) FROM swarm_messages;
+INSERT INTO swarm_sequences (name, value)
+    SELECT 'handoff', COALESCE(MAX(handoff_seq), 0) FROM swarm_messages;
+
+-- Which targets have a due message: covers the arbiter's per-tick query and
+-- holds queued rows only, so delivered history does not make it slower.
+CREATE INDEX idx_swarm_ready
+    ON swarm_messages (state, next_retry_at, to_session)
+    WHERE state = 'queued';
+-- The head of one target's queue: priority, then accept order.
+CREATE INDEX idx_swarm_target_head
+    ON swarm_messages (to_session, {PRIORITY_RANK_SQL}, accept_seq)
+    WHERE state = 'queued';
+-- The inbox: a target's hand-offs in hand-off order.
+CREATE INDEX idx_swarm_handoff
+    ON swarm_messages (to_session, handoff_seq)
+    WHERE handoff_seq IS NOT NULL;
+CREATE UNIQUE INDEX idx_swarm_accept_seq ON swarm_messages (accept_seq);
+"""
+
+Migration = Callable[[sqlite3.Connection], None]
+
+
+def _script(sql: str) -> Migration:
+    def apply(conn: sqlite3.Connection) -> None:
+        # executescript would COMMIT first; run statement by statement instead
+        # so the migration and its user_version bump share one transaction.
+        for statement in _split_statements(sql):
+            conn.execute(statement)
+
+    return apply
+
+
+def _split_statements(sql: str) -> list[str]:
+    statements: list[str] = []
+    pending = ""
+    for line in sql.splitlines(keepends=True):
+        if line.lstrip().startswith("--"):
+            continue
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        raise ValueError(f"incomplete SQL statement in migration: {pending.strip()[:60]}")
+    return statements
+
+
+MIGRATIONS: list[Migration] = [_script(_V1_SEED), _script(_V2_SEQUENCES)]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def connect(path: Path | str, *, busy_timeout_ms: int = 5000) -> sqlite3.Connection:
+    """Open the database in WAL mode with durable commits.
+
+    ``synchronous=FULL`` makes every commit reach the disk before it returns,
+    which is what lets a 202 promise that the message is stored.
+    """
+    conn = sqlite3.connect(
+        str(path), isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
+    )
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise SchemaError(f"{path}: could not switch the database to WAL mode (got {mode})")
+        conn.execute("PRAGMA synchronous = FULL")
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        raise SchemaError(f"{path}: not a usable SQLite database ({e})") from e
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection, migrations: list[Migration] | None = None) -> int:
+    """Apply every missing migration; return the resulting schema version."""
+    steps = MIGRATIONS if migrations is None else migrations
+    current = schema_version(conn)
+    if current > len(steps):
+        raise SchemaError(
+            f"the database has schema version {current}, newer than this pigeond "
+            f"understands ({len(steps)}); upgrade pigeond"
+        )
+    for version in range(current + 1, len(steps) + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            steps[version - 1](conn)
+            conn.execute(f"PRAGMA user_version = {version}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    return schema_version(conn)
+
+
+def open_database(path: Path | str) -> sqlite3.Connection:
+    """Create the parent folder, open, and migrate: what the daemon does at start."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    conn = connect(target)
+    try:
+        migrate(conn)
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        raise SchemaError(f"{path}: could not upgrade the database schema ({e})") from e
+    except BaseException:
+        conn.close()
+        raise
+    return conn

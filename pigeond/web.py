@@ -1,0 +1,179 @@
+"""The HTTP API: ``POST /swarm/send``, ``GET /swarm/inbox``, ``GET /health``.
+
+Every answer is JSON, errors included (``{"error": "..."}``).  Handlers raise
+:class:`HttpError` for anything the client did wrong; anything else is logged
+and answered with a plain 500, never a traceback.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.logger import Logger
+from twisted.web import server
+from twisted.web.resource import Resource
+
+from pigeond.send_request import InvalidRequest
+from pigeond.storage import StorageError, StorageUnavailable
+
+DEFAULT_MAX_BODY_BYTES = 256 * 1024
+
+log = Logger()
+
+
+@dataclass
+class HttpError(Exception):
+    status: int
+    message: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JsonResponse:
+    status: int
+    body: dict[str, Any]
+
+
+Handler = Callable[[server.Request], JsonResponse]
+
+
+class BoundedRequest(server.Request):
+    """A request that stops buffering its body past ``max_body_bytes``.
+
+    The rest of an oversized body is read and dropped, so memory stays
+    bounded, and the handler answers 413.
+    """
+
+    max_body_bytes = DEFAULT_MAX_BODY_BYTES
+    body_too_large = False
+    _body_bytes = 0
+
+    def gotLength(self, length: int | None) -> None:
+        if length is not None and length > self.max_body_bytes:
+            self.body_too_large = True
+            self.content = io.BytesIO()
+            return
+        super().gotLength(length)  # type: ignore[no-untyped-call]
+
+    def handleContentChunk(self, data: bytes) -> None:
+        self._body_bytes += len(data)
+        if self._body_bytes > self.max_body_bytes:
+            self.body_too_large = True
+        if not self.body_too_large:
+            super().handleContentChunk(data)  # type: ignore[no-untyped-call]
+
+
+def bounded_request_factory(max_body_bytes: int) -> type[BoundedRequest]:
+    return type("BoundedRequest", (BoundedRequest,), {"max_body_bytes": max_body_bytes})
+
+
+def read_body(request: server.Request) -> bytes:
+    if getattr(request, "body_too_large", False):
+        limit = getattr(request, "max_body_bytes", DEFAULT_MAX_BODY_BYTES)
+        raise HttpError(413, f"request body is larger than the limit of {limit} bytes")
+    content = request.content
+    if content is None:
+        return b""
+    content.seek(0)
+    data: bytes = content.read()
+    return data
+
+
+def query_param(request: server.Request, name: str) -> str | None:
+    """One query parameter, decoded; a repeated parameter is a 400."""
+    args = request.args or {}
+    values = args.get(name.encode("ascii"))
+    if not values:
+        return None
+    if len(values) > 1:
+        raise HttpError(400, f"query parameter '{name}' is given more than once")
+    try:
+        text: str = values[0].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HttpError(400, f"query parameter '{name}' is not valid UTF-8") from e
+    return text
+
+
+class JsonApi(Resource):
+    """Routes by exact path and method; one leaf resource for the whole API."""
+
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._routes: dict[bytes, dict[bytes, Handler]] = {}
+
+    def route(self, method: str, path: str, handler: Handler) -> None:
+        self._routes.setdefault(path.encode("ascii"), {})[method.encode("ascii")] = handler
+
+    def render(self, request: server.Request) -> bytes:
+        try:
+            response = self._dispatch(request)
+        except HttpError as e:
+            response = JsonResponse(e.status, {"error": e.message, **e.extra})
+        except InvalidRequest as e:
+            response = JsonResponse(400, {"error": str(e)})
+        except StorageUnavailable as e:
+            log.error("storage unavailable: {error}", error=str(e))
+            response = JsonResponse(503, {"error": f"storage unavailable, nothing stored: {e}"})
+        except StorageError as e:
+            log.error("storage error: {error}", error=str(e))
+            response = JsonResponse(503, {"error": f"storage error: {e}"})
+        except Exception:
+            log.failure(
+                "unexpected error on {method} {path}", method=request.method, path=request.path
+            )
+            response = JsonResponse(500, {"error": "internal error; see the daemon's log"})
+        return self._write(request, response)
+
+    def _dispatch(self, request: server.Request) -> JsonResponse:
+        methods = self._routes.get(request.path or b"")
+        if methods is None:
+            raise HttpError(404, "no such route")
+        method = request.method or b""
+        handler = methods.get(method)
+        if handler is None and method == b"HEAD":
+            handler = methods.get(b"GET")
+        if handler is None:
+            allowed = b", ".join(sorted(methods))
+            request.setHeader(b"allow", allowed)
+            raise HttpError(405, f"method not allowed; use {allowed.decode('ascii')}")
+        return handler(request)
+
+    @staticmethod
+    def _write(request: server.Request, response: JsonResponse) -> bytes:
+        request.setResponseCode(response.status)
+        request.setHeader(b"content-type", b"application/json; charset=utf-8")
+        request.setHeader(b"cache-control", b"no-store")
+        return json.dumps(response.body, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+class QuietSite(server.Site):
+    """No access log: the routes log the events that matter, with their msg_id."""
+
+    noisy = False
+
+    def log(self, request: server.Request) -> None:
+        pass
+
+
+def make_site(api: Resource, max_body_bytes: int, timeout_s: float = 60.0) -> server.Site:
+    site = QuietSite(api, requestFactory=bounded_request_factory(max_body_bytes))
+    site.displayTracebacks = False
+    site.timeOut = timeout_s
+    return site
+
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "HttpError",
+    "JsonApi",
+    "JsonResponse",
+    "make_site",
+    "query_param",
+    "read_body",
+]
