@@ -96,7 +96,7 @@ def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -
     pool: HTTPConnectionPool | None = None
     if config.arbiter_enabled:
         if http is None:
-            pool = QuietConnectionPool(reactor, persistent=True)
+            pool = QuietConnectionPool(reactor, persistent=True)  # type: ignore[no-untyped-call]
             pool.maxPersistentPerHost = 16
             http = HTTPClient(Agent(reactor, pool=pool, connectTimeout=config.handoff_timeout_s))
         client = OpencodeClient(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.logger import Logger
-from twisted.web import server
+from twisted.web import http, server
 from twisted.web.resource import Resource
 
 from pigeond.send_request import InvalidRequest
@@ -157,12 +157,12 @@ class QuietSite(server.Site):
 
     noisy = False
 
-    def log(self, request: server.Request) -> None:
+    def log(self, request: http.Request) -> None:
         pass
 
 
 def make_site(api: Resource, max_body_bytes: int, timeout_s: float = 60.0) -> server.Site:
-    site = QuietSite(api, requestFactory=bounded_request_factory(max_body_bytes))
+    site = QuietSite(api, requestFactory=bounded_request_factory(max_body_bytes))  # type: ignore[no-untyped-call]
     site.displayTracebacks = False
     site.timeOut = timeout_s
     return site
