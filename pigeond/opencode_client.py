@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from treq.client import HTTPClient
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
 
 T = TypeVar("T")
 
@@ -42,6 +43,18 @@ class BasicAuth:
 def _short(body: bytes) -> str:
     text = body.decode("utf-8", errors="replace").strip().replace("\n", " ")
     return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "…"
+
+
+def _describe(error: Exception) -> str:
+    """One readable line for a transport error (ResponseFailed wraps its real reasons)."""
+    reasons = getattr(error, "reasons", None)
+    if isinstance(reasons, list) and reasons:
+        inner = "; ".join(
+            f"{type(r.value).__name__}: {r.getErrorMessage()}" if isinstance(r, Failure) else str(r)
+            for r in reasons
+        )
+        return f"{type(error).__name__} ({inner})"
+    return f"{type(error).__name__}: {error}"
 
 
 class OpencodeClient:
@@ -78,16 +91,25 @@ class OpencodeClient:
         return int(response.code), content
 
     async def _with_deadline(self, what: str, work: Coroutine[Any, Any, T]) -> T:
+        timed_out = False
+
+        def on_timeout(result: object, timeout: float) -> object:
+            nonlocal timed_out
+            timed_out = True
+            return result
+
         d: Deferred[T] = Deferred.fromCoroutine(work)
-        d.addTimeout(self._timeout_s, self._clock)
+        d.addTimeout(self._timeout_s, self._clock, onTimeoutCancel=on_timeout)
         try:
             return await d
-        except (TimeoutError, CancelledError) as e:
-            raise OpencodeError(f"{what}: no complete answer within {self._timeout_s:g} s") from e
         except OpencodeError:
             raise
         except Exception as e:
-            raise OpencodeError(f"{what}: {type(e).__name__}: {e}") from e
+            if timed_out or isinstance(e, TimeoutError | CancelledError):
+                raise OpencodeError(
+                    f"{what}: no complete answer within {self._timeout_s:g} s"
+                ) from e
+            raise OpencodeError(f"{what}: {_describe(e)}") from e
 
     async def session_directory(self, session_id: str) -> str:
         """The directory opencode stored for the session (``GET /session/<id>``)."""

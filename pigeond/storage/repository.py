@@ -9,11 +9,13 @@ operator tool, a second connection) through SQLite's lock and busy timeout.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
+from typing import ParamSpec, TypeVar
 
 from pigeond.model import NewMessage, State, StoredMessage
 from pigeond.storage.errors import StorageUnavailable
@@ -45,6 +47,23 @@ class InboxPage:
 
 def _row_to_message(row: tuple[object, ...]) -> StoredMessage:
     return StoredMessage(*row)  # type: ignore[arg-type]
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _reads(method: Callable[P, R]) -> Callable[P, R]:
+    """A read that hits a locked, vanished or broken file raises StorageUnavailable."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.OperationalError as e:
+            raise StorageUnavailable(f"database read failed: {e}") from e
+
+    return wrapper
 
 
 class SwarmRepository:
@@ -130,9 +149,11 @@ class SwarmRepository:
         ).fetchone()
         return None if row is None else _row_to_message(row)
 
+    @_reads
     def get(self, msg_id: str) -> StoredMessage | None:
         return self._get(self._conn, msg_id)
 
+    @_reads
     def count_by_state(self) -> dict[str, int]:
         """Counts of direct messages by state; channel messages are not counted."""
         rows = self._conn.execute(
@@ -142,6 +163,7 @@ class SwarmRepository:
 
     # -- the arbiter's queries ---------------------------------------------
 
+    @_reads
     def ready_targets(self, now_ms: int) -> list[str]:
         """Targets with at least one queued message due at ``now_ms``."""
         return [r[0] for r in self._conn.execute(READY_TARGETS_SQL, (now_ms,)).fetchall()]
@@ -151,6 +173,7 @@ class SwarmRepository:
         rows = self._conn.execute("EXPLAIN QUERY PLAN " + READY_TARGETS_SQL, (now_ms,))
         return [str(r[3]) for r in rows.fetchall()]
 
+    @_reads
     def queue_head(self, target: str) -> StoredMessage | None:
         """The queued message that goes to ``target`` next: priority, then accept order.
 
@@ -209,6 +232,7 @@ class SwarmRepository:
 
     # -- the inbox ---------------------------------------------------------
 
+    @_reads
     def inbox_page(self, session: str, after_seq: int, limit: int) -> InboxPage:
         """Messages handed off to ``session`` after hand-off number ``after_seq``."""
         rows = self._conn.execute(
@@ -220,12 +244,14 @@ class SwarmRepository:
         messages = [_row_to_message(r) for r in rows[:limit]]
         return InboxPage(messages=messages, has_more=len(rows) > limit)
 
+    @_reads
     def handoff_seq_of(self, msg_id: str) -> int | None:
         row = self._conn.execute(
             "SELECT handoff_seq FROM swarm_messages WHERE msg_id = ?", (msg_id,)
         ).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
+    @_reads
     def last_handoff_seq(self) -> int:
         row = self._conn.execute(
             "SELECT value FROM swarm_sequences WHERE name = 'handoff'"

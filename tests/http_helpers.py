@@ -1,0 +1,63 @@
+"""In-memory HTTP for tests: treq's StubTreq and a raw-bytes driver for our own Site."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar, cast
+
+from treq.client import HTTPClient
+from treq.testing import StubTreq
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
+from twisted.web.resource import IResource
+from twisted.web.server import Site
+
+T = TypeVar("T")
+
+
+def stub_client(resource: IResource) -> HTTPClient:
+    """treq's in-memory client for a resource, typed as the real client it mimics."""
+    return cast(HTTPClient, StubTreq(resource))
+
+
+def result_of(d: Deferred[T]) -> T:
+    """The result of a Deferred that must already have fired successfully."""
+    results: list[T] = []
+    failures: list[Failure] = []
+    d.addCallbacks(results.append, failures.append)
+    if failures:
+        failures[0].raiseException()
+    assert results, "the Deferred has not fired"
+    return results[0]
+
+
+def failure_of(d: Deferred[Any]) -> Failure:
+    """The Failure of a Deferred that must already have failed."""
+    failures: list[Failure] = []
+    d.addErrback(failures.append)
+    assert failures, "the Deferred has not failed"
+    return failures[0]
+
+
+def raw_exchange(site: Site, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Feed raw request bytes to the site's protocol; return status, headers, body."""
+    protocol = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+    assert protocol is not None
+    transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
+    protocol.makeConnection(transport)
+    protocol.dataReceived(request)
+    raw = transport.value()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    protocol.connectionLost(Failure(ConnectionError("test done")))
+    return int(status_line.split()[1]), headers, body
+
+
+def json_body(body: bytes) -> Any:
+    return json.loads(body.decode("utf-8"))

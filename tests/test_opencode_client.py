@@ -1,0 +1,194 @@
+"""The opencode client and the session→directory registry, over treq's in-memory HTTP."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+from twisted.web import server
+from twisted.web.resource import Resource
+
+from pigeond.opencode_client import BasicAuth, OpencodeClient, OpencodeError, SessionNotFound
+from pigeond.registry import SessionDirectoryRegistry
+from tests.http_helpers import failure_of, result_of, stub_client
+
+URL = "http://opencode.test:4096"
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class FakeOpencodeResource(Resource):
+    """Answers like opencode serve; ``hang`` holds every request open forever."""
+
+    sessions: dict[str, str] = field(default_factory=lambda: {"ses_a": "/srv/projA"})
+    prompt_status: int = 204
+    session_body: bytes | None = None
+    hang: bool = False
+    seen: list[Seen] = field(default_factory=list)
+    isLeaf = True
+
+    def __post_init__(self) -> None:
+        Resource.__init__(self)
+
+    def render(self, request: server.Request) -> bytes | int:
+        raw = request.content.read() if request.content else b""
+        headers = {
+            k.decode().lower(): v[0].decode() for k, v in request.requestHeaders.getAllRawHeaders()
+        }
+        path = (request.path or b"").decode()
+        self.seen.append(
+            Seen((request.method or b"").decode(), path, headers, json.loads(raw) if raw else None)
+        )
+        if self.hang:
+            return server.NOT_DONE_YET
+        parts = path.strip("/").split("/")
+        session = parts[1] if len(parts) > 1 else ""
+        if session not in self.sessions:
+            request.setResponseCode(404)
+            return b'{"name":"NotFoundError","data":{"message":"Session not found"}}'
+        if len(parts) == 2:
+            return (
+                self.session_body
+                or json.dumps({"id": session, "directory": self.sessions[session]}).encode()
+            )
+        request.setResponseCode(self.prompt_status)
+        return b"" if self.prompt_status == 204 else b'{"name":"UnknownError"}'
+
+
+def client_for(resource: Resource, clock: Clock, auth: BasicAuth | None = None) -> OpencodeClient:
+    http = stub_client(resource)
+    return OpencodeClient(http, URL + "/", clock, timeout_s=30, auth=auth)
+
+
+def run(clock: Clock, coro: Any) -> Deferred[Any]:
+    return Deferred.fromCoroutine(coro)
+
+
+def test_prompt_async_sends_directory_header_and_parts(clock: Clock) -> None:
+    """prompt_async POSTs the text as one text part with the directory header."""
+    fake = FakeOpencodeResource()
+    result_of(run(clock, client_for(fake, clock).prompt_async("ses_a", "/srv/projA", "hi")))
+    [seen] = fake.seen
+    assert (seen.method, seen.path) == ("POST", "/session/ses_a/prompt_async")
+    assert seen.headers["x-opencode-directory"] == "/srv/projA"
+    assert seen.body == {"parts": [{"type": "text", "text": "hi"}]}
+
+
+def test_basic_auth_when_password_set(clock: Clock) -> None:
+    """With credentials every request carries HTTP Basic auth."""
+    fake = FakeOpencodeResource()
+    client = client_for(fake, clock, BasicAuth("opencode", "s3cret"))
+    result_of(run(clock, client.session_directory("ses_a")))
+    result_of(run(clock, client.prompt_async("ses_a", "/srv/projA", "hi")))
+    expected = "Basic " + base64.b64encode(b"opencode:s3cret").decode()
+    assert [s.headers.get("authorization") for s in fake.seen] == [expected, expected]
+
+
+def test_no_auth_header_without_password(clock: Clock) -> None:
+    """Without credentials no Authorization header is sent."""
+    fake = FakeOpencodeResource()
+    result_of(run(clock, client_for(fake, clock).session_directory("ses_a")))
+    assert "authorization" not in fake.seen[0].headers
+
+
+def test_prompt_404_is_session_not_found(clock: Clock) -> None:
+    """A 404 from prompt_async raises SessionNotFound."""
+    d = run(clock, client_for(FakeOpencodeResource(), clock).prompt_async("ses_x", "/d", "hi"))
+    assert failure_of(d).check(SessionNotFound)
+
+
+def test_prompt_500_is_error_with_status(clock: Clock) -> None:
+    """A 5xx raises OpencodeError carrying the status and the answer's text."""
+    fake = FakeOpencodeResource(prompt_status=500)
+    failure = failure_of(run(clock, client_for(fake, clock).prompt_async("ses_a", "/d", "hi")))
+    error = failure.value
+    assert isinstance(error, OpencodeError) and not isinstance(error, SessionNotFound)
+    assert error.status == 500 and "UnknownError" in str(error)
+
+
+def test_session_directory(clock: Clock) -> None:
+    """session_directory returns the directory opencode stored for the session."""
+    d = run(clock, client_for(FakeOpencodeResource(), clock).session_directory("ses_a"))
+    assert result_of(d) == "/srv/projA"
+
+
+@pytest.mark.parametrize(
+    "body", [b"{}", b"not json", b'{"directory": 3}', b'{"directory": "a\\nb"}']
+)
+def test_unusable_directory_is_error(clock: Clock, body: bytes) -> None:
+    """An answer without a usable directory raises OpencodeError."""
+    fake = FakeOpencodeResource(session_body=body)
+    failure = failure_of(run(clock, client_for(fake, clock).session_directory("ses_a")))
+    assert failure.check(OpencodeError)
+
+
+def test_hung_server_hits_the_deadline(clock: Clock) -> None:
+    """A server that never answers fails the call once the deadline passes."""
+    client = client_for(FakeOpencodeResource(hang=True), clock)
+    d = run(clock, client.prompt_async("ses_a", "/d", "hi"))
+    clock.advance(29)
+    assert not d.called
+    clock.advance(1)
+    failure = failure_of(d)
+    assert failure.check(OpencodeError) and "30 s" in str(failure.value)
+
+
+@dataclass
+class CountingLookup:
+    answers: dict[str, str] = field(default_factory=lambda: {"ses_a": "/srv/a"})
+    calls: list[str] = field(default_factory=list)
+    error: Exception | None = None
+
+    async def session_directory(self, session_id: str) -> str:
+        self.calls.append(session_id)
+        if self.error is not None:
+            raise self.error
+        if session_id not in self.answers:
+            raise SessionNotFound("gone", 404)
+        return self.answers[session_id]
+
+
+def test_registry_caches_within_ttl(clock: Clock) -> None:
+    """A directory is asked for once and served from cache until the TTL runs out."""
+    lookup = CountingLookup()
+    registry = SessionDirectoryRegistry(lookup, clock, ttl_s=300)
+    assert result_of(run(clock, registry.resolve("ses_a"))) == "/srv/a"
+    clock.advance(299)
+    result_of(run(clock, registry.resolve("ses_a")))
+    assert lookup.calls == ["ses_a"]
+    clock.advance(1)
+    result_of(run(clock, registry.resolve("ses_a")))
+    assert lookup.calls == ["ses_a", "ses_a"]
+
+
+def test_registry_404_invalidates(clock: Clock) -> None:
+    """A 404 drops the cached entry and is raised to the caller."""
+    lookup = CountingLookup()
+    registry = SessionDirectoryRegistry(lookup, clock, ttl_s=300)
+    result_of(run(clock, registry.resolve("ses_a")))
+    registry.invalidate("ses_a")
+    del lookup.answers["ses_a"]
+    assert failure_of(run(clock, registry.resolve("ses_a"))).check(SessionNotFound)
+    assert registry.cached("ses_a") is None
+
+
+def test_registry_does_not_cache_errors(clock: Clock) -> None:
+    """A failed lookup is not cached: the next resolve asks again."""
+    lookup = CountingLookup(error=OpencodeError("refused"))
+    registry = SessionDirectoryRegistry(lookup, clock)
+    failure_of(run(clock, registry.resolve("ses_a")))
+    lookup.error = None
+    assert result_of(run(clock, registry.resolve("ses_a"))) == "/srv/a"
+    assert len(lookup.calls) == 2

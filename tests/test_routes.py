@@ -1,0 +1,376 @@
+"""The HTTP routes, in memory: StubTreq for the API, raw bytes for the body limit."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from treq.client import HTTPClient
+from twisted.internet.task import Clock
+from twisted.web import server
+
+from pigeond import __version__
+from pigeond.routes import SwarmRoutes
+from pigeond.storage import SwarmRepository
+from pigeond.web import JsonApi, JsonResponse, make_site
+from tests.http_helpers import json_body, raw_exchange, result_of, stub_client
+
+BASE = "http://pigeond.test"
+
+
+@dataclass
+class Api:
+    repo: SwarmRepository
+    clock: Clock
+    stub: HTTPClient
+    kicked: list[str] = field(default_factory=list)
+
+    def call(
+        self, method: str, path: str, body: Any = None, raw: bytes | None = None
+    ) -> tuple[int, Any]:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        response = result_of(self.stub.request(method, BASE + path, data=data))
+        content = result_of(response.content())
+        return response.code, json.loads(content) if content else None
+
+    def send(self, **fields: Any) -> tuple[int, Any]:
+        body = {"from": "ses_sender", "to": "ses_target", "payload": "hi", **fields}
+        return self.call("POST", "/swarm/send", {k: v for k, v in body.items() if v is not None})
+
+    def deliver(self, msg_id: str) -> None:
+        assert self.repo.mark_handed_off(msg_id, int(self.clock.seconds() * 1000))
+
+
+@pytest.fixture
+def api(repo: SwarmRepository, clock: Clock) -> Api:
+    kicked: list[str] = []
+    routes = SwarmRoutes(repo, clock, on_accepted=kicked.append, arbiter_running=lambda: True)
+    return Api(repo, clock, stub_client(routes.install(JsonApi())), kicked)
+
+
+def test_send_accepts_and_stores(api: Api) -> None:
+    """A valid send answers 202 with the msg_id, and the row is stored queued."""
+    status, body = api.send(msg_id="msg_abc")
+    assert (status, body) == (202, {"accepted": True, "msg_id": "msg_abc"})
+    stored = api.repo.get("msg_abc")
+    assert stored is not None and stored.state == "queued" and stored.payload == "hi"
+
+
+def test_send_applies_defaults(api: Api) -> None:
+    """kind defaults to chat and priority to normal."""
+    _, body = api.send()
+    stored = api.repo.get(body["msg_id"])
+    assert stored is not None and (stored.kind, stored.priority) == ("chat", "normal")
+
+
+def test_generated_id_shape(api: Api) -> None:
+    """A generated id is msg_<base36 ms timestamp>_<8 hex>, stamped with the clock's time."""
+    _, body = api.send()
+    match = re.fullmatch(r"msg_([0-9a-z]+)_([0-9a-f]{8})", body["msg_id"])
+    assert match is not None
+    assert int(match.group(1), 36) == int(api.clock.seconds() * 1000)
+
+
+def test_send_kicks_the_target(api: Api) -> None:
+    """A new direct message is handed to the arbiter at once."""
+    api.send(to="ses_other")
+    assert api.kicked == ["ses_other"]
+
+
+def test_channel_message_is_stored_not_kicked(api: Api) -> None:
+    """A channel message is accepted and stored but not dispatched."""
+    status, body = api.send(to=None, channel="builds")
+    assert status == 202
+    stored = api.repo.get(body["msg_id"])
+    assert stored is not None and stored.channel == "builds" and stored.to_session is None
+    assert api.kicked == []
+
+
+def test_unknown_fields_are_ignored(api: Api) -> None:
+    """Fields the daemon does not know are ignored."""
+    status, _ = api.send(color="blue")
+    assert status == 202
+
+
+def test_same_msg_id_same_content_is_idempotent(api: Api) -> None:
+    """Re-sending the same msg_id and content answers 202 and writes nothing."""
+    api.send(msg_id="msg_1")
+    api.clock.advance(10)
+    status, body = api.send(msg_id="msg_1")
+    assert (status, body["msg_id"]) == (202, "msg_1")
+    stored = api.repo.get("msg_1")
+    assert stored is not None and stored.updated_at == stored.created_at
+    assert api.kicked == ["ses_target"]
+
+
+def test_defaults_count_as_same_content(api: Api) -> None:
+    """A retry spelling out the defaults is the same content as one that left them out."""
+    api.send(msg_id="msg_1")
+    status, _ = api.send(msg_id="msg_1", kind="chat", priority="normal")
+    assert status == 202
+
+
+def test_same_msg_id_other_content_conflicts(api: Api) -> None:
+    """Re-using a msg_id with other content answers 409 naming it and changes nothing."""
+    api.send(msg_id="msg_1", payload="one")
+    status, body = api.send(msg_id="msg_1", payload="two")
+    assert status == 409
+    assert body["msg_id"] == "msg_1" and "error" in body
+    stored = api.repo.get("msg_1")
+    assert stored is not None and stored.payload == "one"
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [  # None removes the field from an otherwise valid body
+        ({"from": None}, "from"),
+        ({"from": ""}, "from"),
+        ({"payload": None}, "payload"),
+        ({"payload": ""}, "payload"),
+        ({"to": None}, "to"),
+        ({"channel": "builds"}, "channel"),
+        ({"payload": 5}, "payload"),
+        ({"to": ["ses_x"]}, "to"),
+        ({"kind": "shout"}, "kind"),
+        ({"kind": 1}, "kind"),
+        ({"priority": "high"}, "priority"),
+        ({"to": "session_1"}, "to"),
+        ({"to": "ses_" + "a" * 129}, "to"),
+        ({"to": "ses_a b"}, "to"),
+        ({"from": "me too"}, "from"),
+        ({"from": "x" * 129}, "from"),
+        ({"msg_id": "m_1"}, "msg_id"),
+        ({"msg_id": "msg_a:b"}, "msg_id"),
+        ({"reply_to": "msg_"}, "reply_to"),
+        ({"to": None, "channel": "Builds"}, "channel"),
+        ({"to": None, "channel": "-x"}, "channel"),
+        ({"to": None, "channel": "a" * 65}, "channel"),
+    ],
+)
+def test_bad_field_is_400_naming_it(api: Api, fields: dict[str, Any], named: str) -> None:
+    """A missing, mistyped or malformed field answers 400 with an error naming the field."""
+    body = {"from": "ses_sender", "to": "ses_target", "payload": "hi", **fields}
+    status, body = api.call("POST", "/swarm/send", {k: v for k, v in body.items() if v is not None})
+    assert status == 400
+    assert f"'{named}'" in body["error"]
+    assert api.repo.count_by_state() == {}
+
+
+@pytest.mark.parametrize("raw", [b"not json", b"[1, 2]", b'"text"', b"", b"\xff\xfe", b"{"])
+def test_body_not_a_json_object_is_400(api: Api, raw: bytes) -> None:
+    """A body that is not a JSON object answers 400 with a JSON error."""
+    status, body = api.call("POST", "/swarm/send", raw=raw)
+    assert status == 400 and isinstance(body["error"], str)
+
+
+def test_deeply_nested_json_is_400(api: Api) -> None:
+    """Pathologically nested JSON is a 400, not a crash."""
+    status, _ = api.call("POST", "/swarm/send", raw=b"[" * 100_000)
+    assert status == 400
+
+
+def test_read_only_database_is_503(api: Api) -> None:
+    """When the database refuses writes the send answers 503 and nothing is stored."""
+    api.repo.connection.execute("PRAGMA query_only = 1")
+    status, body = api.send(msg_id="msg_1")
+    api.repo.connection.execute("PRAGMA query_only = 0")
+    assert status == 503 and "error" in body
+    assert api.repo.get("msg_1") is None and api.kicked == []
+
+
+def test_full_disk_is_503(api: Api) -> None:
+    """When the database cannot grow the send answers 503, never 202."""
+    conn = api.repo.connection
+    conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0]}")
+    statuses = {api.send(payload="x" * 8000)[0] for _ in range(50)}
+    assert 503 in statuses
+    accepted = api.repo.count_by_state().get("queued", 0)
+    assert accepted == len(api.kicked)
+
+
+def _deliver_n(api: Api, n: int, to: str = "ses_target") -> list[str]:
+    ids = []
+    for i in range(n):
+        _, body = api.send(to=to, payload=f"m{i}")
+        api.deliver(body["msg_id"])
+        ids.append(body["msg_id"])
+    return ids
+
+
+def test_inbox_lists_handed_off_only(api: Api) -> None:
+    """The inbox shows delivered messages with the seed's fields, not queued ones."""
+    [delivered] = _deliver_n(api, 1)
+    api.send(payload="still queued")
+    status, body = api.call("GET", "/swarm/inbox?session=ses_target")
+    assert status == 200
+    assert [m["msg_id"] for m in body["messages"]] == [delivered]
+    assert set(body["messages"][0]) == {
+        "msg_id", "from", "to", "channel", "kind", "priority", "reply_to", "payload",
+        "created_at", "handed_off_at",
+    }  # fmt: skip
+    assert body["has_more"] is False
+
+
+def test_inbox_pages_with_cursor(api: Api) -> None:
+    """limit bounds a page; has_more and next_cursor lead to the rest, none skipped."""
+    ids = _deliver_n(api, 5)
+    _, first = api.call("GET", "/swarm/inbox?session=ses_target&limit=2")
+    assert [m["msg_id"] for m in first["messages"]] == ids[:2] and first["has_more"]
+    _, rest = api.call("GET", f"/swarm/inbox?session=ses_target&since={first['next_cursor']}")
+    assert [m["msg_id"] for m in rest["messages"]] == ids[2:] and not rest["has_more"]
+
+
+def test_inbox_since_msg_id(api: Api) -> None:
+    """since=<msg_id> means after that message's hand-off, as in the seed."""
+    ids = _deliver_n(api, 3)
+    _, body = api.call("GET", f"/swarm/inbox?session=ses_target&since={ids[0]}")
+    assert [m["msg_id"] for m in body["messages"]] == ids[1:]
+
+
+def test_inbox_returns_late_hand_off_after_cursor(api: Api) -> None:
+    """A message handed off after the reader's cursor passed is in the next read."""
+    _, old = api.send(msg_id="msg_0000_old")
+    [newer] = _deliver_n(api, 1)
+    _, page = api.call("GET", "/swarm/inbox?session=ses_target")
+    assert [m["msg_id"] for m in page["messages"]] == [newer]
+    api.deliver(old["msg_id"])
+    _, after = api.call("GET", f"/swarm/inbox?session=ses_target&since={page['next_cursor']}")
+    assert [m["msg_id"] for m in after["messages"]] == ["msg_0000_old"]
+
+
+def test_empty_page_keeps_the_cursor(api: Api) -> None:
+    """On an empty page next_cursor is the cursor that was given."""
+    _deliver_n(api, 1)
+    _, page = api.call("GET", "/swarm/inbox?session=ses_target")
+    cursor = page["next_cursor"]
+    _, empty = api.call("GET", f"/swarm/inbox?session=ses_target&since={cursor}")
+    assert (empty["messages"], empty["next_cursor"], empty["has_more"]) == ([], cursor, False)
+
+
+def test_nothing_delivered_gives_null_cursor(api: Api) -> None:
+    """next_cursor is null only when nothing was ever delivered to the session."""
+    _, body = api.call("GET", "/swarm/inbox?session=ses_nobody")
+    assert body == {"messages": [], "has_more": False, "next_cursor": None}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "",
+        "session=",
+        "session=nope",
+        "session=ses_a&session=ses_b",
+        "session=ses_target&limit=0",
+        "session=ses_target&limit=1001",
+        "session=ses_target&limit=ten",
+        "session=ses_target&limit=-1",
+        "session=ses_target&since=cur_999",
+        "session=ses_target&since=msg_unknown",
+        "session=ses_target&since=garbage",
+        "session=%ff",
+    ],
+)
+def test_bad_inbox_query_is_400(api: Api, query: str) -> None:
+    """A missing session, a bad limit or an unknown cursor answers 400 with an error."""
+    status, body = api.call("GET", f"/swarm/inbox?{query}")
+    assert status == 400 and isinstance(body["error"], str)
+
+
+def test_cursor_of_another_session_is_400(api: Api) -> None:
+    """A msg_id cursor must be a message handed off to the session that reads."""
+    [other] = _deliver_n(api, 1, to="ses_other")
+    status, _ = api.call("GET", f"/swarm/inbox?session=ses_target&since={other}")
+    assert status == 400
+
+
+def test_inbox_limit_max(api: Api) -> None:
+    """limit=1000 is the largest page allowed."""
+    status, _ = api.call("GET", "/swarm/inbox?session=ses_target&limit=1000")
+    assert status == 200
+
+
+def test_health(api: Api) -> None:
+    """Health reports version, arbiter state and queued/failed counts."""
+    api.send()
+    api.send(to=None, channel="builds")
+    _, failed = api.send()
+    api.repo.record_failed_attempt(failed["msg_id"], "x", 0, None)
+    status, body = api.call("GET", "/health")
+    assert status == 200
+    assert body == {"ok": True, "version": __version__, "arbiter": True, "queued": 1, "failed": 1}
+
+
+def test_unknown_path_is_404_json(api: Api) -> None:
+    """An unknown path answers 404 with a JSON error."""
+    status, body = api.call("GET", "/swarm/nothing")
+    assert status == 404 and "error" in body
+
+
+def test_wrong_method_is_405_json(api: Api) -> None:
+    """A known path with the wrong method answers 405 with a JSON error and Allow."""
+    response = result_of(api.stub.request("DELETE", BASE + "/swarm/send"))
+    assert response.code == 405
+    assert response.headers.getRawHeaders("allow") == ["POST"]
+    assert "error" in json.loads(result_of(response.content()))
+
+
+def test_unexpected_error_is_500_without_traceback() -> None:
+    """A handler bug answers a JSON 500 that holds no traceback, and serving goes on."""
+    api = JsonApi()
+
+    def broken(request: server.Request) -> JsonResponse:
+        raise RuntimeError("secret internals")
+
+    api.route("GET", "/broken", broken)
+    api.route("GET", "/fine", lambda request: JsonResponse(200, {"ok": True}))
+    stub = stub_client(api)
+    response = result_of(stub.get(BASE + "/broken"))
+    text = result_of(response.content()).decode()
+    assert response.code == 500 and "secret" not in text and "Traceback" not in text
+    assert result_of(stub.get(BASE + "/fine")).code == 200
+
+
+def _site(repo: SwarmRepository, clock: Clock, limit: int) -> server.Site:
+    return make_site(SwarmRoutes(repo, clock).install(JsonApi()), limit)
+
+
+def _post_raw(body: bytes, *, chunked: bool = False) -> bytes:
+    if chunked:
+        return (
+            b"POST /swarm/send HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + f"{len(body):x}\r\n".encode()
+            + body
+            + b"\r\n0\r\n\r\n"
+        )
+    return (
+        b"POST /swarm/send HTTP/1.1\r\nHost: x\r\nContent-Length: "
+        + str(len(body)).encode() + b"\r\n\r\n" + body
+    )  # fmt: skip
+
+
+def test_oversized_body_is_413(repo: SwarmRepository, clock: Clock) -> None:
+    """A body over the configured limit answers 413 and stores nothing."""
+    payload = json.dumps({"from": "ses_a", "to": "ses_b", "payload": "x" * 5000}).encode()
+    status, _, body = raw_exchange(_site(repo, clock, 4096), _post_raw(payload))
+    assert status == 413 and "4096" in json_body(body)["error"]
+    assert repo.count_by_state() == {}
+
+
+def test_oversized_chunked_body_is_413(repo: SwarmRepository, clock: Clock) -> None:
+    """A chunked body that grows past the limit answers 413 too."""
+    payload = json.dumps({"from": "ses_a", "to": "ses_b", "payload": "x" * 5000}).encode()
+    status, _, _ = raw_exchange(_site(repo, clock, 4096), _post_raw(payload, chunked=True))
+    assert status == 413
+
+
+def test_body_at_limit_is_accepted(repo: SwarmRepository, clock: Clock) -> None:
+    """A body just under the limit goes through our own Site and is accepted."""
+    head = json.dumps({"from": "ses_a", "to": "ses_b", "payload": ""}).encode()
+    payload = json.dumps({"from": "ses_a", "to": "ses_b", "payload": "x" * (4096 - len(head))})
+    assert len(payload) == 4096
+    status, headers, body = raw_exchange(_site(repo, clock, 4096), _post_raw(payload.encode()))
+    assert status == 202 and headers["content-type"].startswith("application/json")
+    assert repo.get(json_body(body)["msg_id"]) is not None

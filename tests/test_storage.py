@@ -1,0 +1,364 @@
+"""The storage layer: schema, migrations, and every state change on swarm_messages."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from pigeond.model import State
+from pigeond.storage import (
+    SCHEMA_VERSION,
+    AcceptOutcome,
+    SchemaError,
+    StorageUnavailable,
+    SwarmRepository,
+    connect,
+    migrate,
+    open_database,
+)
+from pigeond.storage.schema import MIGRATIONS
+from tests.messages import new_message
+
+NOW = 1_793_491_200_000
+
+SEED_COLUMNS = [
+    # name, type, notnull, default, pk
+    ("msg_id", "TEXT", 0, None, 1),
+    ("from_session", "TEXT", 1, None, 0),
+    ("to_session", "TEXT", 0, None, 0),
+    ("channel", "TEXT", 0, None, 0),
+    ("kind", "TEXT", 1, None, 0),
+    ("priority", "TEXT", 1, "'normal'", 0),
+    ("reply_to", "TEXT", 0, None, 0),
+    ("payload", "TEXT", 1, None, 0),
+    ("state", "TEXT", 1, "'queued'", 0),
+    ("attempts", "INTEGER", 1, "0", 0),
+    ("next_retry_at", "INTEGER", 0, None, 0),
+    ("created_at", "INTEGER", 1, None, 0),
+    ("updated_at", "INTEGER", 1, None, 0),
+    ("handed_off_at", "INTEGER", 0, None, 0),
+]
+
+SEED_INDEXES = {
+    "idx_swarm_target_state": ["to_session", "state", "next_retry_at", "created_at"],
+    "idx_swarm_inbox": ["to_session", "state", "msg_id"],
+    "idx_swarm_channel": ["channel", "state", "created_at"],
+}
+
+
+def _columns(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
+    return [tuple(r[1:]) for r in conn.execute("PRAGMA table_info(swarm_messages)")]
+
+
+def _seed_database(path: Path) -> sqlite3.Connection:
+    """A database as the seed's TypeScript daemon left it: the v1 table, user_version 0."""
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    migrate(conn, MIGRATIONS[:1])
+    conn.execute("PRAGMA user_version = 0")
+    return conn
+
+
+def test_database_is_wal_with_full_sync(repo: SwarmRepository) -> None:
+    """The database runs in WAL mode with synchronous=FULL, so a commit is on disk."""
+    conn = repo.connection
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
+def test_parent_folders_are_created(tmp_path: Path) -> None:
+    """Opening a database in a folder that does not exist yet creates the folder."""
+    path = tmp_path / "a" / "b" / "pigeond.db"
+    open_database(path).close()
+    assert path.is_file()
+
+
+def test_seed_columns_are_kept_exactly(repo: SwarmRepository) -> None:
+    """The seed's 14 columns keep their names, types, NOT NULLs and defaults, in order."""
+    assert _columns(repo.connection)[:14] == SEED_COLUMNS
+
+
+def test_added_columns(repo: SwarmRepository) -> None:
+    """last_error, accept_seq and handoff_seq follow the seed's columns."""
+    added = [c[0] for c in _columns(repo.connection)[14:]]
+    assert added == ["last_error", "accept_seq", "handoff_seq"]
+
+
+def test_seed_indexes_are_kept(repo: SwarmRepository) -> None:
+    """The seed's three indexes exist on the same columns."""
+    for name, columns in SEED_INDEXES.items():
+        info = repo.connection.execute(f"PRAGMA index_info({name})").fetchall()
+        assert [r[2] for r in info] == columns
+
+
+def test_schema_version_is_current(repo: SwarmRepository) -> None:
+    """A new database is stamped with the newest schema version."""
+    assert repo.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_seed_database_upgrades_in_place(tmp_path: Path) -> None:
+    """A database written by the seed daemon is upgraded at start, its rows kept in order."""
+    path = tmp_path / "seed.db"
+    conn = _seed_database(path)
+    rows = [
+        ("msg_b", "ses_x", "ses_t", "handed_off", 200, 500),
+        ("msg_a", "ses_x", "ses_t", "handed_off", 100, 900),
+        ("msg_c", "ses_x", "ses_t", "queued", 300, None),
+    ]
+    for msg_id, sender, to, state, created, handed in rows:
+        conn.execute(
+            "INSERT INTO swarm_messages (msg_id, from_session, to_session, kind, payload, state,"
+            " next_retry_at, created_at, updated_at, handed_off_at)"
+            " VALUES (?, ?, ?, 'chat', 'p', ?, ?, ?, ?, ?)",
+            (msg_id, sender, to, state, created, created, created, handed),
+        )
+    conn.close()
+
+    repo = SwarmRepository(open_database(path))
+    assert repo.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    a, b, c = (repo.get(m) for m in ("msg_a", "msg_b", "msg_c"))
+    assert a is not None and b is not None and c is not None
+    assert [a.accept_seq, b.accept_seq, c.accept_seq] == [1, 2, 3]
+    # msg_b was handed off first (t=500), msg_a later (t=900)
+    assert [m.msg_id for m in repo.inbox_page("ses_t", 0, 10).messages] == ["msg_b", "msg_a"]
+    assert c.handoff_seq is None
+    assert repo.accept(new_message("ses_t", msg_id="msg_d"), NOW) is AcceptOutcome.STORED
+    d = repo.get("msg_d")
+    assert d is not None and d.accept_seq == 4
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    """A database from a newer pigeond is refused with a clear error, not changed."""
+    path = tmp_path / "new.db"
+    open_database(path).close()
+    conn = connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(SchemaError, match="newer than this pigeond"):
+        open_database(path)
+
+
+def test_garbage_file_is_refused(tmp_path: Path) -> None:
+    """A file that is not SQLite is refused with a SchemaError."""
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(SchemaError):
+        open_database(path)
+
+
+def test_failed_migration_leaves_old_version(tmp_path: Path) -> None:
+    """A migration that fails half-way rolls back whole: the version does not move."""
+    path = tmp_path / "m.db"
+    conn = connect(path)
+
+    def broken(c: sqlite3.Connection) -> None:
+        c.execute("CREATE TABLE half_done (x)")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        migrate(conn, [*MIGRATIONS, broken])
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "half_done" not in tables
+
+
+def test_accept_stores_queued_and_due_now(repo: SwarmRepository) -> None:
+    """An accepted message is queued, has no attempts, and is due at once."""
+    assert repo.accept(new_message(msg_id="msg_1"), NOW) is AcceptOutcome.STORED
+    stored = repo.get("msg_1")
+    assert stored is not None
+    assert (stored.state, stored.attempts, stored.next_retry_at) == ("queued", 0, NOW)
+    assert (stored.created_at, stored.updated_at, stored.handed_off_at) == (NOW, NOW, None)
+
+
+def test_accept_same_content_is_duplicate(repo: SwarmRepository) -> None:
+    """The same msg_id with the same content is a duplicate and writes nothing."""
+    message = new_message(msg_id="msg_1")
+    repo.accept(message, NOW)
+    assert repo.accept(message, NOW + 5000) is AcceptOutcome.DUPLICATE
+    stored = repo.get("msg_1")
+    assert stored is not None and stored.updated_at == NOW
+    assert repo.count_by_state() == {"queued": 1}
+
+
+def test_accept_other_content_is_conflict(repo: SwarmRepository) -> None:
+    """The same msg_id with other content is a conflict and changes nothing."""
+    repo.accept(new_message(msg_id="msg_1", payload="one"), NOW)
+    assert repo.accept(new_message(msg_id="msg_1", payload="two"), NOW) is AcceptOutcome.CONFLICT
+    stored = repo.get("msg_1")
+    assert stored is not None and stored.payload == "one"
+
+
+def test_accept_order_is_kept_within_a_millisecond(repo: SwarmRepository) -> None:
+    """Messages accepted in the same millisecond keep their accept order."""
+    for msg_id in ("msg_z", "msg_a", "msg_m"):
+        repo.accept(new_message(msg_id=msg_id), NOW)
+    order = []
+    for _ in range(3):
+        head = repo.queue_head("ses_target")
+        assert head is not None
+        order.append(head.msg_id)
+        repo.mark_handed_off(head.msg_id, NOW)
+    assert order == ["msg_z", "msg_a", "msg_m"]
+
+
+def test_queue_head_is_priority_then_fifo(repo: SwarmRepository) -> None:
+    """The head is the most urgent message, oldest first within a priority."""
+    for msg_id, priority in [
+        ("msg_l1", "low"),
+        ("msg_n1", "normal"),
+        ("msg_u1", "urgent"),
+        ("msg_n2", "normal"),
+        ("msg_u2", "urgent"),
+        ("msg_l2", "low"),
+    ]:
+        repo.accept(new_message(msg_id=msg_id, priority=priority), NOW)
+    order = []
+    while (head := repo.queue_head("ses_target")) is not None:
+        order.append(head.msg_id)
+        repo.mark_handed_off(head.msg_id, NOW)
+    assert order == ["msg_u1", "msg_u2", "msg_n1", "msg_n2", "msg_l1", "msg_l2"]
+
+
+def test_mark_handed_off_numbers_hand_offs(repo: SwarmRepository) -> None:
+    """Each hand-off takes the next hand-off number and clears the retry time."""
+    repo.accept(new_message(msg_id="msg_1"), NOW)
+    repo.accept(new_message(msg_id="msg_2"), NOW)
+    assert repo.mark_handed_off("msg_2", NOW + 10)
+    assert repo.mark_handed_off("msg_1", NOW + 20)
+    one, two = repo.get("msg_1"), repo.get("msg_2")
+    assert one is not None and two is not None
+    assert (two.handoff_seq, one.handoff_seq) == (1, 2)
+    assert (one.state, one.handed_off_at, one.next_retry_at) == ("handed_off", NOW + 20, None)
+
+
+def test_mark_handed_off_only_from_queued(repo: SwarmRepository) -> None:
+    """A message that is no longer queued is not handed off again."""
+    repo.accept(new_message(msg_id="msg_1"), NOW)
+    assert repo.mark_handed_off("msg_1", NOW)
+    assert not repo.mark_handed_off("msg_1", NOW + 1)
+    assert not repo.mark_handed_off("msg_unknown", NOW)
+
+
+def test_failed_attempt_schedules_retry(repo: SwarmRepository) -> None:
+    """A failed attempt counts, records why, and sets the next retry time."""
+    repo.accept(new_message(msg_id="msg_1"), NOW)
+    assert repo.record_failed_attempt("msg_1", "HTTP 500", NOW + 1, NOW + 1001)
+    stored = repo.get("msg_1")
+    assert stored is not None
+    assert (stored.state, stored.attempts, stored.last_error) == ("queued", 1, "HTTP 500")
+    assert (stored.next_retry_at, stored.updated_at) == (NOW + 1001, NOW + 1)
+
+
+def test_final_failed_attempt_marks_failed(repo: SwarmRepository) -> None:
+    """A failed attempt with no retry time makes the message failed for good."""
+    repo.accept(new_message(msg_id="msg_1"), NOW)
+    repo.record_failed_attempt("msg_1", "gone", NOW, None)
+    stored = repo.get("msg_1")
+    assert stored is not None
+    assert (stored.state, stored.attempts, stored.next_retry_at) == ("failed", 1, None)
+    assert repo.queue_head("ses_target") is None
+
+
+def test_ready_targets_only_due_direct_messages(repo: SwarmRepository) -> None:
+    """Ready targets have a due queued direct message; channel and waiting ones are not."""
+    repo.accept(new_message("ses_due", msg_id="msg_1"), NOW)
+    repo.accept(new_message("ses_later", msg_id="msg_2"), NOW)
+    repo.record_failed_attempt("msg_2", "x", NOW, NOW + 5000)
+    repo.accept(new_message(channel="builds", msg_id="msg_3"), NOW)
+    repo.accept(new_message("ses_done", msg_id="msg_4"), NOW)
+    repo.mark_handed_off("msg_4", NOW)
+    assert repo.ready_targets(NOW) == ["ses_due"]
+    assert sorted(repo.ready_targets(NOW + 5000)) == ["ses_due", "ses_later"]
+
+
+def test_counts_leave_out_channel_messages(repo: SwarmRepository) -> None:
+    """Channel messages wait by design and are not counted as queued."""
+    repo.accept(new_message(channel="builds"), NOW)
+    repo.accept(new_message("ses_t"), NOW)
+    assert repo.count_by_state() == {State.QUEUED: 1}
+
+
+def test_inbox_pages_in_hand_off_order(repo: SwarmRepository) -> None:
+    """The inbox returns a session's hand-offs in hand-off order, paged by a cursor."""
+    for i in range(5):
+        repo.accept(new_message(msg_id=f"msg_{i}"), NOW)
+        repo.mark_handed_off(f"msg_{i}", NOW + i)
+    first = repo.inbox_page("ses_target", 0, 2)
+    assert [m.msg_id for m in first.messages] == ["msg_0", "msg_1"] and first.has_more
+    last_seq = first.messages[-1].handoff_seq
+    assert last_seq is not None
+    rest = repo.inbox_page("ses_target", last_seq, 10)
+    assert [m.msg_id for m in rest.messages] == ["msg_2", "msg_3", "msg_4"]
+    assert not rest.has_more
+
+
+def test_inbox_shows_late_hand_off_of_old_message(repo: SwarmRepository) -> None:
+    """An older message handed off after a reader's cursor passed is still returned next."""
+    repo.accept(new_message(msg_id="msg_0001_old"), NOW)
+    repo.record_failed_attempt("msg_0001_old", "busy", NOW, NOW + 1000)
+    repo.accept(new_message(msg_id="msg_0002_new"), NOW + 1)
+    repo.mark_handed_off("msg_0002_new", NOW + 2)
+    page = repo.inbox_page("ses_target", 0, 10)
+    cursor = page.messages[-1].handoff_seq
+    assert cursor is not None
+    repo.mark_handed_off("msg_0001_old", NOW + 1000)
+    assert [m.msg_id for m in repo.inbox_page("ses_target", cursor, 10).messages] == [
+        "msg_0001_old"
+    ]
+
+
+def test_inbox_is_per_session(repo: SwarmRepository) -> None:
+    """A session's inbox holds only messages to that session."""
+    repo.accept(new_message("ses_a", msg_id="msg_a"), NOW)
+    repo.accept(new_message("ses_b", msg_id="msg_b"), NOW)
+    repo.mark_handed_off("msg_a", NOW)
+    repo.mark_handed_off("msg_b", NOW)
+    assert [m.msg_id for m in repo.inbox_page("ses_b", 0, 10).messages] == ["msg_b"]
+
+
+def test_read_only_database_refuses_writes(repo: SwarmRepository) -> None:
+    """On a read-only database accept raises StorageUnavailable and stores nothing."""
+    repo.connection.execute("PRAGMA query_only = 1")
+    with pytest.raises(StorageUnavailable):
+        repo.accept(new_message(msg_id="msg_1"), NOW)
+    repo.connection.execute("PRAGMA query_only = 0")
+    assert repo.get("msg_1") is None
+
+
+def test_full_disk_refuses_writes(repo: SwarmRepository) -> None:
+    """When the database cannot grow, accept raises StorageUnavailable and stores nothing."""
+    conn = repo.connection
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(StorageUnavailable):
+        for i in range(200):
+            repo.accept(new_message(msg_id=f"msg_{i}", payload="x" * 4000), NOW)
+    stored = repo.count_by_state().get("queued", 0)
+    assert all(repo.get(f"msg_{i}") is not None for i in range(stored))
+    assert repo.get(f"msg_{stored}") is None
+
+
+def test_locked_database_times_out_as_unavailable(db_path: Path) -> None:
+    """A write blocked by another writer past the busy timeout is StorageUnavailable."""
+    open_database(db_path).close()
+    holder = connect(db_path)
+    holder.execute("BEGIN IMMEDIATE")
+    repo = SwarmRepository(connect(db_path, busy_timeout_ms=50))
+    try:
+        with pytest.raises(StorageUnavailable):
+            repo.accept(new_message(msg_id="msg_1"), NOW)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert repo.accept(new_message(msg_id="msg_1"), NOW) is AcceptOutcome.STORED
+    repo.close()
+
+
+def test_committed_row_is_visible_to_a_new_connection(repo: SwarmRepository, db_path: Path) -> None:
+    """After accept returns, another connection (another process) sees the row."""
+    repo.accept(new_message(msg_id="msg_1"), NOW)
+    other = SwarmRepository(connect(db_path))
+    assert other.get("msg_1") is not None
+    other.close()
