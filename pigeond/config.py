@@ -8,6 +8,7 @@ turns the arbiter off).
 
 from __future__ import annotations
 
+import json
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -144,7 +145,8 @@ class Config:
 
 def _toml_value(value: object) -> str:
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        # a JSON string is a valid TOML basic string, control characters escaped
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     return str(value)
 
 

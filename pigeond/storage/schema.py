@@ -126,9 +126,12 @@ def connect(path: Path | str, *, busy_timeout_ms: int = 5000) -> sqlite3.Connect
     ``synchronous=FULL`` makes every commit reach the disk before it returns,
     which is what lets a 202 promise that the message is stored.
     """
-    conn = sqlite3.connect(
-        str(path), isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
-    )
+    try:
+        conn = sqlite3.connect(
+            str(path), isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
+        )
+    except sqlite3.Error as e:
+        raise SchemaError(f"{path}: cannot open the database ({e})") from e
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]

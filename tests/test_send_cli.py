@@ -1,0 +1,506 @@
+"""``pigeon-send`` (:func:`pigeond.send_cli.main`) against a small stdlib HTTP server."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import socketserver
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pigeond import send_cli
+from pigeond.send_cli import main
+
+SESSION = "ses_sender01"
+TARGET = "ses_target01"
+MSG_ID = "msg_0123456789abcdef"
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> dict[str, Any]:
+        parsed = json.loads(self.body.decode("utf-8"))
+        assert isinstance(parsed, dict)
+        return parsed
+
+
+@dataclass
+class FakeDaemon:
+    """What the fake daemon records and how it answers."""
+
+    url: str
+    status: int = 202
+    body: bytes = json.dumps({"accepted": True, "msg_id": MSG_ID}).encode()
+    content_type: str = "application/json"
+    requests: list[Recorded] = field(default_factory=list)
+
+    def answer(self, status: int, body: dict[str, Any] | str) -> None:
+        self.status = status
+        if isinstance(body, str):
+            self.body, self.content_type = body.encode(), "text/plain"
+        else:
+            self.body, self.content_type = json.dumps(body).encode(), "application/json"
+
+    @property
+    def last(self) -> Recorded:
+        assert len(self.requests) == 1, self.requests
+        return self.requests[0]
+
+
+def make_handler(daemon_ref: list[FakeDaemon]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            fake = daemon_ref[0]
+            length = int(self.headers.get("content-length") or 0)
+            fake.requests.append(
+                Recorded(
+                    "POST",
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    self.rfile.read(length),
+                )
+            )
+            self.send_response(fake.status)
+            self.send_header("content-type", fake.content_type)
+            self.send_header("content-length", str(len(fake.body)))
+            self.end_headers()
+            self.wfile.write(fake.body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@contextmanager
+def serving(server: socketserver.BaseServer) -> Iterator[None]:
+    """Run server.serve_forever in a thread for the duration of the block."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+class _TCPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class _UnixServer(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeDaemon]:
+    """A recording HTTP server on 127.0.0.1 with an ephemeral port."""
+    ref: list[FakeDaemon] = []
+    server = _TCPServer(("127.0.0.1", 0), make_handler(ref))
+    ref.append(FakeDaemon(url=f"http://127.0.0.1:{server.server_address[1]}"))
+    with serving(server):
+        yield ref[0]
+
+
+@pytest.fixture
+def unix_fake() -> Iterator[FakeDaemon]:
+    """The same recording server on an AF_UNIX socket (short path, under 108 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="pgs") as short:
+        path = str(Path(short) / "d.sock")
+        ref: list[FakeDaemon] = []
+        server = _UnixServer(path, make_handler(ref))
+        ref.append(FakeDaemon(url=f"unix:{path}"))
+        with serving(server):
+            yield ref[0]
+
+
+def closed_port() -> int:
+    """A 127.0.0.1 port with nothing listening on it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def send(
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    stdin: io.StringIO | io.TextIOWrapper | None = None,
+) -> tuple[int, str, str]:
+    """Run pigeon-send's main with an explicit env; return (exit code, stdout, stderr)."""
+    code = main(argv, env={} if env is None else env, stdin=stdin or io.StringIO(""))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- accepted ----------------------------------------------------------------------
+
+
+def test_accepted_prints_msg_id_and_exits_0(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 202 with a msg_id exits 0 and prints exactly the msg_id on stdout."""
+    code, out, err = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "hello"])
+    assert code == 0
+    assert out == MSG_ID + "\n"
+    assert err == ""
+
+
+def test_posts_json_to_swarm_send(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
+    """The message is POSTed as JSON to /swarm/send with only from/to/payload by default."""
+    send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "hello"])
+    request = fake.last
+    assert request.method == "POST"
+    assert request.path == "/swarm/send"
+    assert request.headers["content-type"] == "application/json"
+    assert request.json() == {"from": SESSION, "to": TARGET, "payload": "hello"}
+
+
+def test_body_carries_every_option_as_given(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--kind/--priority/--reply-to/--msg-id are sent verbatim beside from/to/payload."""
+    argv = [
+        "--url",
+        fake.url,
+        "--from",
+        SESSION,
+        "--kind",
+        "task.assign",
+        "--priority",
+        "urgent",
+        "--reply-to",
+        "msg_earlier",
+        "--msg-id",
+        "msg_mine_1",
+        TARGET,
+        "do the thing ✓",
+    ]
+    code, _, _ = send(capsys, argv)
+    assert code == 0
+    assert fake.last.json() == {
+        "from": SESSION,
+        "to": TARGET,
+        "payload": "do the thing ✓",
+        "kind": "task.assign",
+        "priority": "urgent",
+        "reply_to": "msg_earlier",
+        "msg_id": "msg_mine_1",
+    }
+
+
+def test_url_path_prefix_is_kept(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
+    """A --url with a path prefix posts to PREFIX/swarm/send."""
+    send(capsys, ["--url", fake.url + "/pigeon/", "--from", SESSION, TARGET, "x"])
+    assert fake.last.path == "/pigeon/swarm/send"
+
+
+# --- sender ------------------------------------------------------------------------
+
+
+def test_from_defaults_to_opencode_session_id(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --from the sender is $OPENCODE_SESSION_ID."""
+    code, _, _ = send(capsys, ["--url", fake.url, TARGET, "hi"], {"OPENCODE_SESSION_ID": SESSION})
+    assert code == 0
+    assert fake.last.json()["from"] == SESSION
+
+
+def test_from_flag_beats_opencode_session_id(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--from wins over $OPENCODE_SESSION_ID."""
+    env = {"OPENCODE_SESSION_ID": "ses_other"}
+    send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "hi"], env)
+    assert fake.last.json()["from"] == SESSION
+
+
+@pytest.mark.parametrize("env", [{}, {"OPENCODE_SESSION_ID": ""}])
+def test_missing_sender_is_usage_error(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str], env: dict[str, str]
+) -> None:
+    """No --from and no (or empty) OPENCODE_SESSION_ID exits 2 without contacting the daemon."""
+    code, out, err = send(capsys, ["--url", fake.url, TARGET, "hi"], env)
+    assert code == 2
+    assert out == ""
+    assert "sender" in err
+    assert fake.requests == []
+
+
+# --- targets and payload ---------------------------------------------------------------
+
+
+def test_channel_form_sends_channel_not_to(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--channel NAME PAYLOAD sends 'channel' and no 'to'."""
+    code, _, _ = send(capsys, ["--url", fake.url, "--from", SESSION, "--channel", "ops", "hey"])
+    assert code == 0
+    body = fake.last.json()
+    assert body["channel"] == "ops"
+    assert "to" not in body
+    assert body["payload"] == "hey"
+
+
+def test_dash_reads_payload_from_stdin(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A payload of '-' is read whole from stdin, newlines included."""
+    text = "line one\nline two ✓\n"
+    code, _, _ = send(
+        capsys, ["--url", fake.url, "--from", SESSION, TARGET, "-"], stdin=io.StringIO(text)
+    )
+    assert code == 0
+    assert fake.last.json()["payload"] == text
+
+
+def test_dash_with_channel_reads_stdin(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--channel NAME - also reads the payload from stdin."""
+    send(
+        capsys,
+        ["--url", fake.url, "--from", SESSION, "--channel", "ops", "-"],
+        stdin=io.StringIO("from stdin"),
+    )
+    assert fake.last.json()["payload"] == "from stdin"
+
+
+def test_stdin_not_utf8_is_usage_error(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stdin payload that is not UTF-8 exits 2 with a message, nothing sent."""
+    stdin = io.TextIOWrapper(io.BytesIO(b"\xff\xfe bad"), encoding="utf-8")
+    code, _, err = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "-"], stdin=stdin)
+    assert code == 2
+    assert "UTF-8" in err
+    assert fake.requests == []
+
+
+# --- rejected (4xx) --------------------------------------------------------------------
+
+
+def test_400_exits_1_with_daemon_error(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 400 exits 1 and prints the daemon's error text on stderr, nothing on stdout."""
+    fake.answer(400, {"error": "to must be a session id like ses_..."})
+    code, out, err = send(capsys, ["--url", fake.url, "--from", SESSION, "bad", "x"])
+    assert code == 1
+    assert out == ""
+    assert "to must be a session id like ses_..." in err
+    assert "400" in err
+
+
+def test_409_exits_1(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 409 (msg_id reused with other content) exits 1 even though the body has a msg_id."""
+    fake.answer(409, {"error": "msg_id is already used", "msg_id": MSG_ID})
+    code, out, err = send(
+        capsys, ["--url", fake.url, "--from", SESSION, "--msg-id", MSG_ID, TARGET, "x"]
+    )
+    assert code == 1
+    assert out == ""
+    assert "msg_id is already used" in err
+
+
+def test_4xx_plain_text_body_is_shown(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 4xx whose body is not JSON still exits 1 and shows the text."""
+    fake.answer(413, "request body too large")
+    code, _, err = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"])
+    assert code == 1
+    assert "request body too large" in err
+
+
+# --- unavailable (exit 3) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_5xx_exits_3(fake: FakeDaemon, capsys: pytest.CaptureFixture[str], status: int) -> None:
+    """A 500 or 503 exits 3 with the daemon's error on stderr."""
+    fake.answer(status, {"error": "storage unavailable, nothing stored"})
+    code, out, err = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"])
+    assert code == 3
+    assert out == ""
+    assert "storage unavailable" in err
+
+
+def test_2xx_without_msg_id_is_not_success(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 2xx answer without a msg_id is not reported as accepted."""
+    fake.answer(200, {"ok": True})
+    code, out, _ = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"])
+    assert code != 0
+    assert out == ""
+
+
+def test_connection_refused_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listening on the port exits 3 with 'unreachable' on stderr."""
+    url = f"http://127.0.0.1:{closed_port()}"
+    code, out, err = send(capsys, ["--url", url, "--from", SESSION, TARGET, "x"])
+    assert code == 3
+    assert out == ""
+    assert "unreachable" in err
+
+
+def test_silent_server_times_out_with_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+    """A daemon that accepts but never answers exits 3 after about --timeout seconds."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        start = time.monotonic()
+        code, out, _ = send(
+            capsys, ["--url", url, "--timeout", "0.5", "--from", SESSION, TARGET, "x"]
+        )
+        elapsed = time.monotonic() - start
+    assert code == 3
+    assert out == ""
+    assert 0.4 <= elapsed < 5.0
+
+
+def test_missing_unix_socket_exits_3(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A unix: URL whose socket file does not exist exits 3."""
+    url = f"unix:{tmp_path / 'absent.sock'}"
+    code, _, err = send(capsys, ["--url", url, "--from", SESSION, TARGET, "x"])
+    assert code == 3
+    assert "unreachable" in err
+
+
+# --- URL selection -------------------------------------------------------------------
+
+
+def test_url_from_pigeond_url(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --url the daemon address comes from $PIGEOND_URL."""
+    code, out, _ = send(capsys, ["--from", SESSION, TARGET, "x"], {"PIGEOND_URL": fake.url})
+    assert code == 0
+    assert out.strip() == MSG_ID
+    assert len(fake.requests) == 1
+
+
+def test_url_flag_beats_pigeond_url(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
+    """--url wins over $PIGEOND_URL."""
+    env = {"PIGEOND_URL": f"http://127.0.0.1:{closed_port()}"}
+    code, _, _ = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"], env)
+    assert code == 0
+    assert len(fake.requests) == 1
+
+
+def test_default_url_is_localhost_4097() -> None:
+    """The built-in daemon URL is http://127.0.0.1:4097."""
+    assert send_cli.DEFAULT_URL == "http://127.0.0.1:4097"
+
+
+@pytest.mark.parametrize("env", [{}, {"PIGEOND_URL": ""}])
+def test_no_url_uses_default(
+    fake: FakeDaemon,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+) -> None:
+    """Without --url and with PIGEOND_URL unset or empty, DEFAULT_URL is used."""
+    monkeypatch.setattr(send_cli, "DEFAULT_URL", fake.url)
+    code, _, _ = send(capsys, ["--from", SESSION, TARGET, "x"], env)
+    assert code == 0
+    assert len(fake.requests) == 1
+
+
+def test_unix_url_works(unix_fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
+    """--url unix:/path.sock talks HTTP over an AF_UNIX socket."""
+    code, out, _ = send(capsys, ["--url", unix_fake.url, "--from", SESSION, TARGET, "over unix"])
+    assert code == 0
+    assert out.strip() == MSG_ID
+    assert unix_fake.last.path == "/swarm/send"
+    assert unix_fake.last.json()["payload"] == "over unix"
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://127.0.0.1:1", "127.0.0.1:4097", "unix:", "http://127.0.0.1:99999", "http://"]
+)
+def test_bad_url_is_usage_error(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    """An --url that is not http(s)://HOST[:PORT] or unix:PATH exits 2 with no traceback."""
+    code, out, err = send(capsys, ["--url", url, "--from", SESSION, TARGET, "x"])
+    assert code == 2
+    assert out == ""
+    assert err.startswith("pigeon-send: ")
+    assert "Traceback" not in err
+
+
+# --- usage errors ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "positional",
+    [[], [TARGET], [TARGET, "a", "b"], ["--channel", "ops", TARGET, "x"], ["--channel", "ops"]],
+)
+def test_wrong_argument_count_is_usage_error(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str], positional: list[str]
+) -> None:
+    """TO PAYLOAD (or --channel NAME PAYLOAD) with too few or too many arguments exits 2."""
+    code, out, err = send(capsys, ["--url", fake.url, "--from", SESSION, *positional])
+    assert code == 2
+    assert out == ""
+    assert err != ""
+    assert fake.requests == []
+
+
+def test_invalid_kind_is_usage_error(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
+    """--kind not in the vocabulary exits 2 with argparse's message and no traceback."""
+    code, out, err = send(
+        capsys, ["--url", fake.url, "--from", SESSION, "--kind", "gossip", TARGET, "x"]
+    )
+    assert code == 2
+    assert out == ""
+    assert "gossip" in err
+    assert "Traceback" not in err
+    assert fake.requests == []
+
+
+def test_invalid_priority_is_usage_error(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--priority not in urgent/normal/low exits 2."""
+    code, _, _ = send(
+        capsys, ["--url", fake.url, "--from", SESSION, "--priority", "asap", TARGET, "x"]
+    )
+    assert code == 2
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "soon"])
+def test_bad_timeout_is_usage_error(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str], timeout: str
+) -> None:
+    """A --timeout that is not a positive number exits 2."""
+    code, _, _ = send(
+        capsys, ["--url", fake.url, "--timeout", timeout, "--from", SESSION, TARGET, "x"]
+    )
+    assert code == 2
+    assert fake.requests == []
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help prints usage on stdout and exits 0."""
+    code, out, _ = send(capsys, ["--help"])
+    assert code == 0
+    assert "pigeon-send" in out
