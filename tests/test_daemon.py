@@ -1,0 +1,119 @@
+"""The wiring factory: a daemon built from a Config sends, delivers and reports health."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from twisted.internet.task import Clock
+from twisted.web import server
+from twisted.web.resource import Resource
+
+from pigeond.config import Config
+from pigeond.daemon import Daemon, build_daemon, stop_later
+from pigeond.opencode_client import BasicAuth
+from tests.http_helpers import result_of, stub_client
+
+API = "http://pigeond.test"
+
+
+class RecordingOpencode(Resource):
+    """Knows one session; records every request's path and Authorization header."""
+
+    isLeaf = True
+
+    def __init__(self, prompt_status: int = 204) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.prompt_status = prompt_status
+        self.seen: list[tuple[str, str | None]] = []
+
+    def render(self, request: server.Request) -> bytes:
+        auth = request.getHeader("authorization")
+        self.seen.append(((request.path or b"").decode(), auth))
+        if request.method == b"GET":
+            return json.dumps({"id": "ses_t", "directory": "/srv/t"}).encode()
+        request.setResponseCode(self.prompt_status)
+        return b""
+
+
+def build(tmp_path: Path, clock: Clock, opencode: Resource, **config: Any) -> Daemon:
+    settings = Config(db=str(tmp_path / "p.db"), **config)
+    return build_daemon(settings, clock, http=stub_client(opencode))
+
+
+def send(daemon: Daemon, body: dict[str, Any]) -> int:
+    api = stub_client(daemon.site.resource)
+    response = result_of(api.post(API + "/swarm/send", data=json.dumps(body).encode()))
+    return int(response.code)
+
+
+def health(daemon: Daemon) -> Any:
+    api = stub_client(daemon.site.resource)
+    return json.loads(result_of(result_of(api.get(API + "/health")).content()))
+
+
+def test_send_is_delivered_with_basic_auth(tmp_path: Path, clock: Clock) -> None:
+    """With opencode credentials set, the hand-off of a sent message uses Basic auth."""
+    opencode = RecordingOpencode()
+    daemon = build(tmp_path, clock, opencode, opencode_auth=BasicAuth("opencode", "pw"))
+    daemon.start_delivery()
+    assert send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "hi", "msg_id": "msg_1"}) == 202
+    expected = "Basic " + base64.b64encode(b"opencode:pw").decode()
+    assert opencode.seen == [
+        ("/session/ses_t", expected),
+        ("/session/ses_t/prompt_async", expected),
+    ]
+    stored = daemon.repo.get("msg_1")
+    assert stored is not None and stored.state == "handed_off"
+
+
+def test_empty_opencode_url_disables_delivery(tmp_path: Path, clock: Clock) -> None:
+    """With an empty opencode_url the routes work, messages stay queued, health says so."""
+    opencode = RecordingOpencode()
+    daemon = build(tmp_path, clock, opencode, opencode_url="")
+    daemon.start_delivery()
+    assert send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "hi"}) == 202
+    clock.advance(10)
+    assert opencode.seen == []
+    assert health(daemon) | {"version": "-"} == {
+        "ok": True, "version": "-", "arbiter": False, "queued": 1, "failed": 0,
+    }  # fmt: skip
+
+
+def test_health_reports_running_arbiter(tmp_path: Path, clock: Clock) -> None:
+    """Once delivery has started, health reports the arbiter as running."""
+    daemon = build(tmp_path, clock, RecordingOpencode())
+    assert health(daemon)["arbiter"] is False
+    daemon.start_delivery()
+    assert health(daemon)["arbiter"] is True
+
+
+def test_max_attempts_setting_is_used(tmp_path: Path, clock: Clock) -> None:
+    """max_attempts from the config bounds the attempts before a message fails."""
+    daemon = build(tmp_path, clock, RecordingOpencode(prompt_status=500), max_attempts=2)
+    daemon.start_delivery()
+    send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "hi", "msg_id": "msg_1"})
+    clock.advance(1)
+    clock.advance(1)
+    stored = daemon.repo.get("msg_1")
+    assert stored is not None and (stored.state, stored.attempts) == ("failed", 2)
+
+
+def test_stop_closes_the_database(tmp_path: Path, clock: Clock) -> None:
+    """stop() ends delivery and closes the database."""
+    daemon = build(tmp_path, clock, RecordingOpencode())
+    daemon.start_delivery()
+    result_of(stop_later(daemon))
+    assert daemon.arbiter is not None and not daemon.arbiter.running
+    assert _is_closed(daemon)
+
+
+def _is_closed(daemon: Daemon) -> bool:
+    try:
+        daemon.repo.connection.execute("SELECT 1")
+    except sqlite3.ProgrammingError:
+        return True
+    return False
