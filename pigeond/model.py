@@ -57,17 +57,9 @@ class NewMessage:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """One row of ``swarm_messages``."""
+class StoredMessage(NewMessage):
+    """One row of ``swarm_messages``: the message plus its delivery state."""
 
-    msg_id: str
-    from_session: str
-    to_session: str | None
-    channel: str | None
-    kind: str
-    priority: str
-    reply_to: str | None
-    payload: str
     state: str
     attempts: int
     next_retry_at: int | None
