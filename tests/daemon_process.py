@@ -1,0 +1,265 @@
+"""Running ``python -m pigeond`` as a real subprocess for integration tests.
+
+:class:`DaemonProcess` starts the daemon, waits for its ``listening on ...``
+log line (the port is 0, so the line is the only way to learn it), and stops
+it with SIGTERM (then SIGKILL) or kills it with SIGKILL to simulate a crash.
+A background thread drains the daemon's stdout (stderr is merged into it) so
+the pipe never fills and the daemon never blocks on a log write; the output
+is kept for error messages.
+
+:class:`DaemonFactory` starts any number of daemons for one test and kills
+whatever is still running at teardown, so no test leaks a process.
+
+The daemon runs with ``PIGEOND_CONFIG=""`` and ``HOME``/``XDG_*`` inside the
+test's temporary directory, and every inherited ``PIGEOND_*`` variable
+removed, so no user or system configuration is read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+LISTENING_RE = re.compile(r"\[pigeond\.daemon#info\] listening on (\S+)")
+DEFAULT_START_TIMEOUT_S = 15.0
+DEFAULT_STOP_TIMEOUT_S = 10.0
+
+
+def isolated_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a pigeond (or pigeon-send) child: no user config, no stray settings."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PIGEOND_", "XDG_", "OPENCODE_")) and k != "STATE_DIRECTORY"
+    }
+    home.mkdir(parents=True, exist_ok=True)
+    env.update(
+        {
+            "PIGEOND_CONFIG": "",
+            "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_STATE_HOME": str(home / ".local" / "state"),
+            "XDG_DATA_HOME": str(home / ".local" / "share"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+class DaemonStartError(RuntimeError):
+    """The daemon exited, or did not log its listening address, in time."""
+
+
+class DaemonProcess:
+    """One ``pigeond`` subprocess; start it with :meth:`start`."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        db: Path,
+        *,
+        opencode_url: str,
+        listen: str = "tcp:0:interface=127.0.0.1",
+        tick_ms: int = 50,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.workdir = workdir
+        self.db = db
+        self.args: list[str] = [
+            sys.executable,
+            "-m",
+            "pigeond",
+            "--listen",
+            listen,
+            "--db",
+            str(db),
+            "--opencode-url",
+            opencode_url,
+            "--tick-ms",
+            str(tick_ms),
+            *extra_args,
+        ]
+        self._proc: subprocess.Popen[str] | None = None
+        self._drainer: threading.Thread | None = None
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self._listening = threading.Event()
+        self._address: str | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> DaemonProcess:
+        """Spawn the daemon and wait for its listening line; DaemonStartError otherwise."""
+        if self._proc is not None:
+            raise RuntimeError("this DaemonProcess was already started; make a new one")
+        self._proc = subprocess.Popen(
+            self.args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            env=isolated_env(self.workdir / "home"),
+            cwd=self.workdir,
+        )
+        self._drainer = threading.Thread(target=self._drain, name="pigeond-stdout", daemon=True)
+        self._drainer.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._listening.wait(timeout=0.02):
+            if self._proc.poll() is not None or time.monotonic() >= deadline:
+                why = (
+                    f"exited with code {self._proc.returncode}"
+                    if self._proc.poll() is not None
+                    else f"did not log 'listening on' within {timeout_s:g} s"
+                )
+                self.kill()
+                raise DaemonStartError(
+                    f"pigeond {why}\ncommand: {self.args}\n--- output ---\n{self.output()}"
+                )
+        return self
+
+    def _drain(self) -> None:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        for line in proc.stdout:
+            with self._lock:
+                self._lines.append(line)
+            if not self._listening.is_set():
+                match = LISTENING_RE.search(line)
+                if match is not None:
+                    self._address = match.group(1)
+                    self._listening.set()
+
+    def _finish(self) -> None:
+        """After the process has exited: collect the rest of its output, close the pipe."""
+        if self._drainer is not None:
+            self._drainer.join(timeout=5)
+        if self._proc is not None and self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+    def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> int:
+        """SIGTERM and wait; SIGKILL if it does not exit in time. Returns the exit code."""
+        proc = self._proc
+        if proc is None:
+            raise RuntimeError("the daemon was never started")
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=timeout_s)
+        self._finish()
+        return proc.returncode
+
+    def kill(self) -> int:
+        """SIGKILL (``kill -9``): a crash, with no chance to clean up. Returns the exit code."""
+        proc = self._proc
+        if proc is None:
+            raise RuntimeError("the daemon was never started")
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=DEFAULT_STOP_TIMEOUT_S)
+        self._finish()
+        return proc.returncode
+
+    def __enter__(self) -> DaemonProcess:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._proc is not None:
+            self.stop()
+
+    # -- what the tests read ---------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self._proc is not None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise RuntimeError("the daemon was never started")
+        return self._proc.pid
+
+    @property
+    def address(self) -> str:
+        """What the daemon logged: ``tcp:127.0.0.1:PORT`` or ``unix:/path``."""
+        if self._address is None:
+            raise RuntimeError("the daemon has not logged a listening address")
+        return self._address
+
+    @property
+    def port(self) -> int:
+        if not self.address.startswith("tcp:"):
+            raise RuntimeError(f"the daemon is not on TCP: {self.address}")
+        return int(self.address.rsplit(":", 1)[1])
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT`` for a TCP daemon."""
+        host = self.address.split(":")[1]
+        if host != "127.0.0.1":
+            raise RuntimeError(f"the daemon listens on {host}, not 127.0.0.1")
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def unix_path(self) -> str:
+        if not self.address.startswith("unix:"):
+            raise RuntimeError(f"the daemon is not on a Unix socket: {self.address}")
+        return self.address[len("unix:") :]
+
+    def output(self) -> str:
+        """Everything the daemon wrote so far (stdout and stderr)."""
+        with self._lock:
+            return "".join(self._lines)
+
+
+class DaemonFactory:
+    """Starts daemons for one test; :meth:`close` kills whatever is still running."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self._started: list[DaemonProcess] = []
+
+    def start(
+        self,
+        db: Path,
+        *,
+        opencode_url: str,
+        listen: str = "tcp:0:interface=127.0.0.1",
+        tick_ms: int = 50,
+        extra_args: Sequence[str] = (),
+        timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    ) -> DaemonProcess:
+        daemon = DaemonProcess(
+            self.tmp_path,
+            db,
+            opencode_url=opencode_url,
+            listen=listen,
+            tick_ms=tick_ms,
+            extra_args=extra_args,
+        )
+        self._started.append(daemon)
+        return daemon.start(timeout_s)
+
+    def close(self) -> None:
+        """Stop every daemon still running (SIGTERM, then SIGKILL) and close its pipe."""
+        for daemon in self._started:
+            if daemon.started:
+                daemon.stop(timeout_s=5)
