@@ -74,6 +74,9 @@ def drop_statistics(conn: sqlite3.Connection) -> None:
     """
     conn.execute("DROP TABLE IF EXISTS sqlite_stat1")
     conn.execute("DROP TABLE IF EXISTS sqlite_stat4")
+    # A connection keeps the statistics it has loaded, dropped tables or not,
+    # until it is told to reread them; rereading leaves an empty sqlite_stat1.
+    conn.execute("ANALYZE sqlite_master")
 
 
 def seed_baseline_copy(
