@@ -3,43 +3,59 @@
 This is the property pigeond exists for: opencode runs parallel turns when
 two prompts for one session arrive at once, so every prompt to a target goes
 through ``_in_flight[target]``, a single Deferred that drains that target's
-queue one message at a time.  Different targets drain in parallel.  The tick
-(a ``LoopingCall``) is the safety net for retries and restarts; a new message
-for an idle target is dispatched at once through :meth:`kick`.
+queue.  In ``turn`` delivery the drain also holds the slot until the turn its
+prompt started has ended, so the next prompt never lands in a running turn.
+Different targets drain in parallel.  The tick (a ``LoopingCall``) is the
+safety net for retries and restarts and runs the expiry sweep and the
+verifier; a new message for an idle target is dispatched at once by
+:meth:`kick`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.internet.defer import CancelledError, Deferred, DeferredList, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.envelope import render_envelope
-from pigeond.opencode_client import SessionNotFound
+from pigeond.model import StoredMessage
+from pigeond.opencode_client import FailureKind, OpencodeError, SessionNotFound
+from pigeond.preflight import directory_problem
+from pigeond.registry import DirectoryResolver
 from pigeond.storage import StorageError, SwarmRepository
+from pigeond.turns import TurnMark, TurnTracker
 
 BACKOFF_SCHEDULE_S: tuple[float, ...] = (1, 2, 5, 15, 60)
 DEFAULT_MAX_ATTEMPTS = 10
 
 
 class PromptSender(Protocol):
-    async def prompt_async(self, session_id: str, directory: str, text: str) -> None: ...
+    async def prompt_async(self, session_id: str, directory: str, texts: Sequence[str]) -> None: ...
 
 
-class DirectoryResolver(Protocol):
-    async def resolve(self, session_id: str) -> str: ...
-
-    def invalidate(self, session_id: str) -> None: ...
+class Tickable(Protocol):
+    def tick(self) -> None: ...
 
 
 def backoff_after(failed_attempts: int, schedule: Sequence[float] = BACKOFF_SCHEDULE_S) -> float:
     """Seconds to wait after the ``failed_attempts``-th failure (1-based)."""
     return schedule[min(max(failed_attempts, 1), len(schedule)) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryPolicy:
+    tick_s: float = 0.5
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff_schedule: tuple[float, ...] = BACKOFF_SCHEDULE_S
+    batch_max: int = 10
+    outage_retry_s: float = 30.0
+    verify_grace_s: float = 60.0
 
 
 class Arbiter:
@@ -52,18 +68,21 @@ class Arbiter:
         opencode: PromptSender,
         clock: IReactorTime,
         *,
-        tick_s: float = 0.5,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        backoff_schedule: Sequence[float] = BACKOFF_SCHEDULE_S,
+        policy: DeliveryPolicy = DeliveryPolicy(),
+        turns: TurnTracker | None = None,
+        verifier: Tickable | None = None,
+        check_directory: Callable[[str], str | None] = directory_problem,
     ) -> None:
         self._repo = repo
         self._registry = registry
         self._opencode = opencode
         self._clock = clock
-        self._tick_s = tick_s
-        self._max_attempts = max_attempts
-        self._backoff = tuple(backoff_schedule)
+        self._policy = policy
+        self._turns = turns
+        self._verifier = verifier
+        self._check_directory = check_directory
         self._in_flight: dict[str, Deferred[None]] = {}
+        self._turn_waits: set[Deferred[str]] = set()
         self._loop = LoopingCall(self.tick)
         self._loop.clock = clock
         self._stopping = False
@@ -76,18 +95,22 @@ class Arbiter:
 
     def start(self) -> None:
         self._stopping = False
-        self._loop.start(self._tick_s, now=True)
+        self._loop.start(self._policy.tick_s, now=True)
 
     def stop(self) -> Deferred[None]:
-        """Stop ticking and dispatching; fires when the hand-offs in flight have ended."""
+        """Stop ticking and dispatching; fires when the prompts in flight have been answered.
+
+        Waits for turns to end are cut short: the prompt is already handed off.
+        """
         self._stopping = True
         if self._loop.running:
             self._loop.stop()
+        for wait in list(self._turn_waits):
+            wait.cancel()
         pending = list(self._in_flight.values())
         if not pending:
             return succeed(None)
-        done: Deferred[None] = DeferredList(pending, consumeErrors=True).addCallback(lambda _: None)
-        return done
+        return DeferredList(pending, consumeErrors=True).addCallback(lambda _: None)
 
     def in_flight_targets(self) -> list[str]:
         return sorted(self._in_flight)
@@ -98,13 +121,27 @@ class Arbiter:
     # -- scheduling ------------------------------------------------------------
 
     def tick(self) -> None:
-        """One pass over every target with a due message.  Never raises: an
-        exception would stop the LoopingCall for good."""
-        try:
-            for target in self._repo.ready_targets(self._now_ms()):
-                self.kick(target)
-        except Exception:
-            self.log.failure("arbiter tick failed; will try again next tick")
+        """Expire, verify, and start a drain for every target with a due message.
+
+        Never raises: an exception would stop the LoopingCall for good."""
+        for step in (self._sweep, self._verify, self._dispatch_ready):
+            try:
+                step()
+            except Exception:
+                self.log.failure("arbiter tick step {step} failed; trying again next tick",
+                                 step=step.__name__)  # fmt: skip
+
+    def _sweep(self) -> None:
+        for msg_id in self._repo.expire_due(self._now_ms()):
+            self.log.warn("{msg_id} expired before it could be delivered", msg_id=msg_id)
+
+    def _verify(self) -> None:
+        if self._verifier is not None:
+            self._verifier.tick()
+
+    def _dispatch_ready(self) -> None:
+        for target in self._repo.ready_targets(self._now_ms()):
+            self.kick(target)
 
     def kick(self, target: str) -> None:
         """Start draining ``target`` unless a hand-off to it is already in flight."""
@@ -127,56 +164,110 @@ class Arbiter:
     def _log_drain_failure(self, failure: Failure, target: str) -> None:
         self.log.failure("delivery to {target} stopped on an error", failure, target=target)
 
+    # -- one target ---------------------------------------------------------------
+
     async def _drain(self, target: str) -> None:
-        """Hand off ``target``'s due messages one at a time until none is due or one fails."""
+        """Hand off ``target``'s due messages, a batch at a time, until none is due or one fails."""
         while not self._stopping:
-            head = self._repo.queue_head(target)
-            now_ms = self._now_ms()
-            if head is None or head.next_retry_at is None or head.next_retry_at > now_ms:
+            batch = self._repo.ready_batch(target, self._now_ms(), self._policy.batch_max)
+            if not batch:
                 return
             try:
                 directory = await self._registry.resolve(target)
-                await self._opencode.prompt_async(target, directory, render_envelope(head))
+                problem = self._check_directory(directory)
+                if problem is not None:
+                    raise OpencodeError(problem, kind=FailureKind.OUTAGE)
+                if self._turns is not None:
+                    why = await self._turns.wait_until_idle(target, directory)
+                    if why != "idle":
+                        self.log.warn("{target}: {why}", target=target, why=why)
+                    # messages may have come (more urgent ones too) while we waited
+                    batch = self._repo.ready_batch(target, self._now_ms(), self._policy.batch_max)
+                    if not batch or self._stopping:
+                        return
+                mark = self._turns.mark(target) if self._turns is not None else None
+                texts = [render_envelope(m) for m in batch]
+                await self._opencode.prompt_async(target, directory, texts)
             except Exception as e:
-                if isinstance(e, SessionNotFound):
-                    self._registry.invalidate(target)
-                self._record_failure(head.msg_id, head.attempts, target, str(e) or repr(e))
+                await self._record_failure(target, batch, e)
                 return
-            try:
-                self._repo.mark_handed_off(head.msg_id, self._now_ms())
-            except StorageError as e:
-                # opencode has the prompt but the database did not record it:
-                # the message stays queued and will be sent again.
-                self.log.error(
-                    "handed off {msg_id} to {target} but could not record it: {error}",
-                    msg_id=head.msg_id,
-                    target=target,
-                    error=str(e),
-                )
+            if not self._record_hand_off(target, batch):
                 return
-            self.log.info("handed off {msg_id} to {target}", msg_id=head.msg_id, target=target)
+            if self._turns is not None and mark is not None:
+                await self._wait_turn_end(target, directory, mark)
 
-    def _record_failure(self, msg_id: str, attempts_before: int, target: str, error: str) -> None:
-        attempts = attempts_before + 1
+    def _record_hand_off(self, target: str, batch: list[StoredMessage]) -> bool:
         now_ms = self._now_ms()
-        retry_at: int | None = None
-        if attempts < self._max_attempts:
-            retry_at = now_ms + int(backoff_after(attempts, self._backoff) * 1000)
-        self._repo.record_failed_attempt(msg_id, error, now_ms, retry_at)
-        if retry_at is None:
-            self.log.warn(
-                "{msg_id} to {target} failed for good after {attempts} attempts: {error}",
-                msg_id=msg_id,
-                target=target,
-                attempts=attempts,
-                error=error,
-            )
-        else:
-            self.log.info(
-                "{msg_id} to {target}: attempt {attempts} failed, retry in {delay_ms} ms: {error}",
-                msg_id=msg_id,
-                target=target,
-                attempts=attempts,
-                delay_ms=retry_at - now_ms,
-                error=error,
-            )
+        verify_by = now_ms + int(self._policy.verify_grace_s * 1000)
+        ids = [m.msg_id for m in batch]
+        try:
+            self._repo.mark_handed_off_many(ids, now_ms, verify_by)
+        except StorageError as e:
+            # opencode has the prompt but the database did not record it: the
+            # messages stay queued and will be sent again (at-least-once).
+            self.log.error("handed off {msg_ids} to {target} but could not record it: {error}",
+                           msg_ids=ids, target=target, error=str(e))  # fmt: skip
+            return False
+        for msg_id in ids:
+            self.log.info("handed off {msg_id} to {target} (batch of {n})",
+                          msg_id=msg_id, target=target, n=len(ids))  # fmt: skip
+        return True
+
+    async def _wait_turn_end(self, target: str, directory: str, mark: TurnMark) -> None:
+        assert self._turns is not None
+        wait = Deferred.fromCoroutine(self._turns.wait_turn_end(target, directory, mark))
+        self._turn_waits.add(wait)
+        try:
+            why = await wait
+        except CancelledError:
+            return
+        finally:
+            self._turn_waits.discard(wait)
+        self.log.info("{target}: {why}", target=target, why=why)
+
+    async def _record_failure(
+        self, target: str, batch: list[StoredMessage], error: Exception
+    ) -> None:
+        kind = error.kind if isinstance(error, OpencodeError) else FailureKind.ATTEMPT
+        text = str(error) or repr(error)
+        if isinstance(error, SessionNotFound):
+            kind = await self._confirm_gone(target)
+            text = f"session not found: {text}"
+        now_ms = self._now_ms()
+        ids = [m.msg_id for m in batch]
+        if kind is FailureKind.OUTAGE:
+            hold_until = now_ms + int(self._policy.outage_retry_s * 1000)
+            self._repo.record_outage(ids, text, now_ms, hold_until)
+            self.log.info("{target} unreachable ({error}); holding {n} message(s), retry in {s} s",
+                          target=target, error=text, n=len(ids),
+                          s=self._policy.outage_retry_s)  # fmt: skip
+            return
+        if kind is FailureKind.PERMANENT:
+            self._repo.fail_now(ids, text, now_ms)
+            self.log.warn("{msg_ids} to {target} failed for good: {error}",
+                          msg_ids=ids, target=target, error=text)  # fmt: skip
+            return
+        for message in batch:
+            attempts = message.attempts + 1
+            retry_at: int | None = None
+            if attempts < self._policy.max_attempts:
+                delay = backoff_after(attempts, self._policy.backoff_schedule)
+                retry_at = now_ms + int(delay * 1000)
+            self._repo.record_failed_attempt(message.msg_id, text, now_ms, retry_at)
+            self.log.info("{msg_id} to {target}: attempt {attempts} failed ({error}); {next}",
+                          msg_id=message.msg_id, target=target, attempts=attempts, error=text,
+                          next="failed for good" if retry_at is None
+                          else f"retry in {retry_at - now_ms} ms")  # fmt: skip
+
+    async def _confirm_gone(self, target: str) -> FailureKind:
+        """A 404 is permanent only if a fresh lookup agrees the session is gone."""
+        self._registry.invalidate(target)
+        try:
+            await self._registry.resolve(target)
+        except SessionNotFound:
+            return FailureKind.PERMANENT
+        except OpencodeError as e:
+            return e.kind
+        except Exception:
+            return FailureKind.ATTEMPT
+        return FailureKind.ATTEMPT

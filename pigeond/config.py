@@ -63,6 +63,14 @@ def _between(name: str, low: float, high: float) -> Callable[[Any], None]:
     return check
 
 
+def _one_of(name: str, allowed: tuple[str, ...]) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value not in allowed:
+            raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+
+    return check
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     name: str
@@ -108,6 +116,63 @@ OPTIONS: tuple[Option, ...] = (
         "failed attempts before a message is marked failed",
         _between("max_attempts", 1, 1000),
     ),
+    Option(
+        "delivery",
+        str,
+        "turn: wait for each turn to end before the next hand-off; call: not",
+        _one_of("delivery", ("turn", "call")),
+    ),
+    Option(
+        "turn_timeout_s",
+        float,
+        "longest wait for a target's turn to end, in seconds",
+        _between("turn_timeout_s", 0.1, 86_400),
+    ),
+    Option(
+        "busy_window_s",
+        float,
+        "a hand-off with no busy status within this many seconds started no turn",
+        _between("busy_window_s", 0.05, 600),
+    ),
+    Option(
+        "status_poll_s",
+        float,
+        "how often to poll session status while the event stream is down",
+        _between("status_poll_s", 0.05, 60),
+    ),
+    Option(
+        "batch_max", int, "most messages handed over in one prompt", _between("batch_max", 1, 100)
+    ),
+    Option(
+        "verify_grace_s",
+        float,
+        "how long a hand-off may stay unseen in the transcript",
+        _between("verify_grace_s", 0.1, 86_400),
+    ),
+    Option(
+        "verify_interval_s",
+        float,
+        "how often a target's transcript is checked",
+        _between("verify_interval_s", 0.05, 3600),
+    ),
+    Option(
+        "max_requeues",
+        int,
+        "times an unseen hand-off is queued again before it fails",
+        _between("max_requeues", 0, 100),
+    ),
+    Option(
+        "outage_retry_s",
+        float,
+        "retry interval while opencode is unreachable",
+        _between("outage_retry_s", 0.05, 3600),
+    ),
+    Option(
+        "default_ttl_s",
+        int,
+        "time to live of a message without ttl_s, in seconds",
+        _between("default_ttl_s", 1, 30 * 86_400),
+    ),
 )
 OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 
@@ -122,6 +187,16 @@ class Config:
     handoff_timeout_s: float = 30.0
     registry_ttl_s: float = 300.0
     max_attempts: int = 10
+    delivery: str = "turn"
+    turn_timeout_s: float = 600.0
+    busy_window_s: float = 5.0
+    status_poll_s: float = 1.0
+    batch_max: int = 10
+    verify_grace_s: float = 60.0
+    verify_interval_s: float = 2.0
+    max_requeues: int = 3
+    outage_retry_s: float = 30.0
+    default_ttl_s: int = 24 * 3600
     opencode_auth: BasicAuth | None = None
     config_file: str | None = None
 

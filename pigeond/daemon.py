@@ -17,12 +17,15 @@ from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool, _HTTP11ClientFactory
 from twisted.web.server import Site
 
-from pigeond.arbiter import Arbiter
+from pigeond.arbiter import Arbiter, DeliveryPolicy
 from pigeond.config import Config
+from pigeond.events import EventStream
 from pigeond.opencode_client import OpencodeClient
 from pigeond.registry import SessionDirectoryRegistry
 from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository, open_database
+from pigeond.turns import TurnTracker
+from pigeond.verifier import Verifier
 from pigeond.web import JsonApi, make_site
 
 log = Logger()
@@ -44,6 +47,7 @@ class Daemon:
     repo: SwarmRepository
     site: Site
     arbiter: Arbiter | None
+    events: EventStream | None
     pool: HTTPConnectionPool | None
     reactor: Any
     ports: list[IListeningPort] = field(default_factory=list)
@@ -73,6 +77,8 @@ class Daemon:
             if stopped is not None:
                 await stopped
         self.ports.clear()
+        if self.events is not None:
+            self.events.stop()
         if self.arbiter is not None:
             await self.arbiter.stop()
         if self.pool is not None:
@@ -91,38 +97,54 @@ def describe_address(port: IListeningPort) -> str:
 
 def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -> Daemon:
     """Open and migrate the database and wire the layers; listens on nothing yet."""
-    repo = SwarmRepository(open_database(config.db))
+    repo = SwarmRepository(open_database(config.db), notice_ttl_ms=config.default_ttl_s * 1000)
     arbiter: Arbiter | None = None
+    events: EventStream | None = None
     pool: HTTPConnectionPool | None = None
     if config.arbiter_enabled:
         if http is None:
             pool = QuietConnectionPool(reactor, persistent=True)  # type: ignore[no-untyped-call]
             pool.maxPersistentPerHost = 16
-            http = HTTPClient(Agent(reactor, pool=pool, connectTimeout=config.handoff_timeout_s))
+            connect_timeout = min(10.0, config.handoff_timeout_s)
+            http = HTTPClient(Agent(reactor, pool=pool, connectTimeout=connect_timeout))
         client = OpencodeClient(
-            http,
-            config.opencode_url,
-            reactor,
-            timeout_s=config.handoff_timeout_s,
-            auth=config.opencode_auth,
-        )
+            http, config.opencode_url, reactor,
+            timeout_s=config.handoff_timeout_s, auth=config.opencode_auth,
+        )  # fmt: skip
         registry = SessionDirectoryRegistry(client, reactor, ttl_s=config.registry_ttl_s)
+        turns = None
+        if config.delivery == "turn":
+            turns = TurnTracker(
+                reactor, client, busy_window_s=config.busy_window_s,
+                turn_timeout_s=config.turn_timeout_s, poll_interval_s=config.status_poll_s,
+            )  # fmt: skip
+            events = EventStream(client, reactor, turns.observe, turns.stream_state)
+        holder: list[Arbiter] = []
+        verifier = Verifier(
+            repo, registry, client, reactor, interval_s=config.verify_interval_s,
+            max_requeues=config.max_requeues, on_requeued=lambda t: holder[0].kick(t),
+        )  # fmt: skip
+        policy = DeliveryPolicy(
+            tick_s=config.tick_ms / 1000, max_attempts=config.max_attempts,
+            batch_max=config.batch_max, outage_retry_s=config.outage_retry_s,
+            verify_grace_s=config.verify_grace_s,
+        )  # fmt: skip
         arbiter = Arbiter(
-            repo,
-            registry,
-            client,
-            reactor,
-            tick_s=config.tick_ms / 1000,
-            max_attempts=config.max_attempts,
+            repo, registry, client, reactor, policy=policy, turns=turns, verifier=verifier
         )
+        holder.append(arbiter)
     routes = SwarmRoutes(
         repo,
         reactor,
         on_accepted=arbiter.kick if arbiter is not None else (lambda target: None),
         arbiter_running=(lambda: arbiter.running) if arbiter is not None else (lambda: False),
+        default_ttl_s=config.default_ttl_s,
     )
     site = make_site(routes.install(JsonApi()), config.max_body_bytes)
-    return Daemon(config=config, repo=repo, site=site, arbiter=arbiter, pool=pool, reactor=reactor)
+    return Daemon(
+        config=config, repo=repo, site=site, arbiter=arbiter, events=events, pool=pool,
+        reactor=reactor,
+    )  # fmt: skip
 
 
 def stop_later(daemon: Daemon) -> Deferred[None]:

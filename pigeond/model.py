@@ -29,6 +29,12 @@ class State(StrEnum):
     QUEUED = "queued"
     HANDED_OFF = "handed_off"
     FAILED = "failed"
+    EXPIRED = "expired"
+
+
+# Sent by pigeond itself to a sender whose message ended failed or expired.
+NOTICE_KIND: Final = "delivery.failed"
+NOTICE_SENDER: Final = "pigeond"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +75,10 @@ class StoredMessage(NewMessage):
     last_error: str | None
     accept_seq: int | None
     handoff_seq: int | None
+    verified_at: int | None
+    verify_by: int | None
+    requeue_count: int
+    expires_at: int | None
 
     def inbox_view(self) -> dict[str, object]:
         """The fields ``GET /swarm/inbox`` shows, named as the seed names them."""
@@ -83,4 +93,5 @@ class StoredMessage(NewMessage):
             "payload": self.payload,
             "created_at": self.created_at,
             "handed_off_at": self.handed_off_at,
+            "verified_at": self.verified_at,
         }

@@ -1,37 +1,62 @@
-"""The two calls pigeond makes to ``opencode serve``, each under one deadline.
+"""The calls pigeond makes to ``opencode serve``, each under one deadline.
 
 The deadline covers the whole exchange (connect, headers and body): a server
 that accepts the connection and then hangs must not hold a target's delivery
-slot forever.
+slot forever.  Every failure is classified, because the arbiter treats them
+differently (see :class:`FailureKind`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, TypeVar
 
 from treq.client import HTTPClient
+from twisted.internet import error as neterror
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
+from twisted.web._newclient import RequestTransmissionFailed, ResponseNeverReceived
 
 T = TypeVar("T")
 
 _MAX_ERROR_TEXT = 300
+_OUTAGE_STATUSES = frozenset({401, 403, 502, 503, 504})
+# The connection died before any answer: opencode is down or restarting, or a
+# pooled keep-alive connection had been closed by the server.
+_CONNECTION_GONE = (
+    neterror.ConnectError,
+    neterror.DNSLookupError,
+    neterror.ConnectingCancelledError,
+)
+_CLOSED_BEFORE_ANSWER = (ResponseNeverReceived, RequestTransmissionFailed)
+
+
+class FailureKind(Enum):
+    OUTAGE = "outage"  # opencode unreachable: retry on a flat interval, no attempt spent
+    PERMANENT = "permanent"  # retrying cannot help: fail at once
+    ATTEMPT = "attempt"  # anything else: spend an attempt, back off
 
 
 class OpencodeError(Exception):
     """A call to opencode did not succeed; the text is what operators see in ``last_error``."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, status: int | None = None, kind: FailureKind = FailureKind.ATTEMPT
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.kind = kind
 
 
 class SessionNotFound(OpencodeError):
     """opencode answered 404 for the session: it does not exist (anymore)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 404, FailureKind.PERMANENT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +70,7 @@ def _short(body: bytes) -> str:
     return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "…"
 
 
-def _describe(error: Exception) -> str:
+def _describe(error: BaseException) -> str:
     """One readable line for a transport error (ResponseFailed wraps its real reasons)."""
     reasons = getattr(error, "reasons", None)
     if isinstance(reasons, list) and reasons:
@@ -55,6 +80,16 @@ def _describe(error: Exception) -> str:
         )
         return f"{type(error).__name__} ({inner})"
     return f"{type(error).__name__}: {error}"
+
+
+def _status_error(what: str, status: int, body: bytes) -> OpencodeError:
+    if status in _OUTAGE_STATUSES:
+        kind = FailureKind.OUTAGE
+    elif status == 400:
+        kind = FailureKind.PERMANENT
+    else:
+        kind = FailureKind.ATTEMPT
+    return OpencodeError(f"{what}: HTTP {status}: {_short(body)}", status, kind)
 
 
 class OpencodeClient:
@@ -77,18 +112,40 @@ class OpencodeClient:
     def base_url(self) -> str:
         return self._base
 
+    @property
+    def http(self) -> HTTPClient:
+        return self._http
+
+    def request_options(self) -> dict[str, Any]:
+        """Keyword arguments every request to opencode carries (auth, no redirects)."""
+        options: dict[str, Any] = {"allow_redirects": False}
+        if self._auth is not None:
+            options["auth"] = (self._auth.username, self._auth.password)
+        return options
+
     async def _exchange(
         self, method: str, path: str, headers: dict[str, str], body: Any | None
     ) -> tuple[int, bytes]:
-        kwargs: dict[str, Any] = {"headers": headers, "allow_redirects": False}
+        kwargs = self.request_options() | {"headers": headers}
         if body is not None:
             kwargs["data"] = json.dumps(body).encode("utf-8")
             headers["content-type"] = "application/json"
-        if self._auth is not None:
-            kwargs["auth"] = (self._auth.username, self._auth.password)
         response = await self._http.request(method, self._base + path, **kwargs)
         content = await response.content()
         return int(response.code), content
+
+    async def _call(
+        self, what: str, method: str, path: str, headers: dict[str, str], body: Any | None = None
+    ) -> tuple[int, bytes]:
+        """One exchange under the deadline; a connection closed before any answer is
+        tried once more on a fresh connection (a pooled one may have gone stale)."""
+        try:
+            return await self._with_deadline(what, self._exchange(method, path, headers, body))
+        except OpencodeError as e:
+            closed = isinstance(e.__cause__, _CLOSED_BEFORE_ANSWER)
+            if not (closed and e.kind is FailureKind.OUTAGE):
+                raise
+        return await self._with_deadline(what, self._exchange(method, path, headers, body))
 
     async def _with_deadline(self, what: str, work: Coroutine[Any, Any, T]) -> T:
         timed_out = False
@@ -106,22 +163,26 @@ class OpencodeClient:
             raise
         except Exception as e:
             if timed_out or isinstance(e, TimeoutError | CancelledError):
+                # the request may have been taken: resending could duplicate it
                 raise OpencodeError(
                     f"{what}: no complete answer within {self._timeout_s:g} s"
                 ) from e
-            raise OpencodeError(f"{what}: {_describe(e)}") from e
+            kind = (
+                FailureKind.OUTAGE
+                if isinstance(e, _CONNECTION_GONE + _CLOSED_BEFORE_ANSWER)
+                else FailureKind.ATTEMPT
+            )
+            raise OpencodeError(f"{what}: {_describe(e)}", kind=kind) from e
 
     async def session_directory(self, session_id: str) -> str:
         """The directory opencode stored for the session (``GET /session/<id>``)."""
         what = f"GET /session/{session_id}"
-        status, body = await self._with_deadline(
-            what,
-            self._exchange("GET", f"/session/{session_id}", {"accept": "application/json"}, None),
-        )
+        headers = {"accept": "application/json"}
+        status, body = await self._call(what, "GET", f"/session/{session_id}", headers)
         if status == 404:
-            raise SessionNotFound(f"{what}: session not found", status)
+            raise SessionNotFound(f"{what}: session not found")
         if not 200 <= status < 300:
-            raise OpencodeError(f"{what}: HTTP {status}: {_short(body)}", status)
+            raise _status_error(what, status, body)
         try:
             directory = json.loads(body)["directory"]
         except (ValueError, KeyError, TypeError) as e:
@@ -130,15 +191,65 @@ class OpencodeClient:
             raise OpencodeError(f"{what}: unusable directory {directory!r}")
         return directory
 
-    async def prompt_async(self, session_id: str, directory: str, text: str) -> None:
-        """Hand one prompt to the session; returns once opencode accepted it (2xx)."""
+    async def prompt_async(self, session_id: str, directory: str, texts: Sequence[str]) -> None:
+        """Hand one prompt (one text part per text) to the session; returns on a 2xx."""
         what = f"POST /session/{session_id}/prompt_async"
-        body = {"parts": [{"type": "text", "text": text}]}
+        body = {"parts": [{"type": "text", "text": text} for text in texts]}
         headers = {"x-opencode-directory": directory, "accept": "application/json"}
-        status, answer = await self._with_deadline(
-            what, self._exchange("POST", f"/session/{session_id}/prompt_async", headers, body)
-        )
+        path = f"/session/{session_id}/prompt_async"
+        status, answer = await self._call(what, "POST", path, headers, body)
         if status == 404:
-            raise SessionNotFound(f"{what}: HTTP 404: {_short(answer)}", status)
+            raise SessionNotFound(f"{what}: HTTP 404: {_short(answer)}")
         if not 200 <= status < 300:
-            raise OpencodeError(f"{what}: HTTP {status}: {_short(answer)}", status)
+            raise _status_error(what, status, answer)
+
+    async def busy_sessions(self, directory: str) -> dict[str, str]:
+        """``GET /session/status`` for one directory: busy (or retrying) sessions only."""
+        what = "GET /session/status"
+        headers = {"x-opencode-directory": directory, "accept": "application/json"}
+        status, body = await self._call(what, "GET", "/session/status", headers)
+        if not 200 <= status < 300:
+            raise _status_error(what, status, body)
+        try:
+            parsed = json.loads(body)
+        except ValueError as e:
+            raise OpencodeError(f"{what}: not JSON: {_short(body)}") from e
+        if not isinstance(parsed, dict):
+            raise OpencodeError(f"{what}: not an object: {_short(body)}")
+        return {
+            str(k): str(v.get("type")) if isinstance(v, dict) else "busy" for k, v in parsed.items()
+        }
+
+    async def user_texts(
+        self, session_id: str, directory: str, limit: int | None = None
+    ) -> list[str]:
+        """The text parts of the user messages in the transcript, oldest first.
+
+        With ``limit`` only the newest ``limit`` messages are read.
+        """
+        what = f"GET /session/{session_id}/message"
+        path = f"/session/{session_id}/message" + (f"?limit={limit}" if limit else "")
+        headers = {"x-opencode-directory": directory, "accept": "application/json"}
+        status, body = await self._call(what, "GET", path, headers)
+        if status == 404:
+            raise SessionNotFound(f"{what}: session not found")
+        if not 200 <= status < 300:
+            raise _status_error(what, status, body)
+        try:
+            messages = json.loads(body)
+        except ValueError as e:
+            raise OpencodeError(f"{what}: not JSON: {_short(body)}") from e
+        texts: list[str] = []
+        for message in messages if isinstance(messages, list) else []:
+            info = message.get("info") if isinstance(message, dict) else None
+            if not isinstance(info, dict) or info.get("role") != "user":
+                continue
+            for part in message.get("parts") or []:
+                if (
+                    isinstance(part, dict)
+                    and part.get("type") == "text"
+                    and not part.get("synthetic")
+                    and isinstance(part.get("text"), str)
+                ):
+                    texts.append(part["text"])
+        return texts

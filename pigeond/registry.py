@@ -18,6 +18,14 @@ class DirectoryLookup(Protocol):
     async def session_directory(self, session_id: str) -> str: ...
 
 
+class DirectoryResolver(Protocol):
+    """What the arbiter and the verifier need of the registry."""
+
+    async def resolve(self, session_id: str) -> str: ...
+
+    def invalidate(self, session_id: str) -> None: ...
+
+
 class SessionDirectoryRegistry:
     def __init__(self, lookup: DirectoryLookup, clock: IReactorTime, ttl_s: float = 300.0) -> None:
         self._lookup = lookup

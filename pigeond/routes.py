@@ -42,7 +42,9 @@ class SwarmRoutes:
         on_accepted: Callable[[str], None] = lambda target: None,
         arbiter_running: Callable[[], bool] = lambda: False,
         send_checks: Sequence[SendCheck] = (),
+        default_ttl_s: int = 24 * 3600,
     ) -> None:
+        self._default_ttl_s = default_ttl_s
         self._repo = repo
         self._clock = clock
         self._on_accepted = on_accepted
@@ -62,10 +64,14 @@ class SwarmRoutes:
 
     def send(self, request: server.Request) -> JsonResponse:
         now_ms = self._now_ms()
-        message = parse_send_body(read_body(request), lambda: make_msg_id(now_ms))
+        send = parse_send_body(read_body(request), lambda: make_msg_id(now_ms))
+        message = send.message
         for check in self._send_checks:
             check(request, message)
-        outcome = self._repo.accept(message, now_ms)
+        expires_at = None
+        if message.to_session is not None:  # channel messages do not expire yet
+            expires_at = now_ms + 1000 * (send.ttl_s or self._default_ttl_s)
+        outcome = self._repo.accept(message, now_ms, expires_at)
         if outcome is AcceptOutcome.CONFLICT:
             raise HttpError(
                 409,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pigeond.model import (
@@ -19,9 +20,26 @@ from pigeond.model import (
     NewMessage,
 )
 
+MAX_TTL_S = 30 * 24 * 3600
+
 
 class InvalidRequest(ValueError):
     """The request is malformed; the message is safe to show to the client."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    message: NewMessage
+    ttl_s: int | None  # None: the daemon's default
+
+
+def _optional_ttl(body: dict[str, Any]) -> int | None:
+    value = body.get("ttl_s")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TTL_S:
+        raise InvalidRequest(f"field 'ttl_s' must be an integer from 1 to {MAX_TTL_S}")
+    return value
 
 
 def decode_json_object(raw: bytes) -> dict[str, Any]:
@@ -72,7 +90,7 @@ def _no_surrogates(value: str, field: str) -> None:
         raise InvalidRequest(f"field '{field}' holds an unpaired surrogate") from e
 
 
-def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> NewMessage:
+def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> SendRequest:
     """Validate a send request and apply the defaults; unknown fields are ignored."""
     body = decode_json_object(raw)
     from_session = _required_string(body, "from")
@@ -92,7 +110,8 @@ def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> NewMessage:
     _check(msg_id, "msg_id", MSG_ID_RE)
     _check(reply_to, "reply_to", MSG_ID_RE)
     _no_surrogates(payload, "payload")
-    return NewMessage(
+    ttl_s = _optional_ttl(body)
+    message = NewMessage(
         msg_id=msg_id if msg_id is not None else make_msg_id(),
         from_session=from_session,
         to_session=to_session,
@@ -102,3 +121,4 @@ def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> NewMessage:
         reply_to=reply_to,
         payload=payload,
     )
+    return SendRequest(message, ttl_s)

@@ -60,6 +60,11 @@ class DaemonStartError(RuntimeError):
     """The daemon exited, or did not log its listening address, in time."""
 
 
+# The fake opencode runs no turns and these tests check the per-call guard:
+# one prompt per message, no waiting for turns (tests/e2e covers turns).
+CALL_LEVEL_ARGS = ("--delivery", "call", "--batch-max", "1")
+
+
 class DaemonProcess:
     """One ``pigeond`` subprocess; start it with :meth:`start`."""
 
@@ -87,6 +92,7 @@ class DaemonProcess:
             opencode_url,
             "--tick-ms",
             str(tick_ms),
+            *CALL_LEVEL_ARGS,
             *extra_args,
         ]
         self._proc: subprocess.Popen[str] | None = None

@@ -37,6 +37,7 @@ from typing import Any, cast
 
 _SESSION_PATH_RE = re.compile(r"^/session/([^/?#]+)$")
 _PROMPT_PATH_RE = re.compile(r"^/session/([^/?#]+)/prompt_async$")
+_MESSAGES_PATH_RE = re.compile(r"^/session/([^/?#]+)/message(?:\?.*)?$")
 _ENVELOPE_ATTR_RE = re.compile(r'([a-z_]+)="([^"]*)"')
 _ENVELOPE_OPEN_RE = re.compile(r"^<swarm_message ([^>]*)>\n")
 
@@ -131,7 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the per-request log on stderr."""
 
-    def _send_json(self, status: int, body: dict[str, Any]) -> None:
+    def _send_json(self, status: int, body: dict[str, Any] | list[Any]) -> None:
         data = json.dumps(body).encode("utf-8")
         self.send_response(status)
         self.send_header("content-type", "application/json")
@@ -152,6 +153,13 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(int(length))
 
     def do_GET(self) -> None:
+        if self.path.split("?")[0] == "/session/status":
+            self._send_json(200, {})  # no turns run here: nobody is ever busy
+            return
+        messages = _MESSAGES_PATH_RE.match(self.path)
+        if messages is not None:
+            self._send_transcript(messages.group(1))
+            return
         match = _SESSION_PATH_RE.match(self.path)
         if match is None:
             self._send_json(404, {"name": "NotFoundError", "data": {"message": "no such route"}})
@@ -163,6 +171,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._not_found(session)
             return
         self._send_json(200, {"id": session, "directory": str(directory)})
+
+    def _send_transcript(self, session: str) -> None:
+        """``GET /session/<id>/message``: one user message per accepted prompt."""
+        if self.fake.directory_of(session) is None:
+            self._not_found(session)
+            return
+        transcript = [
+            {
+                "info": {"role": "user", "sessionID": session},
+                "parts": [part for part in (call.body or {}).get("parts", [])],
+            }
+            for call in self.fake.prompt_calls()
+            if call.session == session and call.status == 204
+        ]
+        self._send_json(200, transcript)
 
     def do_POST(self) -> None:
         start = time.monotonic()

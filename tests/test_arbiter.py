@@ -2,26 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from pigeond.arbiter import BACKOFF_SCHEDULE_S, Arbiter, backoff_after
-from pigeond.opencode_client import OpencodeError, SessionNotFound
+from pigeond.arbiter import BACKOFF_SCHEDULE_S, Arbiter, DeliveryPolicy, backoff_after
+from pigeond.opencode_client import FailureKind, OpencodeError, SessionNotFound
 from pigeond.storage import SwarmRepository
+from pigeond.turns import TurnTracker
 from tests.messages import new_message
 
 TICK_S = 0.5
+OUTAGE_S = 30.0
 
 
 @dataclass
 class Prompt:
     target: str
     directory: str
-    text: str
+    texts: list[str]
     answer: Deferred[None]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.texts)
+
+    def msg_ids(self) -> list[str]:
+        return [t.split('msg_id="')[1].split('"')[0] for t in self.texts]
 
 
 @dataclass
@@ -32,8 +42,8 @@ class FakeOpencode:
     in_flight: dict[str, int] = field(default_factory=dict)
     most_in_flight: dict[str, int] = field(default_factory=dict)
 
-    async def prompt_async(self, session_id: str, directory: str, text: str) -> None:
-        prompt = Prompt(session_id, directory, text, Deferred())
+    async def prompt_async(self, session_id: str, directory: str, texts: Sequence[str]) -> None:
+        prompt = Prompt(session_id, directory, list(texts), Deferred())
         self.prompts.append(prompt)
         self.in_flight[session_id] = self.in_flight.get(session_id, 0) + 1
         self.most_in_flight[session_id] = max(
@@ -60,8 +70,11 @@ class FakeOpencode:
 class FakeRegistry:
     directories: dict[str, str] = field(default_factory=dict)
     invalidated: list[str] = field(default_factory=list)
+    gone: set[str] = field(default_factory=set)
 
     async def resolve(self, session_id: str) -> str:
+        if session_id in self.gone:
+            raise SessionNotFound(f"GET /session/{session_id}: session not found")
         return self.directories.get(session_id, f"/work/{session_id}")
 
     def invalidate(self, session_id: str) -> None:
@@ -75,14 +88,18 @@ class Harness:
     opencode: FakeOpencode
     registry: FakeRegistry
     arbiter: Arbiter
+    turns: TurnTracker | None = None
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
 
-    def send(self, to: str = "ses_target", **kwargs: str) -> str:
+    def send(self, to: str = "ses_target", expires_at: int | None = None, **kwargs: str) -> str:
         message = new_message(to, **kwargs)
-        self.repo.accept(message, self.now_ms())
+        self.repo.accept(message, self.now_ms(), expires_at)
         return message.msg_id
+
+    def prompts_to(self, target: str) -> list[Prompt]:
+        return [p for p in self.opencode.prompts if p.target == target]
 
     def state(self, msg_id: str) -> str:
         stored = self.repo.get(msg_id)
@@ -90,11 +107,27 @@ class Harness:
         return stored.state
 
 
+def make_harness(
+    repo: SwarmRepository,
+    clock: Clock,
+    *,
+    batch_max: int = 1,
+    turns: TurnTracker | None = None,
+    missing_dirs: frozenset[str] = frozenset(),
+) -> Harness:
+    opencode, registry = FakeOpencode(), FakeRegistry()
+    policy = DeliveryPolicy(tick_s=TICK_S, max_attempts=10, batch_max=batch_max,
+                            outage_retry_s=OUTAGE_S, verify_grace_s=60)  # fmt: skip
+    arbiter = Arbiter(
+        repo, registry, opencode, clock, policy=policy, turns=turns,
+        check_directory=lambda d: f"{d} does not exist" if d in missing_dirs else None,
+    )  # fmt: skip
+    return Harness(repo, clock, opencode, registry, arbiter, turns)
+
+
 @pytest.fixture
 def h(repo: SwarmRepository, clock: Clock) -> Harness:
-    opencode, registry = FakeOpencode(), FakeRegistry()
-    arbiter = Arbiter(repo, registry, opencode, clock, tick_s=TICK_S, max_attempts=10)
-    return Harness(repo, clock, opencode, registry, arbiter)
+    return make_harness(repo, clock)
 
 
 def test_one_prompt_in_flight_per_target(h: Harness) -> None:
@@ -163,7 +196,7 @@ def test_priority_then_fifo_on_a_backlog(h: Harness) -> None:
     h.arbiter.start()
     order = []
     while pending := h.opencode.pending():
-        order.append(pending[0].text.split('msg_id="')[1].split('"')[0])
+        order += pending[0].msg_ids()
         h.opencode.succeed_all()
     assert order == ["msg_u1", "msg_u2", "msg_n1", "msg_n2", "msg_l1", "msg_l2"]
 
@@ -208,9 +241,9 @@ def test_fails_for_good_after_max_attempts(h: Harness) -> None:
     stored = h.repo.get(msg_id)
     assert stored is not None
     assert (stored.state, stored.attempts, stored.next_retry_at) == ("failed", 10, None)
-    assert len(h.opencode.prompts) == 10
+    assert len(h.prompts_to("ses_target")) == 10
     h.clock.advance(3600)
-    assert len(h.opencode.prompts) == 10
+    assert len(h.prompts_to("ses_target")) == 10
 
 
 def test_retries_follow_backoff_times(h: Harness) -> None:
@@ -231,7 +264,7 @@ def test_session_not_found_invalidates_directory(h: Harness) -> None:
     """A 404 for the session drops its cached directory so the next try asks again."""
     h.send()
     h.arbiter.kick("ses_target")
-    h.opencode.fail_all(SessionNotFound("gone", 404))
+    h.opencode.fail_all(SessionNotFound("gone"))
     assert h.registry.invalidated == ["ses_target"]
 
 
@@ -244,10 +277,11 @@ def test_tick_survives_storage_errors(h: Harness, monkeypatch: pytest.MonkeyPatc
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(h.repo, "ready_targets", broken)
+    monkeypatch.setattr(h.repo, "expire_due", broken)
     h.arbiter.start()
     h.clock.advance(TICK_S)
     h.clock.advance(TICK_S)
-    assert len(calls) == 3 and h.arbiter.running
+    assert len(calls) == 6 and h.arbiter.running
 
 
 def test_unexpected_error_frees_the_target(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -291,3 +325,230 @@ def test_message_not_due_is_not_sent(h: Harness) -> None:
     h.repo.record_failed_attempt(msg_id, "x", h.now_ms(), h.now_ms() + 5000)
     h.arbiter.kick("ses_target")
     assert h.opencode.prompts == []
+
+
+def test_backlog_goes_in_one_batch(repo: SwarmRepository, clock: Clock) -> None:
+    """A backlog is handed over as one prompt, one text part per envelope, in order."""
+    h = make_harness(repo, clock, batch_max=10)
+    ids = [h.send(priority=p) for p in ("low", "normal", "urgent")]
+    h.arbiter.kick("ses_target")
+    [prompt] = h.opencode.pending()
+    assert prompt.msg_ids() == [ids[2], ids[1], ids[0]]
+    h.opencode.succeed_all()
+    seqs = [h.repo.get(i).handoff_seq for i in reversed(ids)]  # type: ignore[union-attr]
+    assert seqs == [1, 2, 3] and {h.state(i) for i in ids} == {"handed_off"}
+
+
+def test_batch_is_bounded(repo: SwarmRepository, clock: Clock) -> None:
+    """No prompt carries more than batch_max envelopes."""
+    h = make_harness(repo, clock, batch_max=2)
+    for _ in range(5):
+        h.send()
+    h.arbiter.kick("ses_target")
+    sizes = []
+    while pending := h.opencode.pending():
+        sizes.append(len(pending[0].texts))
+        h.opencode.succeed_all()
+    assert sizes == [2, 2, 1]
+
+
+def test_outage_holds_without_spending_attempts(h: Harness) -> None:
+    """opencode unreachable: the message waits the outage interval, attempts stay 0."""
+    msg_id = h.send()
+    h.arbiter.start()
+    for _ in range(3):
+        h.opencode.fail_all(OpencodeError("refused", kind=FailureKind.OUTAGE))
+        stored = h.repo.get(msg_id)
+        assert stored is not None
+        assert (stored.state, stored.attempts, stored.last_error) == ("queued", 0, "refused")
+        assert stored.next_retry_at == h.now_ms() + int(OUTAGE_S * 1000)
+        h.clock.advance(OUTAGE_S)
+    assert len(h.prompts_to("ses_target")) == 4
+
+
+def test_bad_request_fails_at_once(h: Harness) -> None:
+    """A permanent error (HTTP 400) fails the message at once, with the reason."""
+    msg_id = h.send()
+    h.arbiter.kick("ses_target")
+    h.opencode.fail_all(OpencodeError("HTTP 400: bad", 400, FailureKind.PERMANENT))
+    stored = h.repo.get(msg_id)
+    assert stored is not None
+    assert (stored.state, stored.attempts, stored.last_error) == ("failed", 1, "HTTP 400: bad")
+
+
+def test_session_gone_after_fresh_lookup_fails_at_once(h: Harness) -> None:
+    """A 404 confirmed by a fresh registry lookup fails the message at once."""
+    msg_id = h.send()
+    h.arbiter.kick("ses_target")
+    h.registry.gone.add("ses_target")
+    h.opencode.fail_all(SessionNotFound("HTTP 404"))
+    stored = h.repo.get(msg_id)
+    assert stored is not None and stored.state == "failed"
+    assert stored.last_error is not None and "session not found" in stored.last_error
+
+
+def test_unknown_session_fails_without_prompt(h: Harness) -> None:
+    """A session opencode does not know fails at once; no prompt is sent."""
+    h.registry.gone.add("ses_target")
+    msg_id = h.send()
+    h.arbiter.kick("ses_target")
+    assert h.state(msg_id) == "failed" and h.opencode.prompts == []
+
+
+def test_404_but_session_still_there_spends_an_attempt(h: Harness) -> None:
+    """A 404 that a fresh lookup contradicts is an ordinary failed attempt."""
+    msg_id = h.send()
+    h.arbiter.kick("ses_target")
+    h.opencode.fail_all(SessionNotFound("HTTP 404"))
+    stored = h.repo.get(msg_id)
+    assert stored is not None and (stored.state, stored.attempts) == ("queued", 1)
+
+
+def test_missing_directory_holds_as_outage(repo: SwarmRepository, clock: Clock) -> None:
+    """A session whose directory is gone is held without an attempt and without a prompt."""
+    h = make_harness(repo, clock, missing_dirs=frozenset({"/work/ses_target"}))
+    msg_id = h.send()
+    h.arbiter.kick("ses_target")
+    stored = h.repo.get(msg_id)
+    assert stored is not None and (stored.state, stored.attempts) == ("queued", 0)
+    assert stored.last_error == "/work/ses_target does not exist"
+    assert h.opencode.prompts == []
+
+
+def test_failure_notifies_the_sender(h: Harness) -> None:
+    """A message that fails for good queues a delivery.failed notice to its sender."""
+    msg_id = h.send(sender="ses_alice")
+    h.arbiter.kick("ses_target")
+    h.opencode.fail_all(OpencodeError("HTTP 400: bad", 400, FailureKind.PERMANENT))
+    h.arbiter.tick()
+    [notice] = h.prompts_to("ses_alice")
+    assert notice.text.startswith(
+        '<swarm_message v="1" kind="delivery.failed" from="pigeond" to="ses_alice"'
+    )
+    assert f'reply_to="{msg_id}"' in notice.text
+    assert "ses_target" in notice.text and "HTTP 400: bad" in notice.text
+
+
+def test_no_notice_about_a_notice(h: Harness) -> None:
+    """When a notice itself fails, nobody is notified."""
+    h.send(sender="ses_alice")
+    h.registry.gone.update({"ses_target", "ses_alice"})
+    h.arbiter.kick("ses_target")
+    h.arbiter.tick()
+    h.arbiter.tick()
+    assert h.repo.count_by_state() == {"failed": 2}
+
+
+def test_no_notice_for_a_non_session_sender(h: Harness) -> None:
+    """A sender that is not a session (a script) gets no notice."""
+    h.send(sender="ci-bot")
+    h.registry.gone.add("ses_target")
+    h.arbiter.kick("ses_target")
+    assert h.repo.count_by_state() == {"failed": 1}
+
+
+def test_expired_message_does_not_block_the_queue(h: Harness) -> None:
+    """An expired message is skipped and swept to expired; the one behind it goes out."""
+    old = h.send(expires_at=h.now_ms() - 1, sender="ses_alice")
+    live = h.send()
+    h.arbiter.start()
+    assert [p.msg_ids() for p in h.prompts_to("ses_target")] == [[live]]
+    assert h.state(old) == "expired"
+    assert len(h.prompts_to("ses_alice")) == 1
+
+
+def test_message_expires_while_held(h: Harness) -> None:
+    """A message held by an outage expires at its time to live and stops retrying."""
+    msg_id = h.send(expires_at=h.now_ms() + 45_000)
+    h.arbiter.start()
+    h.opencode.fail_all(OpencodeError("refused", kind=FailureKind.OUTAGE))
+    h.clock.advance(OUTAGE_S)
+    h.opencode.fail_all(OpencodeError("refused", kind=FailureKind.OUTAGE))
+    h.clock.advance(OUTAGE_S)
+    assert h.state(msg_id) == "expired"
+    assert len(h.prompts_to("ses_target")) == 2
+
+
+@dataclass
+class NoBusySessions:
+    async def busy_sessions(self, directory: str) -> dict[str, str]:
+        return {}
+
+
+def turn_harness(repo: SwarmRepository, clock: Clock, batch_max: int = 10) -> Harness:
+    turns = TurnTracker(clock, NoBusySessions(), busy_window_s=5, turn_timeout_s=600)
+    turns.stream_state(True)
+    turns.observe("ses_target", "idle")
+    return make_harness(repo, clock, batch_max=batch_max, turns=turns)
+
+
+def test_turn_mode_waits_for_the_turn_to_end(repo: SwarmRepository, clock: Clock) -> None:
+    """In turn delivery the next prompt goes out only after the previous turn ended."""
+    h = turn_harness(repo, clock)
+    turns = h.turns
+    assert turns is not None
+    h.send()
+    h.arbiter.kick("ses_target")
+    h.opencode.succeed_all()
+    turns.observe("ses_target", "busy")
+    h.send()
+    h.arbiter.tick()
+    clock.advance(100)
+    assert len(h.opencode.prompts) == 1
+    turns.observe("ses_target", "idle")
+    assert len(h.opencode.prompts) == 2
+
+
+def test_turn_mode_batches_what_came_during_the_turn(repo: SwarmRepository, clock: Clock) -> None:
+    """Messages sent while a turn runs go out together, in order, once it ends."""
+    h = turn_harness(repo, clock)
+    turns = h.turns
+    assert turns is not None
+    h.send()
+    h.arbiter.kick("ses_target")
+    h.opencode.succeed_all()
+    turns.observe("ses_target", "busy")
+    later = [h.send(priority=p) for p in ("low", "urgent", "normal")]
+    turns.observe("ses_target", "idle")
+    assert h.opencode.pending()[0].msg_ids() == [later[1], later[2], later[0]]
+
+
+def test_turn_mode_waits_for_a_persons_turn(repo: SwarmRepository, clock: Clock) -> None:
+    """A session busy with a turn someone else started gets nothing until it is idle."""
+    h = turn_harness(repo, clock)
+    turns = h.turns
+    assert turns is not None
+    turns.observe("ses_target", "busy")
+    h.send()
+    h.arbiter.kick("ses_target")
+    clock.advance(60)
+    assert h.opencode.prompts == []
+    turns.observe("ses_target", "idle")
+    assert len(h.opencode.prompts) == 1
+
+
+def test_turn_mode_no_turn_started_moves_on(repo: SwarmRepository, clock: Clock) -> None:
+    """A hand-off that starts no turn holds the target only for the busy window."""
+    h = turn_harness(repo, clock, batch_max=1)
+    h.send()
+    h.send()
+    h.arbiter.kick("ses_target")
+    h.opencode.succeed_all()
+    clock.advance(4.9)
+    assert len(h.opencode.prompts) == 1
+    clock.advance(0.1)
+    assert len(h.opencode.prompts) == 2
+
+
+def test_stop_cuts_turn_waits_short(repo: SwarmRepository, clock: Clock) -> None:
+    """stop() does not wait for a running turn: the prompt is already handed off."""
+    h = turn_harness(repo, clock)
+    turns = h.turns
+    assert turns is not None
+    h.send()
+    h.arbiter.kick("ses_target")
+    h.opencode.succeed_all()
+    turns.observe("ses_target", "busy")
+    stopped: list[None] = []
+    h.arbiter.stop().addCallback(stopped.append)
+    assert stopped == [None] and h.arbiter.in_flight_targets() == []

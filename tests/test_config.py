@@ -135,6 +135,16 @@ def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
         "handoff_timeout_s": ("1.5", "2.5", "3.5"),
         "registry_ttl_s": ("11", "12", "13"),
         "max_attempts": ("4", "5", "6"),
+        "delivery": ("call", "turn", "call"),
+        "turn_timeout_s": ("7.5", "8.5", "9.5"),
+        "busy_window_s": ("0.5", "1.5", "2.5"),
+        "status_poll_s": ("0.25", "0.5", "0.75"),
+        "batch_max": ("2", "3", "4"),
+        "verify_grace_s": ("5", "6", "7"),
+        "verify_interval_s": ("0.5", "1", "2"),
+        "max_requeues": ("0", "1", "2"),
+        "outage_retry_s": ("3", "4", "5"),
+        "default_ttl_s": ("60", "120", "180"),
     }
     assert set(samples) == {o.name for o in OPTIONS}
     for option in OPTIONS:

@@ -25,8 +25,9 @@ class RecordingOpencode(Resource):
 
     isLeaf = True
 
-    def __init__(self, prompt_status: int = 204) -> None:
+    def __init__(self, directory: Path, prompt_status: int = 204) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
+        self.directory = str(directory)
         self.prompt_status = prompt_status
         self.seen: list[tuple[str, str | None]] = []
 
@@ -34,13 +35,13 @@ class RecordingOpencode(Resource):
         auth = request.getHeader("authorization")
         self.seen.append(((request.path or b"").decode(), auth))
         if request.method == b"GET":
-            return json.dumps({"id": "ses_t", "directory": "/srv/t"}).encode()
+            return json.dumps({"id": "ses_t", "directory": self.directory}).encode()
         request.setResponseCode(self.prompt_status)
         return b""
 
 
 def build(tmp_path: Path, clock: Clock, opencode: Resource, **config: Any) -> Daemon:
-    settings = Config(db=str(tmp_path / "p.db"), **config)
+    settings = Config(db=str(tmp_path / "p.db"), **({"delivery": "call"} | config))
     return build_daemon(settings, clock, http=stub_client(opencode))
 
 
@@ -57,7 +58,7 @@ def health(daemon: Daemon) -> Any:
 
 def test_send_is_delivered_with_basic_auth(tmp_path: Path, clock: Clock) -> None:
     """With opencode credentials set, the hand-off of a sent message uses Basic auth."""
-    opencode = RecordingOpencode()
+    opencode = RecordingOpencode(tmp_path)
     daemon = build(tmp_path, clock, opencode, opencode_auth=BasicAuth("opencode", "pw"))
     daemon.start_delivery()
     assert send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "hi", "msg_id": "msg_1"}) == 202
@@ -72,7 +73,7 @@ def test_send_is_delivered_with_basic_auth(tmp_path: Path, clock: Clock) -> None
 
 def test_empty_opencode_url_disables_delivery(tmp_path: Path, clock: Clock) -> None:
     """With an empty opencode_url the routes work, messages stay queued, health says so."""
-    opencode = RecordingOpencode()
+    opencode = RecordingOpencode(tmp_path)
     daemon = build(tmp_path, clock, opencode, opencode_url="")
     daemon.start_delivery()
     assert send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "hi"}) == 202
@@ -85,7 +86,7 @@ def test_empty_opencode_url_disables_delivery(tmp_path: Path, clock: Clock) -> N
 
 def test_health_reports_running_arbiter(tmp_path: Path, clock: Clock) -> None:
     """Once delivery has started, health reports the arbiter as running."""
-    daemon = build(tmp_path, clock, RecordingOpencode())
+    daemon = build(tmp_path, clock, RecordingOpencode(tmp_path))
     assert health(daemon)["arbiter"] is False
     daemon.start_delivery()
     assert health(daemon)["arbiter"] is True
@@ -93,7 +94,7 @@ def test_health_reports_running_arbiter(tmp_path: Path, clock: Clock) -> None:
 
 def test_max_attempts_setting_is_used(tmp_path: Path, clock: Clock) -> None:
     """max_attempts from the config bounds the attempts before a message fails."""
-    daemon = build(tmp_path, clock, RecordingOpencode(prompt_status=500), max_attempts=2)
+    daemon = build(tmp_path, clock, RecordingOpencode(tmp_path, prompt_status=500), max_attempts=2)
     daemon.start_delivery()
     send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "hi", "msg_id": "msg_1"})
     clock.advance(1)
@@ -104,7 +105,7 @@ def test_max_attempts_setting_is_used(tmp_path: Path, clock: Clock) -> None:
 
 def test_stop_closes_the_database(tmp_path: Path, clock: Clock) -> None:
     """stop() ends delivery and closes the database."""
-    daemon = build(tmp_path, clock, RecordingOpencode())
+    daemon = build(tmp_path, clock, RecordingOpencode(tmp_path))
     daemon.start_delivery()
     result_of(stop_later(daemon))
     assert daemon.arbiter is not None and not daemon.arbiter.running

@@ -23,7 +23,8 @@ def stored(
         msg_id="msg_123", from_session=sender, to_session=to, channel=channel, kind=kind,
         priority="normal", reply_to=reply_to, payload=payload, state="queued", attempts=0,
         next_retry_at=0, created_at=0, updated_at=0, handed_off_at=None, last_error=None,
-        accept_seq=1, handoff_seq=None,
+        accept_seq=1, handoff_seq=None, verified_at=None, verify_by=None, requeue_count=0,
+        expires_at=None,
     )  # fmt: skip
 
 

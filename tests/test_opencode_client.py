@@ -79,7 +79,7 @@ def run(clock: Clock, coro: Any) -> Deferred[Any]:
 def test_prompt_async_sends_directory_header_and_parts(clock: Clock) -> None:
     """prompt_async POSTs the text as one text part with the directory header."""
     fake = FakeOpencodeResource()
-    result_of(run(clock, client_for(fake, clock).prompt_async("ses_a", "/srv/projA", "hi")))
+    result_of(run(clock, client_for(fake, clock).prompt_async("ses_a", "/srv/projA", ["hi"])))
     [seen] = fake.seen
     assert (seen.method, seen.path) == ("POST", "/session/ses_a/prompt_async")
     assert seen.headers["x-opencode-directory"] == "/srv/projA"
@@ -91,7 +91,7 @@ def test_basic_auth_when_password_set(clock: Clock) -> None:
     fake = FakeOpencodeResource()
     client = client_for(fake, clock, BasicAuth("opencode", "s3cret"))
     result_of(run(clock, client.session_directory("ses_a")))
-    result_of(run(clock, client.prompt_async("ses_a", "/srv/projA", "hi")))
+    result_of(run(clock, client.prompt_async("ses_a", "/srv/projA", ["hi"])))
     expected = "Basic " + base64.b64encode(b"opencode:s3cret").decode()
     assert [s.headers.get("authorization") for s in fake.seen] == [expected, expected]
 
@@ -105,14 +105,14 @@ def test_no_auth_header_without_password(clock: Clock) -> None:
 
 def test_prompt_404_is_session_not_found(clock: Clock) -> None:
     """A 404 from prompt_async raises SessionNotFound."""
-    d = run(clock, client_for(FakeOpencodeResource(), clock).prompt_async("ses_x", "/d", "hi"))
+    d = run(clock, client_for(FakeOpencodeResource(), clock).prompt_async("ses_x", "/d", ["hi"]))
     assert failure_of(d).check(SessionNotFound)
 
 
 def test_prompt_500_is_error_with_status(clock: Clock) -> None:
     """A 5xx raises OpencodeError carrying the status and the answer's text."""
     fake = FakeOpencodeResource(prompt_status=500)
-    failure = failure_of(run(clock, client_for(fake, clock).prompt_async("ses_a", "/d", "hi")))
+    failure = failure_of(run(clock, client_for(fake, clock).prompt_async("ses_a", "/d", ["hi"])))
     error = failure.value
     assert isinstance(error, OpencodeError) and not isinstance(error, SessionNotFound)
     assert error.status == 500 and "UnknownError" in str(error)
@@ -137,7 +137,7 @@ def test_unusable_directory_is_error(clock: Clock, body: bytes) -> None:
 def test_hung_server_hits_the_deadline(clock: Clock) -> None:
     """A server that never answers fails the call once the deadline passes."""
     client = client_for(FakeOpencodeResource(hang=True), clock)
-    d = run(clock, client.prompt_async("ses_a", "/d", "hi"))
+    d = run(clock, client.prompt_async("ses_a", "/d", ["hi"]))
     clock.advance(29)
     assert not d.called
     clock.advance(1)
@@ -156,7 +156,7 @@ class CountingLookup:
         if self.error is not None:
             raise self.error
         if session_id not in self.answers:
-            raise SessionNotFound("gone", 404)
+            raise SessionNotFound("gone")
         return self.answers[session_id]
 
 

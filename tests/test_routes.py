@@ -209,7 +209,7 @@ def test_inbox_lists_handed_off_only(api: Api) -> None:
     assert [m["msg_id"] for m in body["messages"]] == [delivered]
     assert set(body["messages"][0]) == {
         "msg_id", "from", "to", "channel", "kind", "priority", "reply_to", "payload",
-        "created_at", "handed_off_at",
+        "created_at", "handed_off_at", "verified_at",
     }  # fmt: skip
     assert body["has_more"] is False
 
@@ -296,7 +296,7 @@ def test_health(api: Api) -> None:
     """Health reports version, arbiter state and queued/failed counts."""
     api.send()
     api.send(to=None, channel="builds")
-    _, failed = api.send()
+    _, failed = api.send(**{"from": "cli-user"})
     api.repo.record_failed_attempt(failed["msg_id"], "x", 0, None)
     status, body = api.call("GET", "/health")
     assert status == 200

@@ -80,9 +80,12 @@ def test_seed_columns_are_kept_exactly(repo: SwarmRepository) -> None:
 
 
 def test_added_columns(repo: SwarmRepository) -> None:
-    """last_error, accept_seq and handoff_seq follow the seed's columns."""
+    """pigeond's own columns follow the seed's, in migration order."""
     added = [c[0] for c in _columns(repo.connection)[14:]]
-    assert added == ["last_error", "accept_seq", "handoff_seq"]
+    assert added == [
+        "last_error", "accept_seq", "handoff_seq",
+        "verified_at", "verify_by", "requeue_count", "expires_at",
+    ]  # fmt: skip
 
 
 def test_seed_indexes_are_kept(repo: SwarmRepository) -> None:

@@ -88,6 +88,22 @@ CREATE INDEX idx_swarm_handoff
 CREATE UNIQUE INDEX idx_swarm_accept_seq ON swarm_messages (accept_seq);
 """
 
+_V3_DELIVERY = """
+ALTER TABLE swarm_messages ADD COLUMN verified_at INTEGER;
+ALTER TABLE swarm_messages ADD COLUMN verify_by INTEGER;
+ALTER TABLE swarm_messages ADD COLUMN requeue_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE swarm_messages ADD COLUMN expires_at INTEGER;
+
+-- Queued direct messages by expiry time, for the sweeper.
+CREATE INDEX idx_swarm_expiry
+    ON swarm_messages (expires_at)
+    WHERE state = 'queued' AND to_session IS NOT NULL AND expires_at IS NOT NULL;
+-- Hand-offs still waiting to be found in their target's transcript.
+CREATE INDEX idx_swarm_unverified
+    ON swarm_messages (to_session, verify_by)
+    WHERE state = 'handed_off' AND verify_by IS NOT NULL;
+"""
+
 Migration = Callable[[sqlite3.Connection], None]
 
 
@@ -116,7 +132,11 @@ def _split_statements(sql: str) -> list[str]:
     return statements
 
 
-MIGRATIONS: list[Migration] = [_script(_V1_SEED), _script(_V2_SEQUENCES)]
+MIGRATIONS: list[Migration] = [
+    _script(_V1_SEED),
+    _script(_V2_SEQUENCES),
+    _script(_V3_DELIVERY),
+]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -1,0 +1,193 @@
+"""One connection to opencode's ``GET /global/event`` stream for every target.
+
+Only ``session.status`` and ``session.idle`` matter here: they feed the
+:class:`~pigeond.turns.TurnTracker`.  The stream reconnects with backoff; a
+stream silent for longer than ``stale_s`` (opencode sends a heartbeat every
+15 s) is dropped and reopened.  While it is down the tracker polls instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.protocol import Protocol
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.http_headers import Headers
+
+from pigeond.opencode_client import OpencodeClient
+
+log = Logger()
+
+RECONNECT_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+_MAX_LINE = 4 * 1024 * 1024
+
+
+def session_status_of(event: Any) -> tuple[str, str] | None:
+    """``(session, status)`` for a status event of either stream shape, else None."""
+    if not isinstance(event, dict):
+        return None
+    payload = event.get("payload", event)
+    if not isinstance(payload, dict):
+        return None
+    kind = payload.get("type")
+    props = payload.get("properties")
+    if not isinstance(props, dict) or not isinstance(props.get("sessionID"), str):
+        return None
+    if kind == "session.idle":
+        return props["sessionID"], "idle"
+    if kind == "session.status":
+        status = props.get("status")
+        if isinstance(status, dict) and isinstance(status.get("type"), str):
+            return props["sessionID"], status["type"]
+    return None
+
+
+class ServerSentEvents(Protocol):
+    """Splits a response body into SSE ``data:`` payloads."""
+
+    def __init__(self, on_data: Callable[[str], None], on_bytes: Callable[[], None]) -> None:
+        self._on_data = on_data
+        self._on_bytes = on_bytes
+        self._buffer = b""
+        self._data: list[str] = []
+        self.finished: Deferred[None] = Deferred()
+
+    def dataReceived(self, data: bytes) -> None:
+        self._on_bytes()
+        self._buffer += data
+        if len(self._buffer) > _MAX_LINE:
+            log.warn("event stream line over {n} bytes; dropping the connection", n=_MAX_LINE)
+            self.close()
+            return
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for raw in lines:
+            line = raw.rstrip(b"\r").decode("utf-8", errors="replace")
+            if line == "":
+                if self._data:
+                    self._on_data("\n".join(self._data))
+                self._data = []
+            elif line.startswith("data:"):
+                self._data.append(line[5:].lstrip(" "))
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionError("closed"))) -> None:  # noqa: B008
+        if not self.finished.called:
+            self.finished.callback(None)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.stopProducing()  # type: ignore[attr-defined]
+
+
+class EventStream:
+    def __init__(
+        self,
+        client: OpencodeClient,
+        clock: IReactorTime,
+        on_status: Callable[[str, str], None],
+        on_connected: Callable[[bool], None],
+        *,
+        stale_s: float = 60.0,
+        backoff_s: tuple[float, ...] = RECONNECT_BACKOFF_S,
+    ) -> None:
+        self._client = client
+        self._clock = clock
+        self._on_status = on_status
+        self._on_connected = on_connected
+        self._stale_s = stale_s
+        self._backoff_s = backoff_s
+        self._running = False
+        self._protocol: ServerSentEvents | None = None
+        self._watchdog: IDelayedCall | None = None
+        self._sleep: Deferred[None] | None = None
+        self._loop: Deferred[None] | None = None
+        self.connected = False
+
+    def start(self) -> None:
+        self._running = True
+        self._loop = Deferred.fromCoroutine(self._run())
+        self._loop.addErrback(lambda f: log.failure("event stream loop died", f))
+
+    @property
+    def stopped(self) -> bool:
+        return not self._running
+
+    def stop(self) -> None:
+        self._running = False
+        if self._protocol is not None:
+            self._protocol.close()
+        if self._sleep is not None and not self._sleep.called:
+            self._sleep.cancel()
+
+    async def _run(self) -> None:
+        failures = 0
+        while self._running:
+            opened_at = self._clock.seconds()
+            try:
+                await self._listen_once()
+                reason = "closed by opencode"
+            except Exception as e:
+                reason = f"{type(e).__name__}: {e}"
+            self._set_connected(False)
+            if self.stopped:
+                return
+            failures = 0 if self._clock.seconds() - opened_at > 30 else failures + 1
+            delay = self._backoff_s[min(failures, len(self._backoff_s)) - 1] if failures else 0.5
+            log.info("event stream down ({reason}); reconnecting in {delay} s",
+                     reason=reason, delay=delay)  # fmt: skip
+            self._sleep = deferLater(self._clock, delay, lambda: None)
+            try:
+                await self._sleep
+            except Exception:
+                return
+
+    async def _listen_once(self) -> None:
+        options = self._client.request_options()
+        response = await self._client.http.request(
+            "GET", self._client.base_url + "/global/event", unbuffered=True,
+            headers=Headers({b"accept": [b"text/event-stream"]}), **options,
+        )  # fmt: skip
+        if response.code != 200:
+            await response.content()
+            raise ConnectionError(f"GET /global/event answered HTTP {response.code}")
+        protocol = ServerSentEvents(self._handle, self._feed_watchdog)
+        self._protocol = protocol
+        response.deliverBody(protocol)
+        self._set_connected(True)
+        self._feed_watchdog()
+        try:
+            await protocol.finished
+        finally:
+            self._protocol = None
+            if self._watchdog is not None and self._watchdog.active():
+                self._watchdog.cancel()
+
+    def _feed_watchdog(self) -> None:
+        if self._watchdog is not None and self._watchdog.active():
+            self._watchdog.reset(self._stale_s)
+        else:
+            self._watchdog = self._clock.callLater(self._stale_s, self._stale)
+
+    def _stale(self) -> None:
+        log.info("event stream silent for {s} s; reconnecting", s=self._stale_s)
+        if self._protocol is not None:
+            self._protocol.close()
+
+    def _set_connected(self, connected: bool) -> None:
+        if connected != self.connected:
+            self.connected = connected
+            self._on_connected(connected)
+
+    def _handle(self, data: str) -> None:
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return
+        status = session_status_of(event)
+        if status is not None:
+            self._on_status(*status)

@@ -1,0 +1,136 @@
+"""What every part of the repository shares: the columns, the write transaction, errors."""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
+
+from pigeond.ids import make_msg_id
+from pigeond.model import (
+    NOTICE_KIND,
+    NOTICE_SENDER,
+    SESSION_ID_RE,
+    StoredMessage,
+)
+from pigeond.storage.errors import StorageUnavailable
+
+COLUMNS = (
+    "msg_id, from_session, to_session, channel, kind, priority, reply_to, payload, state,"
+    " attempts, next_retry_at, created_at, updated_at, handed_off_at, last_error,"
+    " accept_seq, handoff_seq, verified_at, verify_by, requeue_count, expires_at"
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def row_to_message(row: tuple[object, ...]) -> StoredMessage:
+    return StoredMessage(*row)  # type: ignore[arg-type]
+
+
+def reads(method: Callable[P, R]) -> Callable[P, R]:
+    """A read that hits a locked, vanished or broken file raises StorageUnavailable."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.OperationalError as e:
+            raise StorageUnavailable(f"database read failed: {e}") from e
+
+    return wrapper
+
+
+class RepositoryBase:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        return self._conn
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One durable write transaction; storage failures become StorageUnavailable."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            raise StorageUnavailable(f"database unavailable: {e}") from e
+        try:
+            yield self._conn
+            self._conn.execute("COMMIT")
+        except sqlite3.OperationalError as e:
+            self._rollback()
+            raise StorageUnavailable(f"database write failed: {e}") from e
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+
+    def _next_sequence(self, conn: sqlite3.Connection, name: str) -> int:
+        row = conn.execute(
+            "UPDATE swarm_sequences SET value = value + 1 WHERE name = ? RETURNING value", (name,)
+        ).fetchone()
+        return int(row[0])
+
+    def _get(self, conn: sqlite3.Connection, msg_id: str) -> StoredMessage | None:
+        row = conn.execute(
+            f"SELECT {COLUMNS} FROM swarm_messages WHERE msg_id = ?", (msg_id,)
+        ).fetchone()
+        return None if row is None else row_to_message(row)
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        msg_id: str,
+        from_session: str,
+        to_session: str | None,
+        channel: str | None,
+        kind: str,
+        priority: str,
+        reply_to: str | None,
+        payload: str,
+        now_ms: int,
+        expires_at: int | None,
+    ) -> None:
+        seq = self._next_sequence(conn, "accept")
+        conn.execute(
+            "INSERT INTO swarm_messages (msg_id, from_session, to_session, channel, kind,"
+            " priority, reply_to, payload, state, attempts, next_retry_at, created_at,"
+            " updated_at, accept_seq, expires_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?)",
+            (msg_id, from_session, to_session, channel, kind, priority, reply_to, payload,
+             now_ms, now_ms, now_ms, seq, expires_at),
+        )  # fmt: skip
+
+    def _queue_notice(
+        self, conn: sqlite3.Connection, ended: StoredMessage, reason: str, now_ms: int, ttl_ms: int
+    ) -> str | None:
+        """Tell the sender that ``ended`` will not be delivered; returns the notice's target.
+
+        Only a session can be told (the sender must look like one), and a notice
+        is never sent about a notice.
+        """
+        if ended.kind == NOTICE_KIND or not SESSION_ID_RE.fullmatch(ended.from_session):
+            return None
+        target = ended.to_session or f"channel {ended.channel}"
+        payload = (
+            f"pigeond could not deliver your message {ended.msg_id} to {target}: {reason}"
+            f" (attempts: {ended.attempts}, requeues: {ended.requeue_count})."
+        )
+        self._insert(
+            conn, msg_id=make_msg_id(now_ms), from_session=NOTICE_SENDER,
+            to_session=ended.from_session, channel=None, kind=NOTICE_KIND, priority="normal",
+            reply_to=ended.msg_id, payload=payload, now_ms=now_ms, expires_at=now_ms + ttl_ms,
+        )  # fmt: skip
+        return ended.from_session

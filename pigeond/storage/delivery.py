@@ -1,0 +1,231 @@
+"""The delivery state machine, as SQL.
+
+    queued ──hand-off──▶ handed_off ──found in transcript──▶ (verified_at set)
+      │  ▲                    │
+      │  └──── not found after the grace period (≤ max requeues) ◀┘
+      ├──▶ failed   (attempts used up, permanent error, or never found)
+      └──▶ expired  (its time to live ran out while queued)
+
+A message that ends failed or expired queues a ``delivery.failed`` notice to
+its sender in the same transaction, so a crash cannot lose the notice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pigeond.model import StoredMessage
+from pigeond.storage.base import COLUMNS, RepositoryBase, reads, row_to_message
+from pigeond.storage.schema import PRIORITY_RANK_SQL
+
+READY_TARGETS_SQL = (
+    "SELECT DISTINCT to_session FROM swarm_messages"
+    " WHERE state = 'queued' AND next_retry_at <= ? AND to_session IS NOT NULL"
+)
+DEFAULT_NOTICE_TTL_MS = 24 * 3600 * 1000
+
+
+class DeliveryTransitions(RepositoryBase):
+    notice_ttl_ms = DEFAULT_NOTICE_TTL_MS
+
+    # -- what is ready -------------------------------------------------------
+
+    @reads
+    def ready_targets(self, now_ms: int) -> list[str]:
+        """Targets with at least one queued message due at ``now_ms``."""
+        return [r[0] for r in self._conn.execute(READY_TARGETS_SQL, (now_ms,)).fetchall()]
+
+    @reads
+    def explain_ready_targets(self, now_ms: int) -> list[str]:
+        """The query plan of :meth:`ready_targets`, one detail string per step."""
+        rows = self._conn.execute("EXPLAIN QUERY PLAN " + READY_TARGETS_SQL, (now_ms,))
+        return [str(r[3]) for r in rows.fetchall()]
+
+    def _queue_order(self, target: str, now_ms: int, limit: int) -> list[StoredMessage]:
+        rows = self._conn.execute(
+            f"SELECT {COLUMNS} FROM swarm_messages"
+            " WHERE to_session = ? AND state = 'queued'"
+            " AND (expires_at IS NULL OR expires_at > ?)"
+            f" ORDER BY {PRIORITY_RANK_SQL}, accept_seq LIMIT ?",
+            (target, now_ms, limit),
+        ).fetchall()
+        return [row_to_message(r) for r in rows]
+
+    @reads
+    def queue_head(self, target: str, now_ms: int | None = None) -> StoredMessage | None:
+        """The live queued message that goes to ``target`` next, due or not."""
+        head = self._queue_order(target, now_ms if now_ms is not None else -1, 1)
+        return head[0] if head else None
+
+    @reads
+    def ready_batch(self, target: str, now_ms: int, limit: int) -> list[StoredMessage]:
+        """The next messages for ``target`` in priority-then-FIFO order that are due now.
+
+        The batch stops at the first message that is not due: a message waiting
+        out its backoff holds the ones behind it, so order is kept.  Expired
+        messages are skipped: they never block a queue.
+        """
+        batch = []
+        for message in self._queue_order(target, now_ms, limit):
+            if message.next_retry_at is None or message.next_retry_at > now_ms:
+                break
+            batch.append(message)
+        return batch
+
+    # -- hand-off and failures -------------------------------------------------
+
+    def mark_handed_off(self, msg_id: str, now_ms: int, verify_by: int | None = None) -> bool:
+        return bool(self.mark_handed_off_many([msg_id], now_ms, verify_by))
+
+    def mark_handed_off_many(
+        self, msg_ids: Sequence[str], now_ms: int, verify_by: int | None = None
+    ) -> list[str]:
+        """queued → handed_off, each taking the next hand-off number, in the order given."""
+        done = []
+        with self._write() as conn:
+            for msg_id in msg_ids:
+                if not self._is_queued(msg_id):
+                    continue
+                seq = self._next_sequence(conn, "handoff")
+                conn.execute(
+                    "UPDATE swarm_messages SET state = 'handed_off', handed_off_at = ?,"
+                    " updated_at = ?, next_retry_at = NULL, last_error = NULL,"
+                    " handoff_seq = ?, verified_at = NULL, verify_by = ?"
+                    " WHERE msg_id = ?",
+                    (now_ms, now_ms, seq, verify_by, msg_id),
+                )
+                done.append(msg_id)
+        return done
+
+    def record_failed_attempt(
+        self, msg_id: str, error: str, now_ms: int, retry_at_ms: int | None
+    ) -> bool:
+        """Count one failed attempt; retry at ``retry_at_ms``, or fail for good when None."""
+        with self._write() as conn:
+            if not self._is_queued(msg_id):
+                return False
+            conn.execute(
+                "UPDATE swarm_messages SET attempts = attempts + 1, last_error = ?,"
+                " next_retry_at = ?, updated_at = ? WHERE msg_id = ?",
+                (error, retry_at_ms, now_ms, msg_id),
+            )
+            if retry_at_ms is None:
+                self._end(msg_id, "failed", error, now_ms)
+            return True
+
+    def record_outage(
+        self, msg_ids: Sequence[str], error: str, now_ms: int, retry_at_ms: int
+    ) -> list[str]:
+        """opencode is unreachable: retry later without spending an attempt."""
+        done = []
+        with self._write() as conn:
+            for msg_id in msg_ids:
+                if self._is_queued(msg_id):
+                    conn.execute(
+                        "UPDATE swarm_messages SET last_error = ?, next_retry_at = ?,"
+                        " updated_at = ? WHERE msg_id = ?",
+                        (error, retry_at_ms, now_ms, msg_id),
+                    )
+                    done.append(msg_id)
+        return done
+
+    def fail_now(self, msg_ids: Sequence[str], error: str, now_ms: int) -> list[str]:
+        """A permanent error: failed at once, no retry."""
+        done = []
+        with self._write() as conn:
+            for msg_id in msg_ids:
+                if self._is_queued(msg_id):
+                    conn.execute(
+                        "UPDATE swarm_messages SET attempts = attempts + 1 WHERE msg_id = ?",
+                        (msg_id,),
+                    )
+                    self._end(msg_id, "failed", error, now_ms)
+                    done.append(msg_id)
+        return done
+
+    def expire_due(self, now_ms: int) -> list[str]:
+        """Queued direct messages whose time to live ran out become expired."""
+        with self._write() as conn:
+            due = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT msg_id FROM swarm_messages WHERE state = 'queued'"
+                    " AND to_session IS NOT NULL AND expires_at IS NOT NULL AND expires_at <= ?",
+                    (now_ms,),
+                ).fetchall()
+            ]
+            for msg_id in due:
+                self._end(msg_id, "expired", "expired before it could be delivered", now_ms)
+        return due
+
+    def _end(self, msg_id: str, state: str, reason: str, now_ms: int) -> None:
+        """Inside a write: end the message and queue its sender's notice."""
+        self._conn.execute(
+            "UPDATE swarm_messages SET state = ?, last_error = ?, next_retry_at = NULL,"
+            " verify_by = NULL, updated_at = ? WHERE msg_id = ?",
+            (state, reason, now_ms, msg_id),
+        )
+        ended = self._get(self._conn, msg_id)
+        assert ended is not None
+        self._queue_notice(self._conn, ended, reason, now_ms, self.notice_ttl_ms)
+
+    def _is_queued(self, msg_id: str) -> bool:
+        row = self._conn.execute("SELECT state FROM swarm_messages WHERE msg_id = ?", (msg_id,))
+        found = row.fetchone()
+        return found is not None and found[0] == "queued"
+
+    # -- verification ------------------------------------------------------------
+
+    @reads
+    def verification_targets(self) -> list[str]:
+        """Targets with hand-offs not yet found in their transcript."""
+        rows = self._conn.execute(
+            "SELECT DISTINCT to_session FROM swarm_messages"
+            " WHERE state = 'handed_off' AND verify_by IS NOT NULL"
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    @reads
+    def awaiting_verification(self, target: str) -> list[StoredMessage]:
+        rows = self._conn.execute(
+            f"SELECT {COLUMNS} FROM swarm_messages"
+            " WHERE to_session = ? AND state = 'handed_off' AND verify_by IS NOT NULL"
+            " ORDER BY verify_by",
+            (target,),
+        ).fetchall()
+        return [row_to_message(r) for r in rows]
+
+    def mark_verified(self, msg_ids: Sequence[str], now_ms: int) -> list[str]:
+        done = []
+        with self._write() as conn:
+            for msg_id in msg_ids:
+                cursor = conn.execute(
+                    "UPDATE swarm_messages SET verified_at = ?, verify_by = NULL, updated_at = ?"
+                    " WHERE msg_id = ? AND state = 'handed_off' AND verify_by IS NOT NULL",
+                    (now_ms, now_ms, msg_id),
+                )
+                if cursor.rowcount:
+                    done.append(msg_id)
+        return done
+
+    def requeue_unverified(
+        self, msg_id: str, reason: str, now_ms: int, max_requeues: int
+    ) -> str | None:
+        """A hand-off never seen in the transcript goes back to the queue, or fails.
+
+        Returns the new state, or None when the message changed meanwhile.
+        """
+        with self._write() as conn:
+            message = self._get(conn, msg_id)
+            if message is None or message.state != "handed_off" or message.verify_by is None:
+                return None
+            if message.requeue_count >= max_requeues:
+                self._end(msg_id, "failed", reason, now_ms)
+                return "failed"
+            conn.execute(
+                "UPDATE swarm_messages SET state = 'queued', requeue_count = requeue_count + 1,"
+                " next_retry_at = ?, verify_by = NULL, last_error = ?, updated_at = ?"
+                " WHERE msg_id = ?",
+                (now_ms, reason, now_ms, msg_id),
+            )
+            return "queued"

@@ -1,0 +1,151 @@
+"""Whether a session's turn is running, so pigeond never hands a prompt to a busy session.
+
+opencode answers ``prompt_async`` with 204 at once and runs the turn for
+seconds or minutes afterwards; a prompt that arrives meanwhile is merged into
+the running turn (1.18) or starts a parallel one (1.15).  So after a hand-off
+the arbiter waits here until that turn has ended.  Busy/idle comes from
+opencode's event stream (:mod:`pigeond.events` calls :meth:`observe`); while
+the stream is down, from polling ``GET /session/status`` with the session's
+own directory.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from pigeond.opencode_client import OpencodeError
+
+log = Logger()
+
+
+class BusyPoller(Protocol):
+    async def busy_sessions(self, directory: str) -> dict[str, str]: ...
+
+
+@dataclass
+class SessionTurns:
+    busy: bool | None = None  # None: not known (never seen, or the event stream dropped)
+    busy_seen: int = 0  # how many busy observations so far
+    idle_seen: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TurnMark:
+    """What had been seen of a session just before a hand-off."""
+
+    busy_seen: int
+    at: float
+
+
+class TurnTracker:
+    def __init__(
+        self,
+        clock: IReactorTime,
+        poller: BusyPoller,
+        *,
+        busy_window_s: float = 5.0,
+        turn_timeout_s: float = 600.0,
+        poll_interval_s: float = 1.0,
+    ) -> None:
+        self._clock = clock
+        self._poller = poller
+        self._busy_window_s = busy_window_s
+        self._turn_timeout_s = turn_timeout_s
+        self._poll_interval_s = poll_interval_s
+        self._sessions: dict[str, SessionTurns] = defaultdict(SessionTurns)
+        self._waiters: dict[str, list[Deferred[None]]] = defaultdict(list)
+        self.stream_connected = False
+
+    # -- what the event stream tells ----------------------------------------
+
+    def observe(self, session: str, status: str) -> None:
+        """A status for ``session``: ``busy`` or ``retry`` mean a turn runs; ``idle`` not."""
+        state = self._sessions[session]
+        if status in ("busy", "retry"):
+            state.busy, state.busy_seen = True, state.busy_seen + 1
+        elif status == "idle":
+            state.busy, state.idle_seen = False, state.idle_seen + 1
+        else:
+            return
+        for waiter in self._waiters.pop(session, []):
+            if not waiter.called:
+                waiter.callback(None)
+
+    def stream_state(self, connected: bool) -> None:
+        """Events may have been missed while the stream was down: forget what we knew."""
+        self.stream_connected = connected
+        for state in self._sessions.values():
+            state.busy = None
+
+    def is_busy(self, session: str) -> bool | None:
+        return self._sessions[session].busy
+
+    def mark(self, session: str) -> TurnMark:
+        return TurnMark(self._sessions[session].busy_seen, self._clock.seconds())
+
+    # -- waiting ---------------------------------------------------------------
+
+    async def _poll(self, session: str, directory: str) -> None:
+        busy = await self._poller.busy_sessions(directory)
+        self.observe(session, busy.get(session, "idle"))
+
+    async def _next_change(self, session: str, max_wait_s: float) -> None:
+        """Until ``session``'s status changes, or ``max_wait_s`` pass."""
+        d: Deferred[None] = Deferred()
+        self._waiters[session].append(d)
+
+        def time_up() -> None:
+            if not d.called:
+                d.callback(None)
+
+        timer = self._clock.callLater(max(max_wait_s, 0), time_up)
+        try:
+            await d
+        finally:
+            if timer.active():
+                timer.cancel()
+
+    async def _wait_step(self, session: str, directory: str, until: float) -> None:
+        """One step of waiting: for an event, or (stream down) an interval and then a poll."""
+        remaining = until - self._clock.seconds()
+        if self.stream_connected and self._sessions[session].busy is not None:
+            await self._next_change(session, remaining)
+            return
+        await self._next_change(session, min(self._poll_interval_s, remaining))
+        try:
+            await self._poll(session, directory)
+        except OpencodeError as e:
+            log.info("status poll for {target} failed: {error}", target=session, error=str(e))
+
+    async def wait_until_idle(self, session: str, directory: str) -> str:
+        """Before a hand-off: wait while a turn runs (one a person may have started)."""
+        if not self.stream_connected or self._sessions[session].busy is None:
+            await self._poll(session, directory)  # an outage here holds the message
+        deadline = self._clock.seconds() + self._turn_timeout_s
+        while self._sessions[session].busy:
+            if self._clock.seconds() >= deadline:
+                return f"still busy after {self._turn_timeout_s:g} s; going ahead"
+            await self._wait_step(session, directory, deadline)
+        return "idle"
+
+    async def wait_turn_end(self, session: str, directory: str, mark: TurnMark) -> str:
+        """After a hand-off: until the turn it started has ended; returns why waiting stopped."""
+        no_turn_by = mark.at + self._busy_window_s
+        give_up_at = mark.at + self._turn_timeout_s
+        while True:
+            state = self._sessions[session]
+            now = self._clock.seconds()
+            started = state.busy_seen > mark.busy_seen
+            if started and state.busy is False:
+                return "turn ended"
+            if not started and now >= no_turn_by:
+                return f"no busy status within {self._busy_window_s:g} s; taken as ended"
+            if now >= give_up_at:
+                return f"turn still running after {self._turn_timeout_s:g} s; going ahead"
+            await self._wait_step(session, directory, give_up_at if started else no_turn_by)

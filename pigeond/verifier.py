@@ -1,0 +1,136 @@
+"""Checking that handed-off messages really reached their target's transcript.
+
+opencode answers 204 even when no turn starts (an unknown agent, a deleted
+directory), so a 2xx is not proof.  A hand-off is *verified* once a user text
+part in ``GET /session/<id>/message`` begins with the envelope's opening tag
+carrying its msg_id; a payload that merely mentions the id does not count,
+because the payload is escaped and can never begin a part with a tag.  A
+message still missing after the grace period goes back to the queue (at most
+``max_requeues`` times), then fails.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from pigeond.opencode_client import OpencodeClient, OpencodeError, SessionNotFound
+from pigeond.registry import DirectoryResolver
+from pigeond.storage import SwarmRepository
+
+log = Logger()
+
+_OPENING_MSG_ID = re.compile(r'^<swarm_message [^>]*\bmsg_id="([^"]*)"')
+RECENT_MESSAGES = 50
+
+
+def envelope_ids(texts: Iterable[str]) -> set[str]:
+    """msg_ids of the parts that begin with a ``<swarm_message ...>`` opening tag."""
+    ids = set()
+    for text in texts:
+        match = _OPENING_MSG_ID.match(text)
+        if match is not None:
+            ids.add(match.group(1))
+    return ids
+
+
+class Verifier:
+    def __init__(
+        self,
+        repo: SwarmRepository,
+        registry: DirectoryResolver,
+        client: OpencodeClient,
+        clock: IReactorTime,
+        *,
+        interval_s: float = 2.0,
+        max_requeues: int = 3,
+        on_requeued: Callable[[str], None] = lambda target: None,
+    ) -> None:
+        self._repo = repo
+        self._registry = registry
+        self._client = client
+        self._clock = clock
+        self._interval_s = interval_s
+        self._max_requeues = max_requeues
+        self._on_requeued = on_requeued
+        self._checking: dict[str, Deferred[None]] = {}
+        self._last_check: dict[str, float] = {}
+
+    def _now_ms(self) -> int:
+        return int(self._clock.seconds() * 1000)
+
+    def tick(self) -> None:
+        """Start a check for each target with unverified hand-offs, at most once per interval."""
+        now = self._clock.seconds()
+        for target in self._repo.verification_targets():
+            if target in self._checking or now - self._last_check.get(target, 0) < self._interval_s:
+                continue
+            self._last_check[target] = now
+            check = Deferred.fromCoroutine(self.check(target))
+            check.addErrback(self._log_failure, target)
+            if not check.called:
+                self._checking[target] = check
+                check.addBoth(self._done, target)
+
+    def _log_failure(self, failure: Failure, target: str) -> None:
+        log.failure("verifying {target} failed", failure, target=target)
+
+    def _done(self, result: object, target: str) -> object:
+        self._checking.pop(target, None)
+        return result
+
+    async def pending(self) -> None:
+        """Fires once every running check has finished (for shutdown and tests)."""
+        for check in list(self._checking.values()):
+            await check
+
+    async def check(self, target: str) -> None:
+        waiting = self._repo.awaiting_verification(target)
+        if not waiting:
+            return
+        now_ms = self._now_ms()
+        overdue = any(m.verify_by is not None and m.verify_by <= now_ms for m in waiting)
+        try:
+            directory = await self._registry.resolve(target)
+            # the newest messages first; the whole transcript only before giving up
+            limit = None if overdue else max(RECENT_MESSAGES, 4 * len(waiting))
+            found = envelope_ids(await self._client.user_texts(target, directory, limit))
+        except SessionNotFound:
+            found = set()
+        except OpencodeError as e:
+            log.info("cannot read {target}'s transcript yet: {error}", target=target, error=str(e))
+            return
+        now_ms = self._now_ms()
+        verified = self._repo.mark_verified(
+            [m.msg_id for m in waiting if m.msg_id in found], now_ms
+        )
+        for msg_id in verified:
+            log.info("verified {msg_id} in {target}'s transcript", msg_id=msg_id, target=target)
+        requeued = False
+        for message in waiting:
+            if message.msg_id in found or message.verify_by is None or message.verify_by > now_ms:
+                continue
+            reason = (
+                "handed off but never reached the target's transcript"
+                f" (requeue {message.requeue_count + 1} of {self._max_requeues})"
+            )
+            if message.requeue_count >= self._max_requeues:
+                reason = (
+                    f"handed off {message.requeue_count + 1} times but never reached"
+                    " the target's transcript"
+                )
+            outcome = self._repo.requeue_unverified(
+                message.msg_id, reason, now_ms, self._max_requeues
+            )
+            log.warn(
+                "{msg_id} to {target}: {reason} -> {outcome}",
+                msg_id=message.msg_id, target=target, reason=reason, outcome=outcome,
+            )  # fmt: skip
+            requeued = requeued or outcome == "queued"
+        if requeued:
+            self._on_requeued(target)
