@@ -63,10 +63,13 @@ class Daemon:
         if self.arbiter is None:
             log.info("arbiter NOT started: opencode_url is empty; messages stay queued")
             return
+        if self.events is not None:
+            self.events.start()
         self.arbiter.start()
         log.info(
-            "arbiter started: opencode {url}, tick {tick_ms} ms",
+            "arbiter started: opencode {url}, delivery {delivery}, tick {tick_ms} ms",
             url=self.config.opencode_url,
+            delivery=self.config.delivery,
             tick_ms=self.config.tick_ms,
         )
 

@@ -182,6 +182,8 @@ class EventStream:
         if connected != self.connected:
             self.connected = connected
             self._on_connected(connected)
+            if connected:
+                log.info("event stream connected: {url}/global/event", url=self._client.base_url)
 
     def _handle(self, data: str) -> None:
         try:
