@@ -8,12 +8,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import pytest_twisted
+from treq.client import HTTPClient
 from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.internet.protocol import Factory
 from twisted.internet.task import Clock
 from twisted.web import server
 from twisted.web.resource import Resource
 
-from pigeond.opencode_client import BasicAuth, OpencodeClient, OpencodeError, SessionNotFound
+from pigeond.opencode_client import (
+    BasicAuth,
+    FailureKind,
+    OpencodeClient,
+    OpencodeError,
+    SessionNotFound,
+)
 from pigeond.registry import SessionDirectoryRegistry
 from tests.http_helpers import failure_of, result_of, stub_client
 
@@ -192,3 +202,99 @@ def test_registry_does_not_cache_errors(clock: Clock) -> None:
     lookup.error = None
     assert result_of(run(clock, registry.resolve("ses_a"))) == "/srv/a"
     assert len(lookup.calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (502, FailureKind.OUTAGE),
+        (503, FailureKind.OUTAGE),
+        (504, FailureKind.OUTAGE),
+        (401, FailureKind.OUTAGE),
+        (400, FailureKind.PERMANENT),
+        (500, FailureKind.ATTEMPT),
+        (409, FailureKind.ATTEMPT),
+    ],
+)
+def test_status_classes(clock: Clock, status: int, kind: FailureKind) -> None:
+    """Gateway errors and refused credentials are outages, 400 is permanent, others cost."""
+    fake = FakeOpencodeResource(prompt_status=status)
+    failure = failure_of(run(clock, client_for(fake, clock).prompt_async("ses_a", "/d", ["x"])))
+    assert isinstance(failure.value, OpencodeError) and failure.value.kind is kind
+
+
+def test_timeout_spends_an_attempt(clock: Clock) -> None:
+    """A call that times out after it was sent is not an outage: opencode may have it."""
+    client = client_for(FakeOpencodeResource(hang=True), clock)
+    d = run(clock, client.prompt_async("ses_a", "/d", ["hi"]))
+    clock.advance(30)
+    error = failure_of(d).value
+    assert isinstance(error, OpencodeError) and error.kind is FailureKind.ATTEMPT
+
+
+def test_prompt_with_several_parts(clock: Clock) -> None:
+    """A batch is one prompt with one text part per envelope, in order."""
+    fake = FakeOpencodeResource()
+    result_of(run(clock, client_for(fake, clock).prompt_async("ses_a", "/d", ["one", "two"])))
+    assert fake.seen[0].body == {
+        "parts": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]
+    }
+
+
+class TranscriptResource(Resource):
+    isLeaf = True
+
+    def __init__(self, body: Any) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.body = body
+        self.paths: list[str] = []
+        self.directories: list[str | None] = []
+
+    def render_GET(self, request: server.Request) -> bytes:
+        self.paths.append(request.uri.decode())
+        self.directories.append(request.getHeader("x-opencode-directory"))
+        return json.dumps(self.body).encode()
+
+
+def test_user_texts_reads_user_text_parts(clock: Clock) -> None:
+    """Only non-synthetic text parts of user messages are returned, oldest first."""
+    transcript = [
+        {"info": {"role": "user"}, "parts": [{"type": "text", "text": "one"},
+                                             {"type": "text", "text": "hidden", "synthetic": True},
+                                             {"type": "file", "url": "x"}]},
+        {"info": {"role": "assistant"}, "parts": [{"type": "text", "text": "reply"}]},
+        {"info": {"role": "user"}, "parts": [{"type": "text", "text": "two"}]},
+        "garbage",
+    ]  # fmt: skip
+    fake = TranscriptResource(transcript)
+    client = client_for(fake, clock)
+    texts = result_of(run(clock, client.user_texts("ses_a", "/srv/a", limit=50)))
+    assert texts == ["one", "two"]
+    assert fake.paths == ["/session/ses_a/message?limit=50"]
+    assert fake.directories == ["/srv/a"]
+
+
+def test_busy_sessions(clock: Clock) -> None:
+    """GET /session/status lists busy sessions, asked with the directory header."""
+    fake = TranscriptResource({"ses_a": {"type": "busy"}, "ses_b": {"type": "retry"}})
+    client = client_for(fake, clock)
+    assert result_of(run(clock, client.busy_sessions("/srv/a"))) == {
+        "ses_a": "busy",
+        "ses_b": "retry",
+    }
+    assert fake.directories == ["/srv/a"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_refused_connection_is_an_outage() -> None:
+    """Nothing listening on the port: an outage, not a spent attempt."""
+    from twisted.internet import reactor
+    from twisted.web.client import Agent
+
+    port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(Factory())
+    number = port.getHost().port
+    await port.stopListening()
+    client = OpencodeClient(HTTPClient(Agent(reactor)), f"http://127.0.0.1:{number}", reactor)
+    with pytest.raises(OpencodeError) as caught:
+        await client.prompt_async("ses_a", "/d", ["hi"])
+    assert caught.value.kind is FailureKind.OUTAGE

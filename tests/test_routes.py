@@ -374,3 +374,40 @@ def test_body_at_limit_is_accepted(repo: SwarmRepository, clock: Clock) -> None:
     status, headers, body = raw_exchange(_site(repo, clock, 4096), _post_raw(payload.encode()))
     assert status == 202 and headers["content-type"].startswith("application/json")
     assert repo.get(json_body(body)["msg_id"]) is not None
+
+
+def test_ttl_sets_expiry(api: Api) -> None:
+    """ttl_s puts the message's expiry that many seconds after acceptance."""
+    _, body = api.send(ttl_s=90)
+    stored = api.repo.get(body["msg_id"])
+    assert stored is not None and stored.expires_at == stored.created_at + 90_000
+
+
+def test_default_ttl(api: Api) -> None:
+    """Without ttl_s a direct message expires after the default time to live (24 h)."""
+    _, body = api.send()
+    stored = api.repo.get(body["msg_id"])
+    assert stored is not None and stored.expires_at == stored.created_at + 24 * 3600 * 1000
+
+
+def test_channel_message_has_no_expiry(api: Api) -> None:
+    """Channel messages do not expire yet."""
+    _, body = api.send(to=None, channel="builds", ttl_s=5)
+    stored = api.repo.get(body["msg_id"])
+    assert stored is not None and stored.expires_at is None
+
+
+@pytest.mark.parametrize("ttl", [0, -1, "60", True, 1.5, 31 * 24 * 3600])
+def test_bad_ttl_is_400(api: Api, ttl: object) -> None:
+    """ttl_s must be a whole number of seconds from 1 to 30 days."""
+    status, body = api.send(ttl_s=ttl)
+    assert status == 400 and "'ttl_s'" in body["error"]
+
+
+def test_inbox_shows_verified_at(api: Api) -> None:
+    """The inbox reports when each hand-off was found in the transcript."""
+    _, sent = api.send()
+    api.repo.mark_handed_off(sent["msg_id"], 1000, verify_by=61_000)
+    api.repo.mark_verified([sent["msg_id"]], 1234)
+    _, body = api.call("GET", "/swarm/inbox?session=ses_target")
+    assert body["messages"][0]["verified_at"] == 1234

@@ -1,0 +1,185 @@
+"""The verifier: finding hand-offs in the target's transcript, or requeuing them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+import pytest
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+
+from pigeond.envelope import render_envelope
+from pigeond.opencode_client import FailureKind, OpencodeClient, OpencodeError, SessionNotFound
+from pigeond.storage import SwarmRepository
+from pigeond.verifier import Verifier, envelope_ids
+from tests.http_helpers import result_of
+from tests.messages import new_message
+
+GRACE_MS = 60_000
+
+
+@dataclass
+class FakeTranscripts:
+    texts: dict[str, list[str]] = field(default_factory=dict)
+    reads: list[int | None] = field(default_factory=list)
+    error: OpencodeError | None = None
+
+    async def user_texts(
+        self, session_id: str, directory: str, limit: int | None = None
+    ) -> list[str]:
+        self.reads.append(limit)
+        if self.error is not None:
+            raise self.error
+        return self.texts.get(session_id, [])
+
+
+@dataclass
+class StaticRegistry:
+    async def resolve(self, session_id: str) -> str:
+        return "/work/" + session_id
+
+    def invalidate(self, session_id: str) -> None:
+        pass
+
+
+@dataclass
+class Setup:
+    repo: SwarmRepository
+    clock: Clock
+    transcripts: FakeTranscripts
+    verifier: Verifier
+    requeued: list[str]
+
+    def now_ms(self) -> int:
+        return int(self.clock.seconds() * 1000)
+
+    def hand_off(self, msg_id: str, sender: str = "ses_sender") -> str:
+        self.repo.accept(new_message(msg_id=msg_id, sender=sender), self.now_ms())
+        self.repo.mark_handed_off(msg_id, self.now_ms(), self.now_ms() + GRACE_MS)
+        stored = self.repo.get(msg_id)
+        assert stored is not None
+        return render_envelope(stored)
+
+    def check(self) -> None:
+        result_of(Deferred.fromCoroutine(self.verifier.check("ses_target")))
+
+
+@pytest.fixture
+def s(repo: SwarmRepository, clock: Clock) -> Setup:
+    transcripts, requeued = FakeTranscripts(), list[str]()
+    verifier = Verifier(
+        repo, StaticRegistry(), cast(OpencodeClient, transcripts), clock,
+        interval_s=2, max_requeues=3, on_requeued=requeued.append,
+    )  # fmt: skip
+    return Setup(repo, clock, transcripts, verifier, requeued)
+
+
+def state(s: Setup, msg_id: str) -> tuple[str, int | None, int]:
+    stored = s.repo.get(msg_id)
+    assert stored is not None
+    return stored.state, stored.verified_at, stored.requeue_count
+
+
+def test_envelope_found_is_verified(s: Setup) -> None:
+    """A hand-off whose envelope opens a user text part is verified."""
+    envelope = s.hand_off("msg_1")
+    s.transcripts.texts["ses_target"] = ["hello", envelope]
+    s.check()
+    assert state(s, "msg_1") == ("handed_off", s.now_ms(), 0)
+
+
+def test_mention_of_the_id_does_not_count(s: Setup) -> None:
+    """A part that merely mentions the msg_id (or quotes the tag later) is not proof."""
+    s.hand_off("msg_1")
+    s.transcripts.texts["ses_target"] = [
+        'see msg_id="msg_1"',
+        'text <swarm_message v="1" msg_id="msg_1">',
+        '&lt;swarm_message v="1" msg_id="msg_1"&gt;',
+    ]
+    s.clock.advance(GRACE_MS / 1000)
+    s.check()
+    assert state(s, "msg_1")[0] == "queued"
+
+
+def test_checks_recent_messages_first(s: Setup) -> None:
+    """Within the grace period only the newest messages of the transcript are read."""
+    s.hand_off("msg_1")
+    s.check()
+    assert s.transcripts.reads == [50]
+    assert state(s, "msg_1") == ("handed_off", None, 0)
+
+
+def test_missing_after_grace_is_requeued(s: Setup) -> None:
+    """Still absent after the grace period (the whole transcript read): queued again."""
+    s.hand_off("msg_1")
+    s.clock.advance(GRACE_MS / 1000)
+    s.check()
+    assert s.transcripts.reads == [None]
+    assert state(s, "msg_1") == ("queued", None, 1)
+    stored = s.repo.get("msg_1")
+    assert stored is not None and "never reached" in (stored.last_error or "")
+    assert s.requeued == ["ses_target"]
+
+
+def test_fails_after_max_requeues(s: Setup) -> None:
+    """The fourth unseen hand-off fails for good, and the sender is told."""
+    s.hand_off("msg_1", sender="ses_alice")
+    for _ in range(4):
+        s.clock.advance(GRACE_MS / 1000)
+        s.check()
+        if state(s, "msg_1")[0] == "queued":  # the arbiter hands it off again
+            s.repo.mark_handed_off("msg_1", s.now_ms(), s.now_ms() + GRACE_MS)
+    assert state(s, "msg_1") == ("failed", None, 3)
+    [notice] = s.repo.ready_batch("ses_alice", s.now_ms(), 10)
+    assert notice.kind == "delivery.failed" and notice.reply_to == "msg_1"
+
+
+def test_unreadable_transcript_waits(s: Setup) -> None:
+    """When the transcript cannot be read (opencode down), nothing is requeued yet."""
+    s.hand_off("msg_1")
+    s.transcripts.error = OpencodeError("refused", kind=FailureKind.OUTAGE)
+    s.clock.advance(GRACE_MS / 1000)
+    s.check()
+    assert state(s, "msg_1") == ("handed_off", None, 0)
+
+
+def test_gone_session_counts_as_not_found(s: Setup) -> None:
+    """A session that no longer exists cannot hold the message: requeue after grace."""
+    s.hand_off("msg_1")
+    s.transcripts.error = SessionNotFound("gone")
+    s.clock.advance(GRACE_MS / 1000)
+    s.check()
+    assert state(s, "msg_1")[0] == "queued"
+
+
+def test_tick_checks_each_target_once_per_interval(s: Setup) -> None:
+    """The verifier reads a target's transcript at most once per interval."""
+    s.hand_off("msg_1")
+    s.verifier.tick()
+    s.verifier.tick()
+    s.clock.advance(1.9)
+    s.verifier.tick()
+    assert len(s.transcripts.reads) == 1
+    s.clock.advance(0.1)
+    s.verifier.tick()
+    assert len(s.transcripts.reads) == 2
+
+
+@pytest.mark.parametrize(
+    ("texts", "ids"),
+    [
+        (['<swarm_message v="1" kind="chat" msg_id="msg_a" priority="normal">\nx'], {"msg_a"}),
+        (
+            ['<swarm_message v="1" msg_id="msg_a">', '<swarm_message msg_id="msg_b">'],
+            {"msg_a", "msg_b"},
+        ),
+        ([' <swarm_message v="1" msg_id="msg_a">'], set()),
+        (['<swarm_message v="1" kind="x">msg_id="msg_a"'], set()),
+        (['<swarm_message v="1" xmsg_id="msg_a">'], set()),
+    ],
+)
+def test_envelope_ids(texts: Sequence[str], ids: set[str]) -> None:
+    """Only an opening tag at the very start of a part names a delivered msg_id."""
+    assert envelope_ids(texts) == ids
