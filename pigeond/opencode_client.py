@@ -52,6 +52,10 @@ class OpencodeError(Exception):
         self.kind = kind
 
 
+class DeadlineExceeded(OpencodeError):
+    """No complete answer within the deadline; never retried at once."""
+
+
 class SessionNotFound(OpencodeError):
     """opencode answered 404 for the session: it does not exist (anymore)."""
 
@@ -139,15 +143,29 @@ class OpencodeClient:
     ) -> tuple[int, bytes]:
         """One exchange under the deadline; a connection closed before any answer is
         tried once more on a fresh connection (a pooled one may have gone stale)."""
+        # A read that gets no answer delivered nothing: opencode is not serving
+        # (e.g. still starting).  A prompt that gets no answer may have been taken.
+        on_timeout = FailureKind.OUTAGE if method == "GET" else FailureKind.ATTEMPT
         try:
-            return await self._with_deadline(what, self._exchange(method, path, headers, body))
+            return await self._with_deadline(
+                what, self._exchange(method, path, headers, body), on_timeout
+            )
+        except DeadlineExceeded:
+            raise
         except OpencodeError as e:
             closed = isinstance(e.__cause__, _CLOSED_BEFORE_ANSWER)
             if not (closed and e.kind is FailureKind.OUTAGE):
                 raise
-        return await self._with_deadline(what, self._exchange(method, path, headers, body))
+        return await self._with_deadline(
+            what, self._exchange(method, path, headers, body), on_timeout
+        )
 
-    async def _with_deadline(self, what: str, work: Coroutine[Any, Any, T]) -> T:
+    async def _with_deadline(
+        self,
+        what: str,
+        work: Coroutine[Any, Any, T],
+        timeout_kind: FailureKind = FailureKind.ATTEMPT,
+    ) -> T:
         timed_out = False
 
         def on_timeout(result: object, timeout: float) -> object:
@@ -163,9 +181,9 @@ class OpencodeClient:
             raise
         except Exception as e:
             if timed_out or isinstance(e, TimeoutError | CancelledError):
-                # the request may have been taken: resending could duplicate it
-                raise OpencodeError(
-                    f"{what}: no complete answer within {self._timeout_s:g} s"
+                raise DeadlineExceeded(
+                    f"{what}: no complete answer within {self._timeout_s:g} s",
+                    kind=timeout_kind,
                 ) from e
             kind = (
                 FailureKind.OUTAGE

@@ -298,3 +298,12 @@ async def test_refused_connection_is_an_outage() -> None:
     with pytest.raises(OpencodeError) as caught:
         await client.prompt_async("ses_a", "/d", ["hi"])
     assert caught.value.kind is FailureKind.OUTAGE
+
+
+def test_read_timeout_is_an_outage(clock: Clock) -> None:
+    """A lookup that gets no answer delivered nothing: opencode is not serving yet."""
+    client = client_for(FakeOpencodeResource(hang=True), clock)
+    d = run(clock, client.session_directory("ses_a"))
+    clock.advance(30)
+    error = failure_of(d).value
+    assert isinstance(error, OpencodeError) and error.kind is FailureKind.OUTAGE
