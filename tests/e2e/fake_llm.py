@@ -1,0 +1,429 @@
+"""A scripted, OpenAI-compatible fake LLM for the real ``opencode serve``.
+
+opencode is configured with a provider ``fake`` (``@ai-sdk/openai-compatible``,
+bundled in the opencode binary) whose ``baseURL`` is :attr:`FakeLLM.base_url`.
+The server speaks just enough of the OpenAI API for opencode:
+
+* ``POST /v1/chat/completions``: with ``"stream": true`` (what opencode sends)
+  an SSE stream of ``chat.completion.chunk`` objects spread over
+  :attr:`FakeLLM.delay_s` seconds; without it one JSON body after the delay.
+  The last chunk always carries ``finish_reason: "stop"``: without a finish
+  reason opencode records the finish as ``unknown`` and calls the model again,
+  forever.
+* ``GET /v1/models``: the one model, ``fake-model``.
+
+Every completion request is recorded as a :class:`Completion` with its start
+and end (``time.monotonic()``, the test process's clock), its kind (``title``
+for opencode's title generator, detected by its system prompt, else
+``main``), the session it is for (opencode 1.15 and 1.18 send the session id
+in ``x-session-affinity``; 1.18 also in ``x-session-id``), opencode's
+``User-Agent`` (``opencode/<version> ...``) and the user texts it carried.
+:meth:`FakeLLM.max_concurrent` counts overlapping requests live, in all or
+for one session, so two agent turns of one session running in parallel show
+up as a value above 1, even when they are aborted midway.
+
+The reply text is :func:`ack_for` of the last user text, so a transcript shows
+which prompt each assistant message answered.
+
+Stdlib only; binds 127.0.0.1 on a free port; serves from a daemon thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal, cast
+
+Kind = Literal["main", "title"]
+MODEL_ID = "fake-model"
+TITLE_REPLY = "Fake session title"
+_COMPLETION_PATHS = ("/v1/chat/completions", "/chat/completions")
+_MODELS_PATHS = ("/v1/models", "/models")
+
+
+def ack_for(text: str) -> str:
+    """The fake model's reply to a prompt whose last user text is ``text``."""
+    return "ACK " + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def content_text(content: object) -> str:
+    """The plain text of an OpenAI message ``content``: a string or a list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and part.get("type") in ("text", "input_text"):
+                text = part.get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+        return "\n".join(texts)
+    return ""
+
+
+def system_text(messages: list[dict[str, Any]]) -> str:
+    return " ".join(content_text(m.get("content")) for m in messages if m.get("role") == "system")
+
+
+def classify(messages: list[dict[str, Any]]) -> Kind:
+    """``title`` for opencode's title-generator call ("You are a title generator..."), else main."""
+    return "title" if "title generator" in system_text(messages).lower() else "main"
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One ``POST /v1/chat/completions`` the fake answered (or that ended early)."""
+
+    kind: Kind
+    session: str | None
+    """The session id opencode sent (``x-session-affinity``), or None."""
+    user_agent: str
+    """opencode's ``User-Agent``, e.g. ``opencode/1.18.33 ai-sdk/... runtime/bun/...``."""
+    start: float
+    """``time.monotonic()`` when the request body had been read."""
+    end: float
+    """``time.monotonic()`` when the answer was written, or the client went away."""
+    user_texts: tuple[str, ...]
+    """The text of every ``role: "user"`` message in the request, in order."""
+    last_user_text: str
+    """The text of the last user message ("" when there is none)."""
+    last_role: str
+    """The role of the request's last message; ``assistant`` means a prefill."""
+    n_messages: int
+    system_head: str
+    """The first 80 characters of the system prompt (what tells the kinds of call apart)."""
+    reply: str
+    error: str | None
+    """Why the answer did not finish (e.g. the client closed the stream), else None."""
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    def overlaps(self, other: Completion) -> bool:
+        """True when the two requests were in flight at the same time."""
+        return self.start < other.end and other.start < self.end
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "pigeond-fake-llm/1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the requests are recorded, not logged."""
+
+    def _json(self, status: int, obj: object) -> None:
+        body = json.dumps(obj).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path in _MODELS_PATHS:
+            now = int(time.time())
+            model = {"id": MODEL_ID, "object": "model", "created": now, "owned_by": "fake"}
+            self._json(200, {"object": "list", "data": [model]})
+        elif path in ("", "/health"):
+            self._json(200, {"ok": True})
+        else:
+            self._json(404, {"error": {"message": f"not found: {self.path}"}})
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if path not in _COMPLETION_PATHS:
+            self._json(404, {"error": {"message": f"not found: {self.path}"}})
+            return
+        try:
+            request = json.loads(raw or b"{}")
+        except ValueError as exc:
+            self._json(400, {"error": {"message": f"bad json: {exc}"}})
+            return
+        if not isinstance(request, dict):
+            self._json(400, {"error": {"message": "the body is not a JSON object"}})
+            return
+        self.server.owner._complete(self, cast(dict[str, Any], request))
+
+    def write_chunk(self, payload: object) -> None:
+        self.wfile.write(b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n")
+        self.wfile.flush()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: FakeLLM
+
+
+class FakeLLM:
+    """The fake model server; :meth:`start` it, :meth:`close` it.
+
+    ``delay_s`` (one main completion), ``title_delay_s`` and ``chunks`` may be
+    changed between tests; a request reads them when it starts.
+    """
+
+    def __init__(self, *, delay_s: float = 0.3, title_delay_s: float = 0.05, chunks: int = 3):
+        self.delay_s = delay_s
+        self.title_delay_s = title_delay_s
+        self.chunks = chunks
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._records: list[Completion] = []
+        # Keyed by (kind, session) and by (kind, None) for every session together.
+        self._in_flight: collections.Counter[tuple[Kind, str | None]] = collections.Counter()
+        self._max_in_flight: collections.Counter[tuple[Kind, str | None]] = collections.Counter()
+        self._generation = 0
+        self._last_start = 0.0
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> FakeLLM:
+        """Bind 127.0.0.1 on a free port and serve from a daemon thread."""
+        if self._server is not None:
+            raise RuntimeError("the fake LLM is already running")
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.owner = self
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        )
+        self._thread.name = "fake-llm"
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and close the socket (requests still streaming end with an error)."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeLLM:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the fake LLM is not running")
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """What opencode's provider ``baseURL`` must be: ``http://127.0.0.1:PORT/v1``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # -- what the tests read ---------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget every record; the maxima restart from what is in flight now.
+
+        A request that started before the reset is not recorded when it ends.
+        """
+        with self._lock:
+            self._generation += 1
+            self._records.clear()
+            self._max_in_flight = collections.Counter(+self._in_flight)
+            self._changed.notify_all()
+
+    def completions(
+        self, kind: Kind | None = "main", session: str | None = None
+    ) -> list[Completion]:
+        """The finished requests of one kind (None: every kind), for one session if given.
+
+        In order of their end.
+        """
+        with self._lock:
+            return [
+                r
+                for r in self._records
+                if (kind is None or r.kind == kind) and (session is None or r.session == session)
+            ]
+
+    def max_concurrent(self, kind: Kind = "main", session: str | None = None) -> int:
+        """The most requests of ``kind`` (for ``session``, if given) in flight at once.
+
+        Counted since the last reset.
+        """
+        with self._lock:
+            return self._max_in_flight[(kind, session)]
+
+    def in_flight(self, kind: Kind | None = "main") -> int:
+        """Requests of ``kind`` (None: every kind) being answered right now."""
+        with self._lock:
+            kinds: tuple[Kind, ...] = ("main", "title") if kind is None else (kind,)
+            return sum(self._in_flight[(k, None)] for k in kinds)
+
+    def wait_for(
+        self, predicate: Callable[[FakeLLM], bool], timeout_s: float, what: str = "condition"
+    ) -> None:
+        """Block until ``predicate(self)`` holds (checked at every change and every 50 ms)."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate(self):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"fake LLM: {what} not reached within {timeout_s:g} s "
+                    f"(main done={len(self.completions('main'))}, "
+                    f"in flight={self.in_flight(None)}, max main={self.max_concurrent('main')})"
+                )
+            with self._changed:
+                self._changed.wait(timeout=min(remaining, 0.05))
+
+    def wait_quiet(self, quiet_s: float, timeout_s: float) -> None:
+        """Block until no request has been in flight, nor started, for ``quiet_s`` seconds."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                busy = self._in_flight[("main", None)] + self._in_flight[("title", None)] > 0
+                last = max((r.end for r in self._records), default=0.0)
+                last = max(last, self._last_start)
+            now = time.monotonic()
+            if not busy and now - last >= quiet_s:
+                return
+            if now >= deadline:
+                raise TimeoutError(
+                    f"fake LLM still busy after {timeout_s:g} s "
+                    f"(in flight={self.in_flight(None)}, done={len(self.completions(None))})"
+                )
+            time.sleep(min(0.05, max(deadline - now, 0.0)))
+
+    # -- serving ---------------------------------------------------------------
+
+    def _complete(self, handler: _Handler, request: dict[str, Any]) -> None:
+        raw_messages = request.get("messages")
+        messages = [
+            cast(dict[str, Any], m)
+            for m in (raw_messages if isinstance(raw_messages, list) else [])
+            if isinstance(m, dict)
+        ]
+        user_texts = tuple(
+            content_text(m.get("content")) for m in messages if m.get("role") == "user"
+        )
+        last_user = user_texts[-1] if user_texts else ""
+        kind = classify(messages)
+        session = handler.headers.get("x-session-affinity") or handler.headers.get("x-session-id")
+        keys: tuple[tuple[Kind, str | None], ...] = (
+            ((kind, None), (kind, session)) if session else ((kind, None),)
+        )
+        reply = TITLE_REPLY if kind == "title" else ack_for(last_user)
+        with self._lock:
+            generation = self._generation
+            delay = self.title_delay_s if kind == "title" else self.delay_s
+            chunks = max(1, self.chunks)
+            for key in keys:
+                self._in_flight[key] += 1
+                self._max_in_flight[key] = max(self._max_in_flight[key], self._in_flight[key])
+            start = time.monotonic()
+            self._last_start = start
+            self._changed.notify_all()
+        error: str | None = None
+        try:
+            if request.get("stream"):
+                self._stream(handler, reply, delay, chunks)
+            else:
+                time.sleep(delay)
+                handler._json(
+                    200,
+                    {
+                        "id": "chatcmpl-" + uuid.uuid4().hex[:20],
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": MODEL_ID,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": reply},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+                    },
+                )
+        except OSError as exc:  # the client went away (opencode aborted the turn)
+            error = repr(exc)
+            handler.close_connection = True
+        finally:
+            record = Completion(
+                kind=kind,
+                session=session,
+                user_agent=handler.headers.get("User-Agent", ""),
+                start=start,
+                end=time.monotonic(),
+                user_texts=user_texts,
+                last_user_text=last_user,
+                last_role=str(messages[-1].get("role")) if messages else "",
+                n_messages=len(messages),
+                system_head=" ".join(system_text(messages).split())[:80],
+                reply=reply,
+                error=error,
+            )
+            with self._lock:
+                for key in keys:
+                    self._in_flight[key] -= 1
+                if generation == self._generation:
+                    self._records.append(record)
+                self._changed.notify_all()
+
+    @staticmethod
+    def _stream(handler: _Handler, reply: str, delay: float, chunks: int) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Cache-Control", "no-cache")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.close_connection = True
+        completion_id = "chatcmpl-" + uuid.uuid4().hex[:20]
+        created = int(time.time())
+
+        def chunk(
+            delta: dict[str, str], finish: str | None = None, usage: dict[str, int] | None = None
+        ) -> None:
+            payload: dict[str, Any] = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": MODEL_ID,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            if usage is not None:
+                payload["usage"] = usage
+            handler.write_chunk(payload)
+
+        words = reply.split(" ")
+        per = -(-len(words) // chunks)
+        pieces = [" ".join(words[i : i + per]) for i in range(0, len(words), per)]
+        step = delay / (len(pieces) + 1)
+        chunk({"role": "assistant", "content": ""})
+        for index, piece in enumerate(pieces):
+            time.sleep(step)
+            chunk({"content": piece if index == 0 else " " + piece})
+        time.sleep(step)
+        usage = {
+            "prompt_tokens": 10,
+            "completion_tokens": len(words),
+            "total_tokens": 10 + len(words),
+        }
+        chunk({}, finish="stop", usage=usage)
+        handler.wfile.write(b"data: [DONE]\n\n")
+        handler.wfile.flush()

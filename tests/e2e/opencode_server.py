@@ -1,0 +1,576 @@
+"""The real ``opencode serve`` on 127.0.0.1, fully offline, for end-to-end tests.
+
+:class:`OpencodeServer` runs one pinned opencode binary (see
+:mod:`tests.e2e.opencode_dist`) with everything isolated in a state folder::
+
+    <state>/iso/{home,config,data,cache,state}   HOME and XDG_* (opencode's database too)
+    <state>/iso/config/opencode/opencode.json    the ``fake`` provider -> our fake LLM
+    <state>/projects/{dirA,dirB,...}             project directories for sessions
+    <state>/opencode.log                         opencode's own log (every start appended)
+
+Offline: the model is the fake LLM on 127.0.0.1; the ``OPENCODE_DISABLE_*``
+switches turn off auto-update, model list fetching, sharing, LSP downloads
+and default plugins; and opencode's embedded npm (it installs
+``@opencode-ai/plugin`` into its config folder at start) is pointed at a
+loopback port that refuses connections, so that install fails at once with a
+logged warning.  The child gets a minimal environment: no inherited
+``OPENCODE_*`` (a password, a session id), no API keys, no proxies.
+
+opencode walks UP from a project directory looking for ``opencode.json``
+(and ``.opencode/``); the constructor refuses a state folder with such a file
+above it, since it would silently change the configuration under test.
+
+The test process talks to opencode with blocking ``http.client`` calls (no
+reactor).  :meth:`stop` and :meth:`start` restart opencode on the same port
+and state folder, so sessions survive (for outage tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+DEFAULT_PROJECTS = ("dirA", "dirB", "dirC", "dirD")
+DEFAULT_START_TIMEOUT_S = 60.0
+DEFAULT_STOP_TIMEOUT_S = 10.0
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+READY_PATH = "/session/status"
+_STRAY_CONFIG_NAMES = ("opencode.json", "opencode.jsonc", ".opencode")
+_INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SHELL", "USER", "LOGNAME")
+OFFLINE_ENV = {
+    "OPENCODE_DISABLE_AUTOUPDATE": "1",
+    "OPENCODE_DISABLE_MODELS_FETCH": "1",
+    "OPENCODE_DISABLE_SHARE": "1",
+    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+    "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+    "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+    "OPENCODE_DISABLE_EXTERNAL_SKILLS": "1",
+    "NO_PROXY": "127.0.0.1,localhost",
+    "no_proxy": "127.0.0.1,localhost",
+}
+
+
+class OpencodeError(RuntimeError):
+    """opencode did not start, answered unexpectedly, or did not become idle."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def opencode_config(llm_base_url: str) -> dict[str, Any]:
+    """The global opencode.json: only the ``fake`` provider, pointing at the fake LLM."""
+    return {
+        "$schema": "https://opencode.ai/config.json",
+        "autoupdate": False,
+        "share": "disabled",
+        "enabled_providers": ["fake"],
+        "provider": {
+            "fake": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "Fake LLM (loopback)",
+                "options": {"baseURL": llm_base_url, "apiKey": "fake-key"},
+                "models": {
+                    "fake-model": {
+                        "name": "Fake Model",
+                        "limit": {"context": 128000, "output": 4096},
+                    }
+                },
+            }
+        },
+        "model": "fake/fake-model",
+        "small_model": "fake/fake-model",
+    }
+
+
+def stray_configs(folder: Path) -> list[Path]:
+    """opencode config files or folders in ``folder``'s ancestors (opencode would read them)."""
+    return [
+        parent / name
+        for parent in folder.resolve().parents
+        for name in _STRAY_CONFIG_NAMES
+        if (parent / name).exists()
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """One HTTP answer from opencode."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+@dataclass(slots=True)
+class Event:
+    """One SSE ``data:`` object, with the test clock's time it arrived."""
+
+    at: float
+    data: dict[str, Any]
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The event itself (``/global/event`` wraps it in ``{"directory", "payload"}``)."""
+        inner = self.data.get("payload")
+        return cast(dict[str, Any], inner) if isinstance(inner, dict) else self.data
+
+    @property
+    def type(self) -> str:
+        return str(self.payload.get("type"))
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        props = self.payload.get("properties")
+        return cast(dict[str, Any], props) if isinstance(props, dict) else {}
+
+
+class EventRecorder:
+    """Reads an SSE stream (``/global/event`` or ``/event``) in a thread.
+
+    Use :meth:`OpencodeServer.record_events`, which starts and closes it.
+    """
+
+    def __init__(self, port: int, path: str, directory: str | None) -> None:
+        self.port = port
+        self.path = path
+        self.directory = directory
+        self.error: str | None = None
+        self._events: list[Event] = []
+        self._conn: http.client.HTTPConnection | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._connected = threading.Event()
+        self._closing = False
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        self._thread = threading.Thread(target=self._run, name="opencode-events", daemon=True)
+        self._thread.start()
+        if not self._connected.wait(timeout_s):
+            raise OpencodeError(f"GET {self.path} did not answer within {timeout_s:g} s")
+        if self.error is not None:
+            raise OpencodeError(f"GET {self.path}: {self.error}")
+
+    def _run(self) -> None:
+        # A read timeout well above opencode's heartbeat (10-15 s) ends a stuck stream.
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        self._conn = conn
+        try:
+            headers = {"accept": "text/event-stream"}
+            if self.directory is not None:
+                headers["x-opencode-directory"] = self.directory
+            conn.request("GET", self.path, headers=headers)
+            response = conn.getresponse()
+            if response.status != 200:
+                self.error = f"HTTP {response.status}"
+                return
+            self._connected.set()
+            for _ in range(1_000_000):
+                line = response.readline()
+                if not line:
+                    break
+                if line.startswith(b"data:"):
+                    try:
+                        data = json.loads(line[5:].strip())
+                    except ValueError:
+                        continue
+                    if isinstance(data, dict):
+                        with self._lock:
+                            self._events.append(Event(time.monotonic(), data))
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if not self._closing:
+                self.error = repr(exc)
+        finally:
+            self._connected.set()
+            conn.close()
+
+    def snapshot(self) -> list[Event]:
+        """Every event received so far, in order."""
+        with self._lock:
+            return list(self._events)
+
+    def of_type(self, event_type: str, session_id: str | None = None) -> list[Event]:
+        """The events of one type (for one session, when given) received so far."""
+        return [
+            e
+            for e in self.snapshot()
+            if e.type == event_type
+            and (session_id is None or e.properties.get("sessionID") == session_id)
+        ]
+
+    def wait_for(self, event_type: str, session_id: str | None, timeout_s: float) -> list[Event]:
+        """Wait until at least one such event arrived; returns them (OpencodeError on timeout)."""
+        deadline = time.monotonic() + timeout_s
+        while not (found := self.of_type(event_type, session_id)):
+            if time.monotonic() >= deadline:
+                raise OpencodeError(
+                    f"no {event_type} event for {session_id} on {self.path} within "
+                    f"{timeout_s:g} s (error: {self.error}, {len(self.snapshot())} events)"
+                )
+            time.sleep(0.05)
+        return found
+
+    def close(self) -> None:
+        self._closing = True
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+class OpencodeServer:
+    """One ``opencode serve`` process for a pinned version; see the module docstring."""
+
+    def __init__(
+        self,
+        binary: Path,
+        *,
+        version: str,
+        state_dir: Path,
+        llm_base_url: str,
+        projects: Sequence[str] = DEFAULT_PROJECTS,
+        port: int | None = None,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        log_level: str = "INFO",
+    ) -> None:
+        if not llm_base_url.startswith("http://127.0.0.1:"):
+            raise ValueError(f"the fake LLM must be on 127.0.0.1, not {llm_base_url}")
+        self.binary = binary
+        self.version = version
+        self.state_dir = state_dir.resolve()
+        self.start_timeout_s = start_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.log_level = log_level
+        self.port = port if port is not None else free_port()
+        self.iso = self.state_dir / "iso"
+        self.project_root = self.state_dir / "projects"
+        self.log_path = self.state_dir / "opencode.log"
+        stray = stray_configs(self.project_root)
+        if stray:
+            raise OpencodeError(
+                f"opencode would read {[str(p) for p in stray]} above {self.project_root}: "
+                "use a state folder with no opencode config in any parent folder"
+            )
+        self.dirs: dict[str, str] = {}
+        for name in projects:
+            folder = self.project_root / name
+            folder.mkdir(parents=True, exist_ok=True)
+            self.dirs[name] = str(folder)
+        for sub in ("home", "config/opencode", "data", "cache", "state", "npm-cache"):
+            (self.iso / sub).mkdir(parents=True, exist_ok=True)
+        (self.iso / "config" / "opencode" / "opencode.json").write_text(
+            json.dumps(opencode_config(llm_base_url), indent=2) + "\n", encoding="utf-8"
+        )
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._refused: socket.socket | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise RuntimeError("opencode was never started")
+        return self._proc.pid
+
+    def _env(self, refused_port: int) -> dict[str, str]:
+        env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env.update(OFFLINE_ENV)
+        env.update(
+            {
+                "HOME": str(self.iso / "home"),
+                "XDG_CONFIG_HOME": str(self.iso / "config"),
+                "XDG_DATA_HOME": str(self.iso / "data"),
+                "XDG_CACHE_HOME": str(self.iso / "cache"),
+                "XDG_STATE_HOME": str(self.iso / "state"),
+                # opencode's embedded npm: a loopback port that refuses connections.
+                "npm_config_registry": f"http://127.0.0.1:{refused_port}/",
+                "npm_config_fetch_retries": "0",
+                "npm_config_fetch_timeout": "2000",
+                "npm_config_cache": str(self.iso / "npm-cache"),
+                "npm_config_update_notifier": "false",
+            }
+        )
+        return env
+
+    def start(self) -> OpencodeServer:
+        """Start opencode (again) and wait until it answers; OpencodeError with its log if not."""
+        if self.running:
+            raise RuntimeError("opencode is already running")
+        if self._refused is None:
+            # Bound but never listening: connecting to it is refused, and no one else can take it.
+            self._refused = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._refused.bind(("127.0.0.1", 0))
+        refused_port = int(self._refused.getsockname()[1])
+        command = [
+            str(self.binary),
+            "serve",
+            "--port",
+            str(self.port),
+            "--hostname",
+            "127.0.0.1",
+            "--print-logs",
+            "--log-level",
+            self.log_level,
+        ]
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== pigeond e2e: starting {command} ===\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(
+                command,
+                cwd=self.project_root,
+                env=self._env(refused_port),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stop() ends its children too
+            )
+        try:
+            self._wait_ready()
+            self.warm_up()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        proc = self._proc
+        assert proc is not None
+        started = time.monotonic()
+        deadline = started + self.start_timeout_s
+        last_error = "no answer yet"
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise OpencodeError(
+                    f"opencode {self.version} exited with code {proc.returncode} at start\n"
+                    + self.log_tail()
+                )
+            try:
+                response = self.request("GET", READY_PATH, timeout_s=2.0)
+                if response.status == 200:
+                    return
+                last_error = f"HTTP {response.status}"
+            except (OSError, http.client.HTTPException) as exc:
+                last_error = repr(exc)
+            time.sleep(0.1)
+        raise OpencodeError(
+            f"opencode {self.version} did not answer GET {READY_PATH} on {self.url} within "
+            f"{self.start_timeout_s:g} s (last: {last_error})\n" + self.log_tail()
+        )
+
+    def warm_up(self) -> None:
+        """Open opencode's instance for every project directory (the first request is slow)."""
+        for directory in self.dirs.values():
+            self._expect(self.request("GET", READY_PATH, directory=directory), "warm up", 200)
+
+    def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM to opencode's process group, SIGKILL if it lingers; returns the exit code."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            self._signal_group(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self._signal_group(proc, signal.SIGKILL)
+                proc.wait(timeout=timeout_s)
+        # Children left behind in its group (plugin installs, LSPs) go too.
+        self._signal_group(proc, signal.SIGKILL)
+        return proc.returncode
+
+    @staticmethod
+    def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+
+    def close(self) -> None:
+        """Stop opencode for good and release the refused port."""
+        self.stop()
+        if self._refused is not None:
+            self._refused.close()
+            self._refused = None
+
+    def __enter__(self) -> OpencodeServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def log_tail(self, limit: int = 6000) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return f"(no log at {self.log_path})"
+        return f"--- {self.log_path} (tail) ---\n{text[-limit:]}"
+
+    # -- HTTP ------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        directory: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Response:
+        """One request to opencode; ``directory`` goes in ``x-opencode-directory``."""
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", self.port, timeout=timeout_s or self.request_timeout_s
+        )
+        try:
+            headers: dict[str, str] = {}
+            data = None
+            if body is not None:
+                data = json.dumps(body).encode("utf-8")
+                headers["content-type"] = "application/json"
+            if directory is not None:
+                headers["x-opencode-directory"] = directory
+            conn.request(method, path, body=data, headers=headers)
+            response = conn.getresponse()
+            return Response(
+                response.status,
+                {k.lower(): v for k, v in response.getheaders()},
+                response.read(),
+            )
+        finally:
+            conn.close()
+
+    def _expect(self, response: Response, what: str, *statuses: int) -> Response:
+        if response.status not in statuses:
+            raise OpencodeError(
+                f"{what}: HTTP {response.status} {response.body[:500]!r} (opencode {self.version})"
+            )
+        return response
+
+    def create_session(self, directory: str, title: str) -> str:
+        """POST /session in ``directory``; returns the new session id.
+
+        A title is required: without one opencode makes an extra (title) LLM call.
+        """
+        response = self.request("POST", "/session", {"title": title}, directory=directory)
+        session = self._expect(response, "create session", 200).json()
+        return str(session["id"])
+
+    def get_session(self, session_id: str) -> dict[str, Any]:
+        response = self.request("GET", f"/session/{session_id}")
+        return cast(dict[str, Any], self._expect(response, "get session", 200).json())
+
+    def messages(self, session_id: str, directory: str | None = None) -> list[dict[str, Any]]:
+        """GET /session/<id>/message: ``[{"info": ..., "parts": [...]}, ...]``, oldest first."""
+        response = self.request("GET", f"/session/{session_id}/message", directory=directory)
+        return cast(list[dict[str, Any]], self._expect(response, "messages", 200).json())
+
+    def user_texts(self, session_id: str) -> list[str]:
+        """The text parts of the session's user messages, skipping synthetic parts."""
+        return [
+            str(part.get("text", ""))
+            for message in self.messages(session_id)
+            if message["info"].get("role") == "user"
+            for part in message["parts"]
+            if part.get("type") == "text" and not part.get("synthetic")
+        ]
+
+    def assistant_texts(self, session_id: str) -> list[str]:
+        """The text of each assistant message (its text parts joined)."""
+        return [
+            "".join(str(p.get("text", "")) for p in message["parts"] if p.get("type") == "text")
+            for message in self.messages(session_id)
+            if message["info"].get("role") == "assistant"
+        ]
+
+    def prompt_async(self, session_id: str, directory: str | None, text: str) -> int:
+        """POST /session/<id>/prompt_async straight to opencode; returns the HTTP status."""
+        body = {"parts": [{"type": "text", "text": text}]}
+        response = self.request(
+            "POST", f"/session/{session_id}/prompt_async", body, directory=directory
+        )
+        return response.status
+
+    def abort(self, session_id: str, directory: str | None) -> int:
+        """POST /session/<id>/abort (in the instance of ``directory``); returns the status."""
+        response = self.request("POST", f"/session/{session_id}/abort", {}, directory=directory)
+        return response.status
+
+    def status(self, directory: str | None) -> dict[str, Any]:
+        """GET /session/status: ``{session_id: {"type": "busy" | "retry", ...}}``, idle absent."""
+        response = self.request("GET", "/session/status", directory=directory)
+        return cast(dict[str, Any], self._expect(response, "session status", 200).json())
+
+    def wait_idle(
+        self,
+        session_id: str,
+        directory: str | Iterable[str],
+        timeout_s: float,
+        *,
+        settle_s: float = 0.3,
+        poll_s: float = 0.05,
+    ) -> float:
+        """Wait until the session is absent from GET /session/status for every directory.
+
+        The status is per directory instance, so pass every directory header a
+        session was prompted with.  Idle must hold for ``settle_s`` in a row (a
+        prompt_async's turn starts just after its 204).  Returns the seconds
+        waited; OpencodeError after ``timeout_s``.
+        """
+        dirs = [directory] if isinstance(directory, str) else list(directory)
+        started = time.monotonic()
+        deadline = started + timeout_s
+        idle_since: float | None = None
+        busy: dict[str, Any] = {}
+        while True:
+            now = time.monotonic()
+            busy = {d: s[session_id] for d in dirs if session_id in (s := self.status(d))}
+            if busy:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = now
+            elif now - idle_since >= settle_s:
+                return now - started
+            if now >= deadline:
+                raise OpencodeError(
+                    f"session {session_id} still busy after {timeout_s:g} s: {busy} "
+                    f"(opencode {self.version})"
+                )
+            time.sleep(poll_s)
+
+    @contextlib.contextmanager
+    def record_events(
+        self, path: str = "/global/event", directory: str | None = None
+    ) -> Iterator[EventRecorder]:
+        """Record the SSE events of ``path`` while the block runs."""
+        recorder = EventRecorder(self.port, path, directory)
+        recorder.start()
+        try:
+            yield recorder
+        finally:
+            recorder.close()
