@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--msg-id", metavar="ID", help="idempotency key (default: daemon makes one)"
     )
+    parser.add_argument(
+        "--ttl", type=int, metavar="S",
+        help="seconds the message may wait before it expires (default: the daemon's, 24 h)",
+    )  # fmt: skip
     parser.add_argument("--url", help=f"daemon URL (default $PIGEOND_URL or {DEFAULT_URL})")
     parser.add_argument(
         "--timeout",
@@ -150,6 +154,7 @@ def build_request(
         ("priority", args.priority),
         ("reply_to", args.reply_to),
         ("msg_id", args.msg_id),
+        ("ttl_s", args.ttl),
     ):
         if value is not None:
             body[key] = value
@@ -172,6 +177,8 @@ def main(
         body = build_request(args, env, stdin or sys.stdin)
         if args.timeout <= 0:
             raise UsageError("--timeout must be positive")
+        if args.ttl is not None and args.ttl <= 0:
+            raise UsageError("--ttl must be a positive number of seconds")
         answer = call_daemon(url, "POST", "/swarm/send", body, args.timeout)
     except UsageError as e:
         print(f"pigeon-send: {e}", file=sys.stderr)

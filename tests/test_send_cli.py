@@ -178,7 +178,7 @@ def test_posts_json_to_swarm_send(fake: FakeDaemon, capsys: pytest.CaptureFixtur
 def test_body_carries_every_option_as_given(
     fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--kind/--priority/--reply-to/--msg-id are sent verbatim beside from/to/payload."""
+    """--kind/--priority/--reply-to/--msg-id/--ttl are sent beside from/to/payload."""
     argv = [
         "--url",
         fake.url,
@@ -192,6 +192,8 @@ def test_body_carries_every_option_as_given(
         "msg_earlier",
         "--msg-id",
         "msg_mine_1",
+        "--ttl",
+        "120",
         TARGET,
         "do the thing ✓",
     ]
@@ -205,7 +207,18 @@ def test_body_carries_every_option_as_given(
         "priority": "urgent",
         "reply_to": "msg_earlier",
         "msg_id": "msg_mine_1",
+        "ttl_s": 120,
     }
+
+
+@pytest.mark.parametrize("ttl", ["0", "-5", "soon"])
+def test_bad_ttl_is_usage_error(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str], ttl: str
+) -> None:
+    """--ttl must be a positive whole number of seconds; nothing is sent otherwise."""
+    code, _, err = send(capsys, ["--url", fake.url, "--from", SESSION, "--ttl", ttl, TARGET, "x"])
+    assert code == 2 and "Traceback" not in err
+    assert fake.requests == []
 
 
 def test_url_path_prefix_is_kept(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
