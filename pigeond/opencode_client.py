@@ -192,21 +192,30 @@ class OpencodeClient:
             )
             raise OpencodeError(f"{what}: {_describe(e)}", kind=kind) from e
 
-    async def session_directory(self, session_id: str) -> str:
-        """The directory opencode stored for the session (``GET /session/<id>``)."""
-        what = f"GET /session/{session_id}"
+    async def _get_json(
+        self, path: str, directory: str | None = None, *, names_session: bool = True
+    ) -> Any:
+        """GET a JSON answer; a 404 on a path that names a session is SessionNotFound."""
+        what = "GET " + path.split("?")[0]
         headers = {"accept": "application/json"}
-        status, body = await self._call(what, "GET", f"/session/{session_id}", headers)
-        if status == 404:
+        if directory is not None:
+            headers["x-opencode-directory"] = directory
+        status, body = await self._call(what, "GET", path, headers)
+        if status == 404 and names_session:
             raise SessionNotFound(f"{what}: session not found")
         if not 200 <= status < 300:
             raise _status_error(what, status, body)
         try:
-            directory = json.loads(body)["directory"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise OpencodeError(f"{what}: answer has no 'directory': {_short(body)}") from e
+            return json.loads(body)
+        except ValueError as e:
+            raise OpencodeError(f"{what}: not JSON: {_short(body)}") from e
+
+    async def session_directory(self, session_id: str) -> str:
+        """The directory opencode stored for the session (``GET /session/<id>``)."""
+        answer = await self._get_json(f"/session/{session_id}")
+        directory = answer.get("directory") if isinstance(answer, dict) else None
         if not isinstance(directory, str) or not directory or not directory.isprintable():
-            raise OpencodeError(f"{what}: unusable directory {directory!r}")
+            raise OpencodeError(f"GET /session/{session_id}: unusable directory {directory!r}")
         return directory
 
     async def prompt_async(self, session_id: str, directory: str, texts: Sequence[str]) -> None:
@@ -223,19 +232,13 @@ class OpencodeClient:
 
     async def busy_sessions(self, directory: str) -> dict[str, str]:
         """``GET /session/status`` for one directory: busy (or retrying) sessions only."""
-        what = "GET /session/status"
-        headers = {"x-opencode-directory": directory, "accept": "application/json"}
-        status, body = await self._call(what, "GET", "/session/status", headers)
-        if not 200 <= status < 300:
-            raise _status_error(what, status, body)
-        try:
-            parsed = json.loads(body)
-        except ValueError as e:
-            raise OpencodeError(f"{what}: not JSON: {_short(body)}") from e
-        if not isinstance(parsed, dict):
-            raise OpencodeError(f"{what}: not an object: {_short(body)}")
+        answer = await self._get_json("/session/status", directory, names_session=False)
+        if not isinstance(answer, dict):
+            raise OpencodeError(
+                f"GET /session/status: not an object: {_short(str(answer).encode())}"
+            )
         return {
-            str(k): str(v.get("type")) if isinstance(v, dict) else "busy" for k, v in parsed.items()
+            str(k): str(v.get("type")) if isinstance(v, dict) else "busy" for k, v in answer.items()
         }
 
     async def user_texts(
@@ -245,18 +248,8 @@ class OpencodeClient:
 
         With ``limit`` only the newest ``limit`` messages are read.
         """
-        what = f"GET /session/{session_id}/message"
         path = f"/session/{session_id}/message" + (f"?limit={limit}" if limit else "")
-        headers = {"x-opencode-directory": directory, "accept": "application/json"}
-        status, body = await self._call(what, "GET", path, headers)
-        if status == 404:
-            raise SessionNotFound(f"{what}: session not found")
-        if not 200 <= status < 300:
-            raise _status_error(what, status, body)
-        try:
-            messages = json.loads(body)
-        except ValueError as e:
-            raise OpencodeError(f"{what}: not JSON: {_short(body)}") from e
+        messages = await self._get_json(path, directory)
         texts: list[str] = []
         for message in messages if isinstance(messages, list) else []:
             info = message.get("info") if isinstance(message, dict) else None
