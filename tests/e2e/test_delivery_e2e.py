@@ -256,3 +256,25 @@ def test_outage_loses_nothing_and_spends_no_attempts(
     wait_until(lambda: all(rows(db)[m][2] is not None for m in sent), 20, "verification")
     final = rows(db)
     assert all(final[m][:2] == ("handed_off", 0) for m in sent), final
+
+
+def test_deleted_directory_holds_until_it_is_back(
+    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, pigeond: DaemonFactory, tmp_path: Path
+) -> None:
+    """A session whose directory is gone gets nothing (opencode would 204 and run no
+    turn); the message waits without spending attempts and goes out once it is back."""
+    server = opencode_1_18
+    directory = tmp_path / "project that goes away"
+    directory.mkdir()
+    session = server.create_session(str(directory), "deleted directory")
+    db = tmp_path / "p.db"
+    daemon = start_pigeond(pigeond, db, server.url)
+    directory.rmdir()
+    msg_id = post(daemon, {"from": "ses_a", "to": session, "payload": "are you there?"})
+    wait_until(lambda: rows(db)[msg_id][3] is not None, 10, "the hold")
+    state, attempts, _, error = rows(db)[msg_id]
+    assert (state, attempts) == ("queued", 0) and "does not exist" in str(error)
+    assert batches_in_transcript(server, session) == []
+    directory.mkdir()
+    wait_delivered(server, session, [msg_id], str(directory))
+    assert rows(db)[msg_id][:2] == ("handed_off", 0)
