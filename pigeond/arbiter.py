@@ -86,6 +86,7 @@ class Arbiter:
         self._loop = LoopingCall(self.tick)
         self._loop.clock = clock
         self._stopping = False
+        self.last_tick_at: float | None = None
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -115,6 +116,26 @@ class Arbiter:
     def in_flight_targets(self) -> list[str]:
         return sorted(self._in_flight)
 
+    @property
+    def policy(self) -> DeliveryPolicy:
+        return self._policy
+
+    def set_policy(self, policy: DeliveryPolicy) -> None:
+        """New settings (a config reload); a new tick interval restarts the loop."""
+        old_tick = self._policy.tick_s
+        self._policy = policy
+        if policy.tick_s != old_tick and self._loop.running:
+            self._loop.stop()
+            self._loop = LoopingCall(self.tick)
+            self._loop.clock = self._clock
+            self._loop.start(policy.tick_s, now=False)
+
+    def ticking(self, within_s: float) -> bool:
+        """Whether the tick loop runs and has ticked within the last ``within_s`` seconds."""
+        if not self._loop.running or self.last_tick_at is None:
+            return False
+        return self._clock.seconds() - self.last_tick_at <= within_s
+
     def _now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)
 
@@ -124,6 +145,7 @@ class Arbiter:
         """Expire, verify, and start a drain for every target with a due message.
 
         Never raises: an exception would stop the LoopingCall for good."""
+        self.last_tick_at = self._clock.seconds()
         for step in (self._sweep, self._verify, self._dispatch_ready):
             try:
                 step()

@@ -173,6 +173,24 @@ OPTIONS: tuple[Option, ...] = (
         "time to live of a message without ttl_s, in seconds",
         _between("default_ttl_s", 1, 30 * 86_400),
     ),
+    Option(
+        "stop_timeout_s",
+        float,
+        "longest wait for hand-offs in flight when stopping",
+        _between("stop_timeout_s", 0, 600),
+    ),
+    Option(
+        "log_level",
+        str,
+        "debug, info, warn or error",
+        _one_of("log_level", ("debug", "info", "warn", "error")),
+    ),
+    Option(
+        "log_format",
+        str,
+        "text (one line per event) or json",
+        _one_of("log_format", ("text", "json")),
+    ),
 )
 OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 
@@ -197,6 +215,9 @@ class Config:
     max_requeues: int = 3
     outage_retry_s: float = 30.0
     default_ttl_s: int = 24 * 3600
+    stop_timeout_s: float = 10.0
+    log_level: str = "info"
+    log_format: str = "text"
     opencode_auth: BasicAuth | None = None
     config_file: str | None = None
 

@@ -6,7 +6,7 @@ tests pass their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from treq.client import HTTPClient
@@ -26,7 +26,7 @@ from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.turns import TurnTracker
 from pigeond.verifier import Verifier
-from pigeond.web import JsonApi, make_site
+from pigeond.web import JsonApi, bounded_request_factory, make_site
 
 log = Logger()
 
@@ -42,6 +42,16 @@ class QuietConnectionPool(HTTPConnectionPool):
 
 
 @dataclass
+class DeliveryParts:
+    """The layers a config reload reaches into."""
+
+    client: OpencodeClient
+    registry: SessionDirectoryRegistry
+    verifier: Verifier
+    turns: TurnTracker | None
+
+
+@dataclass
 class Daemon:
     config: Config
     repo: SwarmRepository
@@ -50,6 +60,8 @@ class Daemon:
     events: EventStream | None
     pool: HTTPConnectionPool | None
     reactor: Any
+    routes: SwarmRoutes
+    delivery: DeliveryParts | None = None
     ports: list[IListeningPort] = field(default_factory=list)
 
     async def listen(self) -> IListeningPort:
@@ -74,7 +86,7 @@ class Daemon:
         )
 
     async def stop(self) -> None:
-        """Stop accepting, let hand-offs in flight end, then close the database."""
+        """Stop accepting, let hand-offs in flight end (bounded), then close the database."""
         for port in self.ports:
             stopped = port.stopListening()
             if stopped is not None:
@@ -82,12 +94,76 @@ class Daemon:
         self.ports.clear()
         if self.events is not None:
             self.events.stop()
-        if self.arbiter is not None:
-            await self.arbiter.stop()
+        if self.arbiter is not None and not await self._finished_in_time(self.arbiter.stop()):
+            log.warn(
+                "hand-offs still in flight after {s} s: {targets}; they stay queued",
+                s=self.config.stop_timeout_s, targets=self.arbiter.in_flight_targets(),
+            )  # fmt: skip
         if self.pool is not None:
             await self.pool.closeCachedConnections()
         self.repo.close()
         log.info("stopped")
+
+    async def _finished_in_time(self, work: Deferred[None]) -> bool:
+        """Wait for ``work`` at most stop_timeout_s, without cancelling it: the process
+        is about to exit, and a cancelled hand-off must not be retried meanwhile."""
+        waiter: Deferred[bool] = Deferred()
+
+        def settle(finished: bool) -> None:
+            if not waiter.called:
+                waiter.callback(finished)
+
+        timer = self.reactor.callLater(self.config.stop_timeout_s, settle, False)
+        work.addBoth(lambda _: settle(True))
+        finished = await waiter
+        if timer.active():
+            timer.cancel()
+        return finished
+
+    def status_line(self) -> str:
+        """``systemctl status``'s line: ``queued 3, failed 1, in flight 2, opencode ok``."""
+        counts = self.repo.count_by_state()
+        parts = [f"queued {counts.get('queued', 0)}", f"failed {counts.get('failed', 0)}"]
+        if self.arbiter is None or self.delivery is None:
+            return ", ".join([*parts, "delivery off"])
+        reachable = self.delivery.client.reachable
+        opencode = {True: "ok", False: "unreachable", None: "not contacted yet"}[reachable]
+        parts += [f"in flight {len(self.arbiter.in_flight_targets())}", f"opencode {opencode}"]
+        return ", ".join(parts)
+
+    def alive(self, within_s: float) -> bool:
+        """For the watchdog: the arbiter ticks (or, with delivery off, timers run at all)."""
+        return self.arbiter is None or self.arbiter.ticking(within_s)
+
+    def reload(self, new: Config) -> list[str]:
+        """Apply what can change while running; return the options that need a restart."""
+        fixed = ["listen", "db", "opencode_url", "delivery", "log_format"]
+        needs_restart = [o for o in fixed if getattr(new, o) != getattr(self.config, o)]
+        if new.opencode_auth != self.config.opencode_auth:
+            needs_restart.append("opencode auth")
+        self.site.requestFactory = bounded_request_factory(new.max_body_bytes)
+        self.routes.default_ttl_s = new.default_ttl_s
+        self.repo.notice_ttl_ms = new.default_ttl_s * 1000
+        if self.arbiter is not None and self.delivery is not None:
+            self.arbiter.set_policy(delivery_policy(new))
+            self.delivery.client.timeout_s = new.handoff_timeout_s
+            self.delivery.registry.ttl_s = new.registry_ttl_s
+            self.delivery.verifier.configure(new.verify_interval_s, new.max_requeues)
+            if self.delivery.turns is not None:
+                self.delivery.turns.configure(
+                    new.busy_window_s, new.turn_timeout_s, new.status_poll_s
+                )
+        kept = {o: getattr(self.config, o) for o in fixed}
+        self.config = replace(new, **kept, opencode_auth=self.config.opencode_auth)
+        return needs_restart
+
+
+def delivery_policy(config: Config) -> DeliveryPolicy:
+    return DeliveryPolicy(
+        tick_s=config.tick_ms / 1000, max_attempts=config.max_attempts,
+        batch_max=config.batch_max, outage_retry_s=config.outage_retry_s,
+        verify_grace_s=config.verify_grace_s,
+    )  # fmt: skip
 
 
 def describe_address(port: IListeningPort) -> str:
@@ -104,6 +180,7 @@ def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -
     arbiter: Arbiter | None = None
     events: EventStream | None = None
     pool: HTTPConnectionPool | None = None
+    delivery: DeliveryParts | None = None
     if config.arbiter_enabled:
         if http is None:
             pool = QuietConnectionPool(reactor, persistent=True)  # type: ignore[no-untyped-call]
@@ -127,15 +204,12 @@ def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -
             repo, registry, client, reactor, interval_s=config.verify_interval_s,
             max_requeues=config.max_requeues, on_requeued=lambda t: holder[0].kick(t),
         )  # fmt: skip
-        policy = DeliveryPolicy(
-            tick_s=config.tick_ms / 1000, max_attempts=config.max_attempts,
-            batch_max=config.batch_max, outage_retry_s=config.outage_retry_s,
-            verify_grace_s=config.verify_grace_s,
-        )  # fmt: skip
         arbiter = Arbiter(
-            repo, registry, client, reactor, policy=policy, turns=turns, verifier=verifier
-        )
+            repo, registry, client, reactor, policy=delivery_policy(config), turns=turns,
+            verifier=verifier,
+        )  # fmt: skip
         holder.append(arbiter)
+        delivery = DeliveryParts(client, registry, verifier, turns)
     routes = SwarmRoutes(
         repo,
         reactor,
@@ -146,7 +220,7 @@ def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -
     site = make_site(routes.install(JsonApi()), config.max_body_bytes)
     return Daemon(
         config=config, repo=repo, site=site, arbiter=arbiter, events=events, pool=pool,
-        reactor=reactor,
+        reactor=reactor, routes=routes, delivery=delivery,
     )  # fmt: skip
 
 

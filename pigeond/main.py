@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.logger import (
-    FilteringLogObserver,
-    LogLevel,
-    LogLevelFilterPredicate,
-    globalLogBeginner,
-    textFileLogObserver,
-)
+from twisted.logger import Logger
 
 from pigeond import __version__
 from pigeond.config import OPTIONS, Config, ConfigError, load_config
@@ -23,6 +19,9 @@ from pigeond.storage import StorageError
 EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
+STATUS_EVERY_S = 5.0
+
+log = Logger()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,35 +64,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from twisted.internet import reactor
 
-    try:
-        config = load_config(
-            {o.name: getattr(args, o.name) for o in OPTIONS}, os.environ, args.config
-        )
+    def load() -> Config:
+        flags = {o.name: getattr(args, o.name) for o in OPTIONS}
+        config = load_config(flags, os.environ, args.config)
         _check_endpoint(reactor, config)
+        return config
+
+    try:
+        config = load()
     except ConfigError as e:
         return _fail(str(e), EXIT_USAGE)
     if args.check_config:
         print(config.render())
         return EXIT_OK
-    return run(config, reactor)
+    return run(config, reactor, load)
 
 
-def _start_logging() -> None:
-    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
-    observer = FilteringLogObserver(textFileLogObserver(sys.stdout), [predicate])
-    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
-
-
-def run(config: Config, reactor: object) -> int:
+def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> int:
+    """Serve until SIGTERM/SIGINT; SIGHUP re-reads the configuration."""
     from pigeond.daemon import build_daemon, stop_later
+    from pigeond.logs import start_logging
+    from pigeond.service import (
+        AlreadyRunning,
+        InstanceLock,
+        StatusReporter,
+        Watchdog,
+        notifier_from,
+        watchdog_period_s,
+    )
 
+    lock = InstanceLock(config.db)
     try:
+        lock.acquire()
         daemon = build_daemon(config, reactor)
+    except AlreadyRunning as e:
+        return _fail(str(e), EXIT_RUNTIME)
     except StorageError as e:
+        lock.release()
         return _fail(str(e), EXIT_RUNTIME)
     except OSError as e:
+        lock.release()
         return _fail(f"cannot open the database {config.db}: {e.strerror or e}", EXIT_RUNTIME)
-    _start_logging()
+    logs = start_logging(config.log_level, config.log_format)
+    notifier = notifier_from(os.environ)
+    status = StatusReporter(notifier, reactor, daemon.status_line, STATUS_EVERY_S)
+    period = watchdog_period_s(os.environ, os.getpid())
+    watchdog = None
+    if period is not None:
+        tick_s = config.tick_ms / 1000
+        watchdog = Watchdog(notifier, reactor, period, lambda: daemon.alive(period / 2 + tick_s))
     exit_code = [EXIT_OK]
 
     async def start() -> None:
@@ -102,15 +121,40 @@ def run(config: Config, reactor: object) -> int:
         except Exception as e:
             print(f"pigeond: cannot listen on {config.listen}: {e}", file=sys.stderr)
             exit_code[0] = EXIT_RUNTIME
-            reactor.stop()  # type: ignore[attr-defined]
+            reactor.stop()
             return
         daemon.start_delivery()
+        notifier.notify("READY=1")
+        status.start()
+        if watchdog is not None:
+            watchdog.start()
+        signal.signal(signal.SIGHUP, lambda signum, frame: reactor.callFromThread(reload))
 
-    reactor.addSystemEventTrigger(  # type: ignore[attr-defined]
-        "before", "shutdown", lambda: stop_later(daemon)
-    )
-    reactor.callWhenRunning(lambda: Deferred.fromCoroutine(start()))  # type: ignore[attr-defined]
-    reactor.run()  # type: ignore[attr-defined]
+    def reload() -> None:
+        notifier.notify("RELOADING=1")
+        try:
+            new = reload_config()
+        except ConfigError as e:
+            log.error("reload refused, settings unchanged: {error}", error=str(e))
+        else:
+            restart = daemon.reload(new)
+            logs.set_level(new.log_level)
+            log.info("configuration reloaded")
+            if restart:
+                log.warn("changed but needs a restart: {names}", names=", ".join(restart))
+        notifier.notify("READY=1")
+
+    def shutting_down() -> Deferred[None]:
+        notifier.notify("STOPPING=1")
+        status.stop()
+        if watchdog is not None:
+            watchdog.stop()
+        return stop_later(daemon)
+
+    reactor.addSystemEventTrigger("before", "shutdown", shutting_down)
+    reactor.callWhenRunning(lambda: Deferred.fromCoroutine(start()))
+    reactor.run()
+    lock.release()
     return exit_code[0]
 
 

@@ -86,6 +86,12 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def _was_cancelled(error: BaseException | None) -> bool:
+    """A request we cancelled ourselves (shutdown), not one the server dropped."""
+    reasons = getattr(error, "reasons", None) or []
+    return any(isinstance(r, Failure) and r.check(CancelledError) for r in reasons)
+
+
 def _status_error(what: str, status: int, body: bytes) -> OpencodeError:
     if status in _OUTAGE_STATUSES:
         kind = FailureKind.OUTAGE
@@ -109,8 +115,9 @@ class OpencodeClient:
         self._http = http
         self._base = base_url.rstrip("/")
         self._clock = clock
-        self._timeout_s = timeout_s
+        self.timeout_s = timeout_s
         self._auth = auth
+        self.reachable: bool | None = None  # what the last call showed; None before any
 
     @property
     def base_url(self) -> str:
@@ -136,6 +143,7 @@ class OpencodeClient:
             headers["content-type"] = "application/json"
         response = await self._http.request(method, self._base + path, **kwargs)
         content = await response.content()
+        self.reachable = int(response.code) not in _OUTAGE_STATUSES
         return int(response.code), content
 
     async def _call(
@@ -154,7 +162,7 @@ class OpencodeClient:
             raise
         except OpencodeError as e:
             closed = isinstance(e.__cause__, _CLOSED_BEFORE_ANSWER)
-            if not (closed and e.kind is FailureKind.OUTAGE):
+            if not (closed and e.kind is FailureKind.OUTAGE) or _was_cancelled(e.__cause__):
                 raise
         return await self._with_deadline(
             what, self._exchange(method, path, headers, body), on_timeout
@@ -174,7 +182,7 @@ class OpencodeClient:
             return result
 
         d: Deferred[T] = Deferred.fromCoroutine(work)
-        d.addTimeout(self._timeout_s, self._clock, onTimeoutCancel=on_timeout)
+        d.addTimeout(self.timeout_s, self._clock, onTimeoutCancel=on_timeout)
         try:
             return await d
         except OpencodeError:
@@ -182,7 +190,7 @@ class OpencodeClient:
         except Exception as e:
             if timed_out or isinstance(e, TimeoutError | CancelledError):
                 raise DeadlineExceeded(
-                    f"{what}: no complete answer within {self._timeout_s:g} s",
+                    f"{what}: no complete answer within {self.timeout_s:g} s",
                     kind=timeout_kind,
                 ) from e
             kind = (
@@ -190,6 +198,8 @@ class OpencodeClient:
                 if isinstance(e, _CONNECTION_GONE + _CLOSED_BEFORE_ANSWER)
                 else FailureKind.ATTEMPT
             )
+            if kind is FailureKind.OUTAGE:
+                self.reachable = False
             raise OpencodeError(f"{what}: {_describe(e)}", kind=kind) from e
 
     async def _get_json(

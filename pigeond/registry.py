@@ -30,7 +30,7 @@ class SessionDirectoryRegistry:
     def __init__(self, lookup: DirectoryLookup, clock: IReactorTime, ttl_s: float = 300.0) -> None:
         self._lookup = lookup
         self._clock = clock
-        self._ttl_s = ttl_s
+        self.ttl_s = ttl_s
         self._cache: dict[str, tuple[str, float]] = {}
 
     async def resolve(self, session_id: str) -> str:
@@ -43,7 +43,7 @@ class SessionDirectoryRegistry:
         except SessionNotFound:
             self.invalidate(session_id)
             raise
-        self._cache[session_id] = (directory, self._clock.seconds() + self._ttl_s)
+        self._cache[session_id] = (directory, self._clock.seconds() + self.ttl_s)
         return directory
 
     def invalidate(self, session_id: str) -> None:

@@ -44,7 +44,7 @@ class SwarmRoutes:
         send_checks: Sequence[SendCheck] = (),
         default_ttl_s: int = 24 * 3600,
     ) -> None:
-        self._default_ttl_s = default_ttl_s
+        self.default_ttl_s = default_ttl_s
         self._repo = repo
         self._clock = clock
         self._on_accepted = on_accepted
@@ -70,7 +70,7 @@ class SwarmRoutes:
             check(request, message)
         expires_at = None
         if message.to_session is not None:  # channel messages do not expire yet
-            expires_at = now_ms + 1000 * (send.ttl_s or self._default_ttl_s)
+            expires_at = now_ms + 1000 * (send.ttl_s or self.default_ttl_s)
         outcome = self._repo.accept(message, now_ms, expires_at)
         if outcome is AcceptOutcome.CONFLICT:
             raise HttpError(

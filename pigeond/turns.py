@@ -55,12 +55,17 @@ class TurnTracker:
     ) -> None:
         self._clock = clock
         self._poller = poller
-        self._busy_window_s = busy_window_s
-        self._turn_timeout_s = turn_timeout_s
-        self._poll_interval_s = poll_interval_s
+        self.configure(busy_window_s, turn_timeout_s, poll_interval_s)
         self._sessions: dict[str, SessionTurns] = defaultdict(SessionTurns)
         self._waiters: dict[str, list[Deferred[None]]] = defaultdict(list)
         self.stream_connected = False
+
+    def configure(
+        self, busy_window_s: float, turn_timeout_s: float, poll_interval_s: float
+    ) -> None:
+        self._busy_window_s = busy_window_s
+        self._turn_timeout_s = turn_timeout_s
+        self._poll_interval_s = poll_interval_s
 
     # -- what the event stream tells ----------------------------------------
 

@@ -55,11 +55,14 @@ class Verifier:
         self._registry = registry
         self._client = client
         self._clock = clock
-        self._interval_s = interval_s
-        self._max_requeues = max_requeues
+        self.configure(interval_s, max_requeues)
         self._on_requeued = on_requeued
         self._checking: dict[str, Deferred[None]] = {}
         self._last_check: dict[str, float] = {}
+
+    def configure(self, interval_s: float, max_requeues: int) -> None:
+        self._interval_s = interval_s
+        self._max_requeues = max_requeues
 
     def _now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)

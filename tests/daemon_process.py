@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-LISTENING_RE = re.compile(r"\[pigeond\.daemon#info\] listening on (\S+)")
+LISTENING_RE = re.compile(r"pigeond\.daemon: listening on (\S+)")
 DEFAULT_START_TIMEOUT_S = 15.0
 DEFAULT_STOP_TIMEOUT_S = 10.0
 
@@ -77,8 +77,10 @@ class DaemonProcess:
         listen: str = "tcp:0:interface=127.0.0.1",
         tick_ms: int = 50,
         extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
+        self.extra_env = dict(env or {})
         self.db = db
         self.args: list[str] = [
             sys.executable,
@@ -116,7 +118,7 @@ class DaemonProcess:
             text=True,
             encoding="utf-8",
             errors="replace",
-            env=isolated_env(self.workdir / "home"),
+            env=isolated_env(self.workdir / "home", self.extra_env),
             cwd=self.workdir,
         )
         self._drainer = threading.Thread(target=self._drain, name="pigeond-stdout", daemon=True)

@@ -118,3 +118,38 @@ def _is_closed(daemon: Daemon) -> bool:
     except sqlite3.ProgrammingError:
         return True
     return False
+
+
+class HangingPrompts(RecordingOpencode):
+    """Answers lookups, never answers a prompt."""
+
+    def render(self, request: server.Request) -> bytes | int:  # type: ignore[override]
+        if request.method == b"GET":
+            return super().render(request)
+        return server.NOT_DONE_YET
+
+
+def test_stop_waits_for_in_flight_hand_offs_only_so_long(tmp_path: Path, clock: Clock) -> None:
+    """Stopping waits for a hand-off in flight at most stop_timeout_s; the message stays
+    queued for the next start, and the database is closed."""
+    daemon = build(tmp_path, clock, HangingPrompts(tmp_path), stop_timeout_s=10)
+    daemon.start_delivery()
+    send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "hi", "msg_id": "msg_1"})
+    stopping = stop_later(daemon)
+    clock.advance(9)
+    assert not stopping.called
+    clock.advance(1)
+    result_of(stopping)
+    assert _is_closed(daemon)
+    reopened = build(tmp_path, clock, RecordingOpencode(tmp_path))
+    stored = reopened.repo.get("msg_1")
+    assert stored is not None and stored.state == "queued"
+
+
+def test_status_line(tmp_path: Path, clock: Clock) -> None:
+    """The systemd status line counts the queue and says whether opencode answered."""
+    daemon = build(tmp_path, clock, RecordingOpencode(tmp_path))
+    assert daemon.status_line() == "queued 0, failed 0, in flight 0, opencode not contacted yet"
+    daemon.start_delivery()
+    send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "hi"})
+    assert daemon.status_line() == "queued 0, failed 0, in flight 0, opencode ok"

@@ -1,0 +1,91 @@
+"""One line per event on stdout: plain text for journald (which adds the time), or JSON.
+
+Event fields such as ``msg_id`` and ``target`` become ``key=value`` pairs (text)
+or keys (JSON), so ``journalctl -u pigeond | grep msg_id=msg_...`` finds a
+message's whole story.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import IO, Any
+
+from twisted.logger import (
+    FilteringLogObserver,
+    ILogObserver,
+    LogLevel,
+    LogLevelFilterPredicate,
+    formatEvent,
+    globalLogBeginner,
+)
+from zope.interface import implementer
+
+LEVELS = {"debug": LogLevel.debug, "info": LogLevel.info, "warn": LogLevel.warn,
+          "error": LogLevel.error}  # fmt: skip
+FIELDS = ("msg_id", "msg_ids", "target", "attempts", "error", "reason")
+
+
+def _fields(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: event[k] for k in FIELDS if k in event}
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def format_text(event: dict[str, Any]) -> str:
+    level = event.get("log_level", LogLevel.info).name
+    namespace = event.get("log_namespace", "-")
+    line = f"{level} {namespace}: {formatEvent(event)}"
+    failure = event.get("log_failure")
+    if failure is not None:
+        line += f" ({failure.type.__name__}: {failure.getErrorMessage()})"
+    extras = " ".join(f"{k}={v}" for k, v in _fields(event).items() if f"{v}" not in line)
+    return _one_line(line + (" " + extras if extras else ""))
+
+
+def format_json(event: dict[str, Any]) -> str:
+    record: dict[str, Any] = {
+        "time": event.get("log_time"),
+        "level": event.get("log_level", LogLevel.info).name,
+        "namespace": event.get("log_namespace", "-"),
+        "message": formatEvent(event),
+    }
+    record.update(_fields(event))
+    failure = event.get("log_failure")
+    if failure is not None:
+        record["exception"] = f"{failure.type.__name__}: {failure.getErrorMessage()}"
+        record["traceback"] = failure.getTraceback()
+    return json.dumps(record, default=str, ensure_ascii=False)
+
+
+@implementer(ILogObserver)
+class LineObserver:
+    def __init__(self, out: IO[str], json_lines: bool) -> None:
+        self._out = out
+        self._format = format_json if json_lines else format_text
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        try:
+            self._out.write(self._format(event) + "\n")
+            self._out.flush()
+        except Exception:  # a log line must never take the daemon down
+            pass
+
+
+class LogSettings:
+    """The live log level, so SIGHUP can change it."""
+
+    def __init__(self, level: str) -> None:
+        self.predicate = LogLevelFilterPredicate(defaultLogLevel=LEVELS[level])
+
+    def set_level(self, level: str) -> None:
+        self.predicate.setLogLevelForNamespace("", LEVELS[level])
+
+
+def start_logging(level: str, fmt: str, out: IO[str] = sys.stdout) -> LogSettings:
+    settings = LogSettings(level)
+    observer = FilteringLogObserver(LineObserver(out, fmt == "json"), [settings.predicate])
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+    return settings

@@ -1,0 +1,154 @@
+"""Being a good systemd service: one instance per database, sd_notify, the watchdog.
+
+Readiness, status and stopping are told to systemd through ``NOTIFY_SOCKET``
+(via ``sdnotify``).  The watchdog is fed only while the arbiter's ticks really
+run, so a wedged reactor or a dead arbiter stops the pings and systemd restarts
+the service.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+import sdnotify
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+
+log = Logger()
+
+
+class AlreadyRunning(Exception):
+    def __init__(self, lock_path: Path, pid: str) -> None:
+        super().__init__(
+            f"another pigeond (pid {pid or 'unknown'}) is using this database (lock {lock_path})"
+        )
+
+
+class InstanceLock:
+    """An exclusive lock beside the database, so two arbiters never share one queue.
+
+    ``flock`` is dropped by the kernel when the holder dies, so a crash never
+    leaves a stale lock behind.
+    """
+
+    def __init__(self, db_path: Path | str) -> None:
+        self.path = Path(str(db_path) + ".lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", errors="replace").strip()
+            os.close(fd)
+            raise AlreadyRunning(self.path, holder) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class Notifier(Protocol):
+    def notify(self, state: str) -> None: ...
+
+
+class NoNotifier:
+    """Not run by systemd: nothing to tell."""
+
+    def notify(self, state: str) -> None:
+        pass
+
+
+def notifier_from(env: Mapping[str, str]) -> Notifier:
+    if not env.get("NOTIFY_SOCKET"):
+        return NoNotifier()
+    notifier: Notifier = sdnotify.SystemdNotifier()
+    return notifier
+
+
+def watchdog_period_s(env: Mapping[str, str], pid: int) -> float | None:
+    """The watchdog period systemd asks for, if it asks this process."""
+    usec = env.get("WATCHDOG_USEC", "")
+    owner = env.get("WATCHDOG_PID", "")
+    if not usec.isdigit() or int(usec) == 0:
+        return None
+    if owner and owner != str(pid):
+        return None
+    return int(usec) / 1_000_000
+
+
+class Watchdog:
+    """Sends ``WATCHDOG=1`` every half period while ``alive()`` says the work goes on."""
+
+    def __init__(
+        self,
+        notifier: Notifier,
+        clock: IReactorTime,
+        period_s: float,
+        alive: Callable[[], bool],
+    ) -> None:
+        self._notifier = notifier
+        self._alive = alive
+        self._loop = LoopingCall(self.ping)
+        self._loop.clock = clock
+        self.period_s = period_s
+        self._warned = False
+
+    def start(self) -> None:
+        self._loop.start(self.period_s / 2, now=True)
+
+    def stop(self) -> None:
+        if self._loop.running:
+            self._loop.stop()
+
+    def ping(self) -> None:
+        try:
+            if self._alive():
+                self._notifier.notify("WATCHDOG=1")
+                self._warned = False
+            elif not self._warned:
+                self._warned = True
+                log.error("arbiter is not ticking; withholding the watchdog ping")
+        except Exception:
+            log.failure("watchdog ping failed")
+
+
+class StatusReporter:
+    """Keeps systemd's ``STATUS=`` current (``systemctl status pigeond`` shows it)."""
+
+    def __init__(
+        self, notifier: Notifier, clock: IReactorTime, status: Callable[[], str], every_s: float
+    ) -> None:
+        self._notifier = notifier
+        self._status = status
+        self._loop = LoopingCall(self.report)
+        self._loop.clock = clock
+        self._every_s = every_s
+        self._last = ""
+
+    def start(self) -> None:
+        self._loop.start(self._every_s, now=True)
+
+    def stop(self) -> None:
+        if self._loop.running:
+            self._loop.stop()
+
+    def report(self) -> None:
+        try:
+            status = self._status()
+        except Exception as e:
+            status = f"status unavailable: {e}"
+        if status != self._last:
+            self._notifier.notify(f"STATUS={status}")
+            self._last = status

@@ -1,0 +1,130 @@
+"""Service plumbing in-process: the instance lock, the watchdog, status, log lines."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+from twisted.internet.task import Clock
+from twisted.logger import LogLevel
+from twisted.python.failure import Failure
+
+from pigeond.logs import LineObserver, format_json, format_text
+from pigeond.service import (
+    AlreadyRunning,
+    InstanceLock,
+    StatusReporter,
+    Watchdog,
+    watchdog_period_s,
+)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def notify(self, state: str) -> None:
+        self.sent.append(state)
+
+
+def test_second_lock_is_refused_with_holder_pid(tmp_path: Path) -> None:
+    """A second holder of the same database's lock is refused, naming the first's pid."""
+    first = InstanceLock(tmp_path / "p.db")
+    first.acquire()
+    with pytest.raises(AlreadyRunning, match=f"pid {os.getpid()}"):
+        InstanceLock(tmp_path / "p.db").acquire()
+    first.release()
+    again = InstanceLock(tmp_path / "p.db")
+    again.acquire()
+    again.release()
+
+
+def test_lock_lives_beside_the_database(tmp_path: Path) -> None:
+    """The lock file is the database path plus .lock, holding the pid."""
+    lock = InstanceLock(tmp_path / "state" / "p.db")
+    lock.acquire()
+    assert (tmp_path / "state" / "p.db.lock").read_text().strip() == str(os.getpid())
+    lock.release()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, None),
+        ({"WATCHDOG_USEC": "30000000"}, 30.0),
+        ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "1234"}, 30.0),
+        ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "999"}, None),
+        ({"WATCHDOG_USEC": "0"}, None),
+        ({"WATCHDOG_USEC": "soon"}, None),
+    ],
+)
+def test_watchdog_period(env: dict[str, str], expected: float | None) -> None:
+    """The watchdog runs when systemd asks this process (WATCHDOG_PID ours or unset)."""
+    assert watchdog_period_s(env, 1234) == expected
+
+
+def test_watchdog_pings_every_half_period_while_alive(clock: Clock) -> None:
+    """WATCHDOG=1 goes out every half period while the work goes on, and stops when stuck."""
+    notifier, alive = Recorder(), [True]
+    watchdog = Watchdog(notifier, clock, 10.0, lambda: alive[0])
+    watchdog.start()
+    for _ in range(4):
+        clock.advance(5)
+    assert notifier.sent == ["WATCHDOG=1"] * 5
+    alive[0] = False
+    for _ in range(4):
+        clock.advance(5)
+    assert notifier.sent == ["WATCHDOG=1"] * 5
+
+
+def test_status_reports_changes_only(clock: Clock) -> None:
+    """STATUS= is sent when the status line changes, checked every few seconds."""
+    notifier, line = Recorder(), ["queued 0"]
+    reporter = StatusReporter(notifier, clock, lambda: line[0], 5.0)
+    reporter.start()
+    clock.advance(5)
+    line[0] = "queued 3"
+    clock.advance(5)
+    assert notifier.sent == ["STATUS=queued 0", "STATUS=queued 3"]
+
+
+def test_text_line_has_fields_and_no_newline() -> None:
+    """A text log line is one line: level, namespace, message, and its msg_id fields."""
+    event = {
+        "log_level": LogLevel.info, "log_namespace": "pigeond.arbiter",
+        "log_format": "handed off {msg_id}\nnext", "msg_id": "msg_1", "target": "ses_t",
+    }  # fmt: skip
+    assert format_text(event) == "info pigeond.arbiter: handed off msg_1\\nnext target=ses_t"
+
+
+def test_text_line_of_a_failure_is_one_line() -> None:
+    """A failure adds its type and message, not a multi-line traceback."""
+    try:
+        raise ValueError("bad\nthing")
+    except ValueError:
+        failure = Failure()
+    event = {"log_level": LogLevel.error, "log_namespace": "x", "log_format": "oops",
+             "log_failure": failure}  # fmt: skip
+    line = format_text(event)
+    assert "\n" not in line and "ValueError: bad\\nthing" in line
+
+
+def test_json_line_carries_fields() -> None:
+    """A JSON log line is one object with level, namespace, message and event fields."""
+    event = {"log_level": LogLevel.warn, "log_namespace": "pigeond.arbiter", "log_time": 5.0,
+             "log_format": "{msg_id} failed", "msg_id": "msg_1"}  # fmt: skip
+    record = json.loads(format_json(event))
+    assert record == {"time": 5.0, "level": "warn", "namespace": "pigeond.arbiter",
+                      "message": "msg_1 failed", "msg_id": "msg_1"}  # fmt: skip
+
+
+def test_observer_writes_one_line_per_event() -> None:
+    """Each event becomes exactly one line on the stream."""
+    out = io.StringIO()
+    observer = LineObserver(out, json_lines=True)
+    observer({"log_level": LogLevel.info, "log_namespace": "n", "log_format": "a"})
+    observer({"log_level": LogLevel.info, "log_namespace": "n", "log_format": "b"})
+    assert len(out.getvalue().splitlines()) == 2

@@ -1,0 +1,232 @@
+"""pigeond as systemd runs it: notify protocol, watchdog, reload, socket activation, one
+instance per database.  systemd is not PID 1 here, so the test plays its part: it binds the
+AF_UNIX datagram socket named in NOTIFY_SOCKET and passes listening sockets the systemd way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_process import DaemonProcess, isolated_env
+
+pytestmark = pytest.mark.slow
+
+
+class NotifySocket:
+    """The systemd side of sd_notify: a datagram socket collecting what pigeond says."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.received: list[tuple[float, str]] = []
+
+    def wait_for(self, state: str, timeout_s: float = 15) -> float:
+        """Block until a datagram holding ``state`` arrives; return when it arrived."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for at, message in self.received:
+                if state in message.splitlines():
+                    return at
+            self.sock.settimeout(max(deadline - time.monotonic(), 0.01))
+            try:
+                data = self.sock.recv(4096)
+            except TimeoutError:
+                break
+            self.received.append((time.monotonic(), data.decode()))
+        raise AssertionError(f"no {state!r} within {timeout_s} s; got {self.received}")
+
+    def count(self, state: str) -> int:
+        return sum(1 for _, m in self.received if state in m.splitlines())
+
+    def drain(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(left)
+            try:
+                self.received.append((time.monotonic(), self.sock.recv(4096).decode()))
+            except TimeoutError:
+                return
+
+
+@pytest.fixture
+def notify(tmp_path: Path) -> Iterator[NotifySocket]:
+    sock = NotifySocket(tmp_path / "notify.sock")
+    yield sock
+    sock.sock.close()
+
+
+def health(base_url: str) -> dict[str, object]:
+    with urllib.request.urlopen(base_url + "/health", timeout=5) as response:
+        return dict(json.loads(response.read()))
+
+
+def send(base_url: str, payload: str) -> str:
+    body = json.dumps({"from": "ses_a", "to": "ses_b", "payload": payload}).encode()
+    request = urllib.request.Request(base_url + "/swarm/send", data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return str(json.loads(response.read())["msg_id"])
+
+
+def daemon(tmp_path: Path, notify: NotifySocket, *args: str, **env: str) -> DaemonProcess:
+    return DaemonProcess(
+        tmp_path, tmp_path / "p.db", opencode_url="", extra_args=args,
+        env={"NOTIFY_SOCKET": str(notify.path), **env},
+    )  # fmt: skip
+
+
+def test_ready_after_the_port_answers_then_stopping(tmp_path: Path, notify: NotifySocket) -> None:
+    """READY=1 comes once the port answers; SIGTERM sends STOPPING=1, exits 0, keeps data."""
+    proc = daemon(tmp_path, notify).start()
+    notify.wait_for("READY=1")
+    assert health(proc.base_url)["ok"] is True
+    status = notify.wait_for("STATUS=queued 0, failed 0, delivery off")
+    assert status > 0
+    sent = [send(proc.base_url, f"m{i}") for i in range(3)]
+    assert proc.stop() == 0
+    notify.wait_for("STOPPING=1")
+    conn = sqlite3.connect(tmp_path / "p.db")
+    stored = {r[0] for r in conn.execute("SELECT msg_id FROM swarm_messages")}
+    conn.close()
+    assert set(sent) <= stored
+
+
+def test_ready_is_not_sent_when_listening_fails(tmp_path: Path, notify: NotifySocket) -> None:
+    """A daemon that cannot bind its port never says READY=1 and exits non-zero."""
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    port = blocker.getsockname()[1]
+    env = isolated_env(tmp_path / "home", {"NOTIFY_SOCKET": str(notify.path)})
+    result = subprocess.run(
+        [sys.executable, "-m", "pigeond", "--listen", f"tcp:{port}:interface=127.0.0.1",
+         "--db", str(tmp_path / "p.db"), "--opencode-url", ""],
+        env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    blocker.close()
+    notify.drain(0.2)
+    assert result.returncode == 1 and "cannot listen" in result.stderr
+    assert notify.count("READY=1") == 0
+
+
+def test_watchdog_pings_at_half_the_period(tmp_path: Path, notify: NotifySocket) -> None:
+    """With WATCHDOG_USEC set for us, WATCHDOG=1 arrives about every half period."""
+    daemon(tmp_path, notify, WATCHDOG_USEC="1000000", WATCHDOG_PID="").start()
+    notify.wait_for("READY=1")
+    notify.drain(2.2)
+    pings = notify.count("WATCHDOG=1")
+    assert 3 <= pings <= 7, notify.received
+
+
+def test_no_watchdog_for_another_pid(tmp_path: Path, notify: NotifySocket) -> None:
+    """WATCHDOG_PID naming another process means the watchdog is not ours."""
+    daemon(tmp_path, notify, WATCHDOG_USEC="200000", WATCHDOG_PID="1").start()
+    notify.wait_for("READY=1")
+    notify.drain(1.0)
+    assert notify.count("WATCHDOG=1") == 0
+
+
+def test_sighup_reloads_and_names_what_needs_a_restart(
+    tmp_path: Path, notify: NotifySocket
+) -> None:
+    """SIGHUP re-reads the config: RELOADING=1, live settings applied, READY=1; options
+    that cannot change live are named in the log."""
+    config = tmp_path / "pigeond.toml"
+    config.write_text("max_body_bytes = 65536\n")
+    proc = daemon(tmp_path, notify, "--config", str(config)).start()
+    notify.wait_for("READY=1")
+    assert send(proc.base_url, "x" * 3000)
+    config.write_text('max_body_bytes = 2048\nlog_format = "json"\n')
+    os.kill(proc.pid, signal.SIGHUP)
+    notify.wait_for("RELOADING=1")
+    deadline = time.monotonic() + 10
+    while "configuration reloaded" not in proc.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "needs a restart: log_format" in proc.output()
+    notify.drain(0.2)
+    assert notify.count("READY=1") == 2
+    with pytest.raises(urllib.error.HTTPError) as too_big:
+        send(proc.base_url, "x" * 3000)
+    assert too_big.value.code == 413
+
+
+def test_bad_config_on_reload_keeps_running(tmp_path: Path, notify: NotifySocket) -> None:
+    """A broken config file on SIGHUP is refused with a log line; the daemon keeps serving."""
+    config = tmp_path / "pigeond.toml"
+    config.write_text('listen = "tcp:0:interface=127.0.0.1"\n')
+    proc = daemon(tmp_path, notify, "--config", str(config)).start()
+    notify.wait_for("READY=1")
+    config.write_text("tick_ms = 'fast'\n")
+    os.kill(proc.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while "reload refused" not in proc.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "reload refused" in proc.output()
+    assert health(proc.base_url)["ok"] is True
+
+
+def test_second_instance_on_the_same_database_exits_1(
+    tmp_path: Path, notify: NotifySocket
+) -> None:
+    """A second pigeond on the same database exits 1 at once, naming the holder's pid."""
+    first = daemon(tmp_path, notify).start()
+    env = isolated_env(tmp_path / "home")
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "pigeond", "--listen", "tcp:0:interface=127.0.0.1",
+         "--db", str(tmp_path / "p.db"), "--opencode-url", ""],
+        env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"pigeond: another pigeond (pid {first.pid}) is using this database"
+        f" (lock {tmp_path / 'p.db.lock'})"
+    ]
+    assert time.monotonic() - started < 10
+    assert health(first.base_url)["ok"] is True
+
+
+SHIM = """
+import os, sys
+os.dup2(int(sys.argv[1]), 3)
+os.environ["LISTEN_FDS"] = "1"
+os.environ["LISTEN_PID"] = str(os.getpid())
+os.environ["LISTEN_FDNAMES"] = "pigeond.socket"
+os.execv(sys.executable, [sys.executable, "-m", "pigeond", *sys.argv[2:]])
+"""
+
+
+def test_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
+    """A listening socket passed as fd 3 with LISTEN_FDS/LISTEN_PID is served."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    env = isolated_env(tmp_path / "home", {"NOTIFY_SOCKET": str(notify.path)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SHIM, str(listener.fileno()),
+         "--listen", "systemd:domain=INET:index=0", "--db", str(tmp_path / "p.db"),
+         "--opencode-url", ""],
+        env=env, pass_fds=(listener.fileno(),), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    listener.close()
+    try:
+        notify.wait_for("READY=1")
+        assert health(f"http://127.0.0.1:{port}")["ok"] is True
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=15) == 0, proc.stderr.read() if proc.stderr else ""
