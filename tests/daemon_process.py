@@ -254,6 +254,7 @@ class DaemonFactory:
         tick_ms: int = 50,
         extra_args: Sequence[str] = (),
         timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        env: Mapping[str, str] | None = None,
     ) -> DaemonProcess:
         daemon = DaemonProcess(
             self.tmp_path,
@@ -262,6 +263,7 @@ class DaemonFactory:
             listen=listen,
             tick_ms=tick_ms,
             extra_args=extra_args,
+            env=env,
         )
         self._started.append(daemon)
         return daemon.start(timeout_s)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import DaemonProcess, isolated_env
+from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
 
 pytestmark = pytest.mark.slow
 
@@ -81,16 +81,25 @@ def send(base_url: str, payload: str) -> str:
         return str(json.loads(response.read())["msg_id"])
 
 
-def daemon(tmp_path: Path, notify: NotifySocket, *args: str, **env: str) -> DaemonProcess:
-    return DaemonProcess(
-        tmp_path, tmp_path / "p.db", opencode_url="", extra_args=args,
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[DaemonFactory]:
+    factory = DaemonFactory(tmp_path)
+    yield factory
+    factory.close()
+
+
+def start(daemons: DaemonFactory, notify: NotifySocket, *args: str, **env: str) -> DaemonProcess:
+    return daemons.start(
+        daemons.tmp_path / "p.db", opencode_url="", extra_args=args,
         env={"NOTIFY_SOCKET": str(notify.path), **env},
     )  # fmt: skip
 
 
-def test_ready_after_the_port_answers_then_stopping(tmp_path: Path, notify: NotifySocket) -> None:
+def test_ready_after_the_port_answers_then_stopping(
+    tmp_path: Path, notify: NotifySocket, daemons: DaemonFactory
+) -> None:
     """READY=1 comes once the port answers; SIGTERM sends STOPPING=1, exits 0, keeps data."""
-    proc = daemon(tmp_path, notify).start()
+    proc = start(daemons, notify)
     notify.wait_for("READY=1")
     assert health(proc.base_url)["ok"] is True
     status = notify.wait_for("STATUS=queued 0, failed 0, delivery off")
@@ -104,7 +113,9 @@ def test_ready_after_the_port_answers_then_stopping(tmp_path: Path, notify: Noti
     assert set(sent) <= stored
 
 
-def test_ready_is_not_sent_when_listening_fails(tmp_path: Path, notify: NotifySocket) -> None:
+def test_ready_is_not_sent_when_listening_fails(
+    tmp_path: Path, notify: NotifySocket, daemons: DaemonFactory
+) -> None:
     """A daemon that cannot bind its port never says READY=1 and exits non-zero."""
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
@@ -122,31 +133,35 @@ def test_ready_is_not_sent_when_listening_fails(tmp_path: Path, notify: NotifySo
     assert notify.count("READY=1") == 0
 
 
-def test_watchdog_pings_at_half_the_period(tmp_path: Path, notify: NotifySocket) -> None:
+def test_watchdog_pings_at_half_the_period(
+    tmp_path: Path, notify: NotifySocket, daemons: DaemonFactory
+) -> None:
     """With WATCHDOG_USEC set for us, WATCHDOG=1 arrives about every half period."""
-    daemon(tmp_path, notify, WATCHDOG_USEC="1000000", WATCHDOG_PID="").start()
+    start(daemons, notify, WATCHDOG_USEC="1000000", WATCHDOG_PID="")
     notify.wait_for("READY=1")
     notify.drain(2.2)
     pings = notify.count("WATCHDOG=1")
     assert 3 <= pings <= 7, notify.received
 
 
-def test_no_watchdog_for_another_pid(tmp_path: Path, notify: NotifySocket) -> None:
+def test_no_watchdog_for_another_pid(
+    tmp_path: Path, notify: NotifySocket, daemons: DaemonFactory
+) -> None:
     """WATCHDOG_PID naming another process means the watchdog is not ours."""
-    daemon(tmp_path, notify, WATCHDOG_USEC="200000", WATCHDOG_PID="1").start()
+    start(daemons, notify, WATCHDOG_USEC="200000", WATCHDOG_PID="1")
     notify.wait_for("READY=1")
     notify.drain(1.0)
     assert notify.count("WATCHDOG=1") == 0
 
 
 def test_sighup_reloads_and_names_what_needs_a_restart(
-    tmp_path: Path, notify: NotifySocket
+    tmp_path: Path, notify: NotifySocket, daemons: DaemonFactory
 ) -> None:
     """SIGHUP re-reads the config: RELOADING=1, live settings applied, READY=1; options
     that cannot change live are named in the log."""
     config = tmp_path / "pigeond.toml"
     config.write_text("max_body_bytes = 65536\n")
-    proc = daemon(tmp_path, notify, "--config", str(config)).start()
+    proc = start(daemons, notify, "--config", str(config))
     notify.wait_for("READY=1")
     assert send(proc.base_url, "x" * 3000)
     config.write_text('max_body_bytes = 2048\nlog_format = "json"\n')
@@ -163,11 +178,13 @@ def test_sighup_reloads_and_names_what_needs_a_restart(
     assert too_big.value.code == 413
 
 
-def test_bad_config_on_reload_keeps_running(tmp_path: Path, notify: NotifySocket) -> None:
+def test_bad_config_on_reload_keeps_running(
+    tmp_path: Path, notify: NotifySocket, daemons: DaemonFactory
+) -> None:
     """A broken config file on SIGHUP is refused with a log line; the daemon keeps serving."""
     config = tmp_path / "pigeond.toml"
     config.write_text('listen = "tcp:0:interface=127.0.0.1"\n')
-    proc = daemon(tmp_path, notify, "--config", str(config)).start()
+    proc = start(daemons, notify, "--config", str(config))
     notify.wait_for("READY=1")
     config.write_text("tick_ms = 'fast'\n")
     os.kill(proc.pid, signal.SIGHUP)
@@ -179,10 +196,10 @@ def test_bad_config_on_reload_keeps_running(tmp_path: Path, notify: NotifySocket
 
 
 def test_second_instance_on_the_same_database_exits_1(
-    tmp_path: Path, notify: NotifySocket
+    tmp_path: Path, notify: NotifySocket, daemons: DaemonFactory
 ) -> None:
     """A second pigeond on the same database exits 1 at once, naming the holder's pid."""
-    first = daemon(tmp_path, notify).start()
+    first = start(daemons, notify)
     env = isolated_env(tmp_path / "home")
     started = time.monotonic()
     result = subprocess.run(
@@ -209,7 +226,7 @@ os.execv(sys.executable, [sys.executable, "-m", "pigeond", *sys.argv[2:]])
 """
 
 
-def test_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
+def test_socket_activation(tmp_path: Path, notify: NotifySocket, daemons: DaemonFactory) -> None:
     """A listening socket passed as fd 3 with LISTEN_FDS/LISTEN_PID is served."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
