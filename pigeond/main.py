@@ -51,9 +51,17 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def _check_endpoint(reactor: object, config: Config) -> None:
+def _check_endpoint(reactor: object, config: Config, *, serving: bool) -> None:
     from twisted.internet.endpoints import serverFromString
 
+    if config.listen.startswith("systemd:") and not os.environ.get("LISTEN_FDS"):
+        # socket activation: the socket exists only when systemd starts us
+        if not serving:
+            return
+        raise ConfigError(
+            f"listen: {config.listen!r} needs a socket passed by systemd (LISTEN_FDS is not"
+            " set); start pigeond through its .socket unit"
+        )
     try:
         serverFromString(reactor, config.listen)
     except Exception as e:
@@ -67,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def load() -> Config:
         flags = {o.name: getattr(args, o.name) for o in OPTIONS}
         config = load_config(flags, os.environ, args.config)
-        _check_endpoint(reactor, config)
+        _check_endpoint(reactor, config, serving=not args.check_config)
         return config
 
     try:

@@ -247,3 +247,18 @@ def test_socket_activation(tmp_path: Path, notify: NotifySocket, daemons: Daemon
     finally:
         proc.terminate()
         assert proc.wait(timeout=15) == 0, proc.stderr.read() if proc.stderr else ""
+
+
+def test_socket_activation_without_a_socket_is_a_clear_error(tmp_path: Path) -> None:
+    """Started by hand with a systemd: endpoint, pigeond says what is missing (exit 2);
+    --check-config still accepts the setting."""
+    env = isolated_env(tmp_path / "home")
+    command = [sys.executable, "-m", "pigeond", "--listen", "systemd:domain=INET:index=0",
+               "--db", str(tmp_path / "p.db")]  # fmt: skip
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2 and "LISTEN_FDS is not set" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    check = subprocess.run(
+        [*command, "--check-config"], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert check.returncode == 0 and 'listen = "systemd:domain=INET:index=0"' in check.stdout
