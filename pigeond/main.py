@@ -54,17 +54,18 @@ def _fail(message: str, code: int) -> int:
 def _check_endpoint(reactor: object, config: Config, *, serving: bool) -> None:
     from twisted.internet.endpoints import serverFromString
 
-    if config.listen.startswith("systemd:") and not os.environ.get("LISTEN_FDS"):
-        # socket activation: the socket exists only when systemd starts us
-        if not serving:
-            return
-        raise ConfigError(
-            f"listen: {config.listen!r} needs a socket passed by systemd (LISTEN_FDS is not"
-            " set); start pigeond through its .socket unit"
-        )
     try:
         serverFromString(reactor, config.listen)
     except Exception as e:
+        if config.listen.startswith("systemd:") and isinstance(e, IndexError | KeyError):
+            # socket activation: the socket exists only when systemd starts us
+            # (Twisted reads and clears LISTEN_FDS when it is imported)
+            if not serving:
+                return
+            raise ConfigError(
+                f"listen: {config.listen!r} needs a socket passed by systemd, and none was"
+                " passed; start pigeond through its .socket unit"
+            ) from e
         raise ConfigError(f"listen: not a usable endpoint {config.listen!r}: {e}") from e
 
 
