@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unit venv clean bench
+.PHONY: run test lint unit venv clean bench dist deb system-deps
 
 venv: $(STAMP)
 
@@ -19,7 +19,7 @@ run: $(STAMP)
 	$(BIN)/pigeond
 
 ## lint, type-check, then every test
-test: $(STAMP) lint
+test: $(STAMP) lint system-deps
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -30,6 +30,33 @@ lint: $(STAMP)
 ## only the fast unit tests
 unit: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
+
+## sdist and wheel in dist/
+dist: $(STAMP)
+	rm -f dist/pigeond-*.tar.gz dist/pigeond-*.whl
+	$(BIN)/python -m build --outdir dist .
+
+## Debian package dist/pigeond_<version>_<arch>.deb, built with dpkg-deb (packaging/build_deb.py)
+deb: $(STAMP) system-deps
+	$(BIN)/python packaging/build_deb.py --outdir dist --workdir build/deb
+
+# Debian tools the .deb and the unit tests need: dpkg-deb (dpkg), systemd-analyze
+# (systemd), and what the .deb depends on (python3, procps). Installed when missing
+# and running as root (as CI does); otherwise only named.
+SYSTEM_TOOLS := dpkg-deb:dpkg systemd-analyze:systemd /usr/bin/python3:python3 /bin/kill:procps
+system-deps:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do \
+		tool=$${pair%%:*}; pkg=$${pair##*:}; \
+		command -v $$tool >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing:$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+		else \
+			echo "missing Debian packages:$$missing (install them as root)" >&2; exit 1; \
+		fi; \
+	fi
 
 bench: $(STAMP)
 	$(BIN)/python bench/ready_targets.py

@@ -1,0 +1,601 @@
+"""Packaging: the systemd units, the default config file, the wheel and sdist, and the .deb.
+
+The fast tests check the units with ``systemd-analyze verify`` (copies whose
+``ExecStart`` runs this virtualenv's ``pigeond``) and against the README. The
+slow ones build the wheel and sdist, and build, install, run, upgrade, remove
+and purge the .deb on this machine (root only; CI runs as root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import tomllib
+import urllib.request
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pigeond.config import OPTIONS, Config, read_config_file
+
+REPO = Path(__file__).resolve().parent.parent
+SYSTEMD_DIR = REPO / "systemd"
+SYSTEM_UNIT = SYSTEMD_DIR / "pigeond.service"
+SOCKET_UNIT = SYSTEMD_DIR / "pigeond.socket"
+USER_UNIT = SYSTEMD_DIR / "user" / "pigeond.service"
+SOCKET_DROPIN = SYSTEMD_DIR / "socket-activation.conf"
+DEFAULT_CONFIG = REPO / "packaging" / "pigeond.toml"
+BUILD_DEB = REPO / "packaging" / "build_deb.py"
+README = REPO / "README.md"
+VENV_PIGEOND = Path(sys.executable).parent / "pigeond"
+
+with (REPO / "pyproject.toml").open("rb") as _f:
+    PROJECT: dict[str, Any] = tomllib.load(_f)["project"]
+SCRIPTS: list[str] = sorted(PROJECT["scripts"])
+
+LISTENING_RE = re.compile(r"listening on tcp:127\.0\.0\.1:(\d+)")
+# What the installed package owns; cleaned up (or refused) around the .deb test.
+INSTALLED_PATHS = (
+    Path("/usr/lib/pigeond"),
+    Path("/usr/bin/pigeond"),
+    Path("/etc/pigeond"),
+    Path("/var/lib/pigeond"),
+    Path("/var/lib/private/pigeond"),
+    Path("/lib/systemd/system/pigeond.service"),
+)
+# Where the maintainer scripts leave traces (enablement symlinks, masks, state).
+SNAPSHOT_ROOTS = (
+    Path("/etc/systemd"),
+    Path("/var/lib/systemd/deb-systemd-helper-enabled"),
+    Path("/var/lib/systemd/deb-systemd-helper-masked"),
+    Path("/var/lib/systemd/deb-systemd-user-helper-enabled"),
+)
+RUN_TIMEOUT_S = 120.0
+BUILD_TIMEOUT_S = 600.0
+START_TIMEOUT_S = 30.0
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def unit_settings(path: Path) -> dict[str, list[tuple[str, str]]]:
+    """A unit file as {section: [(key, value), ...]}, in order, repeated keys kept."""
+    sections: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] | None = None
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], [])
+            continue
+        assert current is not None, f"{path}: setting outside a section: {line!r}"
+        assert "=" in line, f"{path}: not a key=value line: {line!r}"
+        key, _, value = line.partition("=")
+        current.append((key.strip(), value.strip()))
+    return sections
+
+
+def values(path: Path, section: str, key: str) -> list[str]:
+    """Every value of ``key`` in ``section`` (a repeated key accumulates)."""
+    return [v for k, v in unit_settings(path).get(section, []) if k == key]
+
+
+def systemd_analyze() -> str:
+    """The systemd-analyze binary; a missing one fails the test (never a skip)."""
+    path = shutil.which("systemd-analyze")
+    if path is None:
+        pytest.fail("systemd-analyze is missing: install Debian's systemd package")
+    return path
+
+
+def verify(units: Sequence[Path], runtime_dir: Path, *, user: bool = False) -> None:
+    """``systemd-analyze verify`` must exit 0 and say nothing about any pigeond unit."""
+    runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env = {**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": "cat"}
+    if user:
+        # the user manager's lookup needs a runtime directory; none exists here
+        env["XDG_RUNTIME_DIR"] = str(runtime_dir)
+    cmd = [systemd_analyze(), *(["--user"] if user else []), "verify", "--man=no"]
+    cmd += [str(u) for u in units]
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S, check=False
+    )
+    output = result.stdout + result.stderr
+    about_us = [ln for ln in output.splitlines() if "pigeond" in ln or "socket-activation" in ln]
+    assert result.returncode == 0, f"{' '.join(cmd)} exited {result.returncode}:\n{output}"
+    assert about_us == [], f"{' '.join(cmd)} warned:\n{output}"
+
+
+def copy_for_verify(unit: Path, dest_dir: Path, exec_start: Path) -> Path:
+    """A copy of ``unit`` whose ExecStart runs ``exec_start`` (verify checks it exists)."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    text = unit.read_text()
+    assert "\nExecStart=/usr/bin/pigeond\n" in text, f"{unit}: ExecStart is not /usr/bin/pigeond"
+    dest = dest_dir / unit.name
+    dest.write_text(text.replace("\nExecStart=/usr/bin/pigeond\n", f"\nExecStart={exec_start}\n"))
+    return dest
+
+
+def readme_section(title: str) -> str:
+    """The README text from the ``## title`` heading to the next ``## `` heading."""
+    text = README.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def commented_defaults(path: Path) -> dict[str, Any]:
+    """The ``# key = value`` lines of the default config file, uncommented and parsed."""
+    lines = [ln[2:] for ln in path.read_text().splitlines() if re.match(r"# [a-z_]+ = \S", ln)]
+    parsed: dict[str, Any] = tomllib.loads("\n".join(lines))
+    return parsed
+
+
+def run(cmd: Sequence[str | Path], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run a command, text output captured; the caller checks the result."""
+    return subprocess.run(
+        [str(c) for c in cmd],
+        capture_output=True,
+        text=True,
+        timeout=kwargs.pop("timeout", RUN_TIMEOUT_S),
+        check=False,
+        **kwargs,
+    )
+
+
+def ok(cmd: Sequence[str | Path], **kwargs: Any) -> str:
+    """Run a command that must succeed; its stdout."""
+    result = run(cmd, **kwargs)
+    assert result.returncode == 0, (
+        f"{' '.join(str(c) for c in cmd)} exited {result.returncode}\n"
+        f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+    )
+    return result.stdout
+
+
+def isolated_env(home: Path) -> dict[str, str]:
+    """No PIGEOND_*/XDG_*/OPENCODE_* settings and HOME in tmp; PIGEOND_CONFIG is not set,
+    so the installed pigeond finds /etc/pigeond/pigeond.toml by itself."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PIGEOND_", "XDG_", "OPENCODE_", "PYTHON"))
+        and k not in ("STATE_DIRECTORY", "VIRTUAL_ENV")
+    }
+    home.mkdir(parents=True, exist_ok=True)
+    env["HOME"] = str(home)
+    return env
+
+
+def dpkg_status(package: str) -> str:
+    """dpkg's status of a package, e.g. 'install ok installed', or '' when unknown."""
+    result = run(["dpkg-query", "-W", "-f=${Status}", package])
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
+def snapshot() -> set[str]:
+    """Every path (with its symlink target) under the places maintainer scripts touch."""
+    entries: set[str] = set()
+    for root in SNAPSHOT_ROOTS:
+        if not root.exists():
+            continue
+        for path in [root, *root.rglob("*")]:
+            target = f" -> {os.readlink(path)}" if path.is_symlink() else ""
+            entries.add(f"{path}{target}")
+    return entries
+
+
+def listing(deb: Path) -> dict[str, str]:
+    """``dpkg-deb -c``: path (without the leading '.') -> 'mode owner/group'."""
+    files: dict[str, str] = {}
+    for line in ok(["dpkg-deb", "-c", deb]).splitlines():
+        parts = line.split(maxsplit=5)
+        path = parts[5].split(" -> ")[0].removeprefix(".")
+        files[path.rstrip("/") or "/"] = f"{parts[0]} {parts[1]}"
+    return files
+
+
+class InstalledDaemon:
+    """The installed /usr/bin/pigeond, run by hand on a free port with a temporary database."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.args = [
+            "/usr/bin/pigeond",
+            "--listen",
+            "tcp:0:interface=127.0.0.1",
+            "--db",
+            str(workdir / "state" / "pigeond.db"),
+            "--opencode-url",
+            "",
+        ]
+        self.proc = subprocess.Popen(
+            self.args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=isolated_env(workdir / "home"),
+            cwd=workdir,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.output: list[str] = []
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+            self.lines.put(line)
+
+    def port(self) -> int:
+        """Wait for the 'listening on tcp:127.0.0.1:PORT' line."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            match = LISTENING_RE.search(line)
+            if match:
+                return int(match.group(1))
+        pytest.fail(
+            f"installed pigeond did not log 'listening on tcp:127.0.0.1:PORT' "
+            f"(exit {self.proc.poll()}):\n{''.join(self.output)}"
+        )
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=START_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=START_TIMEOUT_S)
+        self._drainer.join(timeout=5)
+        return self.proc.returncode
+
+
+def get_json(url: str) -> tuple[int, dict[str, Any]]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body: dict[str, Any] = json.loads(response.read())
+        return response.status, body
+
+
+# -- the units -----------------------------------------------------------------------
+
+
+def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    """The system, socket and user units, and the socket drop-in, verify cleanly."""
+    assert VENV_PIGEOND.exists(), f"{VENV_PIGEOND} missing: install the package (make venv)"
+    system = tmp_path / "system"
+    service = copy_for_verify(SYSTEM_UNIT, system, VENV_PIGEOND)
+    socket = system / SOCKET_UNIT.name
+    shutil.copyfile(SOCKET_UNIT, socket)
+    verify([service, socket], tmp_path / "runtime")
+    # the drop-in is read from <unit>.service.d beside the verified unit
+    dropin_dir = tmp_path / "activated"
+    activated = copy_for_verify(SYSTEM_UNIT, dropin_dir, VENV_PIGEOND)
+    shutil.copyfile(SOCKET_UNIT, dropin_dir / SOCKET_UNIT.name)
+    (dropin_dir / "pigeond.service.d").mkdir()
+    shutil.copyfile(SOCKET_DROPIN, dropin_dir / "pigeond.service.d" / SOCKET_DROPIN.name)
+    verify([activated, dropin_dir / SOCKET_UNIT.name], tmp_path / "runtime")
+    user = copy_for_verify(USER_UNIT, tmp_path / "user", VENV_PIGEOND)
+    verify([user], tmp_path / "runtime-user", user=True)
+
+
+def test_verify_reports_a_broken_unit(tmp_path: Path) -> None:
+    """The verify check is not vacuous: a misspelt key and a missing ExecStart fail it."""
+    misspelt = tmp_path / "misspelt" / "pigeond.service"
+    misspelt.parent.mkdir()
+    misspelt.write_text(
+        SYSTEM_UNIT.read_text()
+        .replace("WatchdogSec=", "WatchdogSecs=")
+        .replace("ExecStart=/usr/bin/pigeond", f"ExecStart={VENV_PIGEOND}")
+    )
+    with pytest.raises(AssertionError, match="WatchdogSecs"):
+        verify([misspelt], tmp_path / "runtime")
+    missing = tmp_path / "missing" / "pigeond.service"
+    missing.parent.mkdir()
+    missing.write_text(
+        SYSTEM_UNIT.read_text().replace("ExecStart=/usr/bin/pigeond", "ExecStart=/nonexistent/x")
+    )
+    with pytest.raises(AssertionError, match="/nonexistent/x"):
+        verify([missing], tmp_path / "runtime")
+
+
+def test_system_unit_has_the_required_settings() -> None:
+    """Type=notify, watchdog, restart, reload, dynamic user, directories and hardening."""
+    service = dict(unit_settings(SYSTEM_UNIT)["Service"])
+    expected = {
+        "Type": "notify",
+        "NotifyAccess": "main",
+        "Restart": "on-failure",
+        "ExecStart": "/usr/bin/pigeond",
+        "ExecReload": "/bin/kill -HUP $MAINPID",
+        "DynamicUser": "yes",
+        "StateDirectory": "pigeond",
+        "ConfigurationDirectory": "pigeond",
+        "ProtectSystem": "strict",
+        "ProtectHome": "read-only",
+        "PrivateTmp": "yes",
+        "PrivateDevices": "yes",
+        "NoNewPrivileges": "yes",
+        "CapabilityBoundingSet": "",
+        "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
+    }
+    assert {k: service.get(k) for k in expected} == expected
+    assert re.fullmatch(r"\d+s", service["WatchdogSec"])
+    assert values(SYSTEM_UNIT, "Service", "SystemCallFilter")[0] == "@system-service"
+    # no network namespace: opencode and the clients are on the host's loopback
+    assert "PrivateNetwork" not in service
+    assert values(SYSTEM_UNIT, "Install", "WantedBy") == ["multi-user.target"]
+
+
+def test_every_system_unit_setting_is_justified_in_the_readme() -> None:
+    """Each [Service] setting of the system unit has a row in the README's table."""
+    section = readme_section("Install and run as a service")
+    keys = {k for k, _ in unit_settings(SYSTEM_UNIT)["Service"]}
+    missing = sorted(k for k in keys if f"`{k}=" not in section)
+    assert missing == []
+
+
+def test_user_unit_runs_as_the_user_with_pigeond_default_database() -> None:
+    """No DynamicUser and no StateDirectory (systemd 252 maps it to ~/.config) in the user unit."""
+    service = dict(unit_settings(USER_UNIT)["Service"])
+    assert service["Type"] == "notify"
+    assert service["NotifyAccess"] == "main"
+    assert service["ExecStart"] == "/usr/bin/pigeond"
+    assert service["Restart"] == "on-failure"
+    assert "DynamicUser" not in service
+    assert "User" not in service
+    assert "StateDirectory" not in service
+    assert values(USER_UNIT, "Install", "WantedBy") == ["default.target"]
+
+
+def test_socket_unit_listens_where_pigeond_does_by_default() -> None:
+    """pigeond.socket holds pigeond's default address; the drop-in adopts fd 0."""
+    default = Config().listen  # tcp:4097:interface=127.0.0.1
+    match = re.fullmatch(r"tcp:(\d+):interface=([\d.]+)", default)
+    assert match is not None
+    port, interface = match.groups()
+    assert values(SOCKET_UNIT, "Socket", "ListenStream") == [f"{interface}:{port}"]
+    assert values(SOCKET_UNIT, "Install", "WantedBy") == ["sockets.target"]
+    assert values(SOCKET_DROPIN, "Service", "Environment") == [
+        "PIGEOND_LISTEN=systemd:domain=INET:index=0"
+    ]
+    assert values(SOCKET_DROPIN, "Unit", "Requires") == ["pigeond.socket"]
+
+
+# -- the default config file ------------------------------------------------------------
+
+
+def test_default_config_file_is_all_comments() -> None:
+    """The packaged /etc/pigeond/pigeond.toml sets nothing: the built-in defaults rule."""
+    assert read_config_file(DEFAULT_CONFIG) == {}
+
+
+def test_default_config_file_shows_every_option_with_its_default(tmp_path: Path) -> None:
+    """Uncommented, the file names every option once, with pigeond's own default."""
+    shown = commented_defaults(DEFAULT_CONFIG)
+    assert sorted(shown) == sorted(o.name for o in OPTIONS)
+    uncommented = tmp_path / "pigeond.toml"
+    uncommented.write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in shown.items()))
+    parsed = read_config_file(uncommented)  # every key known, every type right
+    defaults = {f.name: f.default for f in fields(Config)}
+    assert {k: v for k, v in parsed.items() if k != "db"} == {
+        k: defaults[k] for k in parsed if k != "db"
+    }
+    assert shown["db"] == "/var/lib/pigeond/pigeond.db"  # $STATE_DIRECTORY under systemd
+
+
+# -- wheel and sdist --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_wheel_and_sdist_build(tmp_path: Path) -> None:
+    """``python -m build`` makes an sdist and a wheel carrying every console script."""
+    ok([sys.executable, "-m", "build", "--outdir", tmp_path, REPO], timeout=BUILD_TIMEOUT_S)
+    version = PROJECT["version"]
+    wheel = tmp_path / f"pigeond-{version}-py3-none-any.whl"
+    sdist = tmp_path / f"pigeond-{version}.tar.gz"
+    assert wheel.is_file() and sdist.is_file(), sorted(p.name for p in tmp_path.iterdir())
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        entry_points = zf.read(f"pigeond-{version}.dist-info/entry_points.txt").decode()
+    assert "pigeond/main.py" in names
+    assert not [n for n in names if n.startswith(("tests/", "packaging/", "systemd/"))]
+    scripts = re.findall(r"^(\S+) = ", entry_points.split("[console_scripts]")[1], re.M)
+    assert sorted(scripts) == SCRIPTS
+    with tarfile.open(sdist) as tf:
+        members = {m.name.split("/", 1)[1] for m in tf.getmembers() if "/" in m.name}
+    assert {"pyproject.toml", "README.md", "pigeond/main.py", "pigeond/config.py"} <= members
+
+
+# -- the .deb ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def clean_machine() -> Iterator[None]:
+    """Root, pigeond not installed; afterwards purged and every trace gone."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("the .deb test must run as root in CI (it installs the package)")
+        pytest.skip("installing a .deb needs root; CI runs this as root")
+    status = dpkg_status("pigeond")
+    present = [str(p) for p in INSTALLED_PATHS if p.exists() or p.is_symlink()]
+    if status not in ("", "unknown ok not-installed") or present:
+        pytest.fail(
+            "pigeond is already installed or has leftovers on this machine "
+            f"(dpkg status {status!r}, paths {present}); this test installs and purges "
+            "the package, so it refuses to touch them: `dpkg --purge pigeond` first"
+        )
+    private_existed = Path("/var/lib/private").exists()
+    try:
+        yield
+    finally:
+        if dpkg_status("pigeond") not in ("", "unknown ok not-installed"):
+            run(["dpkg", "--purge", "pigeond"])
+        shutil.rmtree("/var/lib/private/pigeond", ignore_errors=True)
+        Path("/var/lib/pigeond").unlink(missing_ok=True)
+        if not private_existed and Path("/var/lib/private").exists():
+            Path("/var/lib/private").rmdir()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("clean_machine")
+def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
+    """``build_deb.py`` (``make deb``): file list, install, run, verify, upgrade, remove, purge."""
+    before = snapshot()
+    outdir = tmp_path / "out"
+    arch = ok(["dpkg", "--print-architecture"]).strip()
+    version = PROJECT["version"]
+    started = time.monotonic()
+    build: list[str | Path] = [sys.executable, BUILD_DEB, "--outdir", outdir]
+    build += ["--workdir", tmp_path / "work"]
+    ok([*build, "--compress-level", "1"], timeout=BUILD_TIMEOUT_S)
+    build_s = time.monotonic() - started
+    deb = outdir / f"pigeond_{version}_{arch}.deb"
+    assert deb.is_file(), sorted(p.name for p in outdir.iterdir())
+
+    # control data
+    fields_ = {
+        k: ok(["dpkg-deb", "-f", deb, k]).strip()
+        for k in ("Package", "Version", "Architecture", "Depends")
+    }
+    assert fields_["Package"] == "pigeond"
+    assert fields_["Version"] == version
+    assert fields_["Architecture"] == arch  # zope.interface, cffi... are compiled
+    assert "python3 (>= 3.11~)" in fields_["Depends"]
+    assert "python3 (<< 3.12~)" in fields_["Depends"]
+    assert ok(["dpkg-deb", "-I", deb, "conffiles"]).split() == ["/etc/pigeond/pigeond.toml"]
+
+    # file list
+    files = listing(deb)
+    expected = {
+        *(f"/usr/bin/{s}" for s in SCRIPTS),
+        "/usr/lib/pigeond/pigeond/main.py",
+        "/usr/lib/pigeond/twisted/__init__.py",
+        "/usr/lib/pigeond/treq/__init__.py",
+        "/usr/lib/pigeond/zope/interface/__init__.py",
+        "/lib/systemd/system/pigeond.service",
+        "/lib/systemd/system/pigeond.socket",
+        "/usr/lib/systemd/user/pigeond.service",
+        "/usr/share/pigeond/socket-activation.conf",
+        "/etc/pigeond/pigeond.toml",
+        "/usr/share/doc/pigeond/copyright",
+        "/usr/share/doc/pigeond/README.md",
+    }
+    assert expected <= set(files), sorted(expected - set(files))
+    allowed = (
+        "/etc/pigeond/",
+        "/lib/systemd/system/",
+        "/usr/bin/",
+        "/usr/lib/pigeond/",
+        "/usr/lib/systemd/user/",
+        "/usr/share/doc/pigeond/",
+        "/usr/share/pigeond/",
+    )
+    dirs = {"/", "/etc", "/lib", "/lib/systemd", "/usr", "/usr/lib", "/usr/lib/systemd"}
+    dirs |= {"/usr/share", "/usr/share/doc", *(a.rstrip("/") for a in allowed)}
+    stray = sorted(p for p in files if p not in dirs and not p.startswith(allowed))
+    assert stray == []
+    assert sorted(p.removeprefix("/usr/bin/") for p in files if p.startswith("/usr/bin/")) == (
+        SCRIPTS
+    )
+    assert not [p for p in files if p.endswith(".pyc") or "__pycache__" in p]
+    assert not [p for p in files if p.startswith("/usr/lib/pigeond/bin")]
+    assert {owner for _, owner in (v.split() for v in files.values())} == {"root/root"}
+    assert files["/usr/bin/pigeond"].startswith("-rwxr-xr-x")
+    assert files["/etc/pigeond/pigeond.toml"].startswith("-rw-r--r--")
+
+    # install
+    ok(["dpkg", "-i", deb])
+    assert dpkg_status("pigeond") == "install ok installed"
+    if shutil.which("deb-systemd-helper"):  # enabled, not started (nothing runs it here)
+        wants = Path("/etc/systemd/system/multi-user.target.wants/pigeond.service")
+        assert wants.is_symlink()
+        assert os.readlink(wants) == "/lib/systemd/system/pigeond.service"
+        assert not Path("/etc/systemd/system/sockets.target.wants/pigeond.socket").exists()
+    for script in SCRIPTS:
+        head = Path(f"/usr/bin/{script}").read_text().splitlines()[0]
+        assert head == "#!/usr/bin/python3 -I"
+    assert list(Path("/usr/lib/pigeond/pigeond").glob("__pycache__/*.cpython-311.pyc"))
+    show_origins = (
+        "import sys; sys.path.insert(0, '/usr/lib/pigeond')\n"
+        "import pigeond, twisted, treq, zope.interface\n"
+        "for m in (pigeond, twisted, treq, zope.interface): print(m.__file__)"
+    )
+    imported = ok(["/usr/bin/python3", "-I", "-c", show_origins], cwd="/")
+    assert [ln for ln in imported.splitlines() if not ln.startswith("/usr/lib/pigeond/")] == []
+
+    # run the installed files
+    env = isolated_env(tmp_path / "home")
+    assert ok(["/usr/bin/pigeond", "--version"], env=env, cwd="/").strip() == f"pigeond {version}"
+    effective = ok(["/usr/bin/pigeond", "--check-config"], env=env, cwd="/")
+    assert effective.splitlines()[0] == "# config file: /etc/pigeond/pigeond.toml"
+    assert 'listen = "tcp:4097:interface=127.0.0.1"' in effective
+    daemon = InstalledDaemon(tmp_path)
+    try:
+        port = daemon.port()
+        status, health = get_json(f"http://127.0.0.1:{port}/health")
+        assert status == 200
+        assert health["ok"] is True
+        assert health["version"] == version
+        assert health["arbiter"] is False
+        send = ["/usr/bin/pigeon-send", "--url", f"http://127.0.0.1:{port}", "--from", "deb-test"]
+        sent = ok([*send, "ses_packaging", "hello from the installed pigeon-send"], env=env)
+        assert re.fullmatch(r"msg_[A-Za-z0-9_-]+", sent.strip())
+        assert get_json(f"http://127.0.0.1:{port}/health")[1]["queued"] == 1
+    finally:
+        code = daemon.stop()
+    assert code == 0, "".join(daemon.output)
+
+    # the installed units verify (their ExecStart exists now)
+    verify(
+        [Path("/lib/systemd/system/pigeond.service"), Path("/lib/systemd/system/pigeond.socket")],
+        tmp_path / "runtime",
+    )
+    verify([Path("/usr/lib/systemd/user/pigeond.service")], tmp_path / "runtime-user", user=True)
+
+    # upgrade in place: maintainer scripts run their upgrade branches
+    ok(["dpkg", "-i", deb])
+    assert dpkg_status("pigeond") == "install ok installed"
+
+    # what systemd's StateDirectory= with DynamicUser= would have made
+    Path("/var/lib/private/pigeond").mkdir(parents=True)
+    Path("/var/lib/private").chmod(0o700)
+    Path("/var/lib/private/pigeond/pigeond.db").write_bytes(b"")
+    Path("/var/lib/pigeond").symlink_to("private/pigeond")
+
+    # remove keeps the config and the database
+    ok(["dpkg", "-r", "pigeond"])
+    assert dpkg_status("pigeond") == "deinstall ok config-files"
+    assert not Path("/usr/bin/pigeond").exists()
+    assert not Path("/usr/lib/pigeond").exists()  # prerm dropped the .pyc files too
+    assert Path("/etc/pigeond/pigeond.toml").is_file()
+    assert Path("/var/lib/pigeond/pigeond.db").is_file()
+
+    # purge drops them, and the units' enablement state
+    ok(["dpkg", "--purge", "pigeond"])
+    assert dpkg_status("pigeond") in ("", "unknown ok not-installed")
+    leftovers = [str(p) for p in INSTALLED_PATHS if p.exists() or p.is_symlink()]
+    assert leftovers == []
+    assert snapshot() == before
+    print(f"deb: {deb.name}, {deb.stat().st_size / 1e6:.1f} MB, built in {build_s:.1f} s")
