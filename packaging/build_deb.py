@@ -243,13 +243,15 @@ def lay_out_files(root: Path, scripts: list[Script]) -> None:
     units = {
         SYSTEMD / "pigeond.service": root / "lib/systemd/system/pigeond.service",
         SYSTEMD / "pigeond.socket": root / "lib/systemd/system/pigeond.socket",
+        SYSTEMD / "pigeond-unix.socket": root / "lib/systemd/system/pigeond-unix.socket",
         SYSTEMD / "user/pigeond.service": root / "usr/lib/systemd/user/pigeond.service",
     }
     for src, dest in units.items():
         if src.suffix == ".service" and unit_exec_start(src) != "/usr/bin/pigeond":
             raise BuildError(f"{src}: ExecStart must run /usr/bin/pigeond")
         copy_file(src, dest)
-    copy_file(SYSTEMD / "socket-activation.conf", root / "usr/share/pigeond/socket-activation.conf")
+    for dropin in ("socket-activation.conf", "socket-activation-unix.conf"):
+        copy_file(SYSTEMD / dropin, root / "usr/share/pigeond" / dropin)
     copy_file(PACKAGING / "pigeond.toml", root / "etc/pigeond/pigeond.toml")
     doc = root / "usr/share/doc/pigeond"
     copy_file(REPO / "README.md", doc / "README.md")

@@ -37,6 +37,8 @@ SYSTEM_UNIT = SYSTEMD_DIR / "pigeond.service"
 SOCKET_UNIT = SYSTEMD_DIR / "pigeond.socket"
 USER_UNIT = SYSTEMD_DIR / "user" / "pigeond.service"
 SOCKET_DROPIN = SYSTEMD_DIR / "socket-activation.conf"
+UNIX_SOCKET_UNIT = SYSTEMD_DIR / "pigeond-unix.socket"
+UNIX_SOCKET_DROPIN = SYSTEMD_DIR / "socket-activation-unix.conf"
 DEFAULT_CONFIG = REPO / "packaging" / "pigeond.toml"
 BUILD_DEB = REPO / "packaging" / "build_deb.py"
 README = REPO / "README.md"
@@ -296,6 +298,12 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     (dropin_dir / "pigeond.service.d").mkdir()
     shutil.copyfile(SOCKET_DROPIN, dropin_dir / "pigeond.service.d" / SOCKET_DROPIN.name)
     verify([activated, dropin_dir / SOCKET_UNIT.name], tmp_path / "runtime")
+    unix_dir = tmp_path / "unix"
+    unix_service = copy_for_verify(SYSTEM_UNIT, unix_dir, VENV_PIGEOND)
+    shutil.copyfile(UNIX_SOCKET_UNIT, unix_dir / UNIX_SOCKET_UNIT.name)
+    (unix_dir / "pigeond.service.d").mkdir()
+    shutil.copyfile(UNIX_SOCKET_DROPIN, unix_dir / "pigeond.service.d" / UNIX_SOCKET_DROPIN.name)
+    verify([unix_service, unix_dir / UNIX_SOCKET_UNIT.name], tmp_path / "runtime")
     user = copy_for_verify(USER_UNIT, tmp_path / "user", VENV_PIGEOND)
     verify([user], tmp_path / "runtime-user", user=True)
 
@@ -496,8 +504,10 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
         "/usr/lib/pigeond/zope/interface/__init__.py",
         "/lib/systemd/system/pigeond.service",
         "/lib/systemd/system/pigeond.socket",
+        "/lib/systemd/system/pigeond-unix.socket",
         "/usr/lib/systemd/user/pigeond.service",
         "/usr/share/pigeond/socket-activation.conf",
+        "/usr/share/pigeond/socket-activation-unix.conf",
         "/etc/pigeond/pigeond.toml",
         "/usr/share/doc/pigeond/copyright",
         "/usr/share/doc/pigeond/README.md",
@@ -569,7 +579,11 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
 
     # the installed units verify (their ExecStart exists now)
     verify(
-        [Path("/lib/systemd/system/pigeond.service"), Path("/lib/systemd/system/pigeond.socket")],
+        [
+            Path("/lib/systemd/system/pigeond.service"),
+            Path("/lib/systemd/system/pigeond.socket"),
+            Path("/lib/systemd/system/pigeond-unix.socket"),
+        ],
         tmp_path / "runtime",
     )
     verify([Path("/usr/lib/systemd/user/pigeond.service")], tmp_path / "runtime-user", user=True)

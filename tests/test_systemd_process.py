@@ -249,6 +249,37 @@ def test_socket_activation(tmp_path: Path, notify: NotifySocket, daemons: Daemon
         assert proc.wait(timeout=15) == 0, proc.stderr.read() if proc.stderr else ""
 
 
+def test_unix_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
+    """A listening Unix socket passed as fd 3 (systemd:domain=UNIX) is served."""
+    path = tmp_path / "p.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+    env = isolated_env(tmp_path / "home", {"NOTIFY_SOCKET": str(notify.path)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SHIM, str(listener.fileno()),
+         "--listen", "systemd:domain=UNIX:index=0", "--db", str(tmp_path / "p.db"),
+         "--opencode-url", ""],
+        env=env, pass_fds=(listener.fileno(),), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    listener.close()
+    try:
+        notify.wait_for("READY=1")
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(5)
+        client.connect(str(path))
+        client.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+        answer = b""
+        while chunk := client.recv(4096):
+            answer += chunk
+        client.close()
+        assert answer.startswith(b"HTTP/1.0 200") and b'"ok": true' in answer
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=15) == 0, proc.stderr.read() if proc.stderr else ""
+
+
 def test_socket_activation_without_a_socket_is_a_clear_error(tmp_path: Path) -> None:
     """Started by hand with a systemd: endpoint, pigeond says what is missing (exit 2);
     --check-config still accepts the setting."""
