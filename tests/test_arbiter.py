@@ -552,3 +552,21 @@ def test_stop_cuts_turn_waits_short(repo: SwarmRepository, clock: Clock) -> None
     stopped: list[None] = []
     h.arbiter.stop().addCallback(stopped.append)
     assert stopped == [None] and h.arbiter.in_flight_targets() == []
+
+
+def test_ticking_reports_a_live_loop_only(h: Harness) -> None:
+    """The watchdog's view: ticking while the loop runs and ticked lately, not after stop."""
+    assert not h.arbiter.ticking(1.0)
+    h.arbiter.start()
+    assert h.arbiter.ticking(1.0)
+    h.clock.advance(TICK_S)
+    assert h.arbiter.ticking(TICK_S)
+    h.arbiter.stop()
+    assert not h.arbiter.ticking(60)
+
+
+def test_stuck_tick_is_not_ticking(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When ticks stop coming (a wedged loop), ticking turns false once the gap is too long."""
+    h.arbiter.start()
+    monkeypatch.setattr(h.arbiter, "last_tick_at", h.clock.seconds() - 10)
+    assert not h.arbiter.ticking(5)
