@@ -137,7 +137,6 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
         status.start()
         if watchdog is not None:
             watchdog.start()
-        signal.signal(signal.SIGHUP, lambda signum, frame: reactor.callFromThread(reload))
 
     def reload() -> None:
         notifier.notify("RELOADING=1")
@@ -160,6 +159,8 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
             watchdog.stop()
         return stop_later(daemon)
 
+    # installed before READY=1 can be sent: a SIGHUP right after it must reload, not kill
+    signal.signal(signal.SIGHUP, lambda signum, frame: reactor.callFromThread(reload))
     reactor.addSystemEventTrigger("before", "shutdown", shutting_down)
     reactor.callWhenRunning(lambda: Deferred.fromCoroutine(start()))
     reactor.run()
