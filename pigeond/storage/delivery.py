@@ -144,19 +144,25 @@ class DeliveryTransitions(RepositoryBase):
         return done
 
     def expire_due(self, now_ms: int) -> list[str]:
-        """Queued direct messages whose time to live ran out become expired."""
-        with self._write() as conn:
-            due = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT msg_id FROM swarm_messages WHERE state = 'queued'"
-                    " AND to_session IS NOT NULL AND expires_at IS NOT NULL AND expires_at <= ?",
-                    (now_ms,),
-                ).fetchall()
-            ]
+        """Queued direct messages whose time to live ran out become expired.
+
+        Runs every tick, so it only takes the write lock when something is due.
+        """
+        if not self._expired_ids(now_ms):
+            return []
+        with self._write():
+            due = self._expired_ids(now_ms)
             for msg_id in due:
                 self._end(msg_id, "expired", "expired before it could be delivered", now_ms)
         return due
+
+    def _expired_ids(self, now_ms: int) -> list[str]:
+        rows = self._conn.execute(
+            "SELECT msg_id FROM swarm_messages WHERE state = 'queued'"
+            " AND to_session IS NOT NULL AND expires_at IS NOT NULL AND expires_at <= ?",
+            (now_ms,),
+        )
+        return [r[0] for r in rows.fetchall()]
 
     def _end(self, msg_id: str, state: str, reason: str, now_ms: int) -> None:
         """Inside a write: end the message and queue its sender's notice."""
