@@ -30,6 +30,7 @@ class State(StrEnum):
     HANDED_OFF = "handed_off"
     FAILED = "failed"
     EXPIRED = "expired"
+    CANCELLED = "cancelled"
 
 
 # Sent by pigeond itself to a sender whose message ended failed or expired.

@@ -3,8 +3,9 @@
     queued ──hand-off──▶ handed_off ──found in transcript──▶ (verified_at set)
       │  ▲                    │
       │  └──── not found after the grace period (≤ max requeues) ◀┘
-      ├──▶ failed   (attempts used up, permanent error, or never found)
-      └──▶ expired  (its time to live ran out while queued)
+      ├──▶ failed    (attempts used up, permanent error, or never found)
+      ├──▶ expired   (its time to live ran out while queued)
+      └──▶ cancelled (by an operator; see storage/operator.py, which also requeues)
 
 A message that ends failed or expired queues a ``delivery.failed`` notice to
 its sender in the same transaction, so a crash cannot lose the notice.

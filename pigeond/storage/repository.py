@@ -16,6 +16,7 @@ from enum import Enum
 from pigeond.model import NewMessage, StoredMessage
 from pigeond.storage.base import COLUMNS, reads, row_to_message
 from pigeond.storage.delivery import DEFAULT_NOTICE_TTL_MS, DeliveryTransitions
+from pigeond.storage.operator import OperatorActions
 
 
 class AcceptOutcome(Enum):
@@ -30,7 +31,7 @@ class InboxPage:
     has_more: bool
 
 
-class SwarmRepository(DeliveryTransitions):
+class SwarmRepository(DeliveryTransitions, OperatorActions):
     def __init__(
         self, conn: sqlite3.Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS
     ) -> None:

@@ -1,0 +1,400 @@
+"""``pigeon``: the operator's scriptable view of pigeond's queue.
+
+It reads the database directly (WAL makes that safe while the daemon runs)
+and changes messages only through conditional writes in the storage package;
+``inbox`` and ``send`` go through the daemon's HTTP API.  Exit codes: 0 every
+named message changed (or the read worked), 1 any did not, 2 usage or an
+unusable database, 3 the daemon is unreachable (``inbox``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from pigeond import send_cli
+from pigeond.config import default_db_path
+from pigeond.envelope import render_envelope
+from pigeond.model import StoredMessage
+from pigeond.storage import SchemaError, StorageError, SwarmRepository
+from pigeond.storage.operator import ActionOutcome, open_existing
+
+SYSTEM_DB = "/var/lib/pigeond/pigeond.db"
+EXIT_OK, EXIT_NOT_CHANGED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+LS_COLUMNS = ("msg_id", "state", "to", "from", "kind", "priority", "attempts", "age", "last_error")
+ERROR_WIDTH = 40
+TIME_COLUMNS = (
+    "next_retry_at", "created_at", "updated_at", "handed_off_at", "verified_at", "verify_by",
+    "expires_at",
+)  # fmt: skip
+
+
+class UsageError(ValueError):
+    pass
+
+
+def resolve_db(given: str | None, env: Mapping[str, str]) -> str:
+    """--db, else $PIGEOND_DB, else the system database when readable, else the user's."""
+    if given:
+        return given
+    if env.get("PIGEOND_DB"):
+        return env["PIGEOND_DB"]
+    if os.path.isfile(SYSTEM_DB) and os.access(SYSTEM_DB, os.R_OK):
+        return SYSTEM_DB
+    return default_db_path(env)
+
+
+def format_age(ms: int) -> str:
+    seconds = max(ms, 0) // 1000
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def format_time(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def destination(message: StoredMessage) -> str:
+    return message.to_session if message.to_session is not None else f"#{message.channel}"
+
+
+def ls_row(message: StoredMessage, now_ms: int) -> dict[str, Any]:
+    """One ``ls`` row; in JSON age is whole seconds and last_error is not truncated."""
+    return {
+        "msg_id": message.msg_id,
+        "state": message.state,
+        "to": destination(message),
+        "from": message.from_session,
+        "kind": message.kind,
+        "priority": message.priority,
+        "attempts": message.attempts,
+        "age": max(now_ms - message.created_at, 0) // 1000,
+        "last_error": message.last_error,
+    }
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    for line in [list(header), *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+
+
+def truncate(text: str | None, width: int) -> str:
+    if not text:
+        return ""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def print_json(value: object) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+# -- subcommands ---------------------------------------------------------------
+
+
+def cmd_ls(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    messages = repo.list_messages(
+        state=args.state, target=args.target, sender=args.sender, limit=args.limit
+    )
+    rows = [ls_row(m, now_ms) for m in messages]
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    table = [
+        [
+            *(str(row[c]) for c in LS_COLUMNS[:7]),
+            format_age(now_ms - m.created_at),
+            truncate(m.last_error, ERROR_WIDTH),
+        ]
+        for row, m in zip(rows, messages, strict=True)
+    ]
+    print_table(LS_COLUMNS, table)
+    return EXIT_OK
+
+
+def cmd_show(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
+    message = repo.get(args.msg_id)
+    if message is None:
+        print(f"pigeon: {args.msg_id}: unknown message", file=sys.stderr)
+        return EXIT_NOT_CHANGED
+    columns = dataclasses.asdict(message)
+    envelope = render_envelope(message)
+    if args.json:
+        print_json({**columns, "envelope": envelope})
+        return EXIT_OK
+    width = max(len(name) for name in columns)
+    for name, value in columns.items():
+        if name == "payload":
+            continue
+        shown = str(value) if value is not None else "-"
+        if name in TIME_COLUMNS:
+            shown = format_time(value)
+        print(f"{name.ljust(width)}  {shown}")
+    print(f"{'age'.ljust(width)}  {format_age(now_ms - message.created_at)}")
+    print("\npayload:")
+    print(message.payload)
+    print("\nenvelope:")
+    print(envelope)
+    return EXIT_OK
+
+
+ONE_ACTIONS: dict[str, Callable[[SwarmRepository, str, int, int | None], ActionOutcome]] = {
+    "requeue": SwarmRepository.requeue,
+    "retry-now": SwarmRepository.retry_now,
+    "cancel": SwarmRepository.cancel,
+}
+TARGET_ACTIONS: dict[str, Callable[[SwarmRepository, str, int], list[str]]] = {
+    "requeue": SwarmRepository.requeue_target,
+    "retry-now": SwarmRepository.retry_now_target,
+    "cancel": SwarmRepository.cancel_target,
+}
+WANTED_STATE = {"requeue": "failed or expired", "retry-now": "queued", "cancel": "queued"}
+DONE_WORD = {"requeue": "requeued", "retry-now": "due now", "cancel": "cancelled"}
+
+
+def cmd_action(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
+    name: str = args.command
+    if bool(args.msg_ids) == (args.target is not None):
+        raise UsageError(f"{name}: give message ids or --target, not both or neither")
+    if args.target is not None:
+        changed = TARGET_ACTIONS[name](repo, args.target, now_ms)
+        for msg_id in changed:
+            print(f"{msg_id} {DONE_WORD[name]}")
+        if not changed:
+            print(
+                f"pigeon: {name}: no {WANTED_STATE[name]} messages to {args.target}",
+                file=sys.stderr,
+            )
+        return EXIT_OK
+    status = EXIT_OK
+    for msg_id in args.msg_ids:
+        seen = repo.get(msg_id)
+        if seen is None:
+            outcome = ActionOutcome.UNKNOWN
+        else:
+            outcome = ONE_ACTIONS[name](repo, msg_id, now_ms, seen.updated_at)
+        if outcome is ActionOutcome.CHANGED:
+            print(f"{msg_id} {DONE_WORD[name]}")
+            continue
+        status = EXIT_NOT_CHANGED
+        if outcome is ActionOutcome.WRONG_STATE and seen is not None:
+            why = f"is {seen.state}, not {WANTED_STATE[name]}"
+        elif outcome is ActionOutcome.STALE:
+            why = "changed meanwhile; not touched (look again)"
+        else:
+            why = "unknown message"
+        print(f"pigeon: {name}: {msg_id} {why}", file=sys.stderr)
+    return status
+
+
+def cmd_stats(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
+    direct = repo.count_by_state()
+    channel = repo.count_channel_by_state()
+    targets = repo.queued_per_target()
+    if args.json:
+        print_json(
+            {
+                "direct": direct,
+                "channel": channel,
+                "queued_per_target": [
+                    {
+                        "target": t.target,
+                        "queued": t.queued,
+                        "oldest_age": max(now_ms - t.oldest_created_at, 0) // 1000,
+                        "oldest_created_at": t.oldest_created_at,
+                        "next_retry_at": t.next_retry_at,
+                    }
+                    for t in targets
+                ],
+            }
+        )
+        return EXIT_OK
+    for title, counts in (("direct messages", direct), ("channel messages", channel)):
+        print(f"{title}:")
+        for state, n in sorted(counts.items()):
+            print(f"  {state.ljust(12)} {n}")
+        if not counts:
+            print("  (none)")
+    print("queued per target:")
+    if targets:
+        print_table(
+            ("  target", "queued", "oldest"),
+            [
+                ["  " + t.target, str(t.queued), format_age(now_ms - t.oldest_created_at)]
+                for t in targets
+            ],
+        )
+    else:
+        print("  (none)")
+    return EXIT_OK
+
+
+def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    if args.limit is not None and not 1 <= args.limit <= 1000:
+        raise UsageError("--limit must be between 1 and 1000")
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    url = args.url or env.get("PIGEOND_URL") or send_cli.DEFAULT_URL
+    query: dict[str, str] = {"session": args.session}
+    if args.since is not None:
+        query["since"] = args.since
+    if args.limit is not None:
+        query["limit"] = str(args.limit)
+    try:
+        answer = send_cli.call_daemon(
+            url, "GET", "/swarm/inbox?" + urlencode(query), None, args.timeout
+        )
+    except send_cli.UsageError as e:
+        raise UsageError(str(e)) from e
+    except (OSError, TimeoutError) as e:
+        print(f"pigeon: daemon at {url} unreachable: {e}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    if answer.status != 200:
+        error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
+        print(f"pigeon: inbox: daemon answered {answer.status}: {error}", file=sys.stderr)
+        return EXIT_NOT_CHANGED if 400 <= answer.status < 500 else EXIT_UNAVAILABLE
+    if args.json:
+        print_json(answer.body)
+        return EXIT_OK
+    messages = answer.body.get("messages") or []
+    print_table(
+        ("msg_id", "from", "kind", "priority", "handed_off", "payload"),
+        [
+            [
+                str(m.get("msg_id")), str(m.get("from")), str(m.get("kind")),
+                str(m.get("priority")), format_time(m.get("handed_off_at")),
+                truncate(str(m.get("payload", "")), ERROR_WIDTH),
+            ]
+            for m in messages
+            if isinstance(m, dict)
+        ],
+    )  # fmt: skip
+    more = " (more: run again with --since)" if answer.body.get("has_more") else ""
+    print(f"next_cursor: {answer.body.get('next_cursor')}{more}", file=sys.stderr)
+    return EXIT_OK
+
+
+# -- parsing and dispatch ----------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pigeon",
+        description="Look at and steer pigeond's message queue.",
+        epilog="'pigeon send ...' is exactly pigeon-send (see pigeon send --help).",
+    )
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument(
+        "--db",
+        metavar="PATH",
+        help=f"database (default $PIGEOND_DB, else {SYSTEM_DB} when readable,"
+        " else the per-user pigeond.db)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    ls = sub.add_parser("ls", parents=[db], help="list messages, newest first")
+    ls.add_argument("--state", help="only this state (queued, handed_off, failed, ...)")
+    ls.add_argument("--target", metavar="T", help="only to this session or channel")
+    ls.add_argument("--from", dest="sender", metavar="F", help="only from this sender")
+    ls.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (default 50)")
+    ls.add_argument("--json", action="store_true", help="a JSON list of objects")
+
+    show = sub.add_parser("show", parents=[db], help="every column of one message")
+    show.add_argument("msg_id", metavar="MSG_ID")
+    show.add_argument("--json", action="store_true", help="one JSON object")
+
+    helps = {
+        "requeue": "failed or expired → queued, due now, attempts reset",
+        "retry-now": "make queued messages due now",
+        "cancel": "queued → cancelled (never delivered, no notice)",
+    }
+    for name, text in helps.items():
+        action = sub.add_parser(name, parents=[db], help=text, description=text)
+        action.add_argument("msg_ids", nargs="*", metavar="MSG_ID")
+        action.add_argument("--target", metavar="T", help="every matching message to T")
+
+    stats = sub.add_parser("stats", parents=[db], help="counts by state, queued per target")
+    stats.add_argument("--json", action="store_true", help="one JSON object")
+
+    inbox = sub.add_parser("inbox", help="what was handed off to a session (via the daemon)")
+    inbox.add_argument("--session", required=True, metavar="S")
+    inbox.add_argument("--since", metavar="C", help="cursor (next_cursor) or msg_id")
+    inbox.add_argument("--limit", type=int, metavar="N", help="page size, 1-1000 (default 100)")
+    inbox.add_argument("--url", help=f"daemon URL (default $PIGEOND_URL or {send_cli.DEFAULT_URL})")
+    inbox.add_argument("--timeout", type=float, default=10.0, metavar="S")
+    inbox.add_argument("--json", action="store_true", help="the daemon's JSON answer")
+
+    sub.add_parser("send", help="send a message: exactly pigeon-send", add_help=False)
+    return parser
+
+
+DB_COMMANDS: dict[str, Callable[[SwarmRepository, argparse.Namespace, int], int]] = {
+    "ls": cmd_ls,
+    "show": cmd_show,
+    "requeue": cmd_action,
+    "retry-now": cmd_action,
+    "cancel": cmd_action,
+    "stats": cmd_stats,
+}
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    now_ms: int | None = None,
+) -> int:
+    env = os.environ if env is None else env
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["send"]:
+        return send_cli.main(args_list[1:], env)
+    try:
+        args = build_parser().parse_args(args_list)
+    except SystemExit as e:
+        return EXIT_USAGE if e.code else EXIT_OK
+    try:
+        if args.command == "inbox":
+            return cmd_inbox(args, env)
+        path = resolve_db(args.db, env)
+        try:
+            repo = SwarmRepository(open_existing(path))
+        except SchemaError as e:
+            print(f"pigeon: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            now = int(time.time() * 1000) if now_ms is None else now_ms
+            return DB_COMMANDS[args.command](repo, args, now)
+        finally:
+            repo.close()
+    except UsageError as e:
+        print(f"pigeon: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except StorageError as e:
+        print(f"pigeon: {e}", file=sys.stderr)
+        return EXIT_NOT_CHANGED
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as e:  # an operator tool prints one line, never a traceback
+        print(f"pigeon: unexpected error: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_NOT_CHANGED
+
+
+def entry() -> None:
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)

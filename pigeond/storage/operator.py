@@ -1,0 +1,209 @@
+"""What an operator (the ``pigeon`` CLI, later the TUI) reads and changes.
+
+Opening is strict: an operator tool never creates or migrates a database.
+Every state change is conditional on the row's state and, for one message,
+on the ``updated_at`` the operator saw, inside one ``BEGIN IMMEDIATE``
+transaction: a row the daemon changed meanwhile is left alone and reported.
+Times come in as unix milliseconds; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from pigeond.model import State, StoredMessage
+from pigeond.storage.base import COLUMNS, RepositoryBase, reads, row_to_message
+from pigeond.storage.errors import SchemaError
+from pigeond.storage.schema import SCHEMA_VERSION, connect
+
+# Which states each action starts from.
+REQUEUE_FROM = (State.FAILED.value, State.EXPIRED.value)
+RETRY_NOW_FROM = (State.QUEUED.value,)
+CANCEL_FROM = (State.QUEUED.value,)
+
+# Requeued messages are due now, start their attempts afresh, and get a fresh
+# time to live as long as their original one (else the sweeper would expire an
+# expired message again at once).
+_REQUEUE_SET = (
+    "state = 'queued', attempts = 0, next_retry_at = :now, last_error = NULL,"
+    " verify_by = NULL, updated_at = :now,"
+    " expires_at = CASE WHEN expires_at IS NULL THEN NULL"
+    " ELSE :now + MAX(expires_at - created_at, 0) END"
+)
+_RETRY_NOW_SET = "next_retry_at = :now, updated_at = :now"
+_CANCEL_SET = "state = 'cancelled', next_retry_at = NULL, verify_by = NULL, updated_at = :now"
+
+
+class ActionOutcome(Enum):
+    CHANGED = "changed"
+    UNKNOWN = "unknown message"
+    WRONG_STATE = "wrong state"
+    STALE = "changed meanwhile"
+
+
+@dataclass(frozen=True, slots=True)
+class TargetQueue:
+    """One target's queued direct messages."""
+
+    target: str
+    queued: int
+    oldest_created_at: int
+    next_retry_at: int | None
+
+
+def open_existing(path: Path | str) -> sqlite3.Connection:
+    """Open an existing pigeond database of the current schema, WAL, busy timeout.
+
+    Raises SchemaError (one line) when the file is missing, unreadable, not a
+    pigeond database, or of another schema version; never creates or migrates.
+    """
+    target = Path(path)
+    if not target.is_file():
+        raise SchemaError(f"{path}: no such database file (is pigeond's --db elsewhere?)")
+    try:
+        probe = sqlite3.connect(f"{target.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        raise SchemaError(f"{path}: cannot open the database ({e})") from e
+    try:
+        version = int(probe.execute("PRAGMA user_version").fetchone()[0])
+        has_table = probe.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'swarm_messages'"
+        ).fetchone()
+    except sqlite3.DatabaseError as e:
+        raise SchemaError(f"{path}: not a usable SQLite database ({e})") from e
+    finally:
+        probe.close()
+    if has_table is None:
+        raise SchemaError(f"{path}: not a pigeond database (no swarm_messages table)")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"{path}: schema version {version} is newer than this pigeon understands"
+            f" ({SCHEMA_VERSION}); upgrade pigeond"
+        )
+    if version < SCHEMA_VERSION:
+        raise SchemaError(
+            f"{path}: schema version {version} is older than {SCHEMA_VERSION};"
+            " start pigeond once to upgrade it"
+        )
+    return connect(target)
+
+
+class OperatorActions(RepositoryBase):
+    # -- reading -------------------------------------------------------------
+
+    @reads
+    def list_messages(
+        self,
+        *,
+        state: str | None = None,
+        target: str | None = None,
+        sender: str | None = None,
+        limit: int = 50,
+    ) -> list[StoredMessage]:
+        """Messages newest first (by accept order), optionally filtered.
+
+        ``target`` matches a direct target or a channel name.
+        """
+        rows = self._conn.execute(
+            f"SELECT {COLUMNS} FROM swarm_messages"
+            " WHERE (:state IS NULL OR state = :state)"
+            " AND (:target IS NULL OR to_session = :target OR channel = :target)"
+            " AND (:sender IS NULL OR from_session = :sender)"
+            " ORDER BY accept_seq DESC LIMIT :limit",
+            {"state": state, "target": target, "sender": sender, "limit": limit},
+        ).fetchall()
+        return [row_to_message(r) for r in rows]
+
+    @reads
+    def count_channel_by_state(self) -> dict[str, int]:
+        """Counts of channel messages by state."""
+        rows = self._conn.execute(
+            "SELECT state, COUNT(*) FROM swarm_messages WHERE channel IS NOT NULL GROUP BY state"
+        ).fetchall()
+        return {str(state): int(n) for state, n in rows}
+
+    @reads
+    def queued_per_target(self) -> list[TargetQueue]:
+        """Queued direct messages per target, the target with the oldest first."""
+        rows = self._conn.execute(
+            "SELECT to_session, COUNT(*), MIN(created_at), MIN(next_retry_at)"
+            " FROM swarm_messages WHERE state = 'queued' AND to_session IS NOT NULL"
+            " GROUP BY to_session ORDER BY MIN(created_at), to_session"
+        ).fetchall()
+        return [TargetQueue(str(t), int(n), int(oldest), nxt) for t, n, oldest, nxt in rows]
+
+    # -- changing, one message ----------------------------------------------
+
+    def requeue(
+        self, msg_id: str, now_ms: int, expected_updated_at: int | None = None
+    ) -> ActionOutcome:
+        """failed or expired → queued, due now, attempts 0 (requeue_count kept)."""
+        return self._change_one(msg_id, REQUEUE_FROM, _REQUEUE_SET, now_ms, expected_updated_at)
+
+    def retry_now(
+        self, msg_id: str, now_ms: int, expected_updated_at: int | None = None
+    ) -> ActionOutcome:
+        """A queued message becomes due at ``now_ms``."""
+        return self._change_one(msg_id, RETRY_NOW_FROM, _RETRY_NOW_SET, now_ms, expected_updated_at)
+
+    def cancel(
+        self, msg_id: str, now_ms: int, expected_updated_at: int | None = None
+    ) -> ActionOutcome:
+        """queued → cancelled: terminal, never delivered, no notice."""
+        return self._change_one(msg_id, CANCEL_FROM, _CANCEL_SET, now_ms, expected_updated_at)
+
+    # -- changing, every matching message of one target ------------------------
+
+    def requeue_target(self, target: str, now_ms: int) -> list[str]:
+        """Every failed or expired message to ``target`` → queued; returns their ids."""
+        return self._change_target(target, REQUEUE_FROM, _REQUEUE_SET, now_ms)
+
+    def retry_now_target(self, target: str, now_ms: int) -> list[str]:
+        """Every queued message to ``target`` becomes due now; returns their ids."""
+        return self._change_target(target, RETRY_NOW_FROM, _RETRY_NOW_SET, now_ms)
+
+    def cancel_target(self, target: str, now_ms: int) -> list[str]:
+        """Every queued message to ``target`` → cancelled; returns their ids."""
+        return self._change_target(target, CANCEL_FROM, _CANCEL_SET, now_ms)
+
+    # -- the shared conditional writes ----------------------------------------
+
+    def _change_one(
+        self,
+        msg_id: str,
+        from_states: tuple[str, ...],
+        set_sql: str,
+        now_ms: int,
+        expected_updated_at: int | None,
+    ) -> ActionOutcome:
+        states = ", ".join(f"'{s}'" for s in from_states)
+        with self._write() as conn:
+            current = self._get(conn, msg_id)
+            if current is None:
+                return ActionOutcome.UNKNOWN
+            if expected_updated_at is not None and current.updated_at != expected_updated_at:
+                return ActionOutcome.STALE
+            if current.state not in from_states:
+                return ActionOutcome.WRONG_STATE
+            cursor = conn.execute(
+                f"UPDATE swarm_messages SET {set_sql}"
+                f" WHERE msg_id = :msg_id AND state IN ({states})"
+                " AND updated_at = :seen",
+                {"now": now_ms, "msg_id": msg_id, "seen": current.updated_at},
+            )
+            return ActionOutcome.CHANGED if cursor.rowcount == 1 else ActionOutcome.STALE
+
+    def _change_target(
+        self, target: str, from_states: tuple[str, ...], set_sql: str, now_ms: int
+    ) -> list[str]:
+        states = ", ".join(f"'{s}'" for s in from_states)
+        with self._write() as conn:
+            rows = conn.execute(
+                f"UPDATE swarm_messages SET {set_sql}"
+                f" WHERE to_session = :target AND state IN ({states}) RETURNING msg_id",
+                {"now": now_ms, "target": target},
+            ).fetchall()
+        return sorted(str(r[0]) for r in rows)

@@ -1,0 +1,319 @@
+"""The ``pigeon`` operator CLI, run in-process against real WAL databases."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from pigeond import operator_cli
+from pigeond.operator_cli import main
+from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
+from tests.messages import new_message
+
+NOW = 1_793_491_200_000
+LATER = NOW + 90_000
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Path]:
+    """A database with a queued, a failed (sender cron: no notice) and a channel message."""
+    path = tmp_path / "pigeond.db"
+    repo = SwarmRepository(open_database(path))
+    repo.accept(new_message("ses_t", msg_id="msg_q", payload="a <b> & c"), NOW, NOW + 3_600_000)
+    repo.accept(new_message("ses_t", msg_id="msg_f", sender="cron"), NOW + 1, NOW + 3_600_000)
+    repo.record_failed_attempt("msg_f", "HTTP 400: " + "x" * 80, NOW + 2, None)
+    repo.accept(new_message(channel="ops", msg_id="msg_c"), NOW + 3)
+    repo.close()
+    yield path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv), env={"HOME": "/nonexistent"}, now_ms=LATER)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def state_of(path: Path, msg_id: str) -> str:
+    repo = SwarmRepository(open_database(path))
+    try:
+        message = repo.get(msg_id)
+        assert message is not None
+        return message.state
+    finally:
+        repo.close()
+
+
+def test_ls_prints_a_table_newest_first(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ls: a header and one row per message, newest first, long errors truncated."""
+    code, out, _ = run(capsys, "ls", "--db", str(db))
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[0].split() == list(operator_cli.LS_COLUMNS)
+    assert [line.split()[0] for line in lines[1:]] == ["msg_c", "msg_f", "msg_q"]
+    assert "#ops" in lines[1] and "1m" in lines[3]
+    assert "…" in lines[2] and "x" * 80 not in out
+
+
+def test_ls_json_with_filters(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ls --json: a list of objects keyed by the table's columns; filters and limit apply."""
+    code, out, _ = run(capsys, "ls", "--db", str(db), "--target", "ses_t", "--limit", "1", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert rows == [
+        {
+            "msg_id": "msg_f", "state": "failed", "to": "ses_t", "from": "cron", "kind": "chat",
+            "priority": "normal", "attempts": 1, "age": 89, "last_error": "HTTP 400: " + "x" * 80,
+        }
+    ]  # fmt: skip
+    code, out, _ = run(capsys, "ls", "--db", str(db), "--state", "queued", "--from", "ses_sender")
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["msg_c", "msg_q"]
+
+
+def test_show_prints_every_column_and_the_envelope(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """show: every column, times as UTC, and the exact envelope."""
+    code, out, _ = run(capsys, "show", "--db", str(db), "msg_q")
+    assert code == 0
+    assert "created_at     2026-11-01 00:00:00.000Z" in out
+    assert "requeue_count" in out and "expires_at" in out
+    assert out.rstrip().endswith(
+        '<swarm_message v="1" kind="chat" from="ses_sender" to="ses_t" msg_id="msg_q"'
+        ' priority="normal">\na &lt;b&gt; &amp; c\n</swarm_message>'
+    )
+
+
+def test_show_json_is_one_object(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """show --json: one object with every column (raw values) plus the envelope."""
+    code, out, _ = run(capsys, "show", "--db", str(db), "msg_f", "--json")
+    shown = json.loads(out)
+    assert code == 0
+    assert shown["state"] == "failed" and shown["created_at"] == NOW + 1
+    assert shown["envelope"].startswith('<swarm_message v="1" kind="chat" from="cron"')
+    assert len(shown) == 22
+
+
+def test_show_unknown_is_exit_1(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """show of an unknown msg_id: one line on stderr, exit 1."""
+    code, out, err = run(capsys, "show", "--db", str(db), "msg_nope")
+    assert (code, out) == (1, "")
+    assert err == "pigeon: msg_nope: unknown message\n"
+
+
+def test_requeue_by_id(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """requeue MSG_ID: the failed message is queued again, exit 0."""
+    code, out, err = run(capsys, "requeue", "--db", str(db), "msg_f")
+    assert (code, out, err) == (0, "msg_f requeued\n", "")
+    assert state_of(db, "msg_f") == "queued"
+
+
+def test_requeue_reports_each_id_that_did_not_change(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """requeue with a wrong-state and an unknown id: one stderr line each, exit 1."""
+    code, out, err = run(capsys, "requeue", "--db", str(db), "msg_q", "msg_f", "msg_nope")
+    assert (code, out) == (1, "msg_f requeued\n")
+    assert err.splitlines() == [
+        "pigeon: requeue: msg_q is queued, not failed or expired",
+        "pigeon: requeue: msg_nope unknown message",
+    ]
+
+
+def test_retry_now_and_cancel_by_target(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """retry-now and cancel --target change the target's queued messages, exit 0."""
+    assert run(capsys, "retry-now", "--db", str(db), "--target", "ses_t")[:2] == (
+        0,
+        "msg_q due now\n",
+    )
+    assert run(capsys, "cancel", "--db", str(db), "--target", "ses_t")[:2] == (
+        0,
+        "msg_q cancelled\n",
+    )
+    assert state_of(db, "msg_q") == "cancelled"
+    code, out, err = run(capsys, "cancel", "--db", str(db), "--target", "ses_t")
+    assert (code, out, err) == (0, "", "pigeon: cancel: no queued messages to ses_t\n")
+
+
+def test_cancel_by_id_refuses_a_failed_message(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cancel of a failed message: not changed, exit 1."""
+    code, _, err = run(capsys, "cancel", "--db", str(db), "msg_f")
+    assert code == 1 and "msg_f is failed, not queued" in err
+    assert state_of(db, "msg_f") == "failed"
+
+
+def test_action_needs_ids_or_target(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An action with neither ids nor --target, or both, is a usage error (exit 2)."""
+    assert run(capsys, "cancel", "--db", str(db))[0] == 2
+    assert run(capsys, "cancel", "--db", str(db), "msg_q", "--target", "ses_t")[0] == 2
+    assert state_of(db, "msg_q") == "queued"
+
+
+def test_stats_json(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """stats --json: direct and channel counts apart, queued per target with oldest age."""
+    code, out, _ = run(capsys, "stats", "--db", str(db), "--json")
+    assert code == 0
+    assert json.loads(out) == {
+        "direct": {"failed": 1, "queued": 1},
+        "channel": {"queued": 1},
+        "queued_per_target": [
+            {"target": "ses_t", "queued": 1, "oldest_age": 90, "oldest_created_at": NOW,
+             "next_retry_at": NOW},
+        ],
+    }  # fmt: skip
+
+
+def test_stats_table(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """stats: readable sections with the per-target queue."""
+    code, out, _ = run(capsys, "stats", "--db", str(db))
+    assert code == 0
+    assert "direct messages:" in out and "channel messages:" in out
+    assert out.splitlines()[-1].split() == ["ses_t", "1", "1m"]
+
+
+def test_db_from_environment(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --db, $PIGEOND_DB names the database."""
+    code = main(["ls", "--json"], env={"PIGEOND_DB": str(db)}, now_ms=LATER)
+    assert code == 0 and len(json.loads(capsys.readouterr().out)) == 3
+
+
+def test_missing_database_is_exit_2_and_not_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing file: one-line error, exit 2, and no file is created."""
+    missing = tmp_path / "none.db"
+    code, out, err = run(capsys, "ls", "--db", str(missing))
+    assert (code, out) == (2, "")
+    assert "no such database file" in err and err.count("\n") == 1
+    assert not missing.exists()
+
+
+def test_foreign_database_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An SQLite file without swarm_messages, or not SQLite at all: exit 2, one line."""
+    foreign = tmp_path / "other.db"
+    sqlite3.connect(foreign).execute("CREATE TABLE t (x)").connection.close()
+    code, _, err = run(capsys, "stats", "--db", str(foreign))
+    assert code == 2 and "not a pigeond database (no swarm_messages table)" in err
+    junk = tmp_path / "junk.db"
+    junk.write_text("hello, not a database " * 100)
+    code, _, err = run(capsys, "stats", "--db", str(junk))
+    assert code == 2 and err.startswith("pigeon: ") and err.count("\n") == 1
+
+
+def test_newer_schema_is_exit_2(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A database from a newer pigeond: exit 2, says to upgrade."""
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    code, _, err = run(capsys, "ls", "--db", str(db))
+    assert code == 2 and "newer" in err and "upgrade pigeond" in err
+
+
+def test_older_schema_says_start_pigeond(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A database of an older schema: exit 2, says to start pigeond once to upgrade."""
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    conn.close()
+    code, _, err = run(capsys, "ls", "--db", str(db))
+    assert code == 2 and "start pigeond once to upgrade" in err
+
+
+def test_usage_errors_are_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """No subcommand, an unknown one, or a bad option: exit 2."""
+    assert (
+        run(
+            capsys,
+        )[0]
+        == 2
+    )
+    assert run(capsys, "frobnicate")[0] == 2
+    assert run(capsys, "ls", "--limit", "many")[0] == 2
+
+
+class _InboxHandler(BaseHTTPRequestHandler):
+    seen: list[str] = []  # noqa: RUF012 - shared with the test on purpose
+
+    def do_GET(self) -> None:
+        _InboxHandler.seen.append(self.path)
+        body: dict[str, object]
+        if "session=ses_bad" in self.path:
+            status, body = 400, {"error": "unknown cursor"}
+        else:
+            status, body = 200, {
+                "messages": [
+                    {"msg_id": "msg_1", "from": "ses_a", "to": "ses_t", "channel": None,
+                     "kind": "chat", "priority": "normal", "reply_to": None, "payload": "hi",
+                     "created_at": NOW, "handed_off_at": NOW + 5, "verified_at": None},
+                ],
+                "has_more": False,
+                "next_cursor": "cur_1",
+            }  # fmt: skip
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", "0"))
+        _InboxHandler.seen.append(self.path + " " + self.rfile.read(length).decode())
+        data = json.dumps({"accepted": True, "msg_id": "msg_sent"}).encode()
+        self.send_response(202)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def daemon_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _InboxHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _InboxHandler.seen.clear()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_inbox_json_passes_the_daemons_answer(
+    daemon_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """inbox --json: GET /swarm/inbox with session, since and limit; prints the answer."""
+    code = main(
+        ["inbox", "--session", "ses_t", "--since", "cur_0", "--limit", "5", "--json"],
+        env={"PIGEOND_URL": daemon_url},
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert _InboxHandler.seen == ["/swarm/inbox?session=ses_t&since=cur_0&limit=5"]
+    assert json.loads(out)["next_cursor"] == "cur_1"
+
+
+def test_inbox_table_and_errors(daemon_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """inbox: a table and the cursor on stderr; a 4xx is exit 1; no daemon is exit 3."""
+    code, out, err = run(capsys, "inbox", "--url", daemon_url, "--session", "ses_t")
+    assert code == 0 and out.splitlines()[1].split()[:2] == ["msg_1", "ses_a"]
+    assert err == "next_cursor: cur_1\n"
+    code, _, err = run(capsys, "inbox", "--url", daemon_url, "--session", "ses_bad")
+    assert code == 1 and "unknown cursor" in err
+    code, _, err = run(capsys, "inbox", "--url", "http://127.0.0.1:9", "--session", "ses_t")
+    assert code == 3 and "unreachable" in err
+
+
+def test_send_delegates_to_pigeon_send(daemon_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """pigeon send is pigeon-send: it posts the message and prints the msg_id."""
+    code = main(["send", "--url", daemon_url, "--from", "ses_me", "ses_t", "hi"], env={})
+    assert (code, capsys.readouterr().out) == (0, "msg_sent\n")
+    assert _InboxHandler.seen == ['/swarm/send {"from": "ses_me", "payload": "hi", "to": "ses_t"}']
