@@ -23,8 +23,8 @@ test: $(STAMP) lint system-deps
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check pigeond tests bench packaging
-	$(BIN)/ruff format --check pigeond tests bench packaging
+	$(BIN)/ruff check pigeond tui tests bench packaging
+	$(BIN)/ruff format --check pigeond tui tests bench packaging
 	$(BIN)/mypy
 
 ## only the fast unit tests

@@ -196,3 +196,26 @@ def test_counts_and_queued_per_target(repo: SwarmRepository) -> None:
     assert repo.count_by_state() == {"queued": 3}
     summary = [(t.target, t.queued, t.oldest_created_at) for t in repo.queued_per_target()]
     assert summary == [("ses_b", 2, NOW), ("ses_a", 1, NOW + 10)]
+
+
+def test_search_matches_text_literally(repo: SwarmRepository) -> None:
+    """Search finds text in payload, target or sender; % and _ are literal, not wildcards."""
+    repo.accept(new_message("ses_a", msg_id="msg_1", payload="100% done_x"), NOW)
+    repo.accept(new_message("ses_a", msg_id="msg_2", payload="100 doneXx"), NOW)
+    repo.accept(new_message("ses_zeta", msg_id="msg_3", payload="other"), NOW)
+    assert [m.msg_id for m in repo.search_messages(None, "100%", 10)] == ["msg_1"]
+    assert [m.msg_id for m in repo.search_messages(None, "done_", 10)] == ["msg_1"]
+    assert [m.msg_id for m in repo.search_messages("queued", "zeta", 10)] == ["msg_3"]
+    assert repo.search_messages("failed", "100", 10) == []
+
+
+def test_failed_per_target_shows_the_latest_error(repo: SwarmRepository) -> None:
+    """Failed messages are counted per target with the error of the latest failure."""
+    repo.accept(new_message("ses_a", msg_id="msg_1", sender="cli"), NOW)
+    repo.accept(new_message("ses_a", msg_id="msg_2", sender="cli"), NOW)
+    repo.record_failed_attempt("msg_1", "old error", NOW + 1, None)
+    repo.record_failed_attempt("msg_2", "new error", NOW + 2, None)
+    [row] = repo.failed_per_target()
+    assert (row.target, row.failed, row.latest_at, row.latest_error) == (
+        "ses_a", 2, NOW + 2, "new error",
+    )  # fmt: skip

@@ -54,6 +54,16 @@ class TargetQueue:
     next_retry_at: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class FailedTarget:
+    """One target's failed direct messages and the most recent error."""
+
+    target: str
+    failed: int
+    latest_at: int
+    latest_error: str | None
+
+
 def open_existing(path: Path | str) -> sqlite3.Connection:
     """Open an existing pigeond database of the current schema, WAL, busy timeout.
 
@@ -116,6 +126,34 @@ class OperatorActions(RepositoryBase):
             {"state": state, "target": target, "sender": sender, "limit": limit},
         ).fetchall()
         return [row_to_message(r) for r in rows]
+
+    @reads
+    def search_messages(self, state: str | None, text: str, limit: int) -> list[StoredMessage]:
+        """Newest first, whose target, channel, sender, kind or payload contains ``text``."""
+        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self._conn.execute(
+            f"SELECT {COLUMNS} FROM swarm_messages"
+            " WHERE (:state IS NULL OR state = :state) AND ("
+            " to_session LIKE :p ESCAPE '\\' OR channel LIKE :p ESCAPE '\\'"
+            " OR from_session LIKE :p ESCAPE '\\' OR kind LIKE :p ESCAPE '\\'"
+            " OR payload LIKE :p ESCAPE '\\')"
+            " ORDER BY accept_seq DESC LIMIT :limit",
+            {"state": state, "p": pattern, "limit": limit},
+        ).fetchall()
+        return [row_to_message(r) for r in rows]
+
+    @reads
+    def failed_per_target(self) -> list[FailedTarget]:
+        """Failed direct messages per target, with the last_error of the latest one.
+
+        SQLite takes the bare ``last_error`` from the row holding ``MAX(updated_at)``.
+        """
+        rows = self._conn.execute(
+            "SELECT to_session, COUNT(*), MAX(updated_at), last_error FROM swarm_messages"
+            " WHERE state = 'failed' AND to_session IS NOT NULL"
+            " GROUP BY to_session ORDER BY MAX(updated_at) DESC, to_session"
+        ).fetchall()
+        return [FailedTarget(str(t), int(n), int(at), err) for t, n, at, err in rows]
 
     @reads
     def count_channel_by_state(self) -> dict[str, int]:

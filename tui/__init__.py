@@ -1,0 +1,1 @@
+"""pigeon-tui: the operator terminal UI."""
