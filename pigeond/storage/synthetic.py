@@ -106,3 +106,33 @@ def seed_baseline_copy(
         copy.close()
         raise
     return copy
+
+
+def add_stuck_rows(
+    conn: sqlite3.Connection, queued: int, failed: int, targets: int, now_ms: int
+) -> None:
+    """Add ``queued`` waiting and ``failed`` failed direct messages over ``targets`` sessions,
+    as an operator meets them after a long outage (for the TUI benchmark)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        base = conn.execute("SELECT value FROM swarm_sequences WHERE name = 'accept'").fetchone()[0]
+        total = queued + failed
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
+            " INSERT INTO swarm_messages (msg_id, from_session, to_session, kind, priority,"
+            " payload, state, attempts, next_retry_at, created_at, updated_at, last_error,"
+            " accept_seq, expires_at)"
+            " SELECT printf('msg_stuck%012d', i + ?), printf('ses_sender%d', i % 7),"
+            " printf('ses_t%d', i % ?), 'chat', 'normal', printf('stuck payload %d', i),"
+            " CASE WHEN i <= ? THEN 'queued' ELSE 'failed' END,"
+            " CASE WHEN i <= ? THEN 3 ELSE 10 END,"
+            " CASE WHEN i <= ? THEN ? + 60000 ELSE NULL END,"
+            " ? - i * 10, ? - i * 10, 'HTTP 500: synthetic', i + ?, ? + 86400000 FROM n",
+            (total, base, max(targets, 1), queued, queued, queued, now_ms, now_ms, now_ms,
+             base, now_ms),
+        )  # fmt: skip
+        conn.execute("UPDATE swarm_sequences SET value = value + ? WHERE name = 'accept'", (total,))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
