@@ -1,0 +1,59 @@
+"""Snapshots of pigeon-tui's main screens, clock frozen and database path fixed.
+
+Update after an intended change of the screens with
+``.venv/bin/python -m pytest tests/test_tui_snapshots.py --snapshot-update``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+
+from tests.test_tui import LATER, db  # noqa: F401 - the seeded database fixture
+from tests.test_tui import settle as settle_app
+from tui.app import PigeonApp
+
+SIZE = (140, 36)
+SnapCompare = Callable[..., bool]
+
+
+@pytest.fixture
+def app(db: Path, monkeypatch: pytest.MonkeyPatch) -> PigeonApp:  # noqa: F811
+    """The app on the seeded database, opened by a relative path so the title is stable."""
+    monkeypatch.chdir(db.parent)
+    return PigeonApp(db.name, clock=lambda: LATER, interval=3600)
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    assert isinstance(pilot.app, PigeonApp)
+    await settle_app(pilot.app, pilot)
+
+
+def test_overview_and_queued_tab(app: PigeonApp, snap_compare: SnapCompare) -> None:
+    """The first screen: counts, queued and failed per target, the queued messages."""
+    assert snap_compare(app, terminal_size=SIZE, run_before=settle)
+
+
+def test_failed_tab_with_detail(app: PigeonApp, snap_compare: SnapCompare) -> None:
+    """The failed tab with the failed message's every column, last_error and envelope."""
+
+    async def failed(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("2")
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=failed)
+
+
+def test_help_screen(app: PigeonApp, snap_compare: SnapCompare) -> None:
+    """The help screen lists every key binding."""
+
+    async def help_open(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=help_open)
