@@ -268,3 +268,27 @@ def test_an_unusable_database_exits_2_with_one_line(
     out, err = capsys.readouterr()
     assert out == ""
     assert len(err.splitlines()) == 1 and err.startswith("pigeon-tui: ")
+
+
+def test_sort_cycles_and_survives_refresh(db: Path) -> None:
+    """`s` cycles the order (newest, oldest, target, attempts) and a refresh keeps it."""
+
+    async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
+        await pilot.press("6")
+        await settle(app, pilot)
+        assert table_keys(app, "#messages") == ["msg_c", "msg_d", "msg_f", "msg_q2", "msg_q1"]
+        await pilot.press("s")
+        await settle(app, pilot)
+        assert table_keys(app, "#messages") == ["msg_q1", "msg_q2", "msg_f", "msg_d", "msg_c"]
+        await pilot.press("s")
+        await settle(app, pilot)
+        assert table_keys(app, "#messages") == ["msg_c", "msg_q2", "msg_q1", "msg_d", "msg_f"]
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert table_keys(app, "#messages") == ["msg_c", "msg_q2", "msg_q1", "msg_d", "msg_f"]
+        await pilot.press("s")
+        await settle(app, pilot)
+        assert table_keys(app, "#messages")[0] == "msg_f"
+        assert app.reports[-1] == "sorted by attempts"
+
+    drive(db, script)

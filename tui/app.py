@@ -39,7 +39,16 @@ BINDINGS_HELP: tuple[tuple[str, str], ...] = (
     ("x", "cancel the highlighted queued message"),
     ("U", "requeue every failed/expired message to the highlighted row's target"),
     ("X", "cancel every queued message to the highlighted row's target"),
+    ("s", "sort by: newest, oldest, target, attempts (cycles)"),
 )
+
+# How the message table can be ordered; ``s`` cycles through them.
+SORTS: dict[str, Callable[[StoredMessage], tuple[object, ...]]] = {
+    "newest": lambda m: (-(m.accept_seq or 0),),
+    "oldest": lambda m: (m.accept_seq or 0,),
+    "target": lambda m: (m.to_session or m.channel or "", -(m.accept_seq or 0)),
+    "attempts": lambda m: (-m.attempts, -(m.accept_seq or 0)),
+}
 
 MESSAGE_COLUMNS = ("msg_id", "state", "to", "from", "kind", "attempts", "age", "last_error")
 
@@ -159,6 +168,7 @@ class PigeonApp(App[None]):
         Binding("x", "one('cancel')", "Cancel"),
         Binding("U", "target('requeue')", "Requeue target"),
         Binding("X", "target('cancel')", "Cancel target"),
+        Binding("s", "sort", "Sort"),
         *[Binding(str(i + 1), f"state('{tab}')", tab, show=False) for i, tab in enumerate(STATES)],
     ]
 
@@ -171,6 +181,7 @@ class PigeonApp(App[None]):
         self.interval = interval
         self.state_tab = "queued"
         self.filter_text = ""
+        self.sort = "newest"
         self.messages: dict[str, StoredMessage] = {}
         self.reports: list[str] = []  # every notification shown, for the record (and tests)
         self.snapshot: Snapshot | None = None
@@ -238,7 +249,7 @@ class PigeonApp(App[None]):
             [
                 (m.msg_id, (m.msg_id, m.state, destination(m), m.from_session, m.kind,
                  str(m.attempts), format_age(now - m.created_at), (m.last_error or "")[:60]))
-                for m in snapshot.messages
+                for m in sorted(snapshot.messages, key=SORTS[self.sort])
             ],
         )  # fmt: skip
         self.show_detail()
@@ -281,6 +292,13 @@ class PigeonApp(App[None]):
 
     def action_refresh(self) -> None:
         self.refresh_data()
+
+    def action_sort(self) -> None:
+        names = list(SORTS)
+        self.sort = names[(names.index(self.sort) + 1) % len(names)]
+        self.report(f"sorted by {self.sort}")
+        if self.snapshot is not None:
+            self.show_snapshot(self.snapshot)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
