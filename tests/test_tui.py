@@ -292,3 +292,31 @@ def test_sort_cycles_and_survives_refresh(db: Path) -> None:
         assert app.reports[-1] == "sorted by attempts"
 
     drive(db, script)
+
+
+def test_bulk_cancel_of_the_filtered_view(db: Path) -> None:
+    """`C` cancels exactly the queued messages the filtered table lists, after a Yes."""
+    before = all_rows(db)
+
+    async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
+        await pilot.press("6")
+        await settle(app, pilot)
+        await pilot.press("slash")
+        await pilot.pause()
+        app.query_one("#filter").value = "alpha"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert table_keys(app, "#messages") == ["msg_q1"]
+        await pilot.press("C")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(app, pilot)
+        assert app.reports[-1] == "cancel: 1 of 1 done"
+
+    drive(db, script)
+    after = all_rows(db)
+    assert after["msg_q1"][0] == "cancelled"
+    assert {k: v for k, v in after.items() if k != "msg_q1"} == {
+        k: v for k, v in before.items() if k != "msg_q1"
+    }

@@ -23,7 +23,7 @@ from pigeond.model import StoredMessage
 from pigeond.operator_cli import destination, format_age, format_time, resolve_db
 from pigeond.storage import SchemaError, StorageError
 from pigeond.storage.operator import ActionOutcome, open_existing
-from tui.data import STATES, Snapshot, act_one, act_target, read_snapshot
+from tui.data import STATES, Snapshot, act_many, act_one, act_target, read_snapshot
 
 EXIT_USAGE = 2
 
@@ -40,6 +40,8 @@ BINDINGS_HELP: tuple[tuple[str, str], ...] = (
     ("U", "requeue every failed/expired message to the highlighted row's target"),
     ("X", "cancel every queued message to the highlighted row's target"),
     ("s", "sort by: newest, oldest, target, attempts (cycles)"),
+    ("R", "requeue every failed/expired message the table lists now (state tab + filter)"),
+    ("C", "cancel every queued message the table lists now (state tab + filter)"),
 )
 
 # How the message table can be ordered; ``s`` cycles through them.
@@ -169,6 +171,8 @@ class PigeonApp(App[None]):
         Binding("U", "target('requeue')", "Requeue target"),
         Binding("X", "target('cancel')", "Cancel target"),
         Binding("s", "sort", "Sort"),
+        Binding("R", "listed('requeue')", "Requeue listed", show=False),
+        Binding("C", "listed('cancel')", "Cancel listed", show=False),
         *[Binding(str(i + 1), f"state('{tab}')", tab, show=False) for i, tab in enumerate(STATES)],
     ]
 
@@ -368,6 +372,35 @@ class PigeonApp(App[None]):
                 self.write_target(action, target)
 
         self.push_screen(ConfirmScreen(question), answered)
+
+    def action_listed(self, action: str) -> None:
+        """The bulk form for the current view: every listed row the action applies to."""
+        states = ("failed", "expired") if action == "requeue" else ("queued",)
+        seen = [(m.msg_id, m.updated_at) for m in self.messages.values() if m.state in states]
+        if not seen:
+            self.report(f"no listed message can be {action}d", "error")
+            return
+        question = f"{action} the {len(seen)} {'/'.join(states)} message(s) listed?"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.write_many(action, seen)
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    @work(thread=True, group="write")
+    def write_many(self, action: str, seen: list[tuple[str, int]]) -> None:
+        try:
+            outcomes = act_many(self.db, action, seen, self.clock())
+        except StorageError as e:
+            self.call_from_thread(self.report, f"{action}: {e}", "error")
+            return
+        done = outcomes.get(ActionOutcome.CHANGED, 0)
+        text = f"{action}: {done} of {len(seen)} done"
+        if done < len(seen):
+            text += f", {len(seen) - done} changed meanwhile or no longer applicable"
+        self.call_from_thread(self.report, text, "information" if done else "error")
+        self.call_from_thread(self.refresh_data)
 
     @work(thread=True, group="write")
     def write_one(self, action: str, msg_id: str, seen: int) -> None:

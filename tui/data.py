@@ -7,7 +7,7 @@ UI thread never touches the database.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +80,19 @@ def act_one(path: Path | str, action: str, msg_id: str, seen: int, now_ms: int) 
     """One conditional write, only if the row still has the ``updated_at`` the operator saw."""
     with repository(path) as repo:
         return ONE_ACTIONS[action](repo)(msg_id, now_ms, seen)
+
+
+def act_many(
+    path: Path | str, action: str, seen: Sequence[tuple[str, int]], now_ms: int
+) -> dict[ActionOutcome, int]:
+    """The same conditional write for every listed row; how many ended each way."""
+    outcomes: dict[ActionOutcome, int] = {}
+    with repository(path) as repo:
+        act = ONE_ACTIONS[action](repo)
+        for msg_id, updated_at in seen:
+            outcome = act(msg_id, now_ms, updated_at)
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    return outcomes
 
 
 def act_target(path: Path | str, action: str, target: str, now_ms: int) -> list[str]:
