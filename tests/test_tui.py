@@ -320,3 +320,27 @@ def test_bulk_cancel_of_the_filtered_view(db: Path) -> None:
     assert {k: v for k, v in after.items() if k != "msg_q1"} == {
         k: v for k, v in before.items() if k != "msg_q1"
     }
+
+
+def test_pages_through_a_window_at_a_time(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table holds one window; `]` and `[` fetch the next and previous one."""
+    monkeypatch.setattr("tui.data.WINDOW", 2)
+
+    async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
+        await pilot.press("6")
+        await settle(app, pilot)
+        assert table_keys(app, "#messages") == ["msg_c", "msg_d"]
+        await pilot.press("right_square_bracket")
+        await settle(app, pilot)
+        assert table_keys(app, "#messages") == ["msg_f", "msg_q2"]
+        await pilot.press("right_square_bracket")
+        await settle(app, pilot)
+        assert table_keys(app, "#messages") == ["msg_q1"]
+        await pilot.press("right_square_bracket")
+        await settle(app, pilot)
+        assert app.reports[-1] == "no further messages"
+        await pilot.press("left_square_bracket")
+        await settle(app, pilot)
+        assert table_keys(app, "#messages") == ["msg_f", "msg_q2"]
+
+    drive(db, script)

@@ -23,6 +23,7 @@ from pigeond.model import StoredMessage
 from pigeond.operator_cli import destination, format_age, format_time, resolve_db
 from pigeond.storage import SchemaError, StorageError
 from pigeond.storage.operator import ActionOutcome, open_existing
+from tui import data
 from tui.data import STATES, Snapshot, act_many, act_one, act_target, read_snapshot
 
 EXIT_USAGE = 2
@@ -40,6 +41,7 @@ BINDINGS_HELP: tuple[tuple[str, str], ...] = (
     ("U", "requeue every failed/expired message to the highlighted row's target"),
     ("X", "cancel every queued message to the highlighted row's target"),
     ("s", "sort by: newest, oldest, target, attempts (cycles)"),
+    ("] / [", "next / previous window of 500 messages (tables never load everything)"),
     ("R", "requeue every failed/expired message the table lists now (state tab + filter)"),
     ("C", "cancel every queued message the table lists now (state tab + filter)"),
 )
@@ -171,6 +173,8 @@ class PigeonApp(App[None]):
         Binding("U", "target('requeue')", "Requeue target"),
         Binding("X", "target('cancel')", "Cancel target"),
         Binding("s", "sort", "Sort"),
+        Binding("right_square_bracket", "page(1)", "Next page", show=False),
+        Binding("left_square_bracket", "page(-1)", "Previous page", show=False),
         Binding("R", "listed('requeue')", "Requeue listed", show=False),
         Binding("C", "listed('cancel')", "Cancel listed", show=False),
         *[Binding(str(i + 1), f"state('{tab}')", tab, show=False) for i, tab in enumerate(STATES)],
@@ -186,6 +190,7 @@ class PigeonApp(App[None]):
         self.state_tab = "queued"
         self.filter_text = ""
         self.sort = "newest"
+        self.page = 0
         self.messages: dict[str, StoredMessage] = {}
         self.reports: list[str] = []  # every notification shown, for the record (and tests)
         self.snapshot: Snapshot | None = None
@@ -224,7 +229,7 @@ class PigeonApp(App[None]):
     def refresh_data(self) -> None:
         """Read one snapshot in a worker thread, then show it on the UI thread."""
         try:
-            snapshot = read_snapshot(self.db, STATES[self.state_tab], self.filter_text)
+            snapshot = read_snapshot(self.db, STATES[self.state_tab], self.filter_text, self.page)
         except StorageError as e:
             self.call_from_thread(self.report, f"read failed: {e}", "error")
             return
@@ -297,6 +302,15 @@ class PigeonApp(App[None]):
     def action_refresh(self) -> None:
         self.refresh_data()
 
+    def action_page(self, step: int) -> None:
+        """Move the message window; an empty next page is not entered."""
+        if step > 0 and len(self.messages) < data.WINDOW:
+            self.report("no further messages", "warning")
+            return
+        self.page = max(self.page + step, 0)
+        self.report(f"page {self.page + 1}")
+        self.refresh_data()
+
     def action_sort(self) -> None:
         names = list(SORTS)
         self.sort = names[(names.index(self.sort) + 1) % len(names)]
@@ -314,6 +328,7 @@ class PigeonApp(App[None]):
     def state_changed(self, event: Tabs.TabActivated) -> None:
         if event.tab.id and event.tab.id != self.state_tab:
             self.state_tab = event.tab.id
+            self.page = 0
             self.refresh_data()
 
     def action_filter(self) -> None:
@@ -324,6 +339,7 @@ class PigeonApp(App[None]):
     @on(Input.Submitted, "#filter")
     def filter_submitted(self, event: Input.Submitted) -> None:
         self.filter_text = event.value.strip()
+        self.page = 0
         if not self.filter_text:
             event.input.display = False
         self.query_one("#messages", DataTable).focus()
@@ -336,6 +352,7 @@ class PigeonApp(App[None]):
         self.query_one("#messages", DataTable).focus()
         if self.filter_text:
             self.filter_text = ""
+            self.page = 0
             self.refresh_data()
 
     # -- changing ---------------------------------------------------------------

@@ -50,12 +50,13 @@ def repository(path: Path | str) -> Iterator[SwarmRepository]:
         repo.close()
 
 
-def read_snapshot(path: Path | str, state: str | None, text: str) -> Snapshot:
+def read_snapshot(path: Path | str, state: str | None, text: str, page: int = 0) -> Snapshot:
+    """Counts, summaries, and one window (``page``) of the messages the view lists."""
     with repository(path) as repo:
         if text:
-            messages = repo.search_messages(state, text, WINDOW)
+            messages = repo.search_messages(state, text, WINDOW, page * WINDOW)
         else:
-            messages = repo.list_messages(state=state, limit=WINDOW)
+            messages = repo.list_messages(state=state, limit=WINDOW, offset=page * WINDOW)
         return Snapshot(
             direct=repo.count_by_state(),
             channel=repo.count_channel_by_state(),

@@ -112,6 +112,7 @@ class OperatorActions(RepositoryBase):
         target: str | None = None,
         sender: str | None = None,
         limit: int = 50,
+        offset: int = 0,
     ) -> list[StoredMessage]:
         """Messages newest first (by accept order), optionally filtered.
 
@@ -122,13 +123,21 @@ class OperatorActions(RepositoryBase):
             " WHERE (:state IS NULL OR state = :state)"
             " AND (:target IS NULL OR to_session = :target OR channel = :target)"
             " AND (:sender IS NULL OR from_session = :sender)"
-            " ORDER BY accept_seq DESC LIMIT :limit",
-            {"state": state, "target": target, "sender": sender, "limit": limit},
+            " ORDER BY accept_seq DESC LIMIT :limit OFFSET :offset",
+            {
+                "state": state,
+                "target": target,
+                "sender": sender,
+                "limit": limit,
+                "offset": offset,
+            },  # fmt: skip
         ).fetchall()
         return [row_to_message(r) for r in rows]
 
     @reads
-    def search_messages(self, state: str | None, text: str, limit: int) -> list[StoredMessage]:
+    def search_messages(
+        self, state: str | None, text: str, limit: int, offset: int = 0
+    ) -> list[StoredMessage]:
         """Newest first, whose target, channel, sender, kind or payload contains ``text``."""
         pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         rows = self._conn.execute(
@@ -137,8 +146,8 @@ class OperatorActions(RepositoryBase):
             " to_session LIKE :p ESCAPE '\\' OR channel LIKE :p ESCAPE '\\'"
             " OR from_session LIKE :p ESCAPE '\\' OR kind LIKE :p ESCAPE '\\'"
             " OR payload LIKE :p ESCAPE '\\')"
-            " ORDER BY accept_seq DESC LIMIT :limit",
-            {"state": state, "p": pattern, "limit": limit},
+            " ORDER BY accept_seq DESC LIMIT :limit OFFSET :offset",
+            {"state": state, "p": pattern, "limit": limit, "offset": offset},
         ).fetchall()
         return [row_to_message(r) for r in rows]
 
