@@ -130,7 +130,7 @@ class OperatorActions(RepositoryBase):
                 "sender": sender,
                 "limit": limit,
                 "offset": offset,
-            },  # fmt: skip
+            },
         ).fetchall()
         return [row_to_message(r) for r in rows]
 
