@@ -15,11 +15,12 @@ from twisted.web import server
 
 from pigeond import __version__
 from pigeond.ids import make_msg_id
-from pigeond.model import SESSION_ID_RE, NewMessage, State
+from pigeond.model import MSG_ID_RE, SESSION_ID_RE, NewMessage, State
 from pigeond.send_request import parse_send_body
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.web import HttpError, JsonApi, JsonResponse, query_param, read_body
 
+MESSAGE_PREFIX = "/swarm/message/"
 DEFAULT_INBOX_LIMIT = 100
 MAX_INBOX_LIMIT = 1000
 log = Logger()
@@ -55,6 +56,7 @@ class SwarmRoutes:
         api.route("POST", "/swarm/send", self.send)
         api.route("GET", "/swarm/inbox", self.inbox)
         api.route("GET", "/health", self.health)
+        api.route_prefix("GET", MESSAGE_PREFIX, self.message)
         return api
 
     def _now_ms(self) -> int:
@@ -140,6 +142,33 @@ class SwarmRoutes:
                 400, f"unknown cursor {since!r}: not a message handed off to this session"
             )
         return message.handoff_seq
+
+    # -- GET /swarm/message/<msg_id> ---------------------------------------------
+
+    def message(self, request: server.Request) -> JsonResponse:
+        """One message's fields and delivery state, so a sender can follow it up."""
+        raw = (request.path or b"")[len(MESSAGE_PREFIX) :]
+        try:
+            msg_id = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise HttpError(400, "msg_id is not valid UTF-8") from e
+        if not MSG_ID_RE.fullmatch(msg_id):
+            raise HttpError(400, f"msg_id must match {MSG_ID_RE.pattern}")
+        stored = self._repo.get(msg_id)
+        if stored is None:
+            raise HttpError(404, f"no message {msg_id}", {"msg_id": msg_id})
+        return JsonResponse(
+            200,
+            stored.inbox_view()
+            | {
+                "state": stored.state,
+                "attempts": stored.attempts,
+                "requeue_count": stored.requeue_count,
+                "last_error": stored.last_error,
+                "next_retry_at": stored.next_retry_at,
+                "expires_at": stored.expires_at,
+            },
+        )
 
     # -- GET /health -------------------------------------------------------------
 

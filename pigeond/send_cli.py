@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
@@ -21,6 +22,11 @@ from urllib.parse import urlsplit
 from pigeond.model import KINDS, PRIORITIES
 
 DEFAULT_URL = "http://127.0.0.1:4097"
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_WAIT_S = 300.0
+WAIT_POLL_S = 0.5
+DELIVERED = ("handed_off",)
+ENDED = ("failed", "expired", "cancelled")
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
 
@@ -113,10 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout",
         type=float,
-        default=10.0,
+        default=None,
         metavar="S",
-        help="seconds to wait for the daemon (default 10)",
+        help="seconds to wait for the daemon (default 10); with --wait, for the whole wait"
+        f" (default {DEFAULT_WAIT_S:g})",
     )
+    parser.add_argument(
+        "--wait", action="store_true",
+        help="after acceptance, wait until the message is handed off (exit 0) or fails (exit 1)",
+    )  # fmt: skip
     parser.add_argument("--channel", metavar="NAME", help="send to a channel instead of a session")
     parser.add_argument(
         "args",
@@ -175,11 +186,12 @@ def main(
     url = args.url or env.get("PIGEOND_URL") or DEFAULT_URL
     try:
         body = build_request(args, env, stdin or sys.stdin)
-        if args.timeout <= 0:
+        if args.timeout is not None and args.timeout <= 0:
             raise UsageError("--timeout must be positive")
         if args.ttl is not None and args.ttl <= 0:
             raise UsageError("--ttl must be a positive number of seconds")
-        answer = call_daemon(url, "POST", "/swarm/send", body, args.timeout)
+        request_timeout = min(args.timeout or DEFAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S)
+        answer = call_daemon(url, "POST", "/swarm/send", body, request_timeout)
     except UsageError as e:
         print(f"pigeon-send: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -191,13 +203,42 @@ def main(
         return EXIT_UNAVAILABLE
     error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
     if 200 <= answer.status < 300 and "msg_id" in answer.body:
-        print(answer.body["msg_id"])
+        msg_id = str(answer.body["msg_id"])
+        print(msg_id, flush=True)
+        if args.wait:
+            return wait_for_delivery(url, msg_id, args.timeout or DEFAULT_WAIT_S, request_timeout)
         return EXIT_ACCEPTED
     if 400 <= answer.status < 500:
         print(f"pigeon-send: rejected ({answer.status}): {error}", file=sys.stderr)
         return EXIT_REJECTED
     print(f"pigeon-send: daemon error ({answer.status}): {error}", file=sys.stderr)
     return EXIT_UNAVAILABLE
+
+
+def wait_for_delivery(url: str, msg_id: str, limit_s: float, request_timeout: float) -> int:
+    """Poll ``GET /swarm/message/<id>`` until it is handed off (0), ends (1) or time is up (3)."""
+    deadline = time.monotonic() + limit_s
+    state = "queued"
+    while True:
+        try:
+            answer = call_daemon(url, "GET", f"/swarm/message/{msg_id}", None, request_timeout)
+        except (OSError, TimeoutError) as e:
+            print(f"pigeon-send: lost the daemon while waiting: {e}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        state = str(answer.body.get("state", ""))
+        if answer.status == 200 and state in DELIVERED:
+            return EXIT_ACCEPTED
+        if answer.status == 200 and state in ENDED:
+            reason = answer.body.get("last_error") or state
+            print(f"pigeon-send: {msg_id} {state}: {reason}", file=sys.stderr)
+            return EXIT_REJECTED
+        if answer.status != 200:
+            print(f"pigeon-send: cannot follow {msg_id}: HTTP {answer.status}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        if time.monotonic() >= deadline:
+            print(f"pigeon-send: {msg_id} still {state} after {limit_s:g} s", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        time.sleep(min(WAIT_POLL_S, max(deadline - time.monotonic(), 0)))
 
 
 def entry() -> None:

@@ -106,6 +106,7 @@ class JsonApi(Resource):
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._routes: dict[bytes, dict[bytes, Handler]] = {}
+        self._prefixes: dict[bytes, dict[bytes, Handler]] = {}
 
     def route(self, method: str, path: str, handler: Handler) -> None:
         self._routes.setdefault(path.encode("ascii"), {})[method.encode("ascii")] = handler
@@ -130,8 +131,22 @@ class JsonApi(Resource):
             response = JsonResponse(500, {"error": "internal error; see the daemon's log"})
         return self._write(request, response)
 
+    def route_prefix(self, method: str, prefix: str, handler: Handler) -> None:
+        """A route for every path under ``prefix`` (``/swarm/message/<id>``); the handler
+        reads the rest from ``request.path``."""
+        self._prefixes.setdefault(prefix.encode("ascii"), {})[method.encode("ascii")] = handler
+
+    def _methods_for(self, path: bytes) -> dict[bytes, Handler] | None:
+        methods = self._routes.get(path)
+        if methods is not None:
+            return methods
+        for prefix, prefixed in self._prefixes.items():
+            if path.startswith(prefix) and len(path) > len(prefix):
+                return prefixed
+        return None
+
     def _dispatch(self, request: server.Request) -> JsonResponse:
-        methods = self._routes.get(request.path or b"")
+        methods = self._methods_for(request.path or b"")
         if methods is None:
             raise HttpError(404, "no such route")
         method = request.method or b""

@@ -573,3 +573,33 @@ def test_pigeon_send_message_reaches_opencode_and_the_inbox(
     # one prompt only, even after a few arbiter ticks
     time.sleep(0.2)
     assert len(fake.prompt_calls()) == 1
+
+
+def test_pigeon_send_wait_returns_once_handed_off(
+    tmp_path: Path, fake: FakeOpencode, daemons: DaemonFactory
+) -> None:
+    """pigeon-send --wait prints the msg_id and exits 0 once the message is handed off."""
+    fake.add_session("ses_target")
+    daemon = daemons.start(tmp_path / "p.db", opencode_url=fake.url)
+    cli = subprocess.run(
+        [str(PIGEON_SEND), "--url", daemon.base_url, "--from", "ses_a", "--wait",
+         "--timeout", "20", "ses_target", "hello"],
+        capture_output=True, text=True, timeout=60, env=isolated_env(tmp_path / "cli"),
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    msg_id = cli.stdout.strip()
+    assert [c.msg_id for c in fake.prompt_calls("ses_target")] == [msg_id]
+
+
+def test_pigeon_send_wait_reports_a_failure(
+    tmp_path: Path, fake: FakeOpencode, daemons: DaemonFactory
+) -> None:
+    """pigeon-send --wait exits 1 with the reason when the message fails for good."""
+    daemon = daemons.start(tmp_path / "p.db", opencode_url=fake.url)
+    cli = subprocess.run(
+        [str(PIGEON_SEND), "--url", daemon.base_url, "--from", "ses_a", "--wait",
+         "--timeout", "20", "ses_nobody", "hello"],
+        capture_output=True, text=True, timeout=60, env=isolated_env(tmp_path / "cli"),
+    )  # fmt: skip
+    assert cli.returncode == 1
+    assert "failed: session not found" in cli.stderr

@@ -411,3 +411,36 @@ def test_inbox_shows_verified_at(api: Api) -> None:
     api.repo.mark_verified([sent["msg_id"]], 1234)
     _, body = api.call("GET", "/swarm/inbox?session=ses_target")
     assert body["messages"][0]["verified_at"] == 1234
+
+
+def test_message_status(api: Api) -> None:
+    """GET /swarm/message/<id> shows the message and its delivery state."""
+    _, sent = api.send(msg_id="msg_1", payload="hello")
+    api.repo.record_failed_attempt("msg_1", "HTTP 500", 1, 2)
+    status, body = api.call("GET", "/swarm/message/msg_1")
+    assert status == 200
+    assert (body["msg_id"], body["payload"], body["state"]) == ("msg_1", "hello", "queued")
+    assert (body["attempts"], body["last_error"], body["handed_off_at"]) == (1, "HTTP 500", None)
+    assert body["verified_at"] is None and sent["msg_id"] == "msg_1"
+    api.deliver("msg_1")
+    _, delivered = api.call("GET", "/swarm/message/msg_1")
+    assert delivered["state"] == "handed_off" and delivered["handed_off_at"] is not None
+
+
+def test_unknown_message_status_is_404(api: Api) -> None:
+    """An unknown msg_id answers 404 with a JSON error naming it."""
+    status, body = api.call("GET", "/swarm/message/msg_nope")
+    assert status == 404 and body["msg_id"] == "msg_nope"
+
+
+@pytest.mark.parametrize("path", ["/swarm/message/nope", "/swarm/message/msg_a%2Fb"])
+def test_malformed_message_id_is_400(api: Api, path: str) -> None:
+    """A path that is not a msg_id answers 400."""
+    status, body = api.call("GET", path)
+    assert status == 400 and "msg_id" in body["error"]
+
+
+def test_message_status_needs_an_id(api: Api) -> None:
+    """/swarm/message/ without an id is not a route."""
+    status, _ = api.call("GET", "/swarm/message/")
+    assert status == 404
