@@ -26,6 +26,11 @@ def notices(repo: SwarmRepository, to: str) -> list[tuple[str, str, str | None, 
     return [tuple(r) for r in page.fetchall()]
 
 
+def _handoff_seq(repo: SwarmRepository, msg_id: str) -> int | None:
+    stored = repo.get(msg_id)
+    return None if stored is None else stored.handoff_seq
+
+
 def test_ready_batch_is_priority_then_fifo(repo: SwarmRepository) -> None:
     """A batch lists due messages most urgent first, accept order within a priority."""
     for msg_id, priority in [("msg_l", "low"), ("msg_n", "normal"), ("msg_u", "urgent")]:
@@ -58,7 +63,7 @@ def test_handed_off_batch_keeps_its_order(repo: SwarmRepository) -> None:
     assert repo.mark_handed_off_many(["msg_c", "msg_a", "msg_b"], NOW, NOW + 60_000) == [
         "msg_c", "msg_a", "msg_b",
     ]  # fmt: skip
-    seqs = {m: repo.handoff_seq_of(m) for m in ("msg_a", "msg_b", "msg_c")}
+    seqs = {m: _handoff_seq(repo, m) for m in ("msg_a", "msg_b", "msg_c")}
     assert seqs == {"msg_c": 1, "msg_a": 2, "msg_b": 3}
     stored = repo.get("msg_a")
     assert stored is not None and stored.verify_by == NOW + 60_000

@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -226,16 +227,16 @@ os.execv(sys.executable, [sys.executable, "-m", "pigeond", *sys.argv[2:]])
 """
 
 
-def test_socket_activation(tmp_path: Path, notify: NotifySocket, daemons: DaemonFactory) -> None:
-    """A listening socket passed as fd 3 with LISTEN_FDS/LISTEN_PID is served."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    port = listener.getsockname()[1]
+@contextmanager
+def activated(
+    tmp_path: Path, notify: NotifySocket, listener: socket.socket, domain: str
+) -> Iterator[None]:
+    """pigeond started the way systemd starts it, adopting ``listener`` as fd 3; READY=1
+    has arrived when the block runs, and pigeond must exit 0 on SIGTERM after it."""
     env = isolated_env(tmp_path / "home", {"NOTIFY_SOCKET": str(notify.path)})
     proc = subprocess.Popen(
         [sys.executable, "-c", SHIM, str(listener.fileno()),
-         "--listen", "systemd:domain=INET:index=0", "--db", str(tmp_path / "p.db"),
+         "--listen", f"systemd:domain={domain}:index=0", "--db", str(tmp_path / "p.db"),
          "--opencode-url", ""],
         env=env, pass_fds=(listener.fileno(),), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True,
@@ -243,10 +244,20 @@ def test_socket_activation(tmp_path: Path, notify: NotifySocket, daemons: Daemon
     listener.close()
     try:
         notify.wait_for("READY=1")
-        assert health(f"http://127.0.0.1:{port}")["ok"] is True
+        yield
     finally:
         proc.terminate()
         assert proc.wait(timeout=15) == 0, proc.stderr.read() if proc.stderr else ""
+
+
+def test_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
+    """A listening socket passed as fd 3 with LISTEN_FDS/LISTEN_PID is served."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    with activated(tmp_path, notify, listener, "INET"):
+        assert health(f"http://127.0.0.1:{port}")["ok"] is True
 
 
 def test_unix_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
@@ -255,17 +266,7 @@ def test_unix_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen()
-    env = isolated_env(tmp_path / "home", {"NOTIFY_SOCKET": str(notify.path)})
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SHIM, str(listener.fileno()),
-         "--listen", "systemd:domain=UNIX:index=0", "--db", str(tmp_path / "p.db"),
-         "--opencode-url", ""],
-        env=env, pass_fds=(listener.fileno(),), stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    listener.close()
-    try:
-        notify.wait_for("READY=1")
+    with activated(tmp_path, notify, listener, "UNIX"):
         client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         client.settimeout(5)
         client.connect(str(path))
@@ -275,9 +276,6 @@ def test_unix_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
             answer += chunk
         client.close()
         assert answer.startswith(b"HTTP/1.0 200") and b'"ok": true' in answer
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=15) == 0, proc.stderr.read() if proc.stderr else ""
 
 
 def test_socket_activation_without_a_socket_is_a_clear_error(tmp_path: Path) -> None:

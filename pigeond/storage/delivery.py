@@ -42,20 +42,21 @@ class DeliveryTransitions(RepositoryBase):
         rows = self._conn.execute("EXPLAIN QUERY PLAN " + READY_TARGETS_SQL, (now_ms,))
         return [str(r[3]) for r in rows.fetchall()]
 
-    def _queue_order(self, target: str, now_ms: int, limit: int) -> list[StoredMessage]:
+    def _queue_order(self, target: str, now_ms: int | None, limit: int) -> list[StoredMessage]:
+        """Queued messages in hand-off order; expired ones left out when ``now_ms`` is given."""
         rows = self._conn.execute(
             f"SELECT {COLUMNS} FROM swarm_messages"
-            " WHERE to_session = ? AND state = 'queued'"
-            " AND (expires_at IS NULL OR expires_at > ?)"
-            f" ORDER BY {PRIORITY_RANK_SQL}, accept_seq LIMIT ?",
-            (target, now_ms, limit),
+            " WHERE to_session = :target AND state = 'queued'"
+            " AND (:now IS NULL OR expires_at IS NULL OR expires_at > :now)"
+            f" ORDER BY {PRIORITY_RANK_SQL}, accept_seq LIMIT :limit",
+            {"target": target, "now": now_ms, "limit": limit},
         ).fetchall()
         return [row_to_message(r) for r in rows]
 
     @reads
     def queue_head(self, target: str, now_ms: int | None = None) -> StoredMessage | None:
         """The live queued message that goes to ``target`` next, due or not."""
-        head = self._queue_order(target, now_ms if now_ms is not None else -1, 1)
+        head = self._queue_order(target, now_ms, 1)
         return head[0] if head else None
 
     @reads

@@ -91,13 +91,6 @@ class SwarmRepository(DeliveryTransitions, OperatorActions):
         return InboxPage(messages=messages, has_more=len(rows) > limit)
 
     @reads
-    def handoff_seq_of(self, msg_id: str) -> int | None:
-        row = self._conn.execute(
-            "SELECT handoff_seq FROM swarm_messages WHERE msg_id = ?", (msg_id,)
-        ).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
-
-    @reads
     def last_handoff_seq(self) -> int:
         row = self._conn.execute("SELECT value FROM swarm_sequences WHERE name = 'handoff'")
         return int(row.fetchone()[0])
