@@ -14,7 +14,8 @@ hand and packed with ``dpkg-deb --root-owner-group --build``. Layout:
   ``[project.scripts]`` entry): ``#!/usr/bin/python3 -I`` wrappers that put
   ``/usr/lib/pigeond`` first on ``sys.path``.
 - units in ``/lib/systemd/system`` and ``/usr/lib/systemd/user``, the
-  socket-activation drop-in in ``/usr/share/pigeond``, the default
+  socket-activation drop-ins and the opencode plugin
+  (``opencode-plugin/pigeond-swarm.js``) in ``/usr/share/pigeond``, the default
   ``/etc/pigeond/pigeond.toml`` (a conffile), docs in ``/usr/share/doc/pigeond``.
 
 Run it with a Python that has ``build`` (the dev extra): ``make deb``.
@@ -252,6 +253,8 @@ def lay_out_files(root: Path, scripts: list[Script]) -> None:
         copy_file(src, dest)
     for dropin in ("socket-activation.conf", "socket-activation-unix.conf"):
         copy_file(SYSTEMD / dropin, root / "usr/share/pigeond" / dropin)
+    plugin = PACKAGING / "opencode-plugin" / "pigeond-swarm.js"
+    copy_file(plugin, root / "usr/share/pigeond/opencode-plugin" / plugin.name)
     copy_file(PACKAGING / "pigeond.toml", root / "etc/pigeond/pigeond.toml")
     doc = root / "usr/share/doc/pigeond"
     copy_file(REPO / "README.md", doc / "README.md")

@@ -2,9 +2,10 @@
 
 It reads the database directly (WAL makes that safe while the daemon runs)
 and changes messages only through conditional writes in the storage package;
-``inbox`` and ``send`` go through the daemon's HTTP API.  Exit codes: 0 every
-named message changed (or the read worked), 1 any did not, 2 usage or an
-unusable database, 3 the daemon is unreachable (``inbox``).
+``inbox`` and ``send`` go through the daemon's HTTP API; ``install-plugin``
+puts the opencode plugin in place.  Exit codes: 0 every named message changed
+(or the read or install worked), 1 any did not, 2 usage or an unusable
+database, 3 the daemon is unreachable (``inbox``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from pigeond import send_cli
+from pigeond import plugin_install, send_cli
 from pigeond.config import default_db_path
 from pigeond.envelope import render_envelope
 from pigeond.model import StoredMessage
@@ -289,6 +290,13 @@ def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return EXIT_OK
 
 
+def cmd_install_plugin(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    try:
+        return plugin_install.run(args.project, env, send_cli.DEFAULT_URL)
+    except plugin_install.InstallError as e:
+        raise UsageError(str(e)) from e
+
+
 # -- parsing and dispatch ----------------------------------------------------------
 
 
@@ -339,6 +347,24 @@ def build_parser() -> argparse.ArgumentParser:
     inbox.add_argument("--timeout", type=float, default=10.0, metavar="S")
     inbox.add_argument("--json", action="store_true", help="the daemon's JSON answer")
 
+    plugin = sub.add_parser(
+        "install-plugin",
+        help="put the opencode plugin (swarm_send, swarm_read, swarm_status) in place",
+        description="Copy pigeond's opencode plugin where opencode loads it: the user's global"
+        " opencode config (the default) or one project's .opencode folder.",
+    )
+    where = plugin.add_mutually_exclusive_group()
+    where.add_argument(
+        "--global",
+        dest="project",
+        action="store_const",
+        const=None,
+        help="$XDG_CONFIG_HOME/opencode/plugin (default ~/.config/opencode/plugin): every session",
+    )
+    where.add_argument(
+        "--project", metavar="DIR", help="DIR/.opencode/plugin: sessions in DIR and below"
+    )
+
     sub.add_parser("send", help="send a message: exactly pigeon-send", add_help=False)
     return parser
 
@@ -369,6 +395,8 @@ def main(
     try:
         if args.command == "inbox":
             return cmd_inbox(args, env)
+        if args.command == "install-plugin":
+            return cmd_install_plugin(args, env)
         path = resolve_db(args.db, env)
         try:
             repo = SwarmRepository(open_existing(path))

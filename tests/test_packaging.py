@@ -428,6 +428,10 @@ def test_wheel_and_sdist_build(tmp_path: Path) -> None:
         names = zf.namelist()
         entry_points = zf.read(f"pigeond-{version}.dist-info/entry_points.txt").decode()
     assert "pigeond/main.py" in names
+    plugin = "pigeond/opencode-plugin/pigeond-swarm.js"
+    assert plugin in names
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read(plugin) == (REPO / "packaging/opencode-plugin/pigeond-swarm.js").read_bytes()
     assert not [n for n in names if n.startswith(("tests/", "packaging/", "systemd/"))]
     scripts = re.findall(r"^(\S+) = ", entry_points.split("[console_scripts]")[1], re.M)
     assert sorted(scripts) == SCRIPTS
@@ -508,6 +512,8 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
         "/usr/lib/systemd/user/pigeond.service",
         "/usr/share/pigeond/socket-activation.conf",
         "/usr/share/pigeond/socket-activation-unix.conf",
+        "/usr/share/pigeond/opencode-plugin/pigeond-swarm.js",
+        "/usr/lib/pigeond/pigeond/opencode-plugin/pigeond-swarm.js",
         "/etc/pigeond/pigeond.toml",
         "/usr/share/doc/pigeond/copyright",
         "/usr/share/doc/pigeond/README.md",
@@ -573,6 +579,11 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
         sent = ok([*send, "ses_packaging", "hello from the installed pigeon-send"], env=env)
         assert re.fullmatch(r"msg_[A-Za-z0-9_-]+", sent.strip())
         assert get_json(f"http://127.0.0.1:{port}/health")[1]["queued"] == 1
+        project = tmp_path / "project"
+        project.mkdir()
+        ok(["/usr/bin/pigeon", "install-plugin", "--project", str(project)], env=env)
+        installed = (project / ".opencode/plugin/pigeond-swarm.js").read_bytes()
+        assert installed == Path("/usr/share/pigeond/opencode-plugin/pigeond-swarm.js").read_bytes()
     finally:
         code = daemon.stop()
     assert code == 0, "".join(daemon.output)

@@ -1,0 +1,463 @@
+// pigeond's opencode plugin: the swarm_send, swarm_read and swarm_status tools.
+//
+// Plain JavaScript with no imports, so opencode loads it as it is: nothing to
+// install next to it.  The tools talk to the pigeond daemon over HTTP; the
+// daemon queues each message on disk and is the only one that prompts the
+// target session, one turn at a time.
+//
+// Environment (read by opencode's process, when a tool runs):
+//   PIGEOND_URL            http://HOST:PORT or unix:/path.sock (default http://127.0.0.1:4097)
+//   PIGEOND_SEND_RETRY_S   how long swarm_send retries an unreachable daemon (default 30)
+//
+// opencode calls every export of a plugin module as a plugin: this file must
+// export exactly one function and nothing else.
+
+const DEFAULT_URL = "http://127.0.0.1:4097";
+const DEFAULT_SEND_RETRY_S = 30;
+const READ_RETRY_S = 3;
+const REQUEST_TIMEOUT_MS = 5000;
+const MAX_OUTPUT_BYTES = 8192;
+const DEFAULT_READ_LIMIT = 10;
+const MAX_READ_LIMIT = 50;
+const MIN_PAYLOAD_SHOWN = 300;
+const KINDS = [
+  "chat",
+  "task.assign",
+  "status.update",
+  "clarification.request",
+  "clarification.reply",
+  "artifact.handoff",
+];
+const PRIORITIES = ["urgent", "normal", "low"];
+const SESSION_ID_RE = /^ses_[A-Za-z0-9_-]{1,128}$/;
+const MSG_ID_RE = /^msg_[A-Za-z0-9_-]{1,128}$/;
+const CHANNEL_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
+const CURSOR_RE = /^(cur_[0-9]{1,18}|msg_[A-Za-z0-9_-]{1,128})$/;
+const encoder = new TextEncoder();
+
+// -- arguments -----------------------------------------------------------------
+
+class ToolError extends Error {}
+
+function checkArgs(tool, args, allowed) {
+  if (args === null || typeof args !== "object" || Array.isArray(args)) {
+    throw new ToolError(`${tool}: the arguments must be a JSON object`);
+  }
+  for (const key of Object.keys(args)) {
+    if (!allowed.includes(key)) {
+      throw new ToolError(`${tool}: unknown argument '${key}' (it takes ${allowed.join(", ")})`);
+    }
+  }
+}
+
+function present(args, key) {
+  return args[key] !== undefined && args[key] !== null;
+}
+
+function stringArg(tool, args, key, pattern, hint) {
+  if (!present(args, key)) return undefined;
+  const value = args[key];
+  if (typeof value !== "string") {
+    throw new ToolError(`${tool}: '${key}' must be a string, not ${JSON.stringify(value)}`);
+  }
+  if (pattern && !pattern.test(value)) {
+    throw new ToolError(`${tool}: '${key}' must be ${hint}, not ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+function oneOf(tool, args, key, choices) {
+  if (!present(args, key)) return undefined;
+  const value = args[key];
+  if (!choices.includes(value)) {
+    throw new ToolError(
+      `${tool}: '${key}' must be one of ${choices.join(", ")}, not ${JSON.stringify(value)}`,
+    );
+  }
+  return value;
+}
+
+function parseSendArgs(args) {
+  const tool = "swarm_send";
+  checkArgs(tool, args, ["to", "channel", "payload", "kind", "priority", "reply_to"]);
+  const to = stringArg(tool, args, "to", SESSION_ID_RE, "a session id like ses_...");
+  const channel = stringArg(tool, args, "channel", CHANNEL_RE, "a channel name like team.backend");
+  if ((to === undefined) === (channel === undefined)) {
+    throw new ToolError(`${tool}: give exactly one of 'to' (a session id) or 'channel'`);
+  }
+  const payload = stringArg(tool, args, "payload");
+  if (payload === undefined || payload.trim() === "") {
+    throw new ToolError(`${tool}: 'payload' (the message text) is required and must not be empty`);
+  }
+  return {
+    to,
+    channel,
+    payload,
+    kind: oneOf(tool, args, "kind", KINDS),
+    priority: oneOf(tool, args, "priority", PRIORITIES),
+    reply_to: stringArg(tool, args, "reply_to", MSG_ID_RE, "a msg_id like msg_..."),
+  };
+}
+
+function parseReadArgs(args) {
+  const tool = "swarm_read";
+  checkArgs(tool, args, ["since", "limit"]);
+  const since = stringArg(tool, args, "since", CURSOR_RE, "a cursor from swarm_read (cur_N) or a msg_id");
+  let limit = DEFAULT_READ_LIMIT;
+  if (present(args, "limit")) {
+    limit = args.limit;
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_READ_LIMIT) {
+      throw new ToolError(
+        `${tool}: 'limit' must be an integer from 1 to ${MAX_READ_LIMIT}, not ${JSON.stringify(args.limit)}`,
+      );
+    }
+  }
+  return { since, limit };
+}
+
+function parseStatusArgs(args) {
+  const tool = "swarm_status";
+  checkArgs(tool, args, ["msg_id"]);
+  const msgId = stringArg(tool, args, "msg_id", MSG_ID_RE, "a msg_id like msg_...");
+  if (msgId === undefined) throw new ToolError(`${tool}: 'msg_id' is required`);
+  return { msgId };
+}
+
+function callerSession(tool, context) {
+  const session = context && context.sessionID;
+  if (typeof session !== "string" || !SESSION_ID_RE.test(session)) {
+    throw new ToolError(`${tool}: opencode gave no usable session id (${JSON.stringify(session)})`);
+  }
+  return session;
+}
+
+// A retried tool call (same session, same call id) must not send twice: the
+// daemon treats a msg_id it already has, with the same content, as the same message.
+async function messageIdFor(session, callID) {
+  if (typeof callID !== "string" || callID === "") {
+    return "msg_tool_" + crypto.randomUUID().replaceAll("-", "");
+  }
+  const digest = await crypto.subtle.digest("SHA-256", encoder.encode(`${session}\n${callID}`));
+  const hex = Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+  return "msg_tool_" + hex.slice(0, 32);
+}
+
+// -- the daemon ----------------------------------------------------------------
+
+function daemonConfig(env) {
+  const raw = (env.PIGEOND_URL || "").trim() || DEFAULT_URL;
+  let base;
+  let unix;
+  if (raw.startsWith("unix:")) {
+    unix = raw.slice("unix:".length);
+    if (!unix.startsWith("/")) {
+      throw new ToolError(`PIGEOND_URL=${raw}: a unix: URL needs an absolute socket path`);
+    }
+    base = "http://localhost";
+  } else if (/^https?:\/\/[^/\s]+(\/[^\s]*)?$/.test(raw)) {
+    base = raw.replace(/\/+$/, "");
+  } else {
+    throw new ToolError(`PIGEOND_URL must be http://HOST:PORT or unix:/path.sock, not ${JSON.stringify(raw)}`);
+  }
+  const retryRaw = (env.PIGEOND_SEND_RETRY_S || "").trim();
+  const sendRetryS = retryRaw === "" ? DEFAULT_SEND_RETRY_S : Number(retryRaw);
+  if (!Number.isFinite(sendRetryS) || sendRetryS < 0 || sendRetryS > 600) {
+    throw new ToolError(`PIGEOND_SEND_RETRY_S must be a number of seconds from 0 to 600, not ${JSON.stringify(retryRaw)}`);
+  }
+  return { url: raw, base, unix, sendRetryS };
+}
+
+class Unreachable extends Error {}
+
+function whyNoAnswer(error) {
+  const code = error && (error.code || (error.cause && error.cause.code));
+  if (error && error.name === "TimeoutError") return `no answer within ${REQUEST_TIMEOUT_MS / 1000} s`;
+  if (code === "ConnectionRefused" || code === "ECONNREFUSED") return "connection refused";
+  if (code === "FailedToOpenSocket" || code === "ENOENT") return "no socket there";
+  return code || (error && error.message) || String(error);
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal && signal.aborted) return reject(new ToolError("cancelled"));
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(new ToolError("cancelled"));
+    };
+    const timer = setTimeout(() => {
+      if (signal) signal.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    if (signal) signal.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+// One request; a JSON answer with its status, or Unreachable (no answer, or a 5xx).
+async function request(daemon, method, path, body, abort) {
+  const signals = [AbortSignal.timeout(REQUEST_TIMEOUT_MS)];
+  if (abort) signals.push(abort);
+  const init = { method, signal: AbortSignal.any(signals), headers: { accept: "application/json" } };
+  if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    init.headers["content-type"] = "application/json";
+  }
+  if (daemon.unix) init.unix = daemon.unix;
+  let response;
+  let text;
+  try {
+    response = await fetch(daemon.base + path, init);
+    text = await response.text();
+  } catch (error) {
+    if (abort && abort.aborted) throw new ToolError("cancelled");
+    throw new Unreachable(whyNoAnswer(error));
+  }
+  let json;
+  try {
+    json = text === "" ? {} : JSON.parse(text);
+  } catch {
+    json = { error: text.slice(0, 200) };
+  }
+  if (response.status >= 500) {
+    throw new Unreachable(`HTTP ${response.status}: ${json.error || "server error"}`);
+  }
+  return { status: response.status, json };
+}
+
+// Retries Unreachable with backoff (0.25 s doubling to 4 s) until budgetS has passed.
+async function withRetries(daemon, budgetS, abort, attempt) {
+  const started = Date.now();
+  let delay = 250;
+  let tries = 0;
+  for (;;) {
+    tries += 1;
+    try {
+      return await attempt();
+    } catch (error) {
+      if (!(error instanceof Unreachable)) throw error;
+      const left = budgetS * 1000 - (Date.now() - started);
+      if (left <= 0) {
+        const waited = Math.round((Date.now() - started) / 100) / 10;
+        throw new Unreachable(
+          `pigeond is unreachable at ${daemon.url} ` +
+            `(${error.message}; ${tries} ${tries === 1 ? "try" : "tries"} over ${waited} s)`,
+        );
+      }
+      await sleep(Math.min(delay, left), abort);
+      delay = Math.min(delay * 2, 4000);
+    }
+  }
+}
+
+function refused(tool, answer) {
+  const why = answer.json && answer.json.error ? answer.json.error : JSON.stringify(answer.json);
+  return new ToolError(`${tool}: pigeond refused it (HTTP ${answer.status}): ${why}`);
+}
+
+// -- output --------------------------------------------------------------------
+
+function bytes(text) {
+  return encoder.encode(text).length;
+}
+
+// The longest prefix of text within maxBytes UTF-8 bytes, never splitting a character.
+function cutToBytes(text, maxBytes) {
+  if (bytes(text) <= maxBytes) return text;
+  let low = 0;
+  let high = text.length;
+  while (low < high) {
+    const mid = Math.ceil((low + high) / 2);
+    if (bytes(text.slice(0, mid)) <= maxBytes) low = mid;
+    else high = mid - 1;
+  }
+  let end = low;
+  const code = text.charCodeAt(end - 1);
+  if (code >= 0xd800 && code <= 0xdbff) end -= 1; // a lone high surrogate
+  return text.slice(0, end);
+}
+
+function isoTime(ms) {
+  return typeof ms === "number" ? new Date(ms).toISOString().slice(0, 19) + "Z" : "-";
+}
+
+function headerLine(message) {
+  const fields = [`from ${message.from}`, message.kind, message.priority];
+  if (message.channel) fields.push(`channel ${message.channel}`);
+  if (message.reply_to) fields.push(`reply_to ${message.reply_to}`);
+  fields.push(isoTime(message.handed_off_at));
+  return `--- ${message.msg_id} · ${fields.join(" · ")}`;
+}
+
+// Each message shows whole or cut to a common cap, as large as the output
+// budget allows; messages that would not get even MIN_PAYLOAD_SHOWN bytes wait
+// for the next read.
+function renderInbox(page, since, limit) {
+  const messages = Array.isArray(page.messages) ? page.messages : [];
+  if (messages.length === 0) {
+    return since ? `no messages after ${since} (pass since="${since}" again later)` : "no messages";
+  }
+  const budget = MAX_OUTPUT_BYTES - 400; // room for the first and last lines
+  const items = messages.map((message) => {
+    const payload = String(message.payload ?? "");
+    const size = bytes(payload);
+    const marker = `\n[cut: ${message.msg_id} has ${size} bytes; it came whole in its <swarm_message> envelope]`;
+    return { message, payload, size, marker, header: headerLine(message) };
+  });
+  const cost = (item, cap) =>
+    bytes(item.header) + 2 + (item.size <= cap ? item.size : cap + bytes(item.marker));
+  let used = 0;
+  let count = 0;
+  for (const item of items) {
+    const need = cost(item, MIN_PAYLOAD_SHOWN);
+    if (count > 0 && used + need > budget) break;
+    used += need;
+    count += 1;
+  }
+  const shown = items.slice(0, count);
+  const fits = (cap) => shown.reduce((total, item) => total + cost(item, cap), 0) <= budget;
+  let low = MIN_PAYLOAD_SHOWN;
+  let high = Math.max(...shown.map((item) => item.size), MIN_PAYLOAD_SHOWN);
+  while (low < high) {
+    const mid = Math.ceil((low + high) / 2);
+    if (fits(mid)) low = mid;
+    else high = mid - 1;
+  }
+  const blocks = shown.map((item) => {
+    const text = item.size <= low ? item.payload : cutToBytes(item.payload, low) + item.marker;
+    return `${item.header}\n${text}`;
+  });
+  const more = page.has_more || count < messages.length;
+  const cursor = count < messages.length ? shown[count - 1].message.msg_id : page.next_cursor;
+  const title = `${count} message${count === 1 ? "" : "s"}` + (since ? ` after ${since}` : "");
+  const footer = more
+    ? `more waiting: call swarm_read with since="${cursor}"`
+    : `no more; next time call swarm_read with since="${cursor}" for newer ones only`;
+  return [`${title} (limit ${limit}):`, ...blocks, footer].join("\n");
+}
+
+function renderStatus(message) {
+  const target = message.to ? `to ${message.to}` : `on channel ${message.channel}`;
+  const parts = [`${message.msg_id} ${target}: ${message.state}`];
+  if (message.attempts) parts.push(`attempts ${message.attempts}`);
+  if (message.handed_off_at != null) parts.push(`handed off ${isoTime(message.handed_off_at)}`);
+  if (message.verified_at != null) parts.push(`seen in the transcript ${isoTime(message.verified_at)}`);
+  if (message.state === "queued" && (message.attempts || message.last_error) && message.next_retry_at != null) {
+    parts.push(`next try ${isoTime(message.next_retry_at)}`);
+  }
+  if (message.last_error) parts.push(`last error: ${cutToBytes(String(message.last_error), 500)}`);
+  return parts.join("; ");
+}
+
+// -- the tools -----------------------------------------------------------------
+
+// opencode marks every property of a plugin tool as required, so an optional
+// one is nullable: the model passes null for "not given".
+function optional(type, description, choices) {
+  const schema = { type: [type, "null"], description };
+  if (choices) schema.enum = [...choices, null];
+  return schema;
+}
+
+function describe(text) {
+  return text.replace(/\s+/g, " ").trim();
+}
+
+function makeTools(env) {
+  const swarm_send = {
+    description: describe(`
+      Send a message to another agent's session (to) or to a channel, through the pigeond daemon.
+      It is queued on disk at once and reaches the target's transcript when that session is free,
+      wrapped in <swarm_message from="your session id" ...>.  Returns the msg_id and its state;
+      follow it with swarm_status.  Safe to retry: the same call never sends twice.`),
+    args: {
+      to: optional("string", "the target session id (ses_...); null when sending to a channel"),
+      channel: optional("string", "a channel name (stored for readers, not delivered); null when sending to a session"),
+      payload: { type: "string", description: "the message text" },
+      kind: optional("string", `what the message is: ${KINDS.join(", ")}; null for chat`, KINDS),
+      priority: optional("string", "urgent, normal or low; null for normal (urgent goes first)", PRIORITIES),
+      reply_to: optional("string", "the msg_id this message answers (msg_...); null if none"),
+    },
+    async execute(args, context) {
+      const send = parseSendArgs(args);
+      const session = callerSession("swarm_send", context);
+      const daemon = daemonConfig(env);
+      const msgId = await messageIdFor(session, context.callID);
+      const body = { ...send, from: session, msg_id: msgId };
+      for (const key of Object.keys(body)) if (body[key] === undefined) delete body[key];
+      const abort = context.abort;
+      let answer;
+      try {
+        answer = await withRetries(daemon, daemon.sendRetryS, abort, () =>
+          request(daemon, "POST", "/swarm/send", body, abort),
+        );
+      } catch (error) {
+        if (error instanceof Unreachable) {
+          throw new ToolError(
+            `swarm_send: the message was NOT sent: ${error.message}. ` +
+              "Check that the pigeond service runs; calling swarm_send again is safe.",
+          );
+        }
+        throw error;
+      }
+      if (answer.status !== 202) throw refused("swarm_send", answer);
+      let state = "queued";
+      try {
+        const status = await request(daemon, "GET", `/swarm/message/${msgId}`, undefined, abort);
+        if (status.status === 200 && status.json.state) state = status.json.state;
+      } catch {
+        // The message is on disk; its state is only a courtesy.
+      }
+      return `sent ${msgId} ${send.to ? `to ${send.to}` : `on channel ${send.channel}`}: ${state}`;
+    },
+  };
+
+  const swarm_read = {
+    description: describe(`
+      Read the swarm messages handed to this session (its inbox), oldest first, at most
+      ${MAX_OUTPUT_BYTES} bytes.  Pass since (the cursor the previous read ended with) to get only
+      newer ones; limit is how many (default ${DEFAULT_READ_LIMIT}, at most ${MAX_READ_LIMIT}).`),
+    args: {
+      since: optional("string", "the cursor the last swarm_read ended with (cur_N) or a msg_id; null for the oldest"),
+      limit: optional("integer", `how many messages, 1 to ${MAX_READ_LIMIT}; null for ${DEFAULT_READ_LIMIT}`),
+    },
+    async execute(args, context) {
+      const { since, limit } = parseReadArgs(args);
+      const session = callerSession("swarm_read", context);
+      const daemon = daemonConfig(env);
+      const query = new URLSearchParams({ session, limit: String(limit) });
+      if (since) query.set("since", since);
+      const answer = await daemonCall("swarm_read", daemon, `/swarm/inbox?${query}`, context.abort);
+      if (answer.status !== 200) throw refused("swarm_read", answer);
+      return renderInbox(answer.json, since, limit);
+    },
+  };
+
+  const swarm_status = {
+    description: describe(`
+      Where a swarm message is: queued, handed_off (given to the target session), failed, expired
+      or cancelled, with attempts, times and the last error.`),
+    args: {
+      msg_id: { type: "string", description: "the msg_id swarm_send returned (msg_...)" },
+    },
+    async execute(args, context) {
+      const { msgId } = parseStatusArgs(args);
+      const daemon = daemonConfig(env);
+      const answer = await daemonCall("swarm_status", daemon, `/swarm/message/${msgId}`, context.abort);
+      if (answer.status === 404) throw new ToolError(`swarm_status: pigeond has no message ${msgId}`);
+      if (answer.status !== 200) throw refused("swarm_status", answer);
+      return renderStatus(answer.json);
+    },
+  };
+
+  return { swarm_send, swarm_read, swarm_status };
+}
+
+async function daemonCall(tool, daemon, path, abort) {
+  try {
+    return await withRetries(daemon, READ_RETRY_S, abort, () => request(daemon, "GET", path, undefined, abort));
+  } catch (error) {
+    if (error instanceof Unreachable) throw new ToolError(`${tool}: ${error.message}`);
+    throw error;
+  }
+}
+
+export const PigeondSwarmPlugin = async () => ({ tool: makeTools(process.env) });

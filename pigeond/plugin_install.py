@@ -1,0 +1,123 @@
+"""``pigeon install-plugin``: put the opencode plugin where opencode loads it.
+
+opencode loads ``plugin/*.js`` from its global config folder
+(``$XDG_CONFIG_HOME/opencode``, else ``~/.config/opencode``) for every
+session, and from ``.opencode/plugin`` in a project (or any folder above it)
+for that project's sessions.  The plugin ships inside the Python package, so
+``pigeon`` installs the copy that matches the daemon it came with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+PLUGIN_FILE = "pigeond-swarm.js"
+# opencode reads both folder names; a second copy would register every tool twice.
+_OTHER_FOLDER = {"plugin": "plugins", "plugins": "plugin"}
+
+
+class InstallError(ValueError):
+    """The destination cannot be used (a usage error, not a failed write)."""
+
+
+class Outcome(enum.Enum):
+    INSTALLED = "installed"
+    UPDATED = "updated"
+    UNCHANGED = "already up to date"
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    path: Path
+    outcome: Outcome
+    other_copy: Path | None
+    """A copy of the plugin in opencode's other plugin folder, which it would load too."""
+
+
+def bundled_plugin() -> bytes:
+    """The plugin's source as this installation of pigeond ships it."""
+    return (files("pigeond") / "opencode-plugin" / PLUGIN_FILE).read_bytes()
+
+
+def global_plugin_dir(env: Mapping[str, str]) -> Path:
+    """opencode's global plugin folder for this user."""
+    config = env.get("XDG_CONFIG_HOME", "")
+    if config and os.path.isabs(config):
+        return Path(config) / "opencode" / "plugin"
+    home = env.get("HOME", "")
+    if not home or not os.path.isabs(home):
+        raise InstallError("neither $XDG_CONFIG_HOME nor $HOME is an absolute path")
+    return Path(home) / ".config" / "opencode" / "plugin"
+
+
+def project_plugin_dir(project: str) -> Path:
+    """The plugin folder of one project (its sessions, and those of folders below it)."""
+    root = Path(project).expanduser()
+    if not root.is_dir():
+        raise InstallError(f"--project {project}: no such directory")
+    return root.resolve() / ".opencode" / "plugin"
+
+
+def install(folder: Path, source: bytes | None = None) -> Installed:
+    """Write the plugin into ``folder`` atomically (a reader never sees half a file)."""
+    source = bundled_plugin() if source is None else source
+    target = folder / PLUGIN_FILE
+    other = folder.parent / _OTHER_FOLDER[folder.name] / PLUGIN_FILE
+    other_copy = other if other.exists() else None
+    try:
+        current: bytes | None = target.read_bytes()
+    except FileNotFoundError:
+        current = None
+    if current == source:
+        return Installed(target, Outcome.UNCHANGED, other_copy)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{PLUGIN_FILE}.", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(source)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    outcome = Outcome.INSTALLED if current is None else Outcome.UPDATED
+    return Installed(target, outcome, other_copy)
+
+
+def run(project: str | None, env: Mapping[str, str], default_url: str) -> int:
+    """Install into ``project``'s folder, or the global one; print what was done.
+
+    InstallError for a destination that cannot be used; 1 when writing failed.
+    """
+    folder = global_plugin_dir(env) if project is None else project_plugin_dir(project)
+    try:
+        done = install(folder)
+    except OSError as e:
+        print(
+            f"pigeon: cannot install the plugin into {folder}: {e.strerror or e}", file=sys.stderr
+        )
+        return 1
+    print(f"{done.outcome.value}: {done.path}")
+    if done.other_copy is not None:
+        print(
+            f"pigeon: opencode also loads {done.other_copy}: remove it, or every swarm tool"
+            " is registered twice",
+            file=sys.stderr,
+        )
+    if done.outcome is not Outcome.UNCHANGED:
+        print(
+            "opencode loads it when it next starts; the tools reach pigeond at $PIGEOND_URL"
+            f" (default {default_url}) from opencode's environment"
+        )
+    return 0

@@ -1,0 +1,56 @@
+// Runs one tool of pigeond's opencode plugin outside opencode, in opencode's
+// own runtime (the opencode binary with BUN_BE_BUN=1), for tests/test_opencode_plugin.py.
+//
+// stdin, one JSON object:
+//   plugin    absolute path of the plugin module
+//   tool      swarm_send | swarm_read | swarm_status (or null: only describe the plugin)
+//   args      the tool's arguments, as a model would send them
+//   context   what opencode passes: {sessionID, callID, directory}
+//   env       variables set before the tool runs (PIGEOND_URL, ...)
+//   replies   null: the real fetch.  Else the daemon's answers, in order (the last
+//             one repeats): {status, body} or {error: "ConnectionRefused"}
+// stdout, one JSON object: {exports, tools, ok, output | error, requests}
+const input = JSON.parse(await Bun.stdin.text());
+for (const [key, value] of Object.entries(input.env ?? {})) process.env[key] = value;
+
+const requests = [];
+if (input.replies) {
+  let next = 0;
+  globalThis.fetch = async (url, init = {}) => {
+    requests.push({
+      url: String(url),
+      method: init.method ?? "GET",
+      body: init.body ? JSON.parse(init.body) : null,
+      unix: init.unix ?? null,
+      at: Date.now(),
+    });
+    const reply = input.replies[Math.min(next, input.replies.length - 1)];
+    next += 1;
+    if (reply.error) {
+      const error = new Error("Unable to connect. Is the computer able to access the url?");
+      error.code = reply.error;
+      throw error;
+    }
+    const body = typeof reply.body === "string" ? reply.body : JSON.stringify(reply.body);
+    return new Response(body, { status: reply.status });
+  };
+}
+
+const module = await import(input.plugin);
+const result = { exports: Object.keys(module), tools: {}, requests };
+const hooks = await module.PigeondSwarmPlugin({ directory: "/tmp" });
+for (const [name, tool] of Object.entries(hooks.tool ?? {})) {
+  result.tools[name] = { description: tool.description, args: tool.args };
+}
+if (input.tool) {
+  const controller = new AbortController();
+  const context = { abort: controller.signal, messageID: "msg_test", agent: "build", ...input.context };
+  try {
+    result.output = await hooks.tool[input.tool].execute(input.args, context);
+    result.ok = true;
+  } catch (error) {
+    result.ok = false;
+    result.error = error instanceof Error ? error.message : String(error);
+  }
+}
+process.stdout.write(JSON.stringify(result));

@@ -1,0 +1,100 @@
+"""Run a tool of pigeond's opencode plugin in opencode's own runtime, without opencode.
+
+The opencode binary is a compiled Bun program; with ``BUN_BE_BUN=1`` it acts
+as the ``bun`` it was built with, so :file:`plugin_driver.mjs` runs the plugin
+under the same JavaScript runtime (``fetch``, ``crypto``, ``AbortSignal``)
+opencode gives it.  The daemon is either stubbed (``replies``: its answers in
+order) or real (``replies=None`` and ``PIGEOND_URL`` in ``env``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.opencode_dist import OPENCODE_1_18, OpencodeInstallError, ensure_opencode
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGIN = REPO / "packaging" / "opencode-plugin" / "pigeond-swarm.js"
+DRIVER = Path(__file__).resolve().parent / "plugin_driver.mjs"
+SESSION = "ses_callerAAAA"
+RUN_TIMEOUT_S = 60.0
+
+
+def accepted(msg_id: str = "msg_x") -> dict[str, Any]:
+    """The daemon's 202 to a send."""
+    return {"status": 202, "body": {"accepted": True, "msg_id": msg_id}}
+
+
+def refused_connection() -> dict[str, Any]:
+    return {"error": "ConnectionRefused"}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRun:
+    """What one run of the driver printed."""
+
+    exports: list[str]
+    tools: dict[str, dict[str, Any]]
+    requests: list[dict[str, Any]]
+    ok: bool | None = None
+    output: str | None = None
+    error: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def posts(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r["method"] == "POST"]
+
+
+def bun() -> Path:
+    try:
+        return ensure_opencode(OPENCODE_1_18)
+    except OpencodeInstallError as exc:  # never skip: the plugin's tests are part of the suite
+        raise AssertionError(f"cannot install opencode {OPENCODE_1_18}: {exc}") from exc
+
+
+def run_tool(
+    tool: str | None,
+    args: object = None,
+    *,
+    replies: Sequence[Mapping[str, Any]] | None = (),
+    env: Mapping[str, str] | None = None,
+    session: str | None = SESSION,
+    call_id: str | None = "call_1",
+    plugin: Path = PLUGIN,
+) -> ToolRun:
+    """Run ``tool`` with ``args`` as opencode would, for a call ``call_id`` of ``session``."""
+    request = {
+        "plugin": str(plugin),
+        "tool": tool,
+        "args": {} if args is None else args,
+        "context": {"sessionID": session, "callID": call_id, "directory": str(REPO)},
+        # A closed port: a test that forgets to stub the daemon fails, it never reaches one.
+        "env": {"PIGEOND_URL": "http://127.0.0.1:9", "PIGEOND_SEND_RETRY_S": "0", **(env or {})},
+        "replies": None if replies is None else list(replies) or [refused_connection()],
+    }
+    done = subprocess.run(
+        [str(bun()), "run", str(DRIVER)],
+        input=json.dumps(request).encode(),
+        capture_output=True,
+        timeout=RUN_TIMEOUT_S,
+        env={"BUN_BE_BUN": "1", "PATH": "/usr/bin:/bin", "NO_COLOR": "1"},
+        check=False,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"the driver failed ({done.returncode}): {done.stderr.decode()}")
+    raw = json.loads(done.stdout)
+    return ToolRun(
+        exports=raw["exports"],
+        tools=raw["tools"],
+        requests=raw["requests"],
+        ok=raw.get("ok"),
+        output=raw.get("output"),
+        error=raw.get("error"),
+        raw=raw,
+    )

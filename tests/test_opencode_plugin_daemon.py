@@ -1,0 +1,104 @@
+"""pigeond's opencode plugin against a real pigeond (no opencode: messages stay queued).
+
+The stubbed tests (test_opencode_plugin.py) pin the tools' rules; these check
+that what the plugin sends is what the daemon accepts, over TCP and a Unix socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pigeond.storage import SwarmRepository
+from pigeond.storage.operator import open_existing
+from tests.daemon_process import DaemonFactory, DaemonProcess
+from tests.plugin_runner import SESSION, run_tool
+
+pytestmark = pytest.mark.slow
+TARGET = "ses_targetBBBB"
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[DaemonFactory]:
+    factory = DaemonFactory(tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def daemon(daemons: DaemonFactory, tmp_path: Path) -> DaemonProcess:
+    return daemons.start(tmp_path / "p.db", opencode_url="")
+
+
+def stored(daemon: DaemonProcess) -> list[tuple[str, str, str | None, str]]:
+    repo = SwarmRepository(open_existing(str(daemon.db)))
+    try:
+        rows = repo.list_messages(limit=100)
+        return [(m.msg_id, m.from_session, m.to_session, m.state) for m in rows]
+    finally:
+        repo.close()
+
+
+def test_send_is_stored_by_the_daemon(daemon: DaemonProcess) -> None:
+    """The daemon accepts the plugin's body; the row names the calling session."""
+    env = {"PIGEOND_URL": daemon.base_url}
+    run = run_tool("swarm_send", {"to": TARGET, "payload": "hi"}, replies=None, env=env)
+    assert run.ok, run.error
+    [(msg_id, sender, target, state)] = stored(daemon)
+    assert (sender, target, state) == (SESSION, TARGET, "queued")
+    assert run.output == f"sent {msg_id} to {TARGET}: queued"
+
+
+def test_the_same_call_twice_is_one_message(daemon: DaemonProcess) -> None:
+    """A repeated tool call is idempotent at the daemon: one row, the same answer."""
+    env = {"PIGEOND_URL": daemon.base_url}
+    args = {"to": TARGET, "payload": "once", "priority": "urgent"}
+    first = run_tool("swarm_send", args, replies=None, env=env, call_id="call_same")
+    again = run_tool("swarm_send", args, replies=None, env=env, call_id="call_same")
+    assert first.ok and again.ok and first.output == again.output
+    assert len(stored(daemon)) == 1
+
+
+def test_status_of_a_sent_message(daemon: DaemonProcess) -> None:
+    """swarm_status reads the daemon's GET /swarm/message/<msg_id>."""
+    env = {"PIGEOND_URL": daemon.base_url}
+    run_tool("swarm_send", {"to": TARGET, "payload": "hi"}, replies=None, env=env)
+    [(msg_id, *_)] = stored(daemon)
+    run = run_tool("swarm_status", {"msg_id": msg_id}, replies=None, env=env)
+    assert run.output == f"{msg_id} to {TARGET}: queued"
+    missing = run_tool("swarm_status", {"msg_id": "msg_nothere"}, replies=None, env=env)
+    assert missing.error == "swarm_status: pigeond has no message msg_nothere"
+
+
+def test_empty_inbox_from_the_daemon(daemon: DaemonProcess) -> None:
+    """swarm_read asks for the calling session's inbox, which the daemon answers."""
+    run = run_tool("swarm_read", {}, replies=None, env={"PIGEOND_URL": daemon.base_url})
+    assert run.output == "no messages"
+
+
+def test_daemon_refusal_is_quoted(daemon: DaemonProcess) -> None:
+    """A cursor the daemon does not know comes back in its own words."""
+    env = {"PIGEOND_URL": daemon.base_url}
+    run = run_tool("swarm_read", {"since": "cur_99"}, replies=None, env=env)
+    assert run.error == "swarm_read: pigeond refused it (HTTP 400): unknown cursor 'cur_99'"
+
+
+def test_send_over_a_unix_socket(daemons: DaemonFactory, tmp_path: Path) -> None:
+    """PIGEOND_URL=unix:/path reaches a daemon listening on that socket."""
+    sock = tmp_path / "pigeond.sock"
+    daemon = daemons.start(tmp_path / "u.db", opencode_url="", listen=f"unix:{sock}")
+    env = {"PIGEOND_URL": f"unix:{sock}"}
+    run = run_tool("swarm_send", {"to": TARGET, "payload": "hi"}, replies=None, env=env)
+    assert run.ok, run.error
+    assert [row[2] for row in stored(daemon)] == [TARGET]
+
+
+def test_missing_unix_socket_is_unreachable(tmp_path: Path) -> None:
+    """No socket file: the read fails with a plain reason."""
+    env = {"PIGEOND_URL": f"unix:{tmp_path / 'absent.sock'}"}
+    run = run_tool("swarm_status", {"msg_id": "msg_x"}, replies=None, env=env)
+    assert run.error is not None and "pigeond is unreachable at unix:" in run.error
