@@ -7,9 +7,10 @@
 //   args      the tool's arguments, as a model would send them
 //   context   what opencode passes: {sessionID, callID, directory}
 //   env       variables set before the tool runs (PIGEOND_URL, ...)
+//   shell_env the input of opencode's "shell.env" hook, to run it instead of a tool
 //   replies   null: the real fetch.  Else the daemon's answers, in order (the last
 //             one repeats): {status, body} or {error: "ConnectionRefused"}
-// stdout, one JSON object: {exports, tools, ok, output | error, requests}
+// stdout, one JSON object: {exports, tools, hooks, ok, output | error, requests, env}
 const input = JSON.parse(await Bun.stdin.text());
 for (const [key, value] of Object.entries(input.env ?? {})) process.env[key] = value;
 
@@ -39,6 +40,12 @@ if (input.replies) {
 const module = await import(input.plugin);
 const result = { exports: Object.keys(module), tools: {}, requests };
 const hooks = await module.PigeondSwarmPlugin({ directory: "/tmp" });
+result.hooks = Object.keys(hooks);
+if (input.shell_env) {
+  const output = { env: {} };
+  await hooks["shell.env"](input.shell_env, output);
+  result.env = output.env;
+}
 for (const [name, tool] of Object.entries(hooks.tool ?? {})) {
   result.tools[name] = { description: tool.description, args: tool.args };
 }

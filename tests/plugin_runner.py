@@ -39,11 +39,13 @@ class ToolRun:
     """What one run of the driver printed."""
 
     exports: list[str]
+    hooks: list[str]
     tools: dict[str, dict[str, Any]]
     requests: list[dict[str, Any]]
     ok: bool | None = None
     output: str | None = None
     error: str | None = None
+    env: dict[str, str] | None = None
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -67,6 +69,7 @@ def run_tool(
     session: str | None = SESSION,
     call_id: str | None = "call_1",
     plugin: Path = PLUGIN,
+    shell_env: Mapping[str, Any] | None = None,
 ) -> ToolRun:
     """Run ``tool`` with ``args`` as opencode would, for a call ``call_id`` of ``session``."""
     request = {
@@ -77,6 +80,7 @@ def run_tool(
         # A closed port: a test that forgets to stub the daemon fails, it never reaches one.
         "env": {"PIGEOND_URL": "http://127.0.0.1:9", "PIGEOND_SEND_RETRY_S": "0", **(env or {})},
         "replies": None if replies is None else list(replies) or [refused_connection()],
+        "shell_env": None if shell_env is None else dict(shell_env),
     }
     done = subprocess.run(
         [str(bun()), "run", str(DRIVER)],
@@ -91,10 +95,12 @@ def run_tool(
     raw = json.loads(done.stdout)
     return ToolRun(
         exports=raw["exports"],
+        hooks=raw["hooks"],
         tools=raw["tools"],
         requests=raw["requests"],
         ok=raw.get("ok"),
         output=raw.get("output"),
         error=raw.get("error"),
+        env=raw.get("env"),
         raw=raw,
     )

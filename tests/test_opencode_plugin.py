@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pigeond.model import MSG_ID_RE
+from pigeond.model import KINDS, MSG_ID_RE, PRIORITIES
 from tests.plugin_runner import SESSION, ToolRun, accepted, refused_connection, run_tool
 
 pytestmark = pytest.mark.slow  # each runs the opencode binary (installed with npm once)
@@ -59,6 +59,7 @@ def test_module_exports_only_the_plugin_function() -> None:
     run = run_tool(None)
     assert run.exports == ["PigeondSwarmPlugin"]
     assert sorted(run.tools) == ["swarm_read", "swarm_send", "swarm_status"]
+    assert sorted(run.hooks) == ["shell.env", "tool"]
 
 
 def test_tool_names_fit_the_providers_name_rule() -> None:
@@ -73,6 +74,26 @@ def test_optional_arguments_are_nullable() -> None:
     for tool in tools.values():
         for name, schema in tool["args"].items():
             assert ("null" in schema["type"]) == (name not in required), (name, schema)
+
+
+def test_kinds_and_priorities_are_the_daemons() -> None:
+    """The plugin offers exactly the kinds and priorities pigeond accepts."""
+    args = run_tool(None).tools["swarm_send"]["args"]
+    assert args["kind"]["enum"] == [*KINDS, None]
+    assert args["priority"]["enum"] == [*PRIORITIES, None]
+
+
+def test_shell_gets_the_calling_session_id() -> None:
+    """The agent's shell has OPENCODE_SESSION_ID, pigeon-send's default sender."""
+    hook_input = {"cwd": "/tmp", "sessionID": SESSION, "callID": "call_1"}
+    assert run_tool(None, shell_env=hook_input).env == {"OPENCODE_SESSION_ID": SESSION}
+
+
+@pytest.mark.parametrize("session", [None, "", "not a session", 7])
+def test_shell_env_without_a_usable_session_id_adds_nothing(session: object) -> None:
+    """An older opencode that passes no session id leaves the shell alone."""
+    hook_input = {"cwd": "/tmp", "sessionID": session}
+    assert run_tool(None, shell_env=hook_input).env == {}
 
 
 # -- swarm_send ------------------------------------------------------------------

@@ -5,6 +5,9 @@
 // daemon queues each message on disk and is the only one that prompts the
 // target session, one turn at a time.
 //
+// It also sets OPENCODE_SESSION_ID in the shell of the agent's bash tool, which
+// pigeon-send takes as its sender.
+//
 // Environment (read by opencode's process, when a tool runs):
 //   PIGEOND_URL            http://HOST:PORT or unix:/path.sock (default http://127.0.0.1:4097)
 //   PIGEOND_SEND_RETRY_S   how long swarm_send retries an unreachable daemon (default 30)
@@ -460,4 +463,13 @@ async function daemonCall(tool, daemon, path, abort) {
   }
 }
 
-export const PigeondSwarmPlugin = async () => ({ tool: makeTools(process.env) });
+// The agent's shell gets OPENCODE_SESSION_ID, so pigeon-send run there knows
+// who is sending (its --from default) without the model typing its own id.
+export const PigeondSwarmPlugin = async () => ({
+  tool: makeTools(process.env),
+  "shell.env": async (input, output) => {
+    if (input && typeof input.sessionID === "string" && SESSION_ID_RE.test(input.sessionID)) {
+      output.env.OPENCODE_SESSION_ID = input.sessionID;
+    }
+  },
+});

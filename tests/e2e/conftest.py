@@ -7,6 +7,9 @@
   use into the cache (see :mod:`tests.e2e.opencode_dist`).
 * ``opencode_any``: each test that uses it runs once per version.
 * ``pigeond``: a :class:`DaemonFactory` whose daemons are stopped after the test.
+* ``opencode_with_plugin``: opencode 1.18.33 with pigeond's plugin installed by
+  ``pigeon install-plugin --global``, its tools pointed at ``plugin_pigeond_port``
+  (where a test starts pigeond, or leaves nothing to show an outage).
 
 Every test in this folder is marked ``e2e`` (and ``slow``, so ``make unit``
 leaves them out).  A test may stop a shared opencode (an outage test); if it
@@ -15,7 +18,9 @@ leaves it stopped, it is started again before the next test.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -28,11 +33,12 @@ from tests.e2e.opencode_dist import (
     OpencodeInstallError,
     ensure_opencode,
 )
-from tests.e2e.opencode_server import OpencodeServer
+from tests.e2e.opencode_server import OpencodeServer, free_port
 
 E2E_DIR = Path(__file__).resolve().parent
 DEFAULT_DELAY_S = 0.3
 DEFAULT_TITLE_DELAY_S = 0.05
+PLUGIN_SEND_RETRY_S = 6
 _started_servers: list[OpencodeServer] = []
 
 
@@ -64,7 +70,11 @@ def fake_llm(fake_llm_server: FakeLLM) -> FakeLLM:
 
 
 def _serve(
-    version: str, tmp_path_factory: pytest.TempPathFactory, llm: FakeLLM
+    version: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    llm: FakeLLM,
+    extra_env: Mapping[str, str] | None = None,
+    prepare: Callable[[OpencodeServer], None] | None = None,
 ) -> Iterator[OpencodeServer]:
     binary: Path | None = None
     problem = ""
@@ -75,9 +85,13 @@ def _serve(
     if binary is None:  # fail, never skip: the e2e tests are part of the suite
         pytest.fail(f"cannot install opencode {version}: {problem}", pytrace=False)
     state = tmp_path_factory.mktemp(f"opencode-{version}")
-    server = OpencodeServer(binary, version=version, state_dir=state, llm_base_url=llm.base_url)
+    server = OpencodeServer(
+        binary, version=version, state_dir=state, llm_base_url=llm.base_url, extra_env=extra_env
+    )
     _started_servers.append(server)
     try:
+        if prepare is not None:
+            prepare(server)
         server.start()
         yield server
     finally:
@@ -99,6 +113,36 @@ def opencode_1_15(
 ) -> Iterator[OpencodeServer]:
     """opencode 1.15.4 (still runs parallel turns for prompts with different directories)."""
     yield from _serve(OPENCODE_1_15, tmp_path_factory, fake_llm_server)
+
+
+@pytest.fixture(scope="session")
+def plugin_pigeond_port() -> int:
+    """The port the plugin's tools call pigeond on (free when the session starts)."""
+    return free_port()
+
+
+def _install_plugin(server: OpencodeServer) -> None:
+    """``pigeon install-plugin --global`` for opencode's isolated config folder."""
+    env = {"XDG_CONFIG_HOME": str(server.iso / "config"), "PATH": "/usr/bin:/bin"}
+    subprocess.run(
+        [str(Path(sys.executable).parent / "pigeon"), "install-plugin", "--global"],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+
+
+@pytest.fixture(scope="session")
+def opencode_with_plugin(
+    tmp_path_factory: pytest.TempPathFactory, fake_llm_server: FakeLLM, plugin_pigeond_port: int
+) -> Iterator[OpencodeServer]:
+    """opencode 1.18.33 whose sessions have the swarm_* tools of pigeond's plugin."""
+    env = {
+        "PIGEOND_URL": f"http://127.0.0.1:{plugin_pigeond_port}",
+        "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
+    }
+    yield from _serve(OPENCODE_1_18, tmp_path_factory, fake_llm_server, env, _install_plugin)
 
 
 @pytest.fixture(params=[OPENCODE_1_18, OPENCODE_1_15], ids=lambda v: f"opencode-{v}")

@@ -23,7 +23,11 @@ for one session, so two agent turns of one session running in parallel show
 up as a value above 1, even when they are aborted midway.
 
 The reply text is :func:`ack_for` of the last user text, so a transcript shows
-which prompt each assistant message answered.
+which prompt each assistant message answered.  A ``CALL <tool> <json>``
+directive in the last user text makes the model call that tool instead (see
+:mod:`tests.e2e.tool_script`); the completion is then recorded with its
+:class:`ToolCall`, and the next one, which answers the tool's result, with its
+:class:`ToolResult`.
 
 Stdlib only; binds 127.0.0.1 on a free port; serves from a daemon thread.
 """
@@ -31,87 +35,28 @@ Stdlib only; binds 127.0.0.1 on a free port; serves from a daemon thread.
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal, cast
+from typing import Any, cast
 
-Kind = Literal["main", "title"]
+from tests.e2e.completion import Completion, Kind, ack_for, classify, content_text, system_text
+from tests.e2e.tool_script import (
+    ToolCall,
+    answer_text,
+    stream_tool_call,
+    tool_call_in,
+    tool_names,
+    tool_result_in,
+)
+
 MODEL_ID = "fake-model"
 TITLE_REPLY = "Fake session title"
 _COMPLETION_PATHS = ("/v1/chat/completions", "/chat/completions")
 _MODELS_PATHS = ("/v1/models", "/models")
-
-
-def ack_for(text: str) -> str:
-    """The fake model's reply to a prompt whose last user text is ``text``."""
-    return "ACK " + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-
-
-def content_text(content: object) -> str:
-    """The plain text of an OpenAI message ``content``: a string or a list of parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts: list[str] = []
-        for part in content:
-            if isinstance(part, str):
-                texts.append(part)
-            elif isinstance(part, dict) and part.get("type") in ("text", "input_text"):
-                text = part.get("text")
-                if isinstance(text, str):
-                    texts.append(text)
-        return "\n".join(texts)
-    return ""
-
-
-def system_text(messages: list[dict[str, Any]]) -> str:
-    return " ".join(content_text(m.get("content")) for m in messages if m.get("role") == "system")
-
-
-def classify(messages: list[dict[str, Any]]) -> Kind:
-    """``title`` for opencode's title-generator call ("You are a title generator..."), else main."""
-    return "title" if "title generator" in system_text(messages).lower() else "main"
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """One ``POST /v1/chat/completions`` the fake answered (or that ended early)."""
-
-    kind: Kind
-    session: str | None
-    """The session id opencode sent (``x-session-affinity``), or None."""
-    user_agent: str
-    """opencode's ``User-Agent``, e.g. ``opencode/1.18.33 ai-sdk/... runtime/bun/...``."""
-    start: float
-    """``time.monotonic()`` when the request body had been read."""
-    end: float
-    """``time.monotonic()`` when the answer was written, or the client went away."""
-    user_texts: tuple[str, ...]
-    """The text of every ``role: "user"`` message in the request, in order."""
-    last_user_text: str
-    """The text of the last user message ("" when there is none)."""
-    last_role: str
-    """The role of the request's last message; ``assistant`` means a prefill."""
-    n_messages: int
-    system_head: str
-    """The first 80 characters of the system prompt (what tells the kinds of call apart)."""
-    reply: str
-    error: str | None
-    """Why the answer did not finish (e.g. the client closed the stream), else None."""
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
-
-    def overlaps(self, other: Completion) -> bool:
-        """True when the two requests were in flight at the same time."""
-        return self.start < other.end and other.start < self.end
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -327,6 +272,12 @@ class FakeLLM:
             ((kind, None), (kind, session)) if session else ((kind, None),)
         )
         reply = TITLE_REPLY if kind == "title" else ack_for(last_user)
+        tool_result = tool_result_in(messages, content_text) if kind == "main" else None
+        tool_call = None
+        if tool_result is not None:
+            reply = answer_text(tool_result)
+        elif kind == "main" and messages and messages[-1].get("role") == "user":
+            tool_call = tool_call_in(last_user)
         with self._lock:
             generation = self._generation
             delay = self.title_delay_s if kind == "title" else self.delay_s
@@ -340,7 +291,7 @@ class FakeLLM:
         error: str | None = None
         try:
             if request.get("stream"):
-                self._stream(handler, reply, delay, chunks)
+                self._stream(handler, reply, delay, chunks, tool_call)
             else:
                 time.sleep(delay)
                 handler._json(
@@ -377,6 +328,10 @@ class FakeLLM:
                 system_head=" ".join(system_text(messages).split())[:80],
                 reply=reply,
                 error=error,
+                tools=tool_names(request),
+                tool_call=tool_call,
+                tool_result=tool_result,
+                request=request,
             )
             with self._lock:
                 for key in keys:
@@ -386,7 +341,9 @@ class FakeLLM:
                 self._changed.notify_all()
 
     @staticmethod
-    def _stream(handler: _Handler, reply: str, delay: float, chunks: int) -> None:
+    def _stream(
+        handler: _Handler, reply: str, delay: float, chunks: int, tool_call: ToolCall | None
+    ) -> None:
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream")
         handler.send_header("Cache-Control", "no-cache")
@@ -397,7 +354,7 @@ class FakeLLM:
         created = int(time.time())
 
         def chunk(
-            delta: dict[str, str], finish: str | None = None, usage: dict[str, int] | None = None
+            delta: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None
         ) -> None:
             payload: dict[str, Any] = {
                 "id": completion_id,
@@ -410,6 +367,11 @@ class FakeLLM:
                 payload["usage"] = usage
             handler.write_chunk(payload)
 
+        if tool_call is not None:
+            stream_tool_call(chunk, tool_call, lambda: time.sleep(delay / 3))
+            handler.wfile.write(b"data: [DONE]\n\n")
+            handler.wfile.flush()
+            return
         words = reply.split(" ")
         per = -(-len(words) // chunks)
         pieces = [" ".join(words[i : i + per]) for i in range(0, len(words), per)]

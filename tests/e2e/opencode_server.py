@@ -36,7 +36,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -252,6 +252,7 @@ class OpencodeServer:
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         log_level: str = "INFO",
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
         if not llm_base_url.startswith("http://127.0.0.1:"):
             raise ValueError(f"the fake LLM must be on 127.0.0.1, not {llm_base_url}")
@@ -261,6 +262,7 @@ class OpencodeServer:
         self.start_timeout_s = start_timeout_s
         self.request_timeout_s = request_timeout_s
         self.log_level = log_level
+        self.extra_env = dict(extra_env or {})
         self.port = port if port is not None else free_port()
         self.iso = self.state_dir / "iso"
         self.project_root = self.state_dir / "projects"
@@ -319,6 +321,7 @@ class OpencodeServer:
                 "npm_config_update_notifier": "false",
             }
         )
+        env.update(self.extra_env)
         return env
 
     def start(self) -> OpencodeServer:
@@ -498,6 +501,15 @@ class OpencodeServer:
             if message["info"].get("role") == "user"
             for part in message["parts"]
             if part.get("type") == "text" and not part.get("synthetic")
+        ]
+
+    def tool_parts(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's tool parts (``tool``, ``callID``, ``state``), oldest first."""
+        return [
+            part
+            for message in self.messages(session_id)
+            for part in message["parts"]
+            if part.get("type") == "tool"
         ]
 
     def assistant_texts(self, session_id: str) -> list[str]:

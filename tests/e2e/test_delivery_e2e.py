@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.e2e.fake_llm import Completion, FakeLLM
+from tests.e2e.completion import Completion
+from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
 
 RANK = {"urgent": 0, "normal": 1, "low": 2}

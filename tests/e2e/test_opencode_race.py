@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 
 from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.e2e.fake_llm import Completion, FakeLLM, ack_for
+from tests.e2e.completion import Completion, ack_for
+from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import DEFAULT_PROJECTS, OpencodeError, OpencodeServer
 
 N_PROMPTS = 4

@@ -1,0 +1,258 @@
+"""Agents using pigeond's plugin tools inside the real opencode 1.18.33.
+
+The fake model calls the tools (a ``CALL <tool>#<call id> <json>`` prompt, see
+:mod:`tests.e2e.tool_script`); what the tool returned is read from opencode's
+transcript (the tool part) and from what opencode sent back to the model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon_process import DaemonFactory, DaemonProcess
+from tests.e2e.conftest import PLUGIN_SEND_RETRY_S
+from tests.e2e.fake_llm import FakeLLM
+from tests.e2e.opencode_server import OpencodeServer
+
+TURN_ARGS = ("--delivery", "turn", "--batch-max", "10", "--status-poll-s", "0.2")
+TOOL_TIMEOUT_S = 60.0
+OPENING = re.compile(r"^<swarm_message ([^>]*)>")
+
+
+def start_pigeond(
+    factory: DaemonFactory, tmp_path: Path, server: OpencodeServer, port: int
+) -> DaemonProcess:
+    listen = f"tcp:{port}:interface=127.0.0.1"
+    return factory.start(
+        tmp_path / "p.db", opencode_url=server.url, listen=listen, extra_args=TURN_ARGS
+    )
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout_s: float = TOOL_TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:g} s")
+        time.sleep(0.05)
+    return found
+
+
+class Agent:
+    """One opencode session whose fake model is told which tool to call."""
+
+    def __init__(self, server: OpencodeServer, llm: FakeLLM, directory: str, title: str) -> None:
+        self.server = server
+        self.llm = llm
+        self.directory = server.dirs[directory]
+        self.id = server.create_session(self.directory, title)
+
+    def call(self, tool: str, args: object, call_id: str | None = None) -> dict[str, Any]:
+        """Make the model call ``tool``; wait until the model has the result; its tool part."""
+        call_id = call_id or "call_" + uuid.uuid4().hex[:20]
+        answers_before = self._answers(call_id)
+        status = self.server.prompt_async(
+            self.id, None, f"CALL {tool}#{call_id} {json.dumps(args)}"
+        )
+        assert status == 204
+        wait_until(
+            lambda: self._answers(call_id) > answers_before, f"{tool} result back to the model"
+        )
+        self.server.wait_idle(self.id, self.directory, timeout_s=TOOL_TIMEOUT_S)
+        parts = [p for p in self.server.tool_parts(self.id) if p.get("callID") == call_id]
+        return parts[-1]
+
+    def _answers(self, call_id: str) -> int:
+        return sum(
+            1
+            for c in self.llm.completions(session=self.id)
+            if c.tool_result is not None and c.tool_result.call_id == call_id
+        )
+
+    def model_saw(self, call_id: str) -> str:
+        """The tool result opencode sent back to the model for ``call_id``."""
+        results = [c.tool_result for c in self.llm.completions(session=self.id) if c.tool_result]
+        return [r.content for r in results if r.call_id == call_id][-1]
+
+    def envelopes(self) -> list[tuple[dict[str, str], str]]:
+        """(opening tag attributes, whole text) of each swarm envelope in the transcript."""
+        found = []
+        for text in self.server.user_texts(self.id):
+            match = OPENING.match(text)
+            if match:
+                found.append((dict(re.findall(r'(\w+)="([^"]*)"', match.group(1))), text))
+        return found
+
+
+@pytest.fixture
+def agents(opencode_with_plugin: OpencodeServer, fake_llm: FakeLLM) -> tuple[Agent, Agent]:
+    server = opencode_with_plugin
+    return Agent(server, fake_llm, "dirA", "agent A"), Agent(server, fake_llm, "dirB", "agent B")
+
+
+def stored_rows(daemon: DaemonProcess) -> list[tuple[str, str, str]]:
+    with sqlite3.connect(daemon.db) as db:
+        return list(db.execute("SELECT msg_id, from_session, to_session FROM swarm_messages"))
+
+
+def test_swarm_send_reaches_the_target_as_the_calling_session(
+    agents: tuple[Agent, Agent], pigeond: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
+) -> None:
+    """A's model calls swarm_send; B's transcript gets the envelope from A's real session id."""
+    a, b = agents
+    start_pigeond(pigeond, tmp_path, a.server, plugin_pigeond_port)
+    part = a.call(
+        "swarm_send", {"to": b.id, "payload": "please review PR 12", "kind": "task.assign"}
+    )
+    assert part["state"]["status"] == "completed", part["state"]
+    output = part["state"]["output"]
+    match = re.fullmatch(rf"sent (msg_tool_[0-9a-f]{{32}}) to {b.id}: (queued|handed_off)", output)
+    assert match, output
+    [(attributes, text)] = wait_until(b.envelopes, "the envelope in B's transcript")
+    assert attributes["from"] == a.id and attributes["to"] == b.id
+    assert attributes["msg_id"] == match.group(1) and attributes["kind"] == "task.assign"
+    assert "please review PR 12" in text
+    offered = a.llm.completions(session=a.id)[0].tools
+    assert {"swarm_send", "swarm_read", "swarm_status"} <= set(offered)
+
+
+def test_swarm_read_returns_the_delivered_message(
+    agents: tuple[Agent, Agent], pigeond: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
+) -> None:
+    """After a delivery, B's model calls swarm_read and the tool result holds the message."""
+    a, b = agents
+    start_pigeond(pigeond, tmp_path, a.server, plugin_pigeond_port)
+    sent = a.call("swarm_send", {"to": b.id, "payload": "the build is green"})
+    msg_id = sent["state"]["output"].split()[1]
+    wait_until(b.envelopes, "the envelope in B's transcript")
+    b.server.wait_idle(b.id, b.directory, timeout_s=TOOL_TIMEOUT_S)
+    part = b.call("swarm_read", {"since": None, "limit": None}, call_id="call_read_b")
+    output = part["state"]["output"]
+    assert part["state"]["status"] == "completed"
+    assert output.startswith("1 message (limit 10):\n")
+    assert f"--- {msg_id} · from {a.id} · chat · normal · " in output
+    assert "\nthe build is green\n" in output
+    assert output.endswith(
+        'no more; next time call swarm_read with since="cur_1" for newer ones only'
+    )
+    assert b.model_saw("call_read_b") == output
+
+
+def test_bad_arguments_are_a_tool_error_and_the_session_goes_on(
+    agents: tuple[Agent, Agent], pigeond: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
+) -> None:
+    """A wrong argument comes back to the model as a tool error; the next prompt works."""
+    a, _ = agents
+    daemon = start_pigeond(pigeond, tmp_path, a.server, plugin_pigeond_port)
+    part = a.call("swarm_send", {"to": 5, "payload": "x"}, call_id="call_bad")
+    assert part["state"]["status"] == "error"
+    assert part["state"]["error"] == "swarm_send: 'to' must be a string, not 5"
+    assert "swarm_send: 'to' must be a string, not 5" in a.model_saw("call_bad")
+    assert stored_rows(daemon) == []
+    assert a.server.prompt_async(a.id, None, "carry on") == 204
+    wait_until(
+        lambda: any(c.last_user_text == "carry on" for c in a.llm.completions(session=a.id)),
+        "the next turn",
+    )
+    a.server.wait_idle(a.id, a.directory, timeout_s=TOOL_TIMEOUT_S)
+    assert a.server.assistant_texts(a.id)[-1].startswith("ACK ")
+
+
+def test_unreachable_daemon_is_told_plainly(
+    agents: tuple[Agent, Agent], plugin_pigeond_port: int
+) -> None:
+    """With pigeond stopped, swarm_send retries for its budget, then says nothing was sent."""
+    a, b = agents
+    part = a.call("swarm_send", {"to": b.id, "payload": "anyone there?"})
+    state = part["state"]
+    assert state["status"] == "error"
+    error = state["error"]
+    prefix = (
+        "swarm_send: the message was NOT sent: pigeond is unreachable at "
+        f"http://127.0.0.1:{plugin_pigeond_port} (connection refused; "
+    )
+    assert error.startswith(prefix), error
+    tries = int(re.search(r"; (\d+) tries over ", error).group(1))  # type: ignore[union-attr]
+    assert tries > 2
+    assert state["time"]["end"] - state["time"]["start"] >= PLUGIN_SEND_RETRY_S * 1000
+    assert b.envelopes() == []
+
+
+def test_daemon_back_within_the_retry_window_gets_the_message_once(
+    agents: tuple[Agent, Agent],
+    pigeond: DaemonFactory,
+    tmp_path: Path,
+    plugin_pigeond_port: int,
+    fake_llm: FakeLLM,
+) -> None:
+    """swarm_send keeps the same msg_id while it retries; a daemon that comes back gets it once."""
+    a, b = agents
+    call_id = "call_" + uuid.uuid4().hex[:20]
+    a.server.prompt_async(
+        a.id, None, f"CALL swarm_send#{call_id} " + json.dumps({"to": b.id, "payload": "late"})
+    )
+    wait_until(
+        lambda: any(
+            c.tool_call and c.tool_call.call_id == call_id
+            for c in fake_llm.completions(session=a.id)
+        ),
+        "the tool call",
+    )
+    running = wait_until(
+        lambda: [
+            p
+            for p in a.server.tool_parts(a.id)
+            if p.get("callID") == call_id and p["state"]["status"] == "running"
+        ],
+        "the tool running",
+    )
+    started_at_ms = time.time() * 1000
+    daemon = start_pigeond(pigeond, tmp_path, a.server, plugin_pigeond_port)
+    wait_until(lambda: a._answers(call_id), "swarm_send's result")
+    part = [p for p in a.server.tool_parts(a.id) if p.get("callID") == call_id][-1]
+    assert part["state"]["status"] == "completed", part["state"]
+    assert running[0]["state"]["time"]["start"] < started_at_ms  # its first tries were refused
+    [(attributes, _)] = wait_until(b.envelopes, "the envelope in B's transcript")
+    assert attributes["from"] == a.id
+    assert [row[1:] for row in stored_rows(daemon)] == [(a.id, b.id)]
+
+
+def test_the_same_tool_call_retried_gives_one_message(
+    agents: tuple[Agent, Agent], pigeond: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
+) -> None:
+    """The model repeats a tool call with the same call id: one message, the same answer."""
+    a, b = agents
+    daemon = start_pigeond(pigeond, tmp_path, a.server, plugin_pigeond_port)
+    args = {"to": b.id, "payload": "exactly once", "priority": "urgent"}
+    first = a.call("swarm_send", args, call_id="call_repeated")
+    wait_until(b.envelopes, "the envelope in B's transcript")
+    again = a.call("swarm_send", args, call_id="call_repeated")
+    msg_id = first["state"]["output"].split()[1]
+    assert again["state"]["status"] == "completed"
+    assert again["state"]["output"].split()[1] == msg_id
+    assert [row[0] for row in stored_rows(daemon)] == [msg_id]
+    assert [attrs["msg_id"] for attrs, _ in b.envelopes()] == [msg_id]
+
+
+def test_pigeon_send_in_the_agents_shell_sends_as_its_session(
+    agents: tuple[Agent, Agent], pigeond: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
+) -> None:
+    """The plugin gives the agent's shell OPENCODE_SESSION_ID: pigeon-send there needs no --from."""
+    a, b = agents
+    start_pigeond(pigeond, tmp_path, a.server, plugin_pigeond_port)
+    pigeon_send = Path(sys.executable).parent / "pigeon-send"
+    command = f"{pigeon_send} --wait --timeout 60 {b.id} 'sent from a shell'"
+    part = a.call("bash", {"command": command, "description": "send a swarm message"})
+    assert part["state"]["status"] == "completed", part["state"]
+    assert re.match(r"msg_[A-Za-z0-9_-]+\n", part["state"]["output"]), part["state"]["output"]
+    [(attributes, text)] = wait_until(b.envelopes, "the envelope in B's transcript")
+    assert attributes["from"] == a.id and "sent from a shell" in text
