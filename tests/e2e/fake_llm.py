@@ -7,9 +7,9 @@ The server speaks just enough of the OpenAI API for opencode:
 * ``POST /v1/chat/completions``: with ``"stream": true`` (what opencode sends)
   an SSE stream of ``chat.completion.chunk`` objects spread over
   :attr:`FakeLLM.delay_s` seconds; without it one JSON body after the delay.
-  The last chunk always carries ``finish_reason: "stop"``: without a finish
-  reason opencode records the finish as ``unknown`` and calls the model again,
-  forever.
+  The last chunk always carries a ``finish_reason`` (``stop``, or
+  ``tool_calls`` after a tool call): without one opencode records the
+  finish as ``unknown`` and calls the model again, forever.
 * ``GET /v1/models``: the one model, ``fake-model``.
 
 Every completion request is recorded as a :class:`Completion` with its start
