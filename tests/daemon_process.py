@@ -27,6 +27,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pigeond.model import StoredMessage
+from pigeond.storage import SwarmRepository
+from pigeond.storage.operator import open_existing
+
 LISTENING_RE = re.compile(r"pigeond\.daemon: listening on (\S+)")
 DEFAULT_START_TIMEOUT_S = 15.0
 DEFAULT_STOP_TIMEOUT_S = 10.0
@@ -231,6 +235,14 @@ class DaemonProcess:
         if not self.address.startswith("unix:"):
             raise RuntimeError(f"the daemon is not on a Unix socket: {self.address}")
         return self.address[len("unix:") :]
+
+    def stored_messages(self) -> list[StoredMessage]:
+        """Every message in the daemon's database, newest first (read as ``pigeon`` does)."""
+        repo = SwarmRepository(open_existing(str(self.db)))
+        try:
+            return repo.list_messages(limit=1000)
+        finally:
+            repo.close()
 
     def output(self) -> str:
         """Everything the daemon wrote so far (stdout and stderr)."""

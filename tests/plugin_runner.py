@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,6 @@ class ToolRun:
     output: str | None = None
     error: str | None = None
     env: dict[str, str] | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
 
     @property
     def posts(self) -> list[dict[str, Any]]:
@@ -102,5 +101,4 @@ def run_tool(
         output=raw.get("output"),
         error=raw.get("error"),
         env=raw.get("env"),
-        raw=raw,
     )

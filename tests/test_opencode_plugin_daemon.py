@@ -6,13 +6,10 @@ that what the plugin sends is what the daemon accepts, over TCP and a Unix socke
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pigeond.storage import SwarmRepository
-from pigeond.storage.operator import open_existing
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.plugin_runner import SESSION, run_tool
 
@@ -21,26 +18,12 @@ TARGET = "ses_targetBBBB"
 
 
 @pytest.fixture
-def daemons(tmp_path: Path) -> Iterator[DaemonFactory]:
-    factory = DaemonFactory(tmp_path)
-    try:
-        yield factory
-    finally:
-        factory.close()
-
-
-@pytest.fixture
 def daemon(daemons: DaemonFactory, tmp_path: Path) -> DaemonProcess:
     return daemons.start(tmp_path / "p.db", opencode_url="")
 
 
 def stored(daemon: DaemonProcess) -> list[tuple[str, str, str | None, str]]:
-    repo = SwarmRepository(open_existing(str(daemon.db)))
-    try:
-        rows = repo.list_messages(limit=100)
-        return [(m.msg_id, m.from_session, m.to_session, m.state) for m in rows]
-    finally:
-        repo.close()
+    return [(m.msg_id, m.from_session, m.to_session, m.state) for m in daemon.stored_messages()]
 
 
 def test_send_is_stored_by_the_daemon(daemon: DaemonProcess) -> None:

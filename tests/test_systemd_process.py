@@ -82,13 +82,6 @@ def send(base_url: str, payload: str) -> str:
         return str(json.loads(response.read())["msg_id"])
 
 
-@pytest.fixture
-def daemons(tmp_path: Path) -> Iterator[DaemonFactory]:
-    factory = DaemonFactory(tmp_path)
-    yield factory
-    factory.close()
-
-
 def start(daemons: DaemonFactory, notify: NotifySocket, *args: str, **env: str) -> DaemonProcess:
     return daemons.start(
         daemons.tmp_path / "p.db", opencode_url="", extra_args=args,

@@ -25,13 +25,6 @@ def fake(tmp_path: Path) -> Iterator[FakeOpencode]:
         yield server
 
 
-@pytest.fixture
-def daemons(tmp_path: Path) -> Iterator[DaemonFactory]:
-    factory = DaemonFactory(tmp_path)
-    yield factory
-    factory.close()
-
-
 def send(base_url: str, to: str, payload: str) -> str:
     body = json.dumps({"from": "cli-user", "to": to, "payload": payload}).encode()
     request = urllib.request.Request(base_url + "/swarm/send", data=body, method="POST")

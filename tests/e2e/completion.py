@@ -73,8 +73,6 @@ class Completion:
     """The tool call the model made instead of a text reply."""
     tool_result: ToolResult | None = None
     """The tool result this completion answered."""
-    request: dict[str, Any] | None = None
-    """The whole request body, for tests that look at what opencode sent."""
 
     @property
     def duration(self) -> float:

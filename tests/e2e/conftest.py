@@ -6,7 +6,7 @@
   version for the whole session (start-up takes seconds), installed on first
   use into the cache (see :mod:`tests.e2e.opencode_dist`).
 * ``opencode_any``: each test that uses it runs once per version.
-* ``pigeond``: a :class:`DaemonFactory` whose daemons are stopped after the test.
+* ``daemons`` (from tests/conftest.py): pigeond processes, stopped after the test.
 * ``opencode_with_plugin``: opencode 1.18.33 with pigeond's plugin installed by
   ``pigeon install-plugin --global``, its tools pointed at ``plugin_pigeond_port``
   (where a test starts pigeond, or leaves nothing to show an outage).
@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import DaemonFactory
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_dist import (
     OPENCODE_1_15,
@@ -161,13 +160,3 @@ def _restart_stopped_opencode() -> Iterator[None]:
     for server in _started_servers:
         if not server.running:
             server.start()
-
-
-@pytest.fixture
-def pigeond(tmp_path: Path) -> Iterator[DaemonFactory]:
-    """Starts pigeond subprocesses (``factory.start(db, opencode_url=...)``) for one test."""
-    factory = DaemonFactory(tmp_path)
-    try:
-        yield factory
-    finally:
-        factory.close()

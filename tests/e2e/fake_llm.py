@@ -331,7 +331,6 @@ class FakeLLM:
                 tools=tool_names(request),
                 tool_call=tool_call,
                 tool_result=tool_result,
-                request=request,
             )
             with self._lock:
                 for key in keys:

@@ -133,13 +133,13 @@ def first_completion_with(completions: Sequence[Completion], msg_id: str) -> Com
 
 
 def test_concurrent_senders_one_turn_at_a_time(
-    opencode_any: OpencodeServer, fake_llm: FakeLLM, pigeond: DaemonFactory, tmp_path: Path
+    opencode_any: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
 ) -> None:
     """Several senders at once: no overlapping turns, each message once, batches in order."""
     server, directory = opencode_any, opencode_any.dirs["dirA"]
     session = server.create_session(directory, "concurrent")
     db = tmp_path / "p.db"
-    daemon = start_pigeond(pigeond, db, server.url)
+    daemon = start_pigeond(daemons, db, server.url)
     plan = [["low", "urgent", "normal"], ["normal", "low", "urgent"],
             ["urgent", "normal", "low"], ["normal", "normal", "urgent"]]  # fmt: skip
     sent = send_all(daemon, session, plan)
@@ -156,18 +156,18 @@ def test_concurrent_senders_one_turn_at_a_time(
 
 
 def test_backlog_goes_out_in_priority_then_fifo_order(
-    opencode_any: OpencodeServer, fake_llm: FakeLLM, pigeond: DaemonFactory, tmp_path: Path
+    opencode_any: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
 ) -> None:
     """A backlog built while delivery was off reaches the transcript urgent, normal, low."""
     server, directory = opencode_any, opencode_any.dirs["dirB"]
     session = server.create_session(directory, "backlog")
     db = tmp_path / "p.db"
-    held = start_pigeond(pigeond, db, "")
+    held = start_pigeond(daemons, db, "")
     plan = [["low", "normal"], ["urgent", "low"], ["normal", "urgent"]]
     sent = send_all(held, session, plan)
     assert held.stop() == 0
 
-    start_pigeond(pigeond, db, server.url, "--batch-max", "4")
+    start_pigeond(daemons, db, server.url, "--batch-max", "4")
     wait_delivered(server, session, list(sent), directory)
     accepted = accept_order(db)
     expected = sorted(sent, key=lambda i: (RANK[sent[i]], accepted[i]))
@@ -178,13 +178,13 @@ def test_backlog_goes_out_in_priority_then_fifo_order(
 
 
 def test_hand_off_waits_for_the_running_turn(
-    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, pigeond: DaemonFactory, tmp_path: Path
+    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
 ) -> None:
     """Messages sent during a turn are handed off only after it ended, each in its own turn."""
     server, directory = opencode_1_18, opencode_1_18.dirs["dirC"]
     session = server.create_session(directory, "turns")
     fake_llm.delay_s = 1.0
-    daemon = start_pigeond(pigeond, tmp_path / "p.db", server.url, "--batch-max", "1")
+    daemon = start_pigeond(daemons, tmp_path / "p.db", server.url, "--batch-max", "1")
     first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
     fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, 20, "the first turn")
     later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
@@ -201,13 +201,13 @@ def test_hand_off_waits_for_the_running_turn(
 
 
 def test_backlog_during_a_turn_costs_one_more_turn(
-    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, pigeond: DaemonFactory, tmp_path: Path
+    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
 ) -> None:
     """With batching, messages that wait out a turn go over together: one more turn."""
     server, directory = opencode_1_18, opencode_1_18.dirs["dirD"]
     session = server.create_session(directory, "batching")
     fake_llm.delay_s = 1.0
-    daemon = start_pigeond(pigeond, tmp_path / "p.db", server.url)
+    daemon = start_pigeond(daemons, tmp_path / "p.db", server.url)
     first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
     fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, 20, "the first turn")
     later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
@@ -218,14 +218,14 @@ def test_backlog_during_a_turn_costs_one_more_turn(
 
 
 def test_call_mode_gets_fewer_replies_than_messages(
-    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, pigeond: DaemonFactory, tmp_path: Path
+    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
 ) -> None:
     """Without turn-awareness opencode merges prompts sent while busy: fewer replies."""
     server, directory = opencode_1_18, opencode_1_18.dirs["dirA"]
     session = server.create_session(directory, "call mode")
     fake_llm.delay_s = 1.0
     daemon = start_pigeond(
-        pigeond, tmp_path / "p.db", server.url, "--delivery", "call", "--batch-max", "1"
+        daemons, tmp_path / "p.db", server.url, "--delivery", "call", "--batch-max", "1"
     )
     first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
     fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, 20, "the first turn")
@@ -236,13 +236,13 @@ def test_call_mode_gets_fewer_replies_than_messages(
 
 
 def test_outage_loses_nothing_and_spends_no_attempts(
-    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, pigeond: DaemonFactory, tmp_path: Path
+    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
 ) -> None:
     """opencode stopped, messages sent, retries pass, opencode back: all delivered, 0 attempts."""
     server, directory = opencode_1_18, opencode_1_18.dirs["dirB"]
     session = server.create_session(directory, "outage")
     db = tmp_path / "p.db"
-    daemon = start_pigeond(pigeond, db, server.url)
+    daemon = start_pigeond(daemons, db, server.url)
     server.stop()
     try:
         sent = [post(daemon, {"from": "ses_a", "to": session, "payload": f"during outage {n}"})
@@ -260,7 +260,7 @@ def test_outage_loses_nothing_and_spends_no_attempts(
 
 
 def test_deleted_directory_holds_until_it_is_back(
-    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, pigeond: DaemonFactory, tmp_path: Path
+    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
 ) -> None:
     """A session whose directory is gone gets nothing (opencode would 204 and run no
     turn); the message waits without spending attempts and goes out once it is back."""
@@ -269,7 +269,7 @@ def test_deleted_directory_holds_until_it_is_back(
     directory.mkdir()
     session = server.create_session(str(directory), "deleted directory")
     db = tmp_path / "p.db"
-    daemon = start_pigeond(pigeond, db, server.url)
+    daemon = start_pigeond(daemons, db, server.url)
     directory.rmdir()
     msg_id = post(daemon, {"from": "ses_a", "to": session, "payload": "are you there?"})
     wait_until(lambda: rows(db)[msg_id][3] is not None, 10, "the hold")

@@ -206,13 +206,13 @@ def test_direct_prompts_merge_on_1_18_33(
 
 
 def test_pigeond_delivers_one_message_as_the_envelope(
-    opencode_any: OpencodeServer, fake_llm: FakeLLM, pigeond: DaemonFactory, tmp_path: Path
+    opencode_any: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
 ) -> None:
     """A /swarm/send message reaches a real session as exactly its envelope, and is answered."""
     server = opencode_any
     directory = server.dirs["dirB"]
     session_id = server.create_session(directory, f"smoke {server.version}")
-    daemon = pigeond.start(tmp_path / "p.db", opencode_url=server.url, tick_ms=50)
+    daemon = daemons.start(tmp_path / "p.db", opencode_url=server.url, tick_ms=50)
     with server.record_events() as events:
         try:
             status, answer = call_pigeond(

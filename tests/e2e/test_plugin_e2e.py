@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import sys
 import time
 import uuid
@@ -59,19 +58,33 @@ class Agent:
     def call(self, tool: str, args: object, call_id: str | None = None) -> dict[str, Any]:
         """Make the model call ``tool``; wait until the model has the result; its tool part."""
         call_id = call_id or "call_" + uuid.uuid4().hex[:20]
-        answers_before = self._answers(call_id)
-        status = self.server.prompt_async(
-            self.id, None, f"CALL {tool}#{call_id} {json.dumps(args)}"
-        )
-        assert status == 204
-        wait_until(
-            lambda: self._answers(call_id) > answers_before, f"{tool} result back to the model"
-        )
-        self.server.wait_idle(self.id, self.directory, timeout_s=TOOL_TIMEOUT_S)
-        parts = [p for p in self.server.tool_parts(self.id) if p.get("callID") == call_id]
-        return parts[-1]
+        answers_before = self.answers(call_id)
+        self.start_call(tool, args, call_id)
+        return self.finish_call(call_id, answers_before)
 
-    def _answers(self, call_id: str) -> int:
+    def start_call(self, tool: str, args: object, call_id: str) -> None:
+        prompt = f"CALL {tool}#{call_id} {json.dumps(args)}"
+        assert self.server.prompt_async(self.id, None, prompt) == 204
+
+    def finish_call(self, call_id: str, answers_before: int = 0) -> dict[str, Any]:
+        """Wait until the model has the call's result and the session is idle; the tool part."""
+        wait_until(lambda: self.answers(call_id) > answers_before, "the result back to the model")
+        self.server.wait_idle(self.id, self.directory, timeout_s=TOOL_TIMEOUT_S)
+        part = self.tool_part(call_id)
+        assert part is not None
+        return part
+
+    def tool_part(self, call_id: str, status: str | None = None) -> dict[str, Any] | None:
+        """The newest tool part of ``call_id`` in the transcript (in ``status``, if given)."""
+        parts = [
+            p
+            for p in self.server.tool_parts(self.id)
+            if p.get("callID") == call_id and status in (None, p["state"]["status"])
+        ]
+        return parts[-1] if parts else None
+
+    def answers(self, call_id: str) -> int:
+        """How many times opencode sent the model a result for ``call_id``."""
         return sum(
             1
             for c in self.llm.completions(session=self.id)
@@ -99,17 +112,16 @@ def agents(opencode_with_plugin: OpencodeServer, fake_llm: FakeLLM) -> tuple[Age
     return Agent(server, fake_llm, "dirA", "agent A"), Agent(server, fake_llm, "dirB", "agent B")
 
 
-def stored_rows(daemon: DaemonProcess) -> list[tuple[str, str, str]]:
-    with sqlite3.connect(daemon.db) as db:
-        return list(db.execute("SELECT msg_id, from_session, to_session FROM swarm_messages"))
+def stored_rows(daemon: DaemonProcess) -> list[tuple[str, str, str | None]]:
+    return [(m.msg_id, m.from_session, m.to_session) for m in daemon.stored_messages()]
 
 
 def test_swarm_send_reaches_the_target_as_the_calling_session(
-    agents: tuple[Agent, Agent], pigeond: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
+    agents: tuple[Agent, Agent], daemons: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
 ) -> None:
     """A's model calls swarm_send; B's transcript gets the envelope from A's real session id."""
     a, b = agents
-    start_pigeond(pigeond, tmp_path, a.server, plugin_pigeond_port)
+    start_pigeond(daemons, tmp_path, a.server, plugin_pigeond_port)
     part = a.call(
         "swarm_send", {"to": b.id, "payload": "please review PR 12", "kind": "task.assign"}
     )
@@ -126,11 +138,11 @@ def test_swarm_send_reaches_the_target_as_the_calling_session(
 
 
 def test_swarm_read_returns_the_delivered_message(
-    agents: tuple[Agent, Agent], pigeond: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
+    agents: tuple[Agent, Agent], daemons: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
 ) -> None:
     """After a delivery, B's model calls swarm_read and the tool result holds the message."""
     a, b = agents
-    start_pigeond(pigeond, tmp_path, a.server, plugin_pigeond_port)
+    start_pigeond(daemons, tmp_path, a.server, plugin_pigeond_port)
     sent = a.call("swarm_send", {"to": b.id, "payload": "the build is green"})
     msg_id = sent["state"]["output"].split()[1]
     wait_until(b.envelopes, "the envelope in B's transcript")
@@ -148,11 +160,11 @@ def test_swarm_read_returns_the_delivered_message(
 
 
 def test_bad_arguments_are_a_tool_error_and_the_session_goes_on(
-    agents: tuple[Agent, Agent], pigeond: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
+    agents: tuple[Agent, Agent], daemons: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
 ) -> None:
     """A wrong argument comes back to the model as a tool error; the next prompt works."""
     a, _ = agents
-    daemon = start_pigeond(pigeond, tmp_path, a.server, plugin_pigeond_port)
+    daemon = start_pigeond(daemons, tmp_path, a.server, plugin_pigeond_port)
     part = a.call("swarm_send", {"to": 5, "payload": "x"}, call_id="call_bad")
     assert part["state"]["status"] == "error"
     assert part["state"]["error"] == "swarm_send: 'to' must be a string, not 5"
@@ -188,50 +200,29 @@ def test_unreachable_daemon_is_told_plainly(
 
 
 def test_daemon_back_within_the_retry_window_gets_the_message_once(
-    agents: tuple[Agent, Agent],
-    pigeond: DaemonFactory,
-    tmp_path: Path,
-    plugin_pigeond_port: int,
-    fake_llm: FakeLLM,
+    agents: tuple[Agent, Agent], daemons: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
 ) -> None:
     """swarm_send keeps the same msg_id while it retries; a daemon that comes back gets it once."""
     a, b = agents
     call_id = "call_" + uuid.uuid4().hex[:20]
-    a.server.prompt_async(
-        a.id, None, f"CALL swarm_send#{call_id} " + json.dumps({"to": b.id, "payload": "late"})
-    )
-    wait_until(
-        lambda: any(
-            c.tool_call and c.tool_call.call_id == call_id
-            for c in fake_llm.completions(session=a.id)
-        ),
-        "the tool call",
-    )
-    running = wait_until(
-        lambda: [
-            p
-            for p in a.server.tool_parts(a.id)
-            if p.get("callID") == call_id and p["state"]["status"] == "running"
-        ],
-        "the tool running",
-    )
+    a.start_call("swarm_send", {"to": b.id, "payload": "late"}, call_id)
+    running = wait_until(lambda: a.tool_part(call_id, "running"), "the tool running")
     started_at_ms = time.time() * 1000
-    daemon = start_pigeond(pigeond, tmp_path, a.server, plugin_pigeond_port)
-    wait_until(lambda: a._answers(call_id), "swarm_send's result")
-    part = [p for p in a.server.tool_parts(a.id) if p.get("callID") == call_id][-1]
+    daemon = start_pigeond(daemons, tmp_path, a.server, plugin_pigeond_port)
+    part = a.finish_call(call_id)
     assert part["state"]["status"] == "completed", part["state"]
-    assert running[0]["state"]["time"]["start"] < started_at_ms  # its first tries were refused
+    assert running["state"]["time"]["start"] < started_at_ms  # its first tries were refused
     [(attributes, _)] = wait_until(b.envelopes, "the envelope in B's transcript")
     assert attributes["from"] == a.id
     assert [row[1:] for row in stored_rows(daemon)] == [(a.id, b.id)]
 
 
 def test_the_same_tool_call_retried_gives_one_message(
-    agents: tuple[Agent, Agent], pigeond: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
+    agents: tuple[Agent, Agent], daemons: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
 ) -> None:
     """The model repeats a tool call with the same call id: one message, the same answer."""
     a, b = agents
-    daemon = start_pigeond(pigeond, tmp_path, a.server, plugin_pigeond_port)
+    daemon = start_pigeond(daemons, tmp_path, a.server, plugin_pigeond_port)
     args = {"to": b.id, "payload": "exactly once", "priority": "urgent"}
     first = a.call("swarm_send", args, call_id="call_repeated")
     wait_until(b.envelopes, "the envelope in B's transcript")
@@ -244,11 +235,11 @@ def test_the_same_tool_call_retried_gives_one_message(
 
 
 def test_pigeon_send_in_the_agents_shell_sends_as_its_session(
-    agents: tuple[Agent, Agent], pigeond: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
+    agents: tuple[Agent, Agent], daemons: DaemonFactory, tmp_path: Path, plugin_pigeond_port: int
 ) -> None:
     """The plugin gives the agent's shell OPENCODE_SESSION_ID: pigeon-send there needs no --from."""
     a, b = agents
-    start_pigeond(pigeond, tmp_path, a.server, plugin_pigeond_port)
+    start_pigeond(daemons, tmp_path, a.server, plugin_pigeond_port)
     pigeon_send = Path(sys.executable).parent / "pigeon-send"
     command = f"{pigeon_send} --wait --timeout 60 {b.id} 'sent from a shell'"
     part = a.call("bash", {"command": command, "description": "send a swarm message"})

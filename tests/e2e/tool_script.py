@@ -81,16 +81,6 @@ def tool_names(request: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def tool_parameters(request: dict[str, Any], name: str) -> dict[str, Any] | None:
-    """The JSON Schema opencode offered for one tool's parameters."""
-    for tool in request.get("tools") or []:
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(function, dict) and function.get("name") == name:
-            parameters = function.get("parameters")
-            return parameters if isinstance(parameters, dict) else None
-    return None
-
-
 def answer_text(result: ToolResult) -> str:
     return f"TOOL_DONE {result.name} {' '.join(result.content.split())[:200]}"
 
