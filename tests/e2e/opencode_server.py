@@ -435,6 +435,21 @@ class OpencodeServer:
             return f"(no log at {self.log_path})"
         return f"--- {self.log_path} (tail) ---\n{text[-limit:]}"
 
+    def prompt_failed_inside(self, session_id: str) -> bool:
+        """opencode logged that a prompt to ``session_id`` died inside it, before any model call.
+
+        opencode 1.15.4 now and then does this to a new session's first prompt
+        (``prompt_async failed`` with a ``Die`` cause, then ``session.error``).
+        """
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+        return any(
+            f"session.id={session_id} " in line and "prompt_async failed" in line
+            for line in text.splitlines()
+        )
+
     # -- HTTP ------------------------------------------------------------------
 
     def request(

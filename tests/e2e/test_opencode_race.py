@@ -253,17 +253,37 @@ def test_pigeond_delivers_one_message_as_the_envelope(
 # -- the harness ----------------------------------------------------------------------
 
 
+def session_with_one_turn(
+    server: OpencodeServer, llm: FakeLLM, directory: str, text: str, tries: int = 3
+) -> str:
+    """A new session whose prompt ``text`` reached the model.
+
+    A session whose first prompt opencode itself logged as failed (1.15.4 does
+    that now and then, see :meth:`OpencodeServer.prompt_failed_inside`) is left,
+    and another one made; any other failure to reach the model fails the test.
+    """
+    for attempt in range(1, tries + 1):
+        session_id = server.create_session(directory, f"{server.version} try {attempt}")
+        assert server.prompt_async(session_id, directory, text) == 204
+
+        def done(llm: FakeLLM, session_id: str = session_id) -> bool:
+            return bool(llm.completions("main", session_id)) or server.prompt_failed_inside(
+                session_id
+            )
+
+        llm.wait_for(done, IDLE_TIMEOUT_S, "one turn, or opencode's own prompt failure")
+        if llm.completions("main", session_id):
+            return session_id
+    raise AssertionError(f"opencode {server.version} failed {tries} first prompts inside itself")
+
+
 def test_opencode_restart_keeps_port_and_sessions(
     opencode_any: OpencodeServer, fake_llm: FakeLLM
 ) -> None:
     """stop() makes the port refuse connections; start() serves the same sessions on it again."""
     server = opencode_any
     directory = server.dirs["dirC"]
-    session_id = server.create_session(directory, f"restart {server.version}")
-    assert server.prompt_async(session_id, directory, "before the outage") == 204
-    fake_llm.wait_for(
-        lambda llm: len(llm.completions("main", session_id)) == 1, IDLE_TIMEOUT_S, "one turn"
-    )
+    session_id = session_with_one_turn(server, fake_llm, directory, "before the outage")
     settle(server, fake_llm, session_id, [directory])
     url = server.url
 
