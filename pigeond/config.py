@@ -31,6 +31,23 @@ def default_db_path(env: Mapping[str, str]) -> str:
     return str(Path(xdg) / "pigeond" / "pigeond.db")
 
 
+def default_token_path(db: str) -> str:
+    """The bearer token lives beside the database unless ``token_file`` says otherwise."""
+    return str(Path(db).parent / "token")
+
+
+def default_runtime_socket(env: Mapping[str, str]) -> str:
+    """The Unix socket clients prefer: in the user's private runtime folder, or in the
+    system service's ``RuntimeDirectory``; none when neither is known."""
+    runtime_dirs = env.get("RUNTIME_DIRECTORY")
+    if runtime_dirs and env.get("STATE_DIRECTORY"):
+        return str(Path(runtime_dirs.split(":")[0]) / "pigeond.sock")
+    xdg_runtime = env.get("XDG_RUNTIME_DIR")
+    if xdg_runtime:
+        return str(Path(xdg_runtime) / "pigeond" / "pigeond.sock")
+    return ""
+
+
 def _check_url(value: str) -> None:
     if value == "":
         return
@@ -59,6 +76,21 @@ def _between(name: str, low: float, high: float) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if not low <= value <= high:
             raise ConfigError(f"{name} must be between {low:g} and {high:g}, not {value}")
+
+    return check
+
+
+def _uids(value: Any) -> None:
+    for item in value:
+        if not item.isascii() or not item.isdigit() or int(item) > 4_294_967_294:
+            raise ConfigError(f"allow_uids must list numeric user ids, not {item!r}")
+
+
+def _names(name: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        for item in value:
+            if not item or any(c.isspace() or c == "," for c in item):
+                raise ConfigError(f"{name} entries must be non-empty words, not {item!r}")
 
     return check
 
@@ -180,6 +212,64 @@ OPTIONS: tuple[Option, ...] = (
         _between("stop_timeout_s", 0, 600),
     ),
     Option(
+        "auth",
+        str,
+        "token: TCP clients need the bearer token; none: anyone who can connect may send (unsafe)",
+        _one_of("auth", ("token", "none")),
+    ),
+    Option(
+        "token_file",
+        str,
+        "the bearer token's file, created (mode 0600) at first start; default: 'token' beside db",
+        _nonempty("token_file"),
+    ),
+    Option(
+        "runtime_socket",
+        str,
+        "extra Unix socket clients prefer (folder mode 0700); empty: none",
+    ),
+    Option(
+        "allow_uids",
+        tuple,
+        "user ids besides pigeond's own that may send over a Unix socket (comma-separated)",
+        _uids,
+    ),
+    Option(
+        "allow_group",
+        str,
+        "members of this group may send over a Unix socket; empty: none",
+    ),
+    Option(
+        "allow_origins",
+        tuple,
+        "browser origins whose requests are accepted (comma-separated); empty: none",
+        _names("allow_origins"),
+    ),
+    Option(
+        "allow_hosts",
+        tuple,
+        "Host header names accepted besides loopback addresses and localhost (comma-separated)",
+        _names("allow_hosts"),
+    ),
+    Option(
+        "max_queued_per_target",
+        int,
+        "most queued messages per target before sends get 429; 0: no limit",
+        _between("max_queued_per_target", 0, 10_000_000),
+    ),
+    Option(
+        "sender_rate_per_s",
+        float,
+        "messages per second one sender may keep sending (token bucket); 0: no limit",
+        _between("sender_rate_per_s", 0, 1_000_000),
+    ),
+    Option(
+        "sender_burst",
+        int,
+        "messages one sender may send at once before the rate applies; 0: no limit",
+        _between("sender_burst", 0, 10_000_000),
+    ),
+    Option(
         "log_level",
         str,
         "debug, info, warn or error",
@@ -216,6 +306,16 @@ class Config:
     outage_retry_s: float = 30.0
     default_ttl_s: int = 24 * 3600
     stop_timeout_s: float = 10.0
+    auth: str = "token"
+    token_file: str = ""
+    runtime_socket: str = ""
+    allow_uids: tuple[str, ...] = ()
+    allow_group: str = ""
+    allow_origins: tuple[str, ...] = ()
+    allow_hosts: tuple[str, ...] = ()
+    max_queued_per_target: int = 1000
+    sender_rate_per_s: float = 10.0
+    sender_burst: int = 100
     log_level: str = "info"
     log_format: str = "text"
     opencode_auth: BasicAuth | None = None
@@ -240,15 +340,24 @@ class Config:
 
 
 def _toml_value(value: object) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     if isinstance(value, str):
         # a JSON string is a valid TOML basic string, control characters escaped
         return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     return str(value)
 
 
+def _split_list(raw: str) -> tuple[str, ...]:
+    """A comma-separated list from a flag or a variable; the empty string is the empty list."""
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
 def _coerce_text(option: Option, raw: str, source: str) -> Any:
     if option.kind is str:
         return raw
+    if option.kind is tuple:
+        return _split_list(raw)
     try:
         return option.kind(raw.strip())
     except ValueError as e:
@@ -257,6 +366,14 @@ def _coerce_text(option: Option, raw: str, source: str) -> Any:
 
 
 def _check_file_value(option: Option, value: Any, path: str) -> Any:
+    if option.kind is tuple:
+        if isinstance(value, str):
+            return _split_list(value)
+        if isinstance(value, list) and all(
+            isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)) for v in value
+        ):
+            return tuple(str(v) for v in value)
+        raise ConfigError(f"{path}: key '{option.name}' must be a list of strings, not {value!r}")
     ok = (
         isinstance(value, str)
         if option.kind is str
@@ -309,7 +426,10 @@ def load_config(
     """Merge the sources; ``flags`` maps option names to the raw flag text (None = not given)."""
     path = find_config_file(config_path, env)
     from_file = read_config_file(path) if path is not None else {}
-    values: dict[str, Any] = {"db": default_db_path(env)}
+    values: dict[str, Any] = {
+        "db": default_db_path(env),
+        "runtime_socket": default_runtime_socket(env),
+    }
     for option in OPTIONS:
         flag = flags.get(option.name)
         if flag is not None:
@@ -320,6 +440,8 @@ def load_config(
             values[option.name] = from_file[option.name]
         if option.name in values and option.check is not None:
             option.check(values[option.name])
+    if not values.get("token_file"):
+        values["token_file"] = default_token_path(values["db"])
     password = env.get("OPENCODE_SERVER_PASSWORD")
     auth = None
     if password:

@@ -27,18 +27,24 @@ log = Logger()
 
 @dataclass
 class HttpError(Exception):
+    """A refusal the client caused; ``headers`` go out with it (``Retry-After``, ...)."""
+
     status: int
     message: str
     extra: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class JsonResponse:
     status: int
     body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 Handler = Callable[[server.Request], JsonResponse]
+# Runs before routing, on every request; raises HttpError to refuse it (access control).
+Gate = Callable[[server.Request], None]
 
 
 class BoundedRequest(server.Request):
@@ -103,8 +109,9 @@ class JsonApi(Resource):
 
     isLeaf = True
 
-    def __init__(self) -> None:
+    def __init__(self, gate: Gate | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
+        self.gate = gate
         self._routes: dict[bytes, dict[bytes, Handler]] = {}
         self._prefixes: dict[bytes, dict[bytes, Handler]] = {}
 
@@ -115,7 +122,7 @@ class JsonApi(Resource):
         try:
             response = self._dispatch(request)
         except HttpError as e:
-            response = JsonResponse(e.status, {"error": e.message, **e.extra})
+            response = JsonResponse(e.status, {"error": e.message, **e.extra}, e.headers)
         except InvalidRequest as e:
             response = JsonResponse(400, {"error": str(e)})
         except StorageUnavailable as e:
@@ -146,6 +153,8 @@ class JsonApi(Resource):
         return None
 
     def _dispatch(self, request: server.Request) -> JsonResponse:
+        if self.gate is not None:
+            self.gate(request)
         methods = self._methods_for(request.path or b"")
         if methods is None:
             raise HttpError(404, "no such route")
@@ -164,6 +173,8 @@ class JsonApi(Resource):
         request.setResponseCode(response.status)
         request.setHeader(b"content-type", b"application/json; charset=utf-8")
         request.setHeader(b"cache-control", b"no-store")
+        for name, value in response.headers.items():
+            request.setHeader(name.encode("ascii"), value.encode("ascii"))
         return json.dumps(response.body, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
@@ -185,6 +196,7 @@ def make_site(api: Resource, max_body_bytes: int, timeout_s: float = 60.0) -> se
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "Gate",
     "HttpError",
     "JsonApi",
     "JsonResponse",
