@@ -79,6 +79,10 @@ def send_direct(server: OpencodeServer, session: str, n: int) -> None:
     together([sender(i, nums) for i, nums in enumerate(spread(n))])
 
 
+# A benchmark measures delivery, not the flood guard.
+NO_FLOOD_LIMITS = ("--max-queued-per-target", "0", "--sender-rate-per-s", "0")
+
+
 def send_via_pigeond(daemon: DaemonProcess, session: str, n: int) -> None:
     def sender(numbers: list[int]) -> Callable[[], None]:
         def send() -> None:
@@ -86,8 +90,9 @@ def send_via_pigeond(daemon: DaemonProcess, session: str, n: int) -> None:
                 body = {"from": f"ses_bench{k % SENDERS}", "to": session,
                         "payload": f"bench payload {k}"}  # fmt: skip
                 request = urllib.request.Request(
-                    daemon.base_url + "/swarm/send", data=json.dumps(body).encode(), method="POST"
-                )
+                    daemon.base_url + "/swarm/send", data=json.dumps(body).encode(),
+                    method="POST", headers=daemon.auth_headers,
+                )  # fmt: skip
                 with urllib.request.urlopen(request, timeout=10) as response:
                     assert response.status == 202
 
@@ -153,7 +158,7 @@ def run_version(version: str, n: int, delay: float, work: Path) -> list[Row]:
                 else:
                     daemon = DaemonProcess(
                         work, work / f"{version}-{way}.db", opencode_url=server.url,
-                        extra_args=[*args, "--busy-window-s", "3"],
+                        extra_args=[*args, "--busy-window-s", "3", *NO_FLOOD_LIMITS],
                     ).start()  # fmt: skip
                     try:
                         send_via_pigeond(daemon, session, n)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
+from pigeond.storage.delivery import QUEUED_FOR_TARGET_SQL
 from pigeond.storage.schema import MIGRATIONS, connect, migrate
+from pigeond.storage.synthetic import add_delivered_history, add_stuck_rows, drop_statistics
 from tests.messages import new_message
 
 NOW = 1_793_491_200_000
@@ -177,6 +179,43 @@ def test_rehanded_message_appears_again_in_inbox(repo: SwarmRepository) -> None:
     repo.mark_handed_off("msg_1", NOW + 1, NOW + 1)
     page = repo.inbox_page("ses_target", 0, 10)
     assert [m.msg_id for m in page.messages] == ["msg_2", "msg_1"]
+
+
+def test_count_queued_for_counts_one_targets_queue_up_to_a_limit(repo: SwarmRepository) -> None:
+    """Only the target's queued direct messages count, and counting stops at at_most."""
+    for i in range(4):
+        accept(repo, f"msg_q{i}")
+    accept(repo, "msg_other", to="ses_other")
+    accept(repo, "msg_chan", channel="general")
+    accept(repo, "msg_done")
+    repo.mark_handed_off("msg_done", NOW)
+    accept(repo, "msg_failed", sender="cli-user")
+    repo.fail_now(["msg_failed"], "gone", NOW)
+    assert repo.count_queued_for("ses_target") == 4
+    assert repo.count_queued_for("ses_target", at_most=2) == 2
+    assert repo.count_queued_for("ses_target", at_most=0) == 0
+    assert repo.count_queued_for("ses_nobody") == 0
+
+
+def test_count_queued_for_searches_an_index(repo: SwarmRepository) -> None:
+    """With history, ANALYZEd or not, the count is a covering-index SEARCH, never a table SCAN."""
+    add_delivered_history(repo.connection, 20_000, 10, NOW - 10_000)
+    add_stuck_rows(repo.connection, 5_000, 1_000, 10, NOW)
+    for analyzed in (True, False):
+        if not analyzed:
+            drop_statistics(repo.connection)
+        plan = [
+            str(r[3])
+            for r in repo.connection.execute(
+                "EXPLAIN QUERY PLAN " + QUEUED_FOR_TARGET_SQL, ("ses_t1", 1000)
+            ).fetchall()
+        ]
+        assert any(
+            step.startswith("SEARCH swarm_messages USING COVERING INDEX") and "to_session=?" in step
+            for step in plan
+        ), plan
+        assert not any(step.startswith("SCAN swarm_messages") for step in plan), plan
+    assert repo.count_queued_for("ses_t1", at_most=1000) == 500
 
 
 def test_version_2_database_upgrades(tmp_path: Path) -> None:

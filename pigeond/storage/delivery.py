@@ -23,6 +23,14 @@ READY_TARGETS_SQL = (
     "SELECT DISTINCT to_session FROM swarm_messages"
     " WHERE state = 'queued' AND next_retry_at <= ? AND to_session IS NOT NULL"
 )
+# How many messages wait for one target, counted no further than a limit: the
+# flood guard asks on every send, so the cost must not grow with the queue
+# (a cap lowered by a reload, notices and requeues can leave it longer).  The
+# plan is a SEARCH on a (to_session, state, ...) covering index.
+QUEUED_FOR_TARGET_SQL = (
+    "SELECT COUNT(*) FROM (SELECT 1 FROM swarm_messages"
+    " WHERE to_session = ? AND state = 'queued' LIMIT ?)"
+)
 DEFAULT_NOTICE_TTL_MS = 24 * 3600 * 1000
 
 
@@ -41,6 +49,13 @@ class DeliveryTransitions(RepositoryBase):
         """The query plan of :meth:`ready_targets`, one detail string per step."""
         rows = self._conn.execute("EXPLAIN QUERY PLAN " + READY_TARGETS_SQL, (now_ms,))
         return [str(r[3]) for r in rows.fetchall()]
+
+    @reads
+    def count_queued_for(self, target: str, at_most: int | None = None) -> int:
+        """Queued messages for ``target``, counted up to ``at_most`` (None: all of them)."""
+        limit = -1 if at_most is None else max(at_most, 0)
+        row = self._conn.execute(QUEUED_FOR_TARGET_SQL, (target, limit)).fetchone()
+        return int(row[0])
 
     def _queue_order(self, target: str, now_ms: int | None, limit: int) -> list[StoredMessage]:
         """Queued messages in hand-off order; expired ones left out when ``now_ms`` is given."""

@@ -1,0 +1,179 @@
+"""The flood guard: a send check that bounds what a runaway agent loop can queue.
+
+Every accepted message becomes a prompt in its target's session, so a loop that
+sends without pause would bury that session and fill the disk.  Two limits,
+each answered with 429 and ``Retry-After`` and nothing stored, each off at 0:
+
+* ``max_queued_per_target``: queued direct messages per target, counted in
+  the database (the truth survives restarts and sees every sender); channel
+  messages have no target and are not counted.  The queue drains as the
+  target's turns end, which no sender can predict, so the answer is a fixed
+  :data:`TARGET_FULL_RETRY_AFTER_S`.
+* ``sender_rate_per_s`` / ``sender_burst``: a token bucket per ``from`` field,
+  in memory.  ``Retry-After`` is the whole seconds until a token is back.
+
+A retried send whose msg_id is already stored passes untouched: the repository
+answers it as a duplicate (or a conflict) and stores nothing, and refusing it
+would make a client that lost a 202 believe its message was never taken.
+
+Order: the bucket is looked at first (in memory, so a flooding sender costs no
+count query), then the per-target count, and only a send that passes both
+spends a token, so a send refused because its target is full costs the sender
+nothing.
+
+The ``from`` field is self-declared: the sender limit stops a loop, not an
+adversary who varies its name; the per-target cap is what bounds storage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import NoReturn
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.web import server
+
+from pigeond.model import NewMessage
+from pigeond.storage import SwarmRepository
+from pigeond.web import HttpError
+
+# A full target's queue drains one turn at a time (seconds to minutes); 5 s
+# lets a sender see room soon after it appears without polling hot.
+TARGET_FULL_RETRY_AFTER_S = 5
+# The most senders with a bucket in memory: about 330 bytes each with a
+# 100-character name, so about 3 MB.  Reached only by more distinct names in
+# burst/rate seconds than this; then the bucket spent from longest ago is
+# forgotten, which gives that sender a full bucket again.
+MAX_TRACKED_SENDERS = 10_000
+# Clock readings near 1.8e9 s carry float error around 1e-7 s: a wait within a
+# millisecond of whole seconds is rounded down to them, so 2 s is not answered 3.
+_ROUNDING_SLACK_S = 1e-3
+
+
+class FloodGuard:
+    """A :data:`pigeond.routes.SendCheck`; :meth:`configure` applies a reload's limits live.
+
+    Memory: only senders that spent a token in the last ``burst / rate`` seconds
+    (10 s with the defaults) keep a bucket, since an older one has refilled and
+    is the same as none; at most :data:`MAX_TRACKED_SENDERS` in any case.
+    """
+
+    def __init__(
+        self,
+        repo: SwarmRepository,
+        clock: IReactorTime,
+        *,
+        max_queued_per_target: int,
+        sender_rate_per_s: float,
+        sender_burst: int,
+    ) -> None:
+        self._repo = repo
+        self._clock = clock
+        # sender -> (tokens after its last spend, time of that spend), oldest spend first
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self.configure(
+            max_queued_per_target=max_queued_per_target,
+            sender_rate_per_s=sender_rate_per_s,
+            sender_burst=sender_burst,
+        )
+
+    def configure(
+        self, *, max_queued_per_target: int, sender_rate_per_s: float, sender_burst: int
+    ) -> None:
+        """New limits from now on; buckets carry over, capped at the new burst."""
+        self.max_queued_per_target = max_queued_per_target
+        self.sender_rate_per_s = sender_rate_per_s
+        self.sender_burst = sender_burst
+        if not self._sender_limited:
+            self._buckets.clear()
+
+    @property
+    def tracked_senders(self) -> int:
+        """How many senders have a bucket in memory (the rest have a full one)."""
+        return len(self._buckets)
+
+    @property
+    def _sender_limited(self) -> bool:
+        return self.sender_rate_per_s > 0 and self.sender_burst > 0
+
+    def __call__(self, request: server.Request, message: NewMessage) -> None:
+        """The guard itself can go in ``send_checks``."""
+        self.check(request, message)
+
+    def check(self, request: server.Request, message: NewMessage) -> None:
+        """Refuse ``message`` with 429 when its sender or its target is over a limit."""
+        capped_target = message.to_session if self.max_queued_per_target > 0 else None
+        if not self._sender_limited and capped_target is None:
+            return  # no limit applies: not even the msg_id lookup
+        if self._repo.get(message.msg_id) is not None:
+            return  # a retry: accept() stores nothing and answers it
+        now = self._clock.seconds()
+        tokens = 0.0
+        if self._sender_limited:
+            self._forget_refilled(now)
+            tokens = self._tokens(message.from_session, now)
+            if tokens < 1:
+                self._refuse_sender(message.from_session, tokens)
+        if capped_target is not None:
+            self._check_target(capped_target)
+        if self._sender_limited:
+            self._buckets[message.from_session] = (tokens - 1, now)
+            self._buckets.move_to_end(message.from_session)
+            while len(self._buckets) > MAX_TRACKED_SENDERS:
+                self._buckets.popitem(last=False)
+
+    # -- the sender's bucket ------------------------------------------------------
+
+    def _tokens(self, sender: str, now: float) -> float:
+        bucket = self._buckets.get(sender)
+        if bucket is None:
+            return float(self.sender_burst)
+        left, spent_at = bucket
+        refilled = left + max(0.0, now - spent_at) * self.sender_rate_per_s
+        return min(float(self.sender_burst), refilled)
+
+    def _forget_refilled(self, now: float) -> None:
+        """Drop buckets whose last spend is old enough that they are full again.
+
+        Buckets are in spend order, so this stops at the first recent one:
+        amortised constant time per send.
+        """
+        horizon = now - self.sender_burst / self.sender_rate_per_s
+        while self._buckets:
+            _left, spent_at = next(iter(self._buckets.values()))
+            if spent_at > horizon:
+                break
+            self._buckets.popitem(last=False)
+
+    def _refuse_sender(self, sender: str, tokens: float) -> NoReturn:
+        wait_s = (1 - tokens) / self.sender_rate_per_s
+        retry_after = max(1, math.ceil(wait_s - _ROUNDING_SLACK_S))
+        raise _too_many(
+            f"sender {sender!r} is over its limit of {self.sender_rate_per_s:g} messages"
+            f" a second after a burst of {self.sender_burst} (options sender_rate_per_s,"
+            f" sender_burst); nothing stored, retry in {retry_after} s",
+            retry_after,
+        )
+
+    # -- the target's queue ---------------------------------------------------------
+
+    def _check_target(self, target: str) -> None:
+        """Counted no further than the cap, so a longer queue costs no more."""
+        cap = self.max_queued_per_target
+        if self._repo.count_queued_for(target, at_most=cap) >= cap:
+            raise _too_many(
+                f"target {target!r} already has {cap} queued messages, the most allowed"
+                f" (option max_queued_per_target); nothing stored, retry in"
+                f" {TARGET_FULL_RETRY_AFTER_S} s as its queue drains",
+                TARGET_FULL_RETRY_AFTER_S,
+            )
+
+
+def _too_many(message: str, retry_after_s: int) -> HttpError:
+    return HttpError(
+        429,
+        message,
+        {"retry_after_s": retry_after_s},
+        headers={"Retry-After": str(retry_after_s)},
+    )

@@ -1,0 +1,364 @@
+"""The flood guard: the per-target queue cap and the per-sender token bucket, on a fake clock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from treq.client import HTTPClient
+from twisted.internet.task import Clock
+from twisted.web import server
+from twisted.web.http_headers import Headers
+from twisted.web.test.requesthelper import DummyChannel
+
+from pigeond import flood
+from pigeond.flood import TARGET_FULL_RETRY_AFTER_S, FloodGuard
+from pigeond.model import NewMessage
+from pigeond.routes import SwarmRoutes
+from pigeond.storage import AcceptOutcome, SwarmRepository
+from pigeond.web import HttpError, JsonApi
+from tests.http_helpers import result_of, stub_client
+from tests.messages import new_message
+
+BASE = "http://pigeond.test"
+REQUEST = server.Request(DummyChannel())
+JSON_HEADERS = Headers({"Content-Type": ["application/json"]})
+NO_LIMITS = {"max_queued_per_target": 0, "sender_rate_per_s": 0.0, "sender_burst": 0}
+
+MakeGuard = Callable[..., FloodGuard]
+
+
+@pytest.fixture
+def make_guard(repo: SwarmRepository, clock: Clock) -> MakeGuard:
+    """A guard on the test's repository and clock; every limit off unless given."""
+
+    def make(**limits: float) -> FloodGuard:
+        settings = NO_LIMITS | limits
+        return FloodGuard(
+            repo,
+            clock,
+            max_queued_per_target=int(settings["max_queued_per_target"]),
+            sender_rate_per_s=float(settings["sender_rate_per_s"]),
+            sender_burst=int(settings["sender_burst"]),
+        )
+
+    return make
+
+
+def offer(guard: FloodGuard, repo: SwarmRepository, clock: Clock, message: NewMessage) -> int:
+    """What the send route does: check, then store; the status a client would see."""
+    try:
+        guard.check(REQUEST, message)
+    except HttpError as e:
+        return e.status
+    repo.accept(message, int(clock.seconds() * 1000))
+    return 202
+
+
+def refusal(guard: FloodGuard, message: NewMessage) -> HttpError:
+    with pytest.raises(HttpError) as caught:
+        guard.check(REQUEST, message)
+    return caught.value
+
+
+def offer_many(
+    guard: FloodGuard, repo: SwarmRepository, clock: Clock, n: int, **fields: Any
+) -> list[int]:
+    return [offer(guard, repo, clock, new_message(**fields)) for _ in range(n)]
+
+
+# -- the per-target cap ------------------------------------------------------------
+
+
+def test_cap_refuses_the_message_past_it(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """The (N+1)th queued message to a target gets 429 with Retry-After and is not stored."""
+    guard = make_guard(max_queued_per_target=3)
+    assert offer_many(guard, repo, clock, 3) == [202] * 3
+    extra = new_message(msg_id="msg_extra")
+    error = refusal(guard, extra)
+    assert error.status == 429
+    assert "max_queued_per_target" in error.message and "ses_target" in error.message
+    assert error.extra == {"retry_after_s": TARGET_FULL_RETRY_AFTER_S}
+    assert error.headers == {"Retry-After": str(TARGET_FULL_RETRY_AFTER_S)}
+    assert repo.get("msg_extra") is None
+    assert repo.count_queued_for("ses_target") == 3
+
+
+def test_cap_leaves_other_targets_alone(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """A full target does not stop sends to another one."""
+    guard = make_guard(max_queued_per_target=2)
+    assert offer_many(guard, repo, clock, 3, to="ses_full") == [202, 202, 429]
+    assert offer_many(guard, repo, clock, 2, to="ses_other") == [202, 202]
+
+
+def test_handed_off_messages_free_room(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """Once a queued message is handed off, the target takes one more."""
+    guard = make_guard(max_queued_per_target=2)
+    first = new_message()
+    assert offer(guard, repo, clock, first) == 202
+    assert offer_many(guard, repo, clock, 2) == [202, 429]
+    assert repo.mark_handed_off(first.msg_id, int(clock.seconds() * 1000))
+    assert offer_many(guard, repo, clock, 2) == [202, 429]
+
+
+def test_channel_messages_are_not_counted(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """Channel messages have no target: neither refused by the cap nor counted against one."""
+    guard = make_guard(max_queued_per_target=2)
+    assert offer_many(guard, repo, clock, 5, channel="general") == [202] * 5
+    assert offer_many(guard, repo, clock, 3) == [202, 202, 429]
+
+
+def test_cap_refusal_spends_no_sender_token(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """A send refused because its target is full leaves the sender's bucket as it was."""
+    guard = make_guard(max_queued_per_target=1, sender_rate_per_s=1.0, sender_burst=2)
+    assert offer_many(guard, repo, clock, 3, to="ses_full") == [202, 429, 429]
+    assert offer_many(guard, repo, clock, 2, to="ses_other") == [202, 429]
+    assert "sender_rate_per_s" in refusal(guard, new_message("ses_third")).message
+
+
+# -- the per-sender bucket ----------------------------------------------------------
+
+
+def test_burst_then_refuse(make_guard: MakeGuard, repo: SwarmRepository, clock: Clock) -> None:
+    """A sender gets its burst at once; the next send is 429 naming the options, not stored."""
+    guard = make_guard(sender_rate_per_s=1.0, sender_burst=3)
+    assert offer_many(guard, repo, clock, 3) == [202] * 3
+    extra = new_message(msg_id="msg_extra")
+    error = refusal(guard, extra)
+    assert error.status == 429
+    assert "sender_rate_per_s" in error.message and "sender_burst" in error.message
+    assert "ses_sender" in error.message
+    assert repo.get("msg_extra") is None
+
+
+def test_bucket_refills_over_time(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """Tokens come back at the configured rate, and never beyond the burst."""
+    guard = make_guard(sender_rate_per_s=2.0, sender_burst=2)
+    assert offer_many(guard, repo, clock, 3) == [202, 202, 429]
+    clock.advance(0.5)
+    assert offer_many(guard, repo, clock, 2) == [202, 429]
+    clock.advance(3600)
+    assert offer_many(guard, repo, clock, 3) == [202, 202, 429]
+
+
+def test_retry_after_is_whole_seconds_until_a_token(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """Retry-After rounds the wait for the next token up to whole seconds, at least 1."""
+    guard = make_guard(sender_rate_per_s=0.25, sender_burst=1)
+    assert offer(guard, repo, clock, new_message()) == 202
+    waits = []
+    for step in (0.0, 1.5, 0.5, 1.9):
+        clock.advance(step)
+        error = refusal(guard, new_message())
+        assert error.headers == {"Retry-After": str(error.extra["retry_after_s"])}
+        waits.append(error.extra["retry_after_s"])
+    assert waits == [4, 3, 2, 1]  # 4 s, 2.5 s, 2 s and 0.1 s to go
+    clock.advance(0.1)
+    assert offer(guard, repo, clock, new_message()) == 202
+
+
+def test_retry_after_is_at_least_one_second(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """A fast rate still answers Retry-After: 1, never 0."""
+    guard = make_guard(sender_rate_per_s=100.0, sender_burst=1)
+    assert offer(guard, repo, clock, new_message()) == 202
+    assert refusal(guard, new_message()).headers == {"Retry-After": "1"}
+
+
+def test_senders_are_independent(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """One sender's empty bucket does not slow another sender."""
+    guard = make_guard(sender_rate_per_s=1.0, sender_burst=2)
+    assert offer_many(guard, repo, clock, 3, sender="ses_loop") == [202, 202, 429]
+    assert offer_many(guard, repo, clock, 2, sender="ses_calm") == [202, 202]
+
+
+# -- turning guards off --------------------------------------------------------------
+
+
+def test_zero_cap_means_no_cap(make_guard: MakeGuard, repo: SwarmRepository, clock: Clock) -> None:
+    """max_queued_per_target = 0 lets a target's queue grow without bound."""
+    guard = make_guard(max_queued_per_target=0)
+    assert offer_many(guard, repo, clock, 50) == [202] * 50
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst"), [(0.0, 100), (10.0, 0)], ids=["rate-zero", "burst-zero"]
+)
+def test_zero_rate_or_burst_means_no_sender_limit(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock, rate: float, burst: int
+) -> None:
+    """sender_rate_per_s = 0 or sender_burst = 0 turns the sender limit off."""
+    guard = make_guard(sender_rate_per_s=rate, sender_burst=burst)
+    assert offer_many(guard, repo, clock, 150) == [202] * 150
+    assert guard.tracked_senders == 0
+
+
+def test_all_guards_off_reads_nothing(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """With every limit at 0 the check does not touch the database (benchmarks set this)."""
+    guard = make_guard()
+    repo.close()  # any read would now raise
+    guard.check(REQUEST, new_message())
+
+
+# -- retries of stored messages -----------------------------------------------------
+
+
+def test_retry_of_a_stored_msg_id_passes_over_the_limits(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """Re-sending a stored msg_id is not refused, though sender and target are both over."""
+    guard = make_guard(max_queued_per_target=1, sender_rate_per_s=1.0, sender_burst=1)
+    stored = new_message(msg_id="msg_once")
+    assert offer(guard, repo, clock, stored) == 202
+    assert refusal(guard, new_message()).status == 429
+    guard.check(REQUEST, stored)
+    assert repo.accept(stored, int(clock.seconds() * 1000)) is AcceptOutcome.DUPLICATE
+    assert repo.count_queued_for("ses_target") == 1
+
+
+# -- memory -----------------------------------------------------------------------------
+
+
+def test_refilled_buckets_are_forgotten(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """Only senders seen within burst/rate seconds keep a bucket, however many names pass."""
+    guard = make_guard(sender_rate_per_s=10.0, sender_burst=5)  # full again after 0.5 s
+    for i in range(1000):
+        guard.check(REQUEST, new_message(sender=f"ses_name{i}"))
+        clock.advance(0.01)
+        assert guard.tracked_senders <= 51
+    clock.advance(0.5)
+    guard.check(REQUEST, new_message(sender="ses_last"))
+    assert guard.tracked_senders == 1
+
+
+def test_tracked_senders_never_exceed_the_hard_bound(
+    make_guard: MakeGuard, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Distinct names at one instant stop at MAX_TRACKED_SENDERS, the oldest forgotten."""
+    monkeypatch.setattr(flood, "MAX_TRACKED_SENDERS", 100)
+    guard = make_guard(sender_rate_per_s=1.0, sender_burst=1)
+    for i in range(500):
+        guard.check(REQUEST, new_message(sender=f"ses_name{i}"))
+    assert guard.tracked_senders == 100
+    assert refusal(guard, new_message(sender="ses_name499")).status == 429
+    guard.check(REQUEST, new_message(sender="ses_name0"))  # forgotten: a full bucket again
+
+
+# -- reloads ---------------------------------------------------------------------------
+
+
+def test_configure_changes_limits_live(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """configure() tightens and loosens both limits for the very next send."""
+    guard = make_guard(max_queued_per_target=10)
+    assert offer_many(guard, repo, clock, 3) == [202] * 3
+    guard.configure(max_queued_per_target=3, sender_rate_per_s=0.0, sender_burst=0)
+    assert offer(guard, repo, clock, new_message()) == 429
+    guard.configure(max_queued_per_target=0, sender_rate_per_s=1.0, sender_burst=2)
+    assert offer_many(guard, repo, clock, 3) == [202, 202, 429]
+    guard.configure(max_queued_per_target=0, sender_rate_per_s=0.0, sender_burst=0)
+    assert offer(guard, repo, clock, new_message()) == 202
+
+
+# -- through the routes --------------------------------------------------------------
+
+
+@dataclass
+class Route:
+    """POST /swarm/send in memory, through SwarmRoutes and JsonApi with the guard as a check."""
+
+    stub: HTTPClient
+
+    def send(self, **fields: str) -> tuple[int, dict[str, Any], list[str] | None]:
+        body = {"from": "ses_sender", "to": "ses_target", "payload": "hi", **fields}
+        response = result_of(
+            self.stub.post(
+                BASE + "/swarm/send",
+                data=json.dumps(body).encode(),
+                headers=JSON_HEADERS,
+            )
+        )
+        content = json.loads(result_of(response.content()))
+        return response.code, content, response.headers.getRawHeaders("retry-after")
+
+
+def route(repo: SwarmRepository, clock: Clock, guard: FloodGuard) -> Route:
+    routes = SwarmRoutes(repo, clock, send_checks=[guard])
+    return Route(stub_client(routes.install(JsonApi())))
+
+
+def test_route_answers_429_with_retry_after(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """Over the cap, the route answers 429, a JSON error naming the option, and Retry-After."""
+    api = route(repo, clock, make_guard(max_queued_per_target=1))
+    assert api.send(msg_id="msg_first")[0] == 202
+    status, body, retry_after = api.send(msg_id="msg_second")
+    assert status == 429
+    assert "max_queued_per_target" in body["error"]
+    assert body["retry_after_s"] == TARGET_FULL_RETRY_AFTER_S
+    assert retry_after == [str(TARGET_FULL_RETRY_AFTER_S)]
+    assert repo.get("msg_second") is None
+
+
+def test_route_retry_of_a_stored_message_still_gets_202(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """A client that lost its 202 and re-sends the same msg_id gets 202 again, over the limit."""
+    api = route(
+        repo, clock, make_guard(max_queued_per_target=1, sender_rate_per_s=1, sender_burst=1)
+    )
+    assert api.send(msg_id="msg_once")[0] == 202
+    assert api.send(msg_id="msg_once")[:2] == (202, {"accepted": True, "msg_id": "msg_once"})
+
+
+def test_a_runaway_loop_stores_at_most_the_cap(repo: SwarmRepository, clock: Clock) -> None:
+    """1,100 sends from one sender to one target at the allowed rate store the cap, 1,000."""
+    guard = FloodGuard(
+        repo, clock, max_queued_per_target=1000, sender_rate_per_s=10.0, sender_burst=100
+    )
+    api = route(repo, clock, guard)
+    statuses = []
+    for _ in range(1100):
+        statuses.append(api.send()[0])
+        clock.advance(0.1)
+    assert statuses == [202] * 1000 + [429] * 100
+    assert repo.count_queued_for("ses_target") == 1000
+
+
+def test_a_burst_from_one_sender_stores_only_the_burst(repo: SwarmRepository, clock: Clock) -> None:
+    """110 sends from one sender at one instant, default limits: 100 stored, then 429s."""
+    guard = FloodGuard(
+        repo, clock, max_queued_per_target=1000, sender_rate_per_s=10.0, sender_burst=100
+    )
+    api = route(repo, clock, guard)
+    answers = [api.send() for _ in range(110)]
+    assert [status for status, _, _ in answers] == [202] * 100 + [429] * 10
+    _, body, retry_after = answers[-1]
+    assert "sender_rate_per_s" in body["error"] and body["retry_after_s"] == 1
+    assert retry_after == ["1"]
+    assert repo.count_queued_for("ses_target") == 100
