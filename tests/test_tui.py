@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from textual.coordinate import Coordinate
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Label, Static
 
 from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
 from tests.messages import new_message
+from tests.test_terminal import EVIL, EVIL_SHOWN, raw_controls
 from tui.app import ConfirmScreen, HelpScreen, PigeonApp, main
 
 NOW = 1_793_491_200_000
@@ -37,6 +38,25 @@ def db(tmp_path: Path) -> Iterator[Path]:
     repo.accept(new_message("ses_b", msg_id="msg_d"), NOW + 4, NOW + HOUR)
     assert repo.mark_handed_off("msg_d", NOW + 5)
     repo.accept(new_message(channel="ops", msg_id="msg_c"), NOW + 6)
+    repo.close()
+    yield path
+
+
+EVIL_ID = "msg_[b]e[/b]" + EVIL  # markup too: it must show as written, not turn bold
+EVIL_ID_SHOWN = "msg_[b]e[/b]" + EVIL_SHOWN
+EVIL_PAYLOAD = "one " + EVIL + "\ntwo [link=https://evil.example]x[/link]"
+
+
+@pytest.fixture
+def evil_db(tmp_path: Path) -> Iterator[Path]:
+    """One queued message written by another tool: escapes, U+202E and markup in every field."""
+    path = tmp_path / "evil.db"
+    repo = SwarmRepository(open_database(path))
+    evil = new_message(
+        "ses_a" + EVIL, msg_id=EVIL_ID, sender="ses_s[b]x[/b]" + EVIL, kind="chat" + EVIL,
+        payload=EVIL_PAYLOAD,
+    )  # fmt: skip
+    repo.accept(evil, NOW, NOW + HOUR)
     repo.close()
     yield path
 
@@ -61,12 +81,17 @@ def all_rows(path: Path) -> dict[str, tuple[str, int]]:
         conn.close()
 
 
-def drive(path: Path, script: Callable[[PigeonApp, Pilot[None]], Awaitable[None]]) -> PigeonApp:
+def drive(
+    path: Path,
+    script: Callable[[PigeonApp, Pilot[None]], Awaitable[None]],
+    *,
+    notifications: bool = False,
+) -> PigeonApp:
     """Run the app headless (no timer refresh: interval one hour) and play ``script``."""
     app = PigeonApp(path, clock=lambda: LATER, interval=3600)
 
     async def run() -> None:
-        async with app.run_test(size=(160, 50)) as pilot:
+        async with app.run_test(size=(160, 50), notifications=notifications) as pilot:
             await settle(app, pilot)
             await script(app, pilot)
 
@@ -344,3 +369,50 @@ def test_pages_through_a_window_at_a_time(db: Path, monkeypatch: pytest.MonkeyPa
         assert table_keys(app, "#messages") == ["msg_f", "msg_q2"]
 
     drive(db, script)
+
+
+def test_table_cells_show_message_fields_escaped(evil_db: Path) -> None:
+    """Message and per-target table cells show escapes and literal brackets, no raw controls."""
+
+    async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
+        cells = [str(c) for c in app.query_one("#messages", DataTable).get_row(EVIL_ID)]
+        assert cells[:5] == [
+            EVIL_ID_SHOWN, "queued", "ses_a" + EVIL_SHOWN, "ses_s[b]x[/b]" + EVIL_SHOWN,
+            "chat" + EVIL_SHOWN,
+        ]  # fmt: skip
+        queued = [str(c) for c in app.query_one("#queued", DataTable).get_row_at(0)]
+        assert queued[0] == "ses_a" + EVIL_SHOWN
+        assert raw_controls("".join(cells + queued)) == set()
+
+    drive(evil_db, script)
+
+
+def test_detail_pane_shows_message_fields_escaped(evil_db: Path) -> None:
+    """The detail pane shows every field and the payload escaped, payload lines kept."""
+
+    async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
+        detail = str(app.query_one("#detail", Static).render())
+        assert "  from ses_s[b]x[/b]" + EVIL_SHOWN + "\n" in detail
+        assert "\none " + EVIL_SHOWN + "\ntwo [link=https://evil.example]x[/link]\n" in detail
+        assert 'kind="chat' + EVIL_SHOWN + '"' in detail
+        assert raw_controls(detail) == set()
+
+    drive(evil_db, script)
+
+
+def test_confirmation_and_notification_show_fields_escaped(evil_db: Path) -> None:
+    """The Yes/No question and the outcome notice show the msg_id escaped, not as markup."""
+
+    async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
+        await pilot.press("x")
+        await pilot.pause()
+        question = str(app.screen.query_one("#question", Label).render())
+        assert question == f"cancel {EVIL_ID_SHOWN} (queued, to ses_a{EVIL_SHOWN})?"
+        await pilot.press("y")
+        await settle(app, pilot)
+        assert app.reports[-1] == f"{EVIL_ID_SHOWN}: cancel done"
+        toasts = [str(toast.render()) for toast in app.screen.query("Toast")]
+        assert toasts == [f"{EVIL_ID_SHOWN}: cancel done"]
+        assert raw_controls(question + "".join(toasts)) == set()
+
+    drive(evil_db, script, notifications=True)

@@ -1,4 +1,9 @@
-"""``pigeon-tui``: the operator's terminal UI over the same storage calls as ``pigeon``."""
+"""``pigeon-tui``: the operator's terminal UI over the same storage calls as ``pigeon``.
+
+Whatever comes from a message (ids, names, payloads, errors) is drawn through
+``terminal.visible`` and as ``Text`` objects or with ``markup=False``, never as
+markup: a field can neither send terminal commands nor style or link the screen.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from pigeond.model import StoredMessage
 from pigeond.operator_cli import destination, format_age, format_time, resolve_db
 from pigeond.storage import SchemaError, StorageError
 from pigeond.storage.operator import ActionOutcome, open_existing
+from pigeond.terminal import visible
 from tui import data
 from tui.data import STATES, Snapshot, act_many, act_one, act_target, read_snapshot
 
@@ -75,7 +81,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Grid(id="confirm"):
-            yield Label(self.question, id="question")
+            yield Label(Text(visible(self.question)), id="question")
             yield Button("Yes (y)", variant="error", id="yes")
             yield Button("No (n)", variant="primary", id="no")
 
@@ -107,7 +113,7 @@ class HelpScreen(ModalScreen[None]):
 
 
 def describe(message: StoredMessage) -> Text:
-    """Every column, readable times, the payload and the exact envelope."""
+    """Every column, readable times, the payload and the envelope, escaped for the terminal."""
     fields: list[tuple[str, object]] = [
         ("msg_id", message.msg_id),
         ("state", message.state),
@@ -133,11 +139,11 @@ def describe(message: StoredMessage) -> Text:
     text = Text()
     for name, value in fields:
         text.append(f"{name:>14} ", style="bold")
-        text.append(f"{value}\n")
+        text.append(visible(str(value)) + "\n")
     text.append("\npayload\n", style="bold underline")
-    text.append(message.payload + "\n")
+    text.append(visible(message.payload, multiline=True) + "\n")
     text.append("\nenvelope\n", style="bold underline")
-    text.append(render_envelope(message))
+    text.append(visible(render_envelope(message), multiline=True))
     return text
 
 
@@ -264,7 +270,7 @@ class PigeonApp(App[None]):
         self.show_detail()
 
     def fill(self, table: DataTable[Text], rows: Sequence[tuple[str, tuple[str, ...]]]) -> None:
-        """Replace the rows, keeping the cursor on the same key (else the same position)."""
+        """Replace the rows (cells escaped), keeping the cursor on the same key (else position)."""
         old_key: str | None = None
         old_row = table.cursor_row
         if table.row_count:
@@ -274,7 +280,7 @@ class PigeonApp(App[None]):
                 old_key = None
         table.clear()
         for key, cells in rows:
-            table.add_row(*[Text(c) for c in cells], key=key)
+            table.add_row(*[Text(visible(c)) for c in cells], key=key)
         if not rows:
             return
         keys = [key for key, _ in rows]
@@ -358,8 +364,10 @@ class PigeonApp(App[None]):
     # -- changing ---------------------------------------------------------------
 
     def report(self, text: str, severity: str = "information") -> None:
-        self.reports.append(text)
-        self.notify(text, severity="error" if severity == "error" else "information")
+        """Notify (escaped, no markup: the text may carry ids and errors) and keep a record."""
+        shown = visible(text)
+        self.reports.append(shown)
+        self.notify(shown, severity="error" if severity == "error" else "information", markup=False)
 
     def action_one(self, action: str) -> None:
         message = self.highlighted()
