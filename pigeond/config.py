@@ -8,6 +8,7 @@ turns the arbiter off).
 
 from __future__ import annotations
 
+import grp
 import json
 import tomllib
 from collections.abc import Callable, Mapping
@@ -93,6 +94,15 @@ def _names(name: str) -> Callable[[Any], None]:
                 raise ConfigError(f"{name} entries must be non-empty words, not {item!r}")
 
     return check
+
+
+def _group(value: Any) -> None:
+    if value == "":
+        return
+    try:
+        grp.getgrnam(value)
+    except KeyError as e:
+        raise ConfigError(f"allow_group: there is no group named {value!r}") from e
 
 
 def _one_of(name: str, allowed: tuple[str, ...]) -> Callable[[Any], None]:
@@ -238,6 +248,7 @@ OPTIONS: tuple[Option, ...] = (
         "allow_group",
         str,
         "members of this group may send over a Unix socket; empty: none",
+        _group,
     ),
     Option(
         "allow_origins",

@@ -36,6 +36,13 @@ class State(StrEnum):
 # Sent by pigeond itself to a sender whose message ended failed or expired.
 NOTICE_KIND: Final = "delivery.failed"
 NOTICE_SENDER: Final = "pigeond"
+# No sender may take the daemon's name (any case, or with a suffix such as
+# ``pigeond.notice``): otherwise anyone could forge its failure notices.
+RESERVED_SENDER_RE: Final = re.compile(r"^pigeond(?:[._-].*)?$", re.IGNORECASE)
+
+
+def is_reserved_sender(name: str) -> bool:
+    return RESERVED_SENDER_RE.fullmatch(name) is not None
 
 
 @dataclass(frozen=True, slots=True)

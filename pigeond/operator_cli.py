@@ -3,7 +3,9 @@
 It reads the database directly (WAL makes that safe while the daemon runs)
 and changes messages only through conditional writes in the storage package;
 ``inbox`` and ``send`` go through the daemon's HTTP API; ``install-plugin``
-puts the opencode plugin in place.  Exit codes: 0 every named message changed
+puts the opencode plugin in place.  Text output shows every message field
+through ``terminal.visible`` (control characters, escape sequences and bidi
+overrides escaped); ``--json`` output is exact.  Exit codes: 0 every named message changed
 (or the read or install worked), 1 any did not, 2 usage or an unusable
 database, 3 the daemon is unreachable (``inbox``).
 """
@@ -23,10 +25,12 @@ from urllib.parse import urlencode
 
 from pigeond import plugin_install, send_cli
 from pigeond.config import default_db_path
+from pigeond.credentials import TokenError, client_token, daemon_address
 from pigeond.envelope import render_envelope
 from pigeond.model import StoredMessage
 from pigeond.storage import SchemaError, StorageError, SwarmRepository
 from pigeond.storage.operator import ActionOutcome, open_existing
+from pigeond.terminal import json_visible, visible
 
 SYSTEM_DB = "/var/lib/pigeond/pigeond.db"
 EXIT_OK, EXIT_NOT_CHANGED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -87,20 +91,37 @@ def ls_row(message: StoredMessage, now_ms: int) -> dict[str, Any]:
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
-    for line in [list(header), *rows]:
+    """Aligned columns; every cell is escaped here, so callers pass raw values."""
+    shown = [[visible(cell) for cell in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in shown) for i in range(len(header))]
+    for line in shown:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
 
 
 def truncate(text: str | None, width: int) -> str:
+    """``text`` on one line, cut so that its escaped form fits ``width`` (``…`` marks a cut).
+
+    The cut falls between characters, never inside an escape such as ``\\x1b``.
+    """
     if not text:
         return ""
     flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    if len(visible(flat)) <= width:
+        return flat
+    kept: list[str] = []
+    used = 0
+    for char in flat:
+        used += len(visible(char))
+        if used > width - 1:
+            break
+        kept.append(char)
+    return "".join(kept) + "…"
 
 
 def print_json(value: object) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False))
+    """Exact data; the characters a terminal could act on are ``\\uNNNN`` escapes, which
+    decode to the same strings."""
+    print(json_visible(json.dumps(value, indent=2, ensure_ascii=False)))
 
 
 # -- subcommands ---------------------------------------------------------------
@@ -131,7 +152,7 @@ def cmd_ls(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
 def cmd_show(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
     message = repo.get(args.msg_id)
     if message is None:
-        print(f"pigeon: {args.msg_id}: unknown message", file=sys.stderr)
+        print(f"pigeon: {visible(args.msg_id)}: unknown message", file=sys.stderr)
         return EXIT_NOT_CHANGED
     columns = dataclasses.asdict(message)
     envelope = render_envelope(message)
@@ -145,12 +166,12 @@ def cmd_show(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> in
         shown = str(value) if value is not None else "-"
         if name in TIME_COLUMNS:
             shown = format_time(value)
-        print(f"{name.ljust(width)}  {shown}")
+        print(f"{name.ljust(width)}  {visible(shown)}")
     print(f"{'age'.ljust(width)}  {format_age(now_ms - message.created_at)}")
     print("\npayload:")
-    print(message.payload)
+    print(visible(message.payload, multiline=True))
     print("\nenvelope:")
-    print(envelope)
+    print(visible(envelope, multiline=True))
     return EXIT_OK
 
 
@@ -175,10 +196,10 @@ def cmd_action(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> 
     if args.target is not None:
         changed = TARGET_ACTIONS[name](repo, args.target, now_ms)
         for msg_id in changed:
-            print(f"{msg_id} {DONE_WORD[name]}")
+            print(f"{visible(msg_id)} {DONE_WORD[name]}")
         if not changed:
             print(
-                f"pigeon: {name}: no {WANTED_STATE[name]} messages to {args.target}",
+                f"pigeon: {name}: no {WANTED_STATE[name]} messages to {visible(args.target)}",
                 file=sys.stderr,
             )
         return EXIT_OK
@@ -190,16 +211,16 @@ def cmd_action(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> 
         else:
             outcome = ONE_ACTIONS[name](repo, msg_id, now_ms, seen.updated_at)
         if outcome is ActionOutcome.CHANGED:
-            print(f"{msg_id} {DONE_WORD[name]}")
+            print(f"{visible(msg_id)} {DONE_WORD[name]}")
             continue
         status = EXIT_NOT_CHANGED
         if outcome is ActionOutcome.WRONG_STATE and seen is not None:
-            why = f"is {seen.state}, not {WANTED_STATE[name]}"
+            why = f"is {visible(seen.state)}, not {WANTED_STATE[name]}"
         elif outcome is ActionOutcome.STALE:
             why = "changed meanwhile; not touched (look again)"
         else:
             why = "unknown message"
-        print(f"pigeon: {name}: {msg_id} {why}", file=sys.stderr)
+        print(f"pigeon: {name}: {visible(msg_id)} {why}", file=sys.stderr)
     return status
 
 
@@ -228,7 +249,7 @@ def cmd_stats(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> i
     for title, counts in (("direct messages", direct), ("channel messages", channel)):
         print(f"{title}:")
         for state, n in sorted(counts.items()):
-            print(f"  {state.ljust(12)} {n}")
+            print(f"  {visible(state).ljust(12)} {n}")
         if not counts:
             print("  (none)")
     print("queued per target:")
@@ -250,7 +271,11 @@ def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         raise UsageError("--limit must be between 1 and 1000")
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
-    url = args.url or env.get("PIGEOND_URL") or send_cli.DEFAULT_URL
+    url = daemon_address(args.url, env).url
+    try:
+        token = client_token(env)
+    except TokenError as e:
+        raise UsageError(str(e)) from e
     query: dict[str, str] = {"session": args.session}
     if args.since is not None:
         query["since"] = args.since
@@ -258,16 +283,16 @@ def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         query["limit"] = str(args.limit)
     try:
         answer = send_cli.call_daemon(
-            url, "GET", "/swarm/inbox?" + urlencode(query), None, args.timeout
+            url, "GET", "/swarm/inbox?" + urlencode(query), None, args.timeout, token
         )
     except send_cli.UsageError as e:
         raise UsageError(str(e)) from e
     except (OSError, TimeoutError) as e:
-        print(f"pigeon: daemon at {url} unreachable: {e}", file=sys.stderr)
+        print(f"pigeon: daemon at {visible(url)} unreachable: {visible(str(e))}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     if answer.status != 200:
         error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
-        print(f"pigeon: inbox: daemon answered {answer.status}: {error}", file=sys.stderr)
+        print(f"pigeon: inbox: daemon answered {answer.status}: {visible(error)}", file=sys.stderr)
         return EXIT_NOT_CHANGED if 400 <= answer.status < 500 else EXIT_UNAVAILABLE
     if args.json:
         print_json(answer.body)
@@ -286,7 +311,7 @@ def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         ],
     )  # fmt: skip
     more = " (more: run again with --since)" if answer.body.get("has_more") else ""
-    print(f"next_cursor: {answer.body.get('next_cursor')}{more}", file=sys.stderr)
+    print(f"next_cursor: {visible(str(answer.body.get('next_cursor')))}{more}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -343,7 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
     inbox.add_argument("--session", required=True, metavar="S")
     inbox.add_argument("--since", metavar="C", help="cursor (next_cursor) or msg_id")
     inbox.add_argument("--limit", type=int, metavar="N", help="page size, 1-1000 (default 100)")
-    inbox.add_argument("--url", help=f"daemon URL (default $PIGEOND_URL or {send_cli.DEFAULT_URL})")
+    inbox.add_argument(
+        "--url",
+        help="daemon URL (default $PIGEOND_URL, else the user's socket"
+        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {send_cli.DEFAULT_URL})",
+    )
     inbox.add_argument("--timeout", type=float, default=10.0, metavar="S")
     inbox.add_argument("--json", action="store_true", help="the daemon's JSON answer")
 
@@ -401,7 +430,7 @@ def main(
         try:
             repo = SwarmRepository(open_existing(path))
         except SchemaError as e:
-            print(f"pigeon: {e}", file=sys.stderr)
+            print(f"pigeon: {visible(str(e))}", file=sys.stderr)
             return EXIT_USAGE
         try:
             now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -409,15 +438,15 @@ def main(
         finally:
             repo.close()
     except UsageError as e:
-        print(f"pigeon: {e}", file=sys.stderr)
+        print(f"pigeon: {visible(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except StorageError as e:
-        print(f"pigeon: {e}", file=sys.stderr)
+        print(f"pigeon: {visible(str(e))}", file=sys.stderr)
         return EXIT_NOT_CHANGED
     except BrokenPipeError:
         return EXIT_OK
     except Exception as e:  # an operator tool prints one line, never a traceback
-        print(f"pigeon: unexpected error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"pigeon: unexpected error: {type(e).__name__}: {visible(str(e))}", file=sys.stderr)
         return EXIT_NOT_CHANGED
 
 

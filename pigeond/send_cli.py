@@ -1,8 +1,13 @@
 """``pigeon-send``: post one message to the daemon and print its msg_id.
 
 Exit codes: 0 accepted, 1 rejected (4xx; the daemon's error is printed),
-2 usage error, 3 daemon unreachable, timed out or 5xx.  Blocking stdlib HTTP
+2 usage error, 3 daemon unreachable, timed out, 5xx, or still refusing with
+429 (too many messages) when the retry budget is spent.  Blocking stdlib HTTP
 on purpose: a one-shot CLI needs no reactor.
+
+It finds the daemon and its token as every client does (see
+:mod:`pigeond.credentials`): the user's private Unix socket first, else TCP
+with the bearer token.
 """
 
 from __future__ import annotations
@@ -19,10 +24,15 @@ from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import urlsplit
 
+from pigeond.credentials import DEFAULT_URL, TokenError, client_token, daemon_address
+from pigeond.ids import make_msg_id
 from pigeond.model import KINDS, PRIORITIES
 
-DEFAULT_URL = "http://127.0.0.1:4097"
+__all__ = ["DEFAULT_URL", "DaemonAnswer", "UsageError", "call_daemon", "entry", "main"]
+
 DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_RETRY_FOR_S = 30.0
+TOO_MANY = 429
 DEFAULT_WAIT_S = 300.0
 WAIT_POLL_S = 0.5
 DELIVERED = ("handed_off",)
@@ -54,6 +64,14 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 class DaemonAnswer:
     status: int
     body: dict[str, Any]
+    retry_after_s: float | None = None
+
+
+def retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds (pigeond sends whole seconds); None when absent or odd."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return float(int(value.strip()))
 
 
 def connection_for(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
@@ -75,15 +93,23 @@ def connection_for(url: str, timeout: float) -> tuple[http.client.HTTPConnection
 
 
 def call_daemon(
-    url: str, method: str, path: str, body: dict[str, Any] | None, timeout: float
+    url: str,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    timeout: float,
+    token: str | None = None,
 ) -> DaemonAnswer:
-    """One request; raises OSError (incl. timeouts) when the daemon cannot be reached."""
+    """One request; raises OSError (incl. timeouts) when the daemon cannot be reached.
+    The token goes only over TCP: a Unix socket's peer is known without one."""
     conn, prefix = connection_for(url, timeout)
     try:
         data = None if body is None else json.dumps(body).encode("utf-8")
         headers = {"accept": "application/json"}
         if data is not None:
             headers["content-type"] = "application/json"
+        if token is not None and not url.startswith("unix:"):
+            headers["authorization"] = f"Bearer {token}"
         conn.request(method, prefix + path, body=data, headers=headers)
         response = conn.getresponse()
         raw = response.read()
@@ -95,7 +121,11 @@ def call_daemon(
         parsed = json.loads(raw.decode("utf-8")) if raw else {}
     except (UnicodeDecodeError, json.JSONDecodeError):
         parsed = {"error": raw.decode("utf-8", errors="replace").strip()[:300]}
-    return DaemonAnswer(response.status, parsed if isinstance(parsed, dict) else {})
+    return DaemonAnswer(
+        response.status,
+        parsed if isinstance(parsed, dict) else {},
+        retry_after(response.getheader("retry-after")),
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,7 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--ttl", type=int, metavar="S",
         help="seconds the message may wait before it expires (default: the daemon's, 24 h)",
     )  # fmt: skip
-    parser.add_argument("--url", help=f"daemon URL (default $PIGEOND_URL or {DEFAULT_URL})")
+    parser.add_argument(
+        "--url",
+        help="daemon URL (default $PIGEOND_URL, else the user's socket"
+        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--retry-for", type=float, default=DEFAULT_RETRY_FOR_S, metavar="S",
+        help="how long to keep retrying, with the same msg_id, while the daemon answers 429"
+        f" (too many messages; default {DEFAULT_RETRY_FOR_S:g})",
+    )  # fmt: skip
     parser.add_argument(
         "--timeout",
         type=float,
@@ -183,16 +222,19 @@ def main(
         args = parser.parse_args(argv)
     except SystemExit as e:
         return EXIT_USAGE if e.code else EXIT_ACCEPTED
-    url = args.url or env.get("PIGEOND_URL") or DEFAULT_URL
+    url = daemon_address(args.url, env, default_url=DEFAULT_URL).url
     try:
         body = build_request(args, env, stdin or sys.stdin)
         if args.timeout is not None and args.timeout <= 0:
             raise UsageError("--timeout must be positive")
         if args.ttl is not None and args.ttl <= 0:
             raise UsageError("--ttl must be a positive number of seconds")
+        if not 0 <= args.retry_for <= 3600:
+            raise UsageError("--retry-for must be from 0 to 3600 seconds")
+        token = client_token(env)
         request_timeout = min(args.timeout or DEFAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S)
-        answer = call_daemon(url, "POST", "/swarm/send", body, request_timeout)
-    except UsageError as e:
+        answer = send_with_retries(url, body, request_timeout, token, args.retry_for)
+    except (UsageError, TokenError) as e:
         print(f"pigeon-send: {e}", file=sys.stderr)
         return EXIT_USAGE
     except UnicodeDecodeError:
@@ -206,8 +248,17 @@ def main(
         msg_id = str(answer.body["msg_id"])
         print(msg_id, flush=True)
         if args.wait:
-            return wait_for_delivery(url, msg_id, args.timeout or DEFAULT_WAIT_S, request_timeout)
+            return wait_for_delivery(
+                url, msg_id, args.timeout or DEFAULT_WAIT_S, request_timeout, token
+            )
         return EXIT_ACCEPTED
+    if answer.status == TOO_MANY:
+        print(
+            f"pigeon-send: NOT sent, pigeond is refusing more for now ({answer.status}): {error};"
+            f" still refused after --retry-for {args.retry_for:g} s; sending again later is safe",
+            file=sys.stderr,
+        )
+        return EXIT_UNAVAILABLE
     if 400 <= answer.status < 500:
         print(f"pigeon-send: rejected ({answer.status}): {error}", file=sys.stderr)
         return EXIT_REJECTED
@@ -215,13 +266,35 @@ def main(
     return EXIT_UNAVAILABLE
 
 
-def wait_for_delivery(url: str, msg_id: str, limit_s: float, request_timeout: float) -> int:
+def send_with_retries(
+    url: str, body: dict[str, Any], request_timeout: float, token: str | None, retry_for_s: float
+) -> DaemonAnswer:
+    """POST the message, waiting out 429s (``Retry-After``) for at most ``retry_for_s``;
+    every try carries the same msg_id, made here when none was given, so none sends twice."""
+    body = {"msg_id": make_msg_id(int(time.time() * 1000))} | body
+    deadline = time.monotonic() + retry_for_s
+    while True:
+        answer = call_daemon(url, "POST", "/swarm/send", body, request_timeout, token)
+        left = deadline - time.monotonic()
+        if answer.status != TOO_MANY or left <= 0:
+            return answer
+        wait = answer.retry_after_s if answer.retry_after_s is not None else 1.0
+        if wait > left:
+            return answer
+        time.sleep(wait)
+
+
+def wait_for_delivery(
+    url: str, msg_id: str, limit_s: float, request_timeout: float, token: str | None = None
+) -> int:
     """Poll ``GET /swarm/message/<id>`` until it is handed off (0), ends (1) or time is up (3)."""
     deadline = time.monotonic() + limit_s
     state = "queued"
     while True:
         try:
-            answer = call_daemon(url, "GET", f"/swarm/message/{msg_id}", None, request_timeout)
+            answer = call_daemon(
+                url, "GET", f"/swarm/message/{msg_id}", None, request_timeout, token
+            )
         except (OSError, TimeoutError) as e:
             print(f"pigeon-send: lost the daemon while waiting: {e}", file=sys.stderr)
             return EXIT_UNAVAILABLE

@@ -18,6 +18,7 @@ from pigeond.model import (
     SENDER_RE,
     SESSION_ID_RE,
     NewMessage,
+    is_reserved_sender,
 )
 
 MAX_TTL_S = 30 * 24 * 3600
@@ -107,6 +108,11 @@ def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> SendRequest:
     _check(to_session, "to", SESSION_ID_RE)
     _check(channel, "channel", CHANNEL_RE)
     _check(from_session, "from", SENDER_RE)
+    if is_reserved_sender(from_session):
+        raise InvalidRequest(
+            f"field 'from' must not be {from_session!r}:"
+            " that name is pigeond's own, for its notices"
+        )
     _check(msg_id, "msg_id", MSG_ID_RE)
     _check(reply_to, "reply_to", MSG_ID_RE)
     _no_surrogates(payload, "payload")

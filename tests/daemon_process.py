@@ -60,6 +60,12 @@ def isolated_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str
     return env
 
 
+def client_token_file(home: Path) -> Path:
+    """Where a client run with ``isolated_env(home)`` looks for the token by default; test
+    daemons keep their token there, so ``pigeon-send`` needs no flag, as for a user."""
+    return home / ".local" / "state" / "pigeond" / "token"
+
+
 class DaemonStartError(RuntimeError):
     """The daemon exited, or did not log its listening address, in time."""
 
@@ -86,10 +92,13 @@ class DaemonProcess:
         self.workdir = workdir
         self.extra_env = dict(env or {})
         self.db = db
+        self.token_file = client_token_file(workdir / "home")
         self.args: list[str] = [
             sys.executable,
             "-m",
             "pigeond",
+            "--token-file",
+            str(self.token_file),
             "--listen",
             listen,
             "--db",
@@ -235,6 +244,16 @@ class DaemonProcess:
         if not self.address.startswith("unix:"):
             raise RuntimeError(f"the daemon is not on a Unix socket: {self.address}")
         return self.address[len("unix:") :]
+
+    @property
+    def token(self) -> str:
+        """The bearer token the daemon made at its first start."""
+        return self.token_file.read_text(encoding="ascii").strip()
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """What a TCP client sends besides its request: the token, and JSON as the body type."""
+        return {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
 
     def stored_messages(self) -> list[StoredMessage]:
         """Every message in the daemon's database, newest first (read as ``pigeon`` does)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pigeond.config import OPTIONS, Config, ConfigError, find_config_file, load_config
+from pigeond.config import OPTIONS, Config, ConfigError, Option, find_config_file, load_config
 from pigeond.opencode_client import BasicAuth
 
 
@@ -148,18 +148,34 @@ def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
         "stop_timeout_s": ("1", "2", "3"),
         "log_level": ("debug", "warn", "error"),
         "log_format": ("json", "text", "json"),
+        "auth": ("none", "token", "none"),
+        "token_file": ("/t/1", "/t/2", "/t/3"),
+        "runtime_socket": ("/r/1.sock", "", "/r/3.sock"),
+        "allow_uids": ("1000", "1001,1002", "7"),
+        "allow_group": ("root", "daemon", "bin"),
+        "allow_origins": ("http://a.example", "http://b.example, http://c.example", ""),
+        "allow_hosts": ("a.internal", "b.internal", "c.internal,d.internal"),
+        "max_queued_per_target": ("0", "5", "6"),
+        "sender_rate_per_s": ("0.5", "0", "2"),
+        "sender_burst": ("1", "2", "0"),
     }
     assert set(samples) == {o.name for o in OPTIONS}
+
+    def expected(option: Option, raw: str) -> object:
+        if option.kind is tuple:
+            return tuple(item.strip() for item in raw.split(",") if item.strip())
+        return option.kind(raw)
+
     for option in OPTIONS:
         from_file, from_env, from_flag = samples[option.name]
-        literal = f'"{from_file}"' if option.kind is str else from_file
+        literal = f'"{from_file}"' if option.kind in (str, tuple) else from_file
         cfg = write_toml(tmp_path / f"{option.name}.toml", f"{option.name} = {literal}\n")
         env = base_env(tmp_path, PIGEOND_CONFIG=str(cfg))
-        assert getattr(load(env), option.name) == option.kind(from_file), option.name
+        assert getattr(load(env), option.name) == expected(option, from_file), option.name
         env[option.env_var] = from_env
-        assert getattr(load(env), option.name) == option.kind(from_env), option.name
+        assert getattr(load(env), option.name) == expected(option, from_env), option.name
         got = getattr(load(env, {option.name: from_flag}), option.name)
-        assert got == option.kind(from_flag), option.name
+        assert got == expected(option, from_flag), option.name
         assert option.flag == "--" + option.name.replace("_", "-")
 
 
@@ -506,7 +522,8 @@ def test_render_is_toml_listing_every_option(tmp_path: Path) -> None:
     env = base_env(tmp_path, PIGEOND_CONFIG=str(cfg), PIGEOND_OPENCODE_URL="")
     config = load(env, {"tick_ms": "250", "db": str(tmp_path / "back\\slash.db")})
     parsed = tomllib.loads(config.render())
-    assert parsed == {o.name: getattr(config, o.name) for o in OPTIONS}
+    as_toml = {o.name: getattr(config, o.name) for o in OPTIONS}
+    assert parsed == {k: list(v) if isinstance(v, tuple) else v for k, v in as_toml.items()}
     assert parsed["tick_ms"] == 250
     assert parsed["opencode_url"] == ""
 
@@ -520,3 +537,46 @@ def test_render_names_the_config_file(tmp_path: Path) -> None:
         .startswith(f"# config file: {cfg}")
     )
     assert load(base_env(tmp_path)).render().startswith("# config file: (none)")
+
+
+def test_list_option_takes_a_toml_array(tmp_path: Path) -> None:
+    """A list option is a TOML array in the file (numbers allowed for uids)."""
+    cfg = write_toml(tmp_path / "p.toml", 'allow_uids = [1000, "1001"]\nallow_hosts = ["a.b"]\n')
+    config = load(base_env(tmp_path, PIGEOND_CONFIG=str(cfg)))
+    assert (config.allow_uids, config.allow_hosts) == (("1000", "1001"), ("a.b",))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("allow_uids", '["alice"]', "numeric user ids"),
+        ("allow_group", '"no-such-group-here"', "no group named"),
+        ("allow_hosts", '["a b"]', "non-empty words"),
+        ("auth", '"basic"', "auth must be one of token, none"),
+        ("allow_origins", "7", "must be a list of strings"),
+    ],
+)
+def test_bad_access_settings_are_one_line_errors(
+    tmp_path: Path, key: str, value: str, message: str
+) -> None:
+    """A wrong uid, group, host, auth mode or list type stops pigeond with one line."""
+    cfg = write_toml(tmp_path / "p.toml", f"{key} = {value}\n")
+    with pytest.raises(ConfigError, match=message):
+        load(base_env(tmp_path, PIGEOND_CONFIG=str(cfg)))
+
+
+def test_token_file_defaults_to_beside_the_database(tmp_path: Path) -> None:
+    """Without token_file, the token lives in the database's folder."""
+    config = load(base_env(tmp_path), {"db": str(tmp_path / "x" / "p.db")})
+    assert config.token_file == str(tmp_path / "x" / "token")
+
+
+def test_runtime_socket_defaults(tmp_path: Path) -> None:
+    """The user's socket is under XDG_RUNTIME_DIR; the system service's in RUNTIME_DIRECTORY."""
+    user = load(base_env(tmp_path, XDG_RUNTIME_DIR="/run/user/1000"))
+    assert user.runtime_socket == "/run/user/1000/pigeond/pigeond.sock"
+    system = load(
+        base_env(tmp_path, RUNTIME_DIRECTORY="/run/pigeond", STATE_DIRECTORY="/var/lib/pigeond")
+    )
+    assert system.runtime_socket == "/run/pigeond/pigeond.sock"
+    assert load(base_env(tmp_path)).runtime_socket == ""

@@ -10,14 +10,16 @@ from typing import Any
 
 from twisted.internet.task import Clock
 from twisted.web import server
+from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
 
 from pigeond.config import Config
+from pigeond.credentials import read_token
 from pigeond.daemon import Daemon, build_daemon, stop_later
 from pigeond.opencode_client import BasicAuth
 from tests.http_helpers import result_of, stub_client
 
-API = "http://pigeond.test"
+API = "http://127.0.0.1:4097"
 
 
 class RecordingOpencode(Resource):
@@ -46,8 +48,13 @@ def build(tmp_path: Path, clock: Clock, opencode: Resource, **config: Any) -> Da
 
 
 def send(daemon: Daemon, body: dict[str, Any]) -> int:
+    """POST as a client of the daemon does: JSON, with the token beside its database."""
     api = stub_client(daemon.site.resource)
-    response = result_of(api.post(API + "/swarm/send", data=json.dumps(body).encode()))
+    token = read_token(Path(daemon.config.db).parent / "token")
+    headers = Headers({"Content-Type": ["application/json"], "Authorization": [f"Bearer {token}"]})
+    response = result_of(
+        api.post(API + "/swarm/send", data=json.dumps(body).encode(), headers=headers)
+    )
     return int(response.code)
 
 

@@ -60,9 +60,21 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
+class _BearerHTTPConnection(http.client.HTTPConnection):
+    """HTTP over TCP with the daemon's bearer token on every request."""
+
+    def __init__(self, port: int, token: str, timeout: float) -> None:
+        super().__init__("127.0.0.1", port, timeout=timeout)
+        self._token = token
+
+    def putrequest(self, method: str, url: str, *args: Any, **kwargs: Any) -> None:
+        super().putrequest(method, url, *args, **kwargs)
+        self.putheader("Authorization", f"Bearer {self._token}")
+
+
 def tcp(daemon: DaemonProcess) -> Connect:
-    port = daemon.port
-    return lambda: http.client.HTTPConnection("127.0.0.1", port, timeout=HTTP_TIMEOUT_S)
+    port, token = daemon.port, daemon.token
+    return lambda: _BearerHTTPConnection(port, token, HTTP_TIMEOUT_S)
 
 
 def unix(path: str) -> Connect:
@@ -584,7 +596,7 @@ def test_pigeon_send_wait_returns_once_handed_off(
     cli = subprocess.run(
         [str(PIGEON_SEND), "--url", daemon.base_url, "--from", "ses_a", "--wait",
          "--timeout", "20", "ses_target", "hello"],
-        capture_output=True, text=True, timeout=60, env=isolated_env(tmp_path / "cli"),
+        capture_output=True, text=True, timeout=60, env=isolated_env(tmp_path / "home"),
     )  # fmt: skip
     assert cli.returncode == 0, cli.stderr
     msg_id = cli.stdout.strip()
@@ -599,7 +611,7 @@ def test_pigeon_send_wait_reports_a_failure(
     cli = subprocess.run(
         [str(PIGEON_SEND), "--url", daemon.base_url, "--from", "ses_a", "--wait",
          "--timeout", "20", "ses_nobody", "hello"],
-        capture_output=True, text=True, timeout=60, env=isolated_env(tmp_path / "cli"),
+        capture_output=True, text=True, timeout=60, env=isolated_env(tmp_path / "home"),
     )  # fmt: skip
     assert cli.returncode == 1
     assert "failed: session not found" in cli.stderr

@@ -15,9 +15,11 @@ from pigeond import operator_cli
 from pigeond.operator_cli import main
 from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
 from tests.messages import new_message
+from tests.test_terminal import EVIL, EVIL_SHOWN, raw_controls
 
 NOW = 1_793_491_200_000
 LATER = NOW + 90_000
+EVIL_TARGET = "ses_t\x1b[2J\u202e"
 
 
 @pytest.fixture
@@ -29,6 +31,25 @@ def db(tmp_path: Path) -> Iterator[Path]:
     repo.accept(new_message("ses_t", msg_id="msg_f", sender="cron"), NOW + 1, NOW + 3_600_000)
     repo.record_failed_attempt("msg_f", "HTTP 400: " + "x" * 80, NOW + 2, None)
     repo.accept(new_message(channel="ops", msg_id="msg_c"), NOW + 3)
+    repo.close()
+    yield path
+
+
+@pytest.fixture
+def evil_db(tmp_path: Path) -> Iterator[Path]:
+    """Rows another tool wrote: escape sequences and a bidi override in every text field.
+
+    A queued message, and a failed one from cron (so no failure notice is queued).
+    """
+    path = tmp_path / "evil.db"
+    repo = SwarmRepository(open_database(path))
+    queued = new_message(
+        EVIL_TARGET, msg_id="msg_e\x1b[2J", sender="ses_s" + EVIL, kind="chat" + EVIL,
+        payload="line one " + EVIL + "\nline two",
+    )  # fmt: skip
+    repo.accept(queued, NOW, NOW + 3_600_000)
+    repo.accept(new_message("ses_t", msg_id="msg_f", sender="cron"), NOW + 1, NOW + 3_600_000)
+    repo.record_failed_attempt("msg_f", "HTTP 500: " + "x" * 26 + EVIL, NOW + 2, None)
     repo.close()
     yield path
 
@@ -156,6 +177,96 @@ def test_action_needs_ids_or_target(db: Path, capsys: pytest.CaptureFixture[str]
     assert state_of(db, "msg_q") == "queued"
 
 
+def test_show_escapes_every_field(evil_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """show: no raw control or bidi character; fields show their escapes, the payload its lines."""
+    code, out, _ = run(capsys, "show", "--db", str(evil_db), "msg_e\x1b[2J")
+    assert code == 0
+    assert raw_controls(out) == set()
+    assert "from_session   ses_s" + EVIL_SHOWN + "\n" in out
+    assert "msg_id         msg_e\\x1b[2J\n" in out
+    assert "\nline one " + EVIL_SHOWN + "\nline two\n" in out
+    assert 'kind="chat' + EVIL_SHOWN + '"' in out
+
+
+def test_show_json_keeps_the_exact_characters(
+    evil_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """show --json: the fields read back exactly as stored, escape sequences included."""
+    code, out, _ = run(capsys, "show", "--db", str(evil_db), "msg_e\x1b[2J", "--json")
+    shown = json.loads(out)
+    assert code == 0
+    assert shown["from_session"] == "ses_s" + EVIL
+    assert shown["payload"] == "line one " + EVIL + "\nline two"
+
+
+def test_show_of_an_unknown_id_escapes_it(
+    evil_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The unknown-message error echoes the msg_id escaped."""
+    code, _, err = run(capsys, "show", "--db", str(evil_db), "msg_x" + EVIL)
+    assert code == 1
+    assert err == "pigeon: msg_x" + EVIL_SHOWN + ": unknown message\n"
+
+
+def test_ls_escapes_every_cell(evil_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ls: no raw control or bidi character; ids, targets, senders and kinds show escapes."""
+    code, out, _ = run(capsys, "ls", "--db", str(evil_db))
+    assert code == 0
+    assert raw_controls(out) == set()
+    row = out.splitlines()[2]
+    assert row.split()[:5] == [
+        "msg_e\\x1b[2J", "queued", "ses_t\\x1b[2J\\u202e", "ses_s" + EVIL_SHOWN,
+        "chat" + EVIL_SHOWN,
+    ]  # fmt: skip
+
+
+def test_ls_cuts_last_error_between_escapes(
+    evil_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ls: the escaped last_error fits its 40 columns and is never cut inside an escape."""
+    code, out, _ = run(capsys, "ls", "--db", str(evil_db), "--state", "failed")
+    header, row = out.splitlines()
+    shown = row[header.index("last_error") :]
+    assert code == 0
+    assert shown == "HTTP 500: " + "x" * 26 + "…"  # the next cell would be \\x1b: 40 + 1 wide
+
+
+def test_ls_json_keeps_the_exact_characters(
+    evil_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ls --json: every field exactly as stored."""
+    code, out, _ = run(capsys, "ls", "--db", str(evil_db), "--json")
+    rows = {row["msg_id"]: row for row in json.loads(out)}
+    assert code == 0
+    assert rows["msg_e\x1b[2J"]["to"] == EVIL_TARGET
+    assert rows["msg_f"]["last_error"] == "HTTP 500: " + "x" * 26 + EVIL
+
+
+def test_stats_escapes_target_names(evil_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """stats: a target name with an escape sequence and a bidi override shows them escaped."""
+    code, out, _ = run(capsys, "stats", "--db", str(evil_db))
+    assert code == 0
+    assert raw_controls(out) == set()
+    assert out.splitlines()[-1].split() == ["ses_t\\x1b[2J\\u202e", "1", "1m"]
+
+
+def test_stats_json_keeps_the_exact_target(
+    evil_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """stats --json: the target name exactly as stored."""
+    code, out, _ = run(capsys, "stats", "--db", str(evil_db), "--json")
+    assert code == 0
+    assert json.loads(out)["queued_per_target"][0]["target"] == EVIL_TARGET
+
+
+def test_actions_escape_ids_and_targets(evil_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """cancel --target: the changed msg_id on stdout and the target on stderr are escaped."""
+    code, out, _ = run(capsys, "cancel", "--db", str(evil_db), "--target", EVIL_TARGET)
+    assert (code, out) == (0, "msg_e\\x1b[2J cancelled\n")
+    code, _, err = run(capsys, "cancel", "--db", str(evil_db), "--target", EVIL_TARGET)
+    assert err == "pigeon: cancel: no queued messages to ses_t\\x1b[2J\\u202e\n"
+
+
 def test_stats_json(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """stats --json: direct and channel counts apart, queued per target with oldest age."""
     code, out, _ = run(capsys, "stats", "--db", str(db), "--json")
@@ -239,12 +350,23 @@ def test_usage_errors_are_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 class _InboxHandler(BaseHTTPRequestHandler):
     seen: list[str] = []  # noqa: RUF012 - shared with the test on purpose
+    authorization: list[str | None] = []  # noqa: RUF012 - likewise
 
     def do_GET(self) -> None:
         _InboxHandler.seen.append(self.path)
+        _InboxHandler.authorization.append(self.headers.get("authorization"))
         body: dict[str, object]
         if "session=ses_bad" in self.path:
             status, body = 400, {"error": "unknown cursor"}
+        elif "session=ses_evil" in self.path:
+            status, body = 200, {
+                "messages": [
+                    {"msg_id": "msg_e" + EVIL, "from": "ses_a" + EVIL, "kind": "chat" + EVIL,
+                     "priority": "normal", "payload": EVIL, "handed_off_at": NOW + 5},
+                ],
+                "has_more": False,
+                "next_cursor": "cur" + EVIL,
+            }  # fmt: skip
         else:
             status, body = 200, {
                 "messages": [
@@ -282,6 +404,7 @@ def daemon_url() -> Iterator[str]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     _InboxHandler.seen.clear()
+    _InboxHandler.authorization.clear()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
@@ -312,8 +435,51 @@ def test_inbox_table_and_errors(daemon_url: str, capsys: pytest.CaptureFixture[s
     assert code == 3 and "unreachable" in err
 
 
+def test_inbox_table_escapes_every_field(
+    daemon_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """inbox: the daemon's fields show escaped in the table and the cursor line."""
+    code, out, err = run(capsys, "inbox", "--url", daemon_url, "--session", "ses_evil")
+    assert code == 0
+    assert raw_controls(out + err) == set()
+    assert out.splitlines()[1].split()[:3] == [
+        "msg_e" + EVIL_SHOWN, "ses_a" + EVIL_SHOWN, "chat" + EVIL_SHOWN,
+    ]  # fmt: skip
+    assert err == "next_cursor: cur" + EVIL_SHOWN + "\n"
+
+
+def test_inbox_json_keeps_the_exact_characters(
+    daemon_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """inbox --json: the daemon's answer with every character as it came."""
+    code, out, _ = run(capsys, "inbox", "--url", daemon_url, "--session", "ses_evil", "--json")
+    assert code == 0
+    assert json.loads(out)["messages"][0]["payload"] == EVIL
+
+
 def test_send_delegates_to_pigeon_send(daemon_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """pigeon send is pigeon-send: it posts the message and prints the msg_id."""
     code = main(["send", "--url", daemon_url, "--from", "ses_me", "ses_t", "hi"], env={})
     assert (code, capsys.readouterr().out) == (0, "msg_sent\n")
-    assert _InboxHandler.seen == ['/swarm/send {"from": "ses_me", "payload": "hi", "to": "ses_t"}']
+    [seen] = _InboxHandler.seen
+    path, _, raw = seen.partition(" ")
+    body = json.loads(raw)
+    assert path == "/swarm/send" and body.pop("msg_id").startswith("msg_")
+    assert body == {"from": "ses_me", "payload": "hi", "to": "ses_t"}
+
+
+def test_inbox_sends_the_token(daemon_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """pigeon inbox finds the token as pigeon-send does and sends it as a bearer token."""
+    token = "z" * 43
+    code = main(["inbox", "--url", daemon_url, "--session", "ses_t"], env={"PIGEOND_TOKEN": token})
+    assert code == 0
+    assert _InboxHandler.authorization == [f"Bearer {token}"]
+
+
+def test_inbox_with_an_unreadable_token_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A PIGEOND_TOKEN_FILE that is not there is a one-line error, exit 2."""
+    env = {"PIGEOND_TOKEN_FILE": str(tmp_path / "nope")}
+    assert main(["inbox", "--url", "http://127.0.0.1:9", "--session", "ses_t"], env=env) == 2
+    assert "nope does not exist" in capsys.readouterr().err

@@ -444,3 +444,19 @@ def test_message_status_needs_an_id(api: Api) -> None:
     """/swarm/message/ without an id is not a route."""
     status, _ = api.call("GET", "/swarm/message/")
     assert status == 404
+
+
+@pytest.mark.parametrize(
+    "sender", ["pigeond", "PigeonD", "pigeond.notice", "pigeond-x", "pigeond_y"]
+)
+def test_daemon_names_cannot_be_senders(api: Api, sender: str) -> None:
+    """Nobody may send as pigeond: its failure notices cannot be forged."""
+    status, body = api.send(**{"from": sender})
+    assert status == 400 and "pigeond's own" in body["error"]
+    assert api.repo.count_by_state() == {}
+
+
+def test_names_merely_starting_with_pigeon_are_fine(api: Api) -> None:
+    """Only the daemon's own names are reserved, not every name that looks like it."""
+    assert api.send(**{"from": "pigeondfan"})[0] == 202
+    assert api.send(**{"from": "pigeon"})[0] == 202

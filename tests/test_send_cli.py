@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 import socketserver
 import tempfile
@@ -48,6 +49,8 @@ class FakeDaemon:
     body: bytes = json.dumps({"accepted": True, "msg_id": MSG_ID}).encode()
     content_type: str = "application/json"
     requests: list[Recorded] = field(default_factory=list)
+    # answers given before the standing one: (status, JSON body, extra headers)
+    first: list[tuple[int, dict[str, Any], dict[str, str]]] = field(default_factory=list)
 
     def answer(self, status: int, body: dict[str, Any] | str) -> None:
         self.status = status
@@ -77,11 +80,18 @@ def make_handler(daemon_ref: list[FakeDaemon]) -> type[BaseHTTPRequestHandler]:
                     self.rfile.read(length),
                 )
             )
-            self.send_response(fake.status)
-            self.send_header("content-type", fake.content_type)
-            self.send_header("content-length", str(len(fake.body)))
+            status, body, content_type = fake.status, fake.body, fake.content_type
+            extra: dict[str, str] = {}
+            if fake.first:
+                status, answer, extra = fake.first.pop(0)
+                body, content_type = json.dumps(answer).encode(), "application/json"
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(body)))
+            for name, value in extra.items():
+                self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(fake.body)
+            self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -166,13 +176,15 @@ def test_accepted_prints_msg_id_and_exits_0(
 
 
 def test_posts_json_to_swarm_send(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
-    """The message is POSTed as JSON to /swarm/send with only from/to/payload by default."""
+    """The message is POSTed as JSON to /swarm/send: from/to/payload and a msg_id made here."""
     send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "hello"])
     request = fake.last
     assert request.method == "POST"
     assert request.path == "/swarm/send"
     assert request.headers["content-type"] == "application/json"
-    assert request.json() == {"from": SESSION, "to": TARGET, "payload": "hello"}
+    body = request.json()
+    assert re.fullmatch(r"msg_[0-9a-z]+_[0-9a-f]{8}", body.pop("msg_id"))
+    assert body == {"from": SESSION, "to": TARGET, "payload": "hello"}
 
 
 def test_body_carries_every_option_as_given(
@@ -517,3 +529,82 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = send(capsys, ["--help"])
     assert code == 0
     assert "pigeon-send" in out
+
+
+# --- the token and the flood guard --------------------------------------------------------
+
+TOKEN = "t" * 43
+
+
+def test_token_from_the_environment_is_sent_as_bearer(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PIGEOND_TOKEN goes out as ``Authorization: Bearer`` over TCP."""
+    send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"], env={"PIGEOND_TOKEN": TOKEN})
+    assert fake.last.headers["authorization"] == f"Bearer {TOKEN}"
+
+
+def test_token_from_the_named_file(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """PIGEOND_TOKEN_FILE names the file the token is read from."""
+    token_file = tmp_path / "tok"
+    token_file.write_text(TOKEN + "\n")
+    env = {"PIGEOND_TOKEN_FILE": str(token_file)}
+    send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"], env=env)
+    assert fake.last.headers["authorization"] == f"Bearer {TOKEN}"
+
+
+def test_token_from_the_default_location(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """With neither variable, the token beside the default database is used."""
+    (tmp_path / "state" / "pigeond").mkdir(parents=True)
+    (tmp_path / "state" / "pigeond" / "token").write_text(TOKEN)
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"], env=env)
+    assert fake.last.headers["authorization"] == f"Bearer {TOKEN}"
+
+
+def test_unreadable_token_file_is_a_usage_error(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A PIGEOND_TOKEN_FILE that is not there is named; nothing is sent."""
+    env = {"PIGEOND_TOKEN_FILE": str(tmp_path / "missing")}
+    code, _, err = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"], env=env)
+    assert code == 2 and "missing does not exist" in err
+    assert fake.requests == []
+
+
+def test_no_token_over_a_unix_socket(
+    unix_fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a Unix socket the peer is known to the kernel: the token stays home."""
+    argv = ["--url", unix_fake.url, "--from", SESSION, TARGET, "x"]
+    send(capsys, argv, env={"PIGEOND_TOKEN": TOKEN})
+    assert "authorization" not in unix_fake.last.headers
+
+
+def test_429_is_retried_with_the_same_msg_id(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 429 is waited out (Retry-After) and the same msg_id is sent again."""
+    fake.first.append((429, {"error": "too many"}, {"Retry-After": "1"}))
+    code, out, _ = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"])
+    assert code == 0 and out.strip() == MSG_ID
+    ids = [r.json()["msg_id"] for r in fake.requests]
+    assert len(ids) == 2 and ids[0] == ids[1]
+
+
+def test_429_beyond_the_retry_budget_is_exit_3(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """When Retry-After is longer than --retry-for allows, it stops: NOT sent, exit 3."""
+    fake.first.append(
+        (429, {"error": "sender ses_sender01 is over its rate"}, {"Retry-After": "60"})
+    )
+    argv = ["--url", fake.url, "--retry-for", "2", "--from", SESSION, TARGET, "x"]
+    code, out, err = send(capsys, argv)
+    assert (code, out) == (3, "")
+    assert "NOT sent" in err and "over its rate" in err
+    assert len(fake.requests) == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import DaemonFactory
+from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.fake_opencode import FakeOpencode
 from tests.test_tui import highlight, settle
 from tui.app import ConfirmScreen, PigeonApp
@@ -25,9 +25,11 @@ def fake(tmp_path: Path) -> Iterator[FakeOpencode]:
         yield server
 
 
-def send(base_url: str, to: str, payload: str) -> str:
+def send(daemon: DaemonProcess, to: str, payload: str) -> str:
     body = json.dumps({"from": "cli-user", "to": to, "payload": payload}).encode()
-    request = urllib.request.Request(base_url + "/swarm/send", data=body, method="POST")
+    request = urllib.request.Request(
+        daemon.base_url + "/swarm/send", data=body, method="POST", headers=daemon.auth_headers
+    )
     with urllib.request.urlopen(request, timeout=5) as response:
         return str(json.loads(response.read())["msg_id"])
 
@@ -49,7 +51,7 @@ def test_requeue_in_the_tui_while_the_daemon_delivers(
     db = tmp_path / "p.db"
     fake.add_session("ses_busy")
     daemon = daemons.start(db, opencode_url=fake.url)
-    lost = send(daemon.base_url, "ses_later", "for a session that does not exist yet")
+    lost = send(daemon, "ses_later", "for a session that does not exist yet")
     wait_until(lambda: "failed for good" in daemon.output(), 10, "the message to fail")
     fake.add_session("ses_later")
 
@@ -61,7 +63,7 @@ def test_requeue_in_the_tui_while_the_daemon_delivers(
             await settle(app, pilot)
             await highlight(app, pilot, lost)
             for n in range(20):  # the daemon writes while the TUI reads and writes
-                await asyncio.to_thread(send, daemon.base_url, "ses_busy", f"busy {n}")
+                await asyncio.to_thread(send, daemon, "ses_busy", f"busy {n}")
             await pilot.press("u")
             await pilot.pause()
             assert isinstance(app.screen, ConfirmScreen)

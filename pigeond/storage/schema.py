@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from pigeond.private_files import create_private_file, make_private_dirs, tighten
 from pigeond.storage.errors import SchemaError
 
 # The priority order, as one SQL expression: the ready-head index is built on
@@ -193,9 +194,15 @@ def migrate(conn: sqlite3.Connection, migrations: list[Migration] | None = None)
 
 
 def open_database(path: Path | str) -> sqlite3.Connection:
-    """Create the parent folder, open, and migrate: what the daemon does at start."""
+    """Create the parent folder, open, and migrate: what the daemon does at start.
+
+    Folders it creates are 0700 and the database, WAL and shared-memory files
+    0600 (SQLite gives the WAL and -shm files the database's own mode)."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(target.parent)
+    create_private_file(target)
+    for companion in ("-wal", "-shm"):
+        tighten(str(target) + companion)
     conn = connect(target)
     try:
         migrate(conn)

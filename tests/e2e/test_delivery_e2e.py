@@ -40,7 +40,7 @@ def start_pigeond(
 def post(daemon: DaemonProcess, body: dict[str, Any]) -> str:
     request = urllib.request.Request(
         daemon.base_url + "/swarm/send", data=json.dumps(body).encode(), method="POST",
-        headers={"content-type": "application/json"},
+        headers=daemon.auth_headers,
     )  # fmt: skip
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 202

@@ -135,8 +135,7 @@ def call_pigeond(
     conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=10)
     try:
         data = None if body is None else json.dumps(body).encode("utf-8")
-        headers = {} if data is None else {"content-type": "application/json"}
-        conn.request(method, path, body=data, headers=headers)
+        conn.request(method, path, body=data, headers=daemon.auth_headers)
         response = conn.getresponse()
         return response.status, json.loads(response.read() or b"null")
     finally:
