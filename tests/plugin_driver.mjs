@@ -6,13 +6,17 @@
 //   tool      swarm_send | swarm_read | swarm_status (or null: only describe the plugin)
 //   args      the tool's arguments, as a model would send them
 //   context   what opencode passes: {sessionID, callID, directory}
-//   env       variables set before the tool runs (PIGEOND_URL, ...)
+//   env       variables set before the tool runs (PIGEOND_URL, ...); null unsets one
 //   shell_env the input of opencode's "shell.env" hook, to run it instead of a tool
 //   replies   null: the real fetch.  Else the daemon's answers, in order (the last
-//             one repeats): {status, body} or {error: "ConnectionRefused"}
-// stdout, one JSON object: {exports, tools, hooks, ok, output | error, requests, env}
+//             one repeats): {status, body, headers?} or {error: "ConnectionRefused"}
+// stdout, one JSON object: {exports, tools, hooks, ok, output | error, requests, env};
+// each request is {url, method, body, unix, headers (lower-case names), at}.
 const input = JSON.parse(await Bun.stdin.text());
-for (const [key, value] of Object.entries(input.env ?? {})) process.env[key] = value;
+for (const [key, value] of Object.entries(input.env ?? {})) {
+  if (value === null) delete process.env[key];
+  else process.env[key] = value;
+}
 
 const requests = [];
 if (input.replies) {
@@ -23,6 +27,7 @@ if (input.replies) {
       method: init.method ?? "GET",
       body: init.body ? JSON.parse(init.body) : null,
       unix: init.unix ?? null,
+      headers: Object.fromEntries(new Headers(init.headers ?? {})),
       at: Date.now(),
     });
     const reply = input.replies[Math.min(next, input.replies.length - 1)];
@@ -33,7 +38,7 @@ if (input.replies) {
       throw error;
     }
     const body = typeof reply.body === "string" ? reply.body : JSON.stringify(reply.body);
-    return new Response(body, { status: reply.status });
+    return new Response(body, { status: reply.status, headers: reply.headers ?? {} });
   };
 }
 

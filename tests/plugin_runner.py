@@ -5,6 +5,9 @@ as the ``bun`` it was built with, so :file:`plugin_driver.mjs` runs the plugin
 under the same JavaScript runtime (``fetch``, ``crypto``, ``AbortSignal``)
 opencode gives it.  The daemon is either stubbed (``replies``: its answers in
 order) or real (``replies=None`` and ``PIGEOND_URL`` in ``env``).
+
+The tool sees only ``env`` (over a closed ``PIGEOND_URL``, no retries and a
+``HOME`` that does not exist): no token or socket of the machine's own pigeond.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ PLUGIN = REPO / "packaging" / "opencode-plugin" / "pigeond-swarm.js"
 DRIVER = Path(__file__).resolve().parent / "plugin_driver.mjs"
 SESSION = "ses_callerAAAA"
 RUN_TIMEOUT_S = 60.0
+# A closed port: a test that forgets to stub the daemon fails, it never reaches one.
+CLOSED_URL = "http://127.0.0.1:9"
 
 
 def accepted(msg_id: str = "msg_x") -> dict[str, Any]:
@@ -32,6 +37,12 @@ def accepted(msg_id: str = "msg_x") -> dict[str, Any]:
 
 def refused_connection() -> dict[str, Any]:
     return {"error": "ConnectionRefused"}
+
+
+def rate_limited(retry_after_s: int | None, error: str = "too many messages") -> dict[str, Any]:
+    """The daemon's flood guard: 429, with ``Retry-After`` when given."""
+    headers = {} if retry_after_s is None else {"Retry-After": str(retry_after_s)}
+    return {"status": 429, "body": {"error": error}, "headers": headers}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,20 +75,25 @@ def run_tool(
     args: object = None,
     *,
     replies: Sequence[Mapping[str, Any]] | None = (),
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     session: str | None = SESSION,
     call_id: str | None = "call_1",
     plugin: Path = PLUGIN,
     shell_env: Mapping[str, Any] | None = None,
 ) -> ToolRun:
-    """Run ``tool`` with ``args`` as opencode would, for a call ``call_id`` of ``session``."""
+    """Run ``tool`` with ``args`` as opencode would, for a call ``call_id`` of ``session``;
+    ``env`` adds to (or, with None, removes from) the tool's environment."""
     request = {
         "plugin": str(plugin),
         "tool": tool,
         "args": {} if args is None else args,
         "context": {"sessionID": session, "callID": call_id, "directory": str(REPO)},
-        # A closed port: a test that forgets to stub the daemon fails, it never reaches one.
-        "env": {"PIGEOND_URL": "http://127.0.0.1:9", "PIGEOND_SEND_RETRY_S": "0", **(env or {})},
+        "env": {
+            "PIGEOND_URL": CLOSED_URL,
+            "PIGEOND_SEND_RETRY_S": "0",
+            "HOME": "/nonexistent/pigeond-plugin-test",
+            **(env or {}),
+        },
         "replies": None if replies is None else list(replies) or [refused_connection()],
         "shell_env": None if shell_env is None else dict(shell_env),
     }

@@ -22,13 +22,18 @@ def daemon(daemons: DaemonFactory, tmp_path: Path) -> DaemonProcess:
     return daemons.start(tmp_path / "p.db", opencode_url="")
 
 
+def tcp_env(daemon: DaemonProcess) -> dict[str, str]:
+    """The plugin's environment for a TCP daemon: its URL and its token file."""
+    return {"PIGEOND_URL": daemon.base_url, "PIGEOND_TOKEN_FILE": str(daemon.token_file)}
+
+
 def stored(daemon: DaemonProcess) -> list[tuple[str, str, str | None, str]]:
     return [(m.msg_id, m.from_session, m.to_session, m.state) for m in daemon.stored_messages()]
 
 
 def test_send_is_stored_by_the_daemon(daemon: DaemonProcess) -> None:
     """The daemon accepts the plugin's body; the row names the calling session."""
-    env = {"PIGEOND_URL": daemon.base_url}
+    env = tcp_env(daemon)
     run = run_tool("swarm_send", {"to": TARGET, "payload": "hi"}, replies=None, env=env)
     assert run.ok, run.error
     [(msg_id, sender, target, state)] = stored(daemon)
@@ -38,7 +43,7 @@ def test_send_is_stored_by_the_daemon(daemon: DaemonProcess) -> None:
 
 def test_the_same_call_twice_is_one_message(daemon: DaemonProcess) -> None:
     """A repeated tool call is idempotent at the daemon: one row, the same answer."""
-    env = {"PIGEOND_URL": daemon.base_url}
+    env = tcp_env(daemon)
     args = {"to": TARGET, "payload": "once", "priority": "urgent"}
     first = run_tool("swarm_send", args, replies=None, env=env, call_id="call_same")
     again = run_tool("swarm_send", args, replies=None, env=env, call_id="call_same")
@@ -48,7 +53,7 @@ def test_the_same_call_twice_is_one_message(daemon: DaemonProcess) -> None:
 
 def test_status_of_a_sent_message(daemon: DaemonProcess) -> None:
     """swarm_status reads the daemon's GET /swarm/message/<msg_id>."""
-    env = {"PIGEOND_URL": daemon.base_url}
+    env = tcp_env(daemon)
     run_tool("swarm_send", {"to": TARGET, "payload": "hi"}, replies=None, env=env)
     [(msg_id, *_)] = stored(daemon)
     run = run_tool("swarm_status", {"msg_id": msg_id}, replies=None, env=env)
@@ -59,13 +64,13 @@ def test_status_of_a_sent_message(daemon: DaemonProcess) -> None:
 
 def test_empty_inbox_from_the_daemon(daemon: DaemonProcess) -> None:
     """swarm_read asks for the calling session's inbox, which the daemon answers."""
-    run = run_tool("swarm_read", {}, replies=None, env={"PIGEOND_URL": daemon.base_url})
+    run = run_tool("swarm_read", {}, replies=None, env=tcp_env(daemon))
     assert run.output == "no messages"
 
 
 def test_daemon_refusal_is_quoted(daemon: DaemonProcess) -> None:
     """A cursor the daemon does not know comes back in its own words."""
-    env = {"PIGEOND_URL": daemon.base_url}
+    env = tcp_env(daemon)
     run = run_tool("swarm_read", {"since": "cur_99"}, replies=None, env=env)
     assert run.error == "swarm_read: pigeond refused it (HTTP 400): unknown cursor 'cur_99'"
 

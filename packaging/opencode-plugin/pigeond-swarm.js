@@ -1,21 +1,30 @@
 // pigeond's opencode plugin: the swarm_send, swarm_read and swarm_status tools.
 //
-// Plain JavaScript with no imports, so opencode loads it as it is: nothing to
-// install next to it.  The tools talk to the pigeond daemon over HTTP; the
-// daemon queues each message on disk and is the only one that prompts the
+// Plain JavaScript with no static imports, so opencode loads it as it is:
+// nothing to install next to it (node:fs and node:os are imported where they
+// are used, with import()).  The tools talk to the pigeond daemon over HTTP;
+// the daemon queues each message on disk and is the only one that prompts the
 // target session, one turn at a time.
 //
 // It also sets OPENCODE_SESSION_ID in the shell of the agent's bash tool, which
 // pigeon-send takes as its sender.
 //
 // Environment (read by opencode's process, when a tool runs):
-//   PIGEOND_URL            http://HOST:PORT or unix:/path.sock (default http://127.0.0.1:4097)
-//   PIGEOND_SEND_RETRY_S   how long swarm_send retries an unreachable daemon (default 30)
+//   PIGEOND_URL            http://HOST:PORT or unix:/path.sock.  Unset: the Unix socket
+//                          $XDG_RUNTIME_DIR/pigeond/pigeond.sock when its folder is this
+//                          user's alone, else /run/pigeond/pigeond.sock (the system
+//                          service's) when it is there, else http://127.0.0.1:4097
+//   PIGEOND_TOKEN          the bearer token, sent over TCP only (a Unix socket needs none)
+//   PIGEOND_TOKEN_FILE     else the file holding it (it must be readable); else
+//                          $XDG_STATE_HOME/pigeond/token (~/.local/state/...) when it is there
+//   PIGEOND_SEND_RETRY_S   how long swarm_send retries an unreachable or rate-limiting
+//                          daemon (default 30)
 //
 // opencode calls every export of a plugin module as a plugin: this file must
 // export exactly one function and nothing else.
 
 const DEFAULT_URL = "http://127.0.0.1:4097";
+const SYSTEM_SOCKET = "/run/pigeond/pigeond.sock";
 const DEFAULT_SEND_RETRY_S = 30;
 const READ_RETRY_S = 3;
 const REQUEST_TIMEOUT_MS = 5000;
@@ -36,6 +45,9 @@ const SESSION_ID_RE = /^ses_[A-Za-z0-9_-]{1,128}$/;
 const MSG_ID_RE = /^msg_[A-Za-z0-9_-]{1,128}$/;
 const CHANNEL_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
 const CURSOR_RE = /^(cur_[0-9]{1,18}|msg_[A-Za-z0-9_-]{1,128})$/;
+const TOKEN_RE = /^[A-Za-z0-9_-]{43,512}$/; // what pigeond writes: 32 random bytes, URL-safe
+const HEADER_SAFE_RE = /^[\x21-\x7e]+$/;
+const GROUP_OTHER_BITS = 0o077;
 const encoder = new TextEncoder();
 
 // -- arguments -----------------------------------------------------------------
@@ -147,30 +159,127 @@ async function messageIdFor(session, callID) {
 
 // -- the daemon ----------------------------------------------------------------
 
-function daemonConfig(env) {
-  const raw = (env.PIGEOND_URL || "").trim() || DEFAULT_URL;
+async function statOrNull(fs, path) {
+  try {
+    return await fs.stat(path);
+  } catch {
+    return null;
+  }
+}
+
+// The daemon's Unix socket, when there is one to trust: in the user's runtime
+// folder only if that folder is the user's alone (nobody else can have put a
+// socket there), else the system service's.  A process of another user that
+// squats on the TCP port while pigeond is down cannot pose as the daemon then.
+async function discoverSocket(env) {
+  const fs = await import("node:fs/promises");
+  const runtime = env.XDG_RUNTIME_DIR || "";
+  if (runtime.startsWith("/") && typeof process.getuid === "function") {
+    const folder = runtime.replace(/\/+$/, "") + "/pigeond";
+    const [dir, sock] = [await statOrNull(fs, folder), await statOrNull(fs, folder + "/pigeond.sock")];
+    if (
+      dir && sock && dir.isDirectory() && sock.isSocket() &&
+      dir.uid === process.getuid() && (dir.mode & GROUP_OTHER_BITS) === 0
+    ) {
+      return "unix:" + folder + "/pigeond.sock";
+    }
+  }
+  const systemDir = await statOrNull(fs, SYSTEM_SOCKET.slice(0, SYSTEM_SOCKET.lastIndexOf("/")));
+  const systemSock = await statOrNull(fs, SYSTEM_SOCKET);
+  if (systemDir && systemSock && systemSock.isSocket() && (systemDir.mode & 0o002) === 0) {
+    return "unix:" + SYSTEM_SOCKET;
+  }
+  return undefined;
+}
+
+function whyUnreadable(error) {
+  const code = error && error.code;
+  const plain = {
+    ENOENT: "no such file",
+    EACCES: "permission denied",
+    EPERM: "permission denied",
+    EISDIR: "it is a folder",
+    ENOTDIR: "a folder on its path is a file",
+  }[code];
+  return plain || code || (error && error.message) || String(error);
+}
+
+// PIGEOND_TOKEN, else the file PIGEOND_TOKEN_FILE names (which must be
+// readable), else pigeond's default token file when it is there; undefined
+// when there is none: the daemon's 401 then says what is wrong.
+async function clientToken(tool, env) {
+  const given = (env.PIGEOND_TOKEN || "").trim();
+  if (given !== "") {
+    if (!HEADER_SAFE_RE.test(given)) {
+      throw new ToolError(`${tool}: PIGEOND_TOKEN must be the token itself (printable ASCII, no spaces)`);
+    }
+    return given;
+  }
+  const fs = await import("node:fs/promises");
+  const named = env.PIGEOND_TOKEN_FILE || "";
+  if (named !== "") {
+    let text;
+    try {
+      text = await fs.readFile(named, "utf8");
+    } catch (error) {
+      throw new ToolError(`${tool}: cannot read the token file PIGEOND_TOKEN_FILE=${named}: ${whyUnreadable(error)}`);
+    }
+    const token = text.trim();
+    if (!TOKEN_RE.test(token)) {
+      throw new ToolError(
+        `${tool}: the token file PIGEOND_TOKEN_FILE=${named} does not hold a pigeond token ` +
+          "(43 or more of A-Z a-z 0-9 _ -)",
+      );
+    }
+    return token;
+  }
+  let home = env.HOME || "";
+  if (home === "" && !env.XDG_STATE_HOME) home = (await import("node:os")).homedir();
+  const state = env.XDG_STATE_HOME || `${home}/.local/state`;
+  try {
+    const token = (await fs.readFile(`${state}/pigeond/token`, "utf8")).trim();
+    return TOKEN_RE.test(token) ? token : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function daemonConfig(tool, env) {
+  const retryRaw = (env.PIGEOND_SEND_RETRY_S || "").trim();
+  const sendRetryS = retryRaw === "" ? DEFAULT_SEND_RETRY_S : Number(retryRaw);
+  if (!Number.isFinite(sendRetryS) || sendRetryS < 0 || sendRetryS > 600) {
+    throw new ToolError(
+      `${tool}: PIGEOND_SEND_RETRY_S must be a number of seconds from 0 to 600, not ${JSON.stringify(retryRaw)}`,
+    );
+  }
+  const raw = (env.PIGEOND_URL || "").trim() || (await discoverSocket(env)) || DEFAULT_URL;
   let base;
   let unix;
   if (raw.startsWith("unix:")) {
     unix = raw.slice("unix:".length);
     if (!unix.startsWith("/")) {
-      throw new ToolError(`PIGEOND_URL=${raw}: a unix: URL needs an absolute socket path`);
+      throw new ToolError(`${tool}: PIGEOND_URL=${raw}: a unix: URL needs an absolute socket path`);
     }
     base = "http://localhost";
   } else if (/^https?:\/\/[^/\s]+(\/[^\s]*)?$/.test(raw)) {
     base = raw.replace(/\/+$/, "");
   } else {
-    throw new ToolError(`PIGEOND_URL must be http://HOST:PORT or unix:/path.sock, not ${JSON.stringify(raw)}`);
+    throw new ToolError(
+      `${tool}: PIGEOND_URL must be http://HOST:PORT or unix:/path.sock, not ${JSON.stringify(raw)}`,
+    );
   }
-  const retryRaw = (env.PIGEOND_SEND_RETRY_S || "").trim();
-  const sendRetryS = retryRaw === "" ? DEFAULT_SEND_RETRY_S : Number(retryRaw);
-  if (!Number.isFinite(sendRetryS) || sendRetryS < 0 || sendRetryS > 600) {
-    throw new ToolError(`PIGEOND_SEND_RETRY_S must be a number of seconds from 0 to 600, not ${JSON.stringify(retryRaw)}`);
-  }
-  return { url: raw, base, unix, sendRetryS };
+  return { tool, env, url: raw, base, unix, sendRetryS };
 }
 
 class Unreachable extends Error {}
+
+// A 429 from pigeond's flood guard; retryAfterS is its Retry-After (whole seconds), if any.
+class RateLimited extends Error {
+  constructor(message, retryAfterS) {
+    super(message);
+    this.retryAfterS = retryAfterS;
+  }
+}
 
 function whyNoAnswer(error) {
   const code = error && (error.code || (error.cause && error.cause.code));
@@ -195,7 +304,8 @@ function sleep(ms, signal) {
   });
 }
 
-// One request; a JSON answer with its status, or Unreachable (no answer, or a 5xx).
+// One request; a JSON answer with its status, or Unreachable (no answer, or a
+// 5xx), or RateLimited (a 429).
 async function request(daemon, method, path, body, abort) {
   const signals = [AbortSignal.timeout(REQUEST_TIMEOUT_MS)];
   if (abort) signals.push(abort);
@@ -204,7 +314,15 @@ async function request(daemon, method, path, body, abort) {
     init.body = JSON.stringify(body);
     init.headers["content-type"] = "application/json";
   }
-  if (daemon.unix) init.unix = daemon.unix;
+  if (daemon.unix) {
+    init.unix = daemon.unix;
+  } else {
+    // Only TCP needs the token (pigeond knows a Unix socket's peer by its uid).
+    // Read for each request: a pigeond that starts for the first time while
+    // swarm_send retries makes its token then.
+    const token = await clientToken(daemon.tool, daemon.env);
+    if (token) init.headers.authorization = `Bearer ${token}`;
+  }
   let response;
   let text;
   try {
@@ -220,13 +338,21 @@ async function request(daemon, method, path, body, abort) {
   } catch {
     json = { error: text.slice(0, 200) };
   }
+  if (json === null || typeof json !== "object") json = { error: String(json) };
   if (response.status >= 500) {
     throw new Unreachable(`HTTP ${response.status}: ${json.error || "server error"}`);
+  }
+  if (response.status === 429) {
+    const retryAfter = (response.headers.get("retry-after") || "").trim();
+    const error = cutToBytes(String(json.error || "too many requests"), 300);
+    throw new RateLimited(error, /^[0-9]{1,6}$/.test(retryAfter) ? Number(retryAfter) : undefined);
   }
   return { status: response.status, json };
 }
 
-// Retries Unreachable with backoff (0.25 s doubling to 4 s) until budgetS has passed.
+// Retries Unreachable with backoff (0.25 s doubling to 4 s), and RateLimited
+// after its Retry-After, until budgetS has passed; then throws the last one,
+// its message saying how long it tried.
 async function withRetries(daemon, budgetS, abort, attempt) {
   const started = Date.now();
   let delay = 250;
@@ -236,17 +362,26 @@ async function withRetries(daemon, budgetS, abort, attempt) {
     try {
       return await attempt();
     } catch (error) {
-      if (!(error instanceof Unreachable)) throw error;
+      if (!(error instanceof Unreachable || error instanceof RateLimited)) throw error;
       const left = budgetS * 1000 - (Date.now() - started);
       if (left <= 0) {
         const waited = Math.round((Date.now() - started) / 100) / 10;
-        throw new Unreachable(
-          `pigeond is unreachable at ${daemon.url} ` +
-            `(${error.message}; ${tries} ${tries === 1 ? "try" : "tries"} over ${waited} s)`,
-        );
+        const effort = `${tries} ${tries === 1 ? "try" : "tries"} over ${waited} s`;
+        if (error instanceof RateLimited) {
+          const ask = error.retryAfterS === undefined ? "" : `; it asked to wait ${error.retryAfterS} s`;
+          throw new RateLimited(
+            `pigeond is rate-limiting (HTTP 429: ${JSON.stringify(error.message)}${ask}; ${effort})`,
+            error.retryAfterS,
+          );
+        }
+        throw new Unreachable(`pigeond is unreachable at ${daemon.url} (${error.message}; ${effort})`);
       }
-      await sleep(Math.min(delay, left), abort);
-      delay = Math.min(delay * 2, 4000);
+      if (error instanceof RateLimited && error.retryAfterS !== undefined) {
+        await sleep(Math.min(Math.max(error.retryAfterS * 1000, 100), left), abort);
+      } else {
+        await sleep(Math.min(delay, left), abort);
+        delay = Math.min(delay * 2, 4000);
+      }
     }
   }
 }
@@ -282,31 +417,130 @@ function isoTime(ms) {
   return typeof ms === "number" ? new Date(ms).toISOString().slice(0, 19) + "Z" : "-";
 }
 
-function headerLine(message) {
-  const fields = [`from ${message.from}`, message.kind, message.priority];
-  if (message.channel) fields.push(`channel ${message.channel}`);
-  if (message.reply_to) fields.push(`reply_to ${message.reply_to}`);
-  fields.push(isoTime(message.handed_off_at));
-  return `--- ${message.msg_id} · ${fields.join(" · ")}`;
+// What a payload (or a field) shows of each character, so that no text from a
+// sender can pass for the tool's own lines, or for an envelope: & < > as the
+// envelope escapes them, and so every character that looks like < or >
+// (NFKC < or >, and common look-alikes); control characters and bidi
+// overrides as visible \xNN / \uNNNN.  Tab stays a tab.
+const QUOTE = "> "; // starts every payload line in swarm_read
+const LINE_BREAKS = new Set(["\r\n", "\n", "\r", "\v", "\f", "\x85", "\u2028", "\u2029"]);
+const ENTITIES = new Map([
+  ["&", "&amp;"],
+  ["<", "&lt;"],
+  [">", "&gt;"],
+  ...Array.from("\uFF1C\uFE64\u2039\u3008\u2329\u27E8\u02C2\u276C\u276E\u2770\u29FC\u1438", (c) => [c, "&lt;"]),
+  ...Array.from("\uFF1E\uFE65\u203A\u3009\u232A\u27E9\u02C3\u276D\u276F\u2771\u29FD\u1433", (c) => [c, "&gt;"]),
+]);
+const INVISIBLE = /^[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069\u2028\u2029\uD800-\uDFFF]$/;
+const shownCache = new Map();
+
+function hex(code, width) {
+  return code.toString(16).padStart(width, "0");
 }
 
-// Each message shows whole or cut to a common cap, as large as the output
-// budget allows; messages that would not get even MIN_PAYLOAD_SHOWN bytes wait
-// for the next read.
+function showChar(ch) {
+  const entity = ENTITIES.get(ch);
+  if (entity) return entity;
+  const code = ch.codePointAt(0);
+  if (code < 0x80) {
+    if ((code < 0x20 && code !== 0x09) || code === 0x7f) return "\\x" + hex(code, 2);
+    return ch;
+  }
+  if (code <= 0x9f) return "\\x" + hex(code, 2);
+  let shown = shownCache.get(code);
+  if (shown === undefined) {
+    const nfkc = ch.normalize("NFKC");
+    if (INVISIBLE.test(ch)) shown = "\\u" + hex(code, 4);
+    else if (nfkc === "<") shown = "&lt;";
+    else if (nfkc === ">") shown = "&gt;";
+    else if (/[<>]/.test(ch.normalize("NFKD"))) shown = "\\u" + hex(code, 4); // ≮ ≯
+    else shown = ch;
+    if (shownCache.size < 4096) shownCache.set(code, shown);
+  }
+  return shown;
+}
+
+// One line of text from the daemon, escaped, line breaks included, at most maxBytes.
+function field(value, maxBytes = 256) {
+  let shown = "";
+  for (const ch of String(value ?? "-")) shown += showChar(ch);
+  return cutToBytes(shown, maxBytes);
+}
+
+function utf8Length(text) {
+  let n = 0;
+  for (const ch of text) {
+    const code = ch.codePointAt(0);
+    n += code < 0x80 ? 1 : code < 0x800 ? 2 : code < 0x10000 ? 3 : 4;
+  }
+  return n;
+}
+
+// A payload as swarm_read shows it after the QUOTE of its first line: units[i]
+// is one character (or line break, which starts the next quoted line) as shown,
+// ends[i] the bytes shown up to and including it.  It stops once past maxBytes
+// (size is then Infinity): a longer payload is cut anyway.
+function quotedPayload(payload, maxBytes) {
+  const units = [];
+  const ends = [];
+  let total = 0;
+  let i = 0;
+  while (i < payload.length && total <= maxBytes) {
+    let ch;
+    if (payload.charCodeAt(i) === 13 && payload.charCodeAt(i + 1) === 10) ch = "\r\n";
+    else ch = String.fromCodePoint(payload.codePointAt(i));
+    const shown = LINE_BREAKS.has(ch) ? "\n" + QUOTE : showChar(ch);
+    total += utf8Length(shown);
+    units.push(shown);
+    ends.push(total);
+    i += ch.length;
+  }
+  const size = i < payload.length ? Infinity : total;
+  // The longest prefix shown in at most cap bytes, never splitting an escape or a quote.
+  const cut = (cap) => {
+    let low = 0;
+    let high = units.length;
+    while (low < high) {
+      const mid = Math.ceil((low + high) / 2);
+      if (ends[mid - 1] <= cap) low = mid;
+      else high = mid - 1;
+    }
+    return units.slice(0, low).join("");
+  };
+  return { size, whole: () => units.join(""), cut };
+}
+
+function headerLine(message) {
+  const fields = [`from ${field(message.from)}`, field(message.kind), field(message.priority)];
+  if (message.channel) fields.push(`channel ${field(message.channel)}`);
+  if (message.reply_to) fields.push(`reply_to ${field(message.reply_to)}`);
+  fields.push(isoTime(message.handed_off_at));
+  return `--- ${field(message.msg_id)} · ${fields.join(" · ")}`;
+}
+
+// Each message is its header line, then its payload with every line quoted
+// (QUOTE), so only the tool writes lines that do not start with it: headers,
+// cut markers, the first and the last line.  Each payload shows whole or cut
+// to a common cap, as large as the output budget allows; messages that would
+// not get even MIN_PAYLOAD_SHOWN bytes wait for the next read.
 function renderInbox(page, since, limit) {
   const messages = Array.isArray(page.messages) ? page.messages : [];
   if (messages.length === 0) {
     return since ? `no messages after ${since} (pass since="${since}" again later)` : "no messages";
   }
-  const budget = MAX_OUTPUT_BYTES - 400; // room for the first and last lines
+  const budget = MAX_OUTPUT_BYTES - 500; // room for the first and last lines
   const items = messages.map((message) => {
     const payload = String(message.payload ?? "");
-    const size = bytes(payload);
-    const marker = `\n[cut: ${message.msg_id} has ${size} bytes; it came whole in its <swarm_message> envelope]`;
-    return { message, payload, size, marker, header: headerLine(message) };
+    const marker =
+      `\n[cut: ${field(message.msg_id)} has ${bytes(payload)} bytes; ` +
+      "it came whole in its <swarm_message> envelope]";
+    const header = headerLine(message);
+    return { message, shown: quotedPayload(payload, budget), marker, header };
   });
+  // header, newline, quote, payload (or its cut and the marker), newline
   const cost = (item, cap) =>
-    bytes(item.header) + 2 + (item.size <= cap ? item.size : cap + bytes(item.marker));
+    bytes(item.header) + 1 + QUOTE.length + 1 +
+    (item.shown.size <= cap ? item.shown.size : cap + bytes(item.marker));
   let used = 0;
   let count = 0;
   for (const item of items) {
@@ -318,18 +552,18 @@ function renderInbox(page, since, limit) {
   const shown = items.slice(0, count);
   const fits = (cap) => shown.reduce((total, item) => total + cost(item, cap), 0) <= budget;
   let low = MIN_PAYLOAD_SHOWN;
-  let high = Math.max(...shown.map((item) => item.size), MIN_PAYLOAD_SHOWN);
+  let high = Math.min(budget, Math.max(...shown.map((item) => item.shown.size), MIN_PAYLOAD_SHOWN));
   while (low < high) {
     const mid = Math.ceil((low + high) / 2);
     if (fits(mid)) low = mid;
     else high = mid - 1;
   }
   const blocks = shown.map((item) => {
-    const text = item.size <= low ? item.payload : cutToBytes(item.payload, low) + item.marker;
-    return `${item.header}\n${text}`;
+    const text = item.shown.size <= low ? item.shown.whole() : item.shown.cut(low) + item.marker;
+    return `${item.header}\n${QUOTE}${text}`;
   });
   const more = page.has_more || count < messages.length;
-  const cursor = count < messages.length ? shown[count - 1].message.msg_id : page.next_cursor;
+  const cursor = field(count < messages.length ? shown[count - 1].message.msg_id : page.next_cursor);
   const title = `${count} message${count === 1 ? "" : "s"}` + (since ? ` after ${since}` : "");
   const footer = more
     ? `more waiting: call swarm_read with since="${cursor}"`
@@ -338,15 +572,15 @@ function renderInbox(page, since, limit) {
 }
 
 function renderStatus(message) {
-  const target = message.to ? `to ${message.to}` : `on channel ${message.channel}`;
-  const parts = [`${message.msg_id} ${target}: ${message.state}`];
-  if (message.attempts) parts.push(`attempts ${message.attempts}`);
+  const target = message.to ? `to ${field(message.to)}` : `on channel ${field(message.channel)}`;
+  const parts = [`${field(message.msg_id)} ${target}: ${field(message.state)}`];
+  if (message.attempts) parts.push(`attempts ${field(message.attempts)}`);
   if (message.handed_off_at != null) parts.push(`handed off ${isoTime(message.handed_off_at)}`);
   if (message.verified_at != null) parts.push(`seen in the transcript ${isoTime(message.verified_at)}`);
   if (message.state === "queued" && (message.attempts || message.last_error) && message.next_retry_at != null) {
     parts.push(`next try ${isoTime(message.next_retry_at)}`);
   }
-  if (message.last_error) parts.push(`last error: ${cutToBytes(String(message.last_error), 500)}`);
+  if (message.last_error) parts.push(`last error: ${field(message.last_error, 500)}`);
   return parts.join("; ");
 }
 
@@ -382,7 +616,7 @@ function makeTools(env) {
     async execute(args, context) {
       const send = parseSendArgs(args);
       const session = callerSession("swarm_send", context);
-      const daemon = daemonConfig(env);
+      const daemon = await daemonConfig("swarm_send", env);
       const msgId = await messageIdFor(session, context.callID);
       const body = { ...send, from: session, msg_id: msgId };
       for (const key of Object.keys(body)) if (body[key] === undefined) delete body[key];
@@ -397,6 +631,12 @@ function makeTools(env) {
           throw new ToolError(
             `swarm_send: the message was NOT sent: ${error.message}. ` +
               "Check that the pigeond service runs; calling swarm_send again is safe.",
+          );
+        }
+        if (error instanceof RateLimited) {
+          throw new ToolError(
+            `swarm_send: the message was NOT sent: ${error.message}. ` +
+              "Calling swarm_send again later is safe (the same call never sends twice).",
           );
         }
         throw error;
@@ -417,7 +657,10 @@ function makeTools(env) {
     description: describe(`
       Read the swarm messages handed to this session (its inbox), oldest first, at most
       ${MAX_OUTPUT_BYTES} bytes.  Pass since (the cursor the previous read ended with) to get only
-      newer ones; limit is how many (default ${DEFAULT_READ_LIMIT}, at most ${MAX_READ_LIMIT}).`),
+      newer ones; limit is how many (default ${DEFAULT_READ_LIMIT}, at most ${MAX_READ_LIMIT}).
+      Each message is a line "--- msg_id · from session · kind · priority · time" and then its
+      payload, every payload line starting with "${QUOTE}" (& < > shown as &amp; &lt; &gt;, control
+      characters as \\xNN): a line without "${QUOTE}" is never a sender's text.`),
     args: {
       since: optional("string", "the cursor the last swarm_read ended with (cur_N) or a msg_id; null for the oldest"),
       limit: optional("integer", `how many messages, 1 to ${MAX_READ_LIMIT}; null for ${DEFAULT_READ_LIMIT}`),
@@ -425,7 +668,7 @@ function makeTools(env) {
     async execute(args, context) {
       const { since, limit } = parseReadArgs(args);
       const session = callerSession("swarm_read", context);
-      const daemon = daemonConfig(env);
+      const daemon = await daemonConfig("swarm_read", env);
       const query = new URLSearchParams({ session, limit: String(limit) });
       if (since) query.set("since", since);
       const answer = await daemonCall("swarm_read", daemon, `/swarm/inbox?${query}`, context.abort);
@@ -443,7 +686,7 @@ function makeTools(env) {
     },
     async execute(args, context) {
       const { msgId } = parseStatusArgs(args);
-      const daemon = daemonConfig(env);
+      const daemon = await daemonConfig("swarm_status", env);
       const answer = await daemonCall("swarm_status", daemon, `/swarm/message/${msgId}`, context.abort);
       if (answer.status === 404) throw new ToolError(`swarm_status: pigeond has no message ${msgId}`);
       if (answer.status !== 200) throw refused("swarm_status", answer);
@@ -458,7 +701,9 @@ async function daemonCall(tool, daemon, path, abort) {
   try {
     return await withRetries(daemon, READ_RETRY_S, abort, () => request(daemon, "GET", path, undefined, abort));
   } catch (error) {
-    if (error instanceof Unreachable) throw new ToolError(`${tool}: ${error.message}`);
+    if (error instanceof Unreachable || error instanceof RateLimited) {
+      throw new ToolError(`${tool}: ${error.message}`);
+    }
     throw error;
   }
 }

@@ -9,7 +9,9 @@
 * ``daemons`` (from tests/conftest.py): pigeond processes, stopped after the test.
 * ``opencode_with_plugin``: opencode 1.18.33 with pigeond's plugin installed by
   ``pigeon install-plugin --global``, its tools pointed at ``plugin_pigeond_port``
-  (where a test starts pigeond, or leaves nothing to show an outage).
+  (where a test starts pigeond, or leaves nothing to show an outage) and at
+  ``plugin_token_link`` for the token: a link to the token file of the test's
+  pigeond, which holds a token even before (or without) a pigeond.
 
 Every test in this folder is marked ``e2e`` (and ``slow``, so ``make unit``
 leaves them out).  A test may stop a shared opencode (an outage test); if it
@@ -18,6 +20,8 @@ leaves it stopped, it is started again before the next test.
 
 from __future__ import annotations
 
+import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -25,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.daemon_process import client_token_file
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_dist import (
     OPENCODE_1_15,
@@ -120,6 +125,32 @@ def plugin_pigeond_port() -> int:
     return free_port()
 
 
+@pytest.fixture(scope="session")
+def plugin_token_link(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The plugin's PIGEOND_TOKEN_FILE: opencode's environment is fixed for the session,
+    so this link is pointed at each test's pigeond token (see ``_plugin_token``)."""
+    return tmp_path_factory.mktemp("plugin-token") / "token"
+
+
+@pytest.fixture(autouse=True)
+def _plugin_token(request: pytest.FixtureRequest) -> None:
+    """For a test of the plugin (it uses ``plugin_pigeond_port``): the token file of the
+    pigeond it may start (``DaemonProcess.token_file``), made now with a fresh token
+    (pigeond keeps a token it finds), and the plugin's token link pointed at it.  So the
+    tools read a token even while no pigeond runs, and reach an outage, not a missing file."""
+    if "plugin_pigeond_port" not in request.fixturenames:
+        return
+    tmp_path: Path = request.getfixturevalue("tmp_path")
+    link: Path = request.getfixturevalue("plugin_token_link")
+    token_file = client_token_file(tmp_path / "home")
+    token_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(secrets.token_urlsafe(32) + "\n")
+    link.unlink(missing_ok=True)
+    link.symlink_to(token_file)
+
+
 def _install_plugin(server: OpencodeServer) -> None:
     """``pigeon install-plugin --global`` for opencode's isolated config folder."""
     env = {"XDG_CONFIG_HOME": str(server.iso / "config"), "PATH": "/usr/bin:/bin"}
@@ -134,11 +165,15 @@ def _install_plugin(server: OpencodeServer) -> None:
 
 @pytest.fixture(scope="session")
 def opencode_with_plugin(
-    tmp_path_factory: pytest.TempPathFactory, fake_llm_server: FakeLLM, plugin_pigeond_port: int
+    tmp_path_factory: pytest.TempPathFactory,
+    fake_llm_server: FakeLLM,
+    plugin_pigeond_port: int,
+    plugin_token_link: Path,
 ) -> Iterator[OpencodeServer]:
     """opencode 1.18.33 whose sessions have the swarm_* tools of pigeond's plugin."""
     env = {
         "PIGEOND_URL": f"http://127.0.0.1:{plugin_pigeond_port}",
+        "PIGEOND_TOKEN_FILE": str(plugin_token_link),
         "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
     }
     yield from _serve(OPENCODE_1_18, tmp_path_factory, fake_llm_server, env, _install_plugin)
