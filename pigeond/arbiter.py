@@ -13,9 +13,9 @@ verifier; a new message for an idle target is dispatched at once by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from twisted.internet.defer import CancelledError, Deferred, DeferredList, succeed
 from twisted.internet.interfaces import IReactorTime
@@ -24,9 +24,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.envelope import render_envelope
-from pigeond.model import StoredMessage
+from pigeond.model import NO_MODE, HandoffMode, StoredMessage
 from pigeond.opencode_client import FailureKind, OpencodeError, SessionNotFound
 from pigeond.preflight import directory_problem
+from pigeond.prompt_mode import DEFAULT_MODE, PromptMode
 from pigeond.registry import DirectoryResolver
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.turns import TurnMark, TurnTracker
@@ -36,11 +37,34 @@ DEFAULT_MAX_ATTEMPTS = 10
 
 
 class PromptSender(Protocol):
-    async def prompt_async(self, session_id: str, directory: str, texts: Sequence[str]) -> None: ...
+    async def prompt_async(
+        self,
+        session_id: str,
+        directory: str,
+        texts: Sequence[str],
+        mode: Mapping[str, Any] | None = None,
+    ) -> None: ...
+
+
+class ModeSource(Protocol):
+    async def mode_for(self, session: str, directory: str) -> PromptMode: ...
+
+
+class AgentChecker(Protocol):
+    async def has(self, agent: str, directory: str) -> bool: ...
 
 
 class Tickable(Protocol):
     def tick(self) -> None: ...
+
+
+def handoff_mode(mode: PromptMode, note: str | None) -> HandoffMode:
+    return HandoffMode(mode.agent, mode.provider_id, mode.model_id, mode.variant, note)
+
+
+def describe_mode(mode: HandoffMode) -> str:
+    model = f"{mode.provider}/{mode.model}" if mode.provider and mode.model else "default model"
+    return f"agent {mode.agent or 'default'}, {model}"
 
 
 def backoff_after(failed_attempts: int, schedule: Sequence[float] = BACKOFF_SCHEDULE_S) -> float:
@@ -72,6 +96,8 @@ class Arbiter:
         turns: TurnTracker | None = None,
         verifier: Tickable | None = None,
         check_directory: Callable[[str], str | None] = directory_problem,
+        modes: ModeSource | None = None,
+        agents: AgentChecker | None = None,
     ) -> None:
         self._repo = repo
         self._registry = registry
@@ -81,6 +107,8 @@ class Arbiter:
         self._turns = turns
         self._verifier = verifier
         self._check_directory = check_directory
+        self._modes = modes
+        self._agents = agents
         self._in_flight: dict[str, Deferred[None]] = {}
         self._turn_waits: set[Deferred[str]] = set()
         self._loop = LoopingCall(self.tick)
@@ -207,23 +235,62 @@ class Arbiter:
                     batch = self._repo.ready_batch(target, self._now_ms(), self._policy.batch_max)
                     if not batch or self._stopping:
                         return
+                mode, note = await self._target_mode(target, directory)
                 mark = self._turns.mark(target) if self._turns is not None else None
                 texts = [render_envelope(m) for m in batch]
-                await self._opencode.prompt_async(target, directory, texts)
+                mode, note = await self._prompt(target, directory, texts, mode, note)
             except Exception as e:
                 await self._record_failure(target, batch, e)
                 return
-            if not self._record_hand_off(target, batch):
+            if not self._record_hand_off(target, batch, handoff_mode(mode, note)):
                 return
             if self._turns is not None and mark is not None:
                 await self._wait_turn_end(target, directory, mark)
 
-    def _record_hand_off(self, target: str, batch: list[StoredMessage]) -> bool:
+    async def _target_mode(self, target: str, directory: str) -> tuple[PromptMode, str | None]:
+        """The agent and model of the target's latest user message, so a hand-off never
+        switches its mode; an agent opencode no longer has is not named."""
+        if self._modes is None:
+            return DEFAULT_MODE, None
+        mode = await self._modes.mode_for(target, directory)
+        if mode.agent is None or self._agents is None:
+            return mode, None
+        if await self._agents.has(mode.agent, directory):
+            return mode, None
+        note = f"agent {mode.agent!r} no longer exists in opencode; named no agent (its default)"
+        self.log.warn("{target}: {note}", target=target, note=note)
+        return mode.without_agent(), note
+
+    async def _prompt(
+        self,
+        target: str,
+        directory: str,
+        texts: Sequence[str],
+        mode: PromptMode,
+        note: str | None,
+    ) -> tuple[PromptMode, str | None]:
+        """One prompt naming ``mode``; an agent opencode refuses (400) is not the sender's
+        fault: the prompt goes again at once naming none."""
+        try:
+            await self._opencode.prompt_async(target, directory, texts, mode.body_fields())
+            return mode, note
+        except OpencodeError as e:
+            if e.status != 400 or mode.agent is None:
+                raise
+            note = f"opencode refused agent {mode.agent!r} ({e}); named no agent (its default)"
+            self.log.warn("{target}: {note}", target=target, note=note)
+        mode = mode.without_agent()
+        await self._opencode.prompt_async(target, directory, texts, mode.body_fields())
+        return mode, note
+
+    def _record_hand_off(
+        self, target: str, batch: list[StoredMessage], mode: HandoffMode = NO_MODE
+    ) -> bool:
         now_ms = self._now_ms()
         verify_by = now_ms + int(self._policy.verify_grace_s * 1000)
         ids = [m.msg_id for m in batch]
         try:
-            self._repo.mark_handed_off_many(ids, now_ms, verify_by)
+            self._repo.mark_handed_off_many(ids, now_ms, verify_by, mode)
         except StorageError as e:
             # opencode has the prompt but the database did not record it: the
             # messages stay queued and will be sent again (at-least-once).
@@ -231,8 +298,9 @@ class Arbiter:
                            msg_ids=ids, target=target, error=str(e))  # fmt: skip
             return False
         for msg_id in ids:
-            self.log.info("handed off {msg_id} to {target} (batch of {n})",
-                          msg_id=msg_id, target=target, n=len(ids))  # fmt: skip
+            self.log.info("handed off {msg_id} to {target} (batch of {n}; {mode})",
+                          msg_id=msg_id, target=target, n=len(ids),
+                          mode=describe_mode(mode))  # fmt: skip
         return True
 
     async def _wait_turn_end(self, target: str, directory: str, mark: TurnMark) -> None:

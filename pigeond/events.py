@@ -48,6 +48,22 @@ def session_status_of(event: Any) -> tuple[str, str] | None:
     return None
 
 
+def user_message_of(event: Any) -> tuple[str, dict[str, Any]] | None:
+    """``(session, info)`` for a ``message.updated`` event about a user message, else None:
+    it tells which agent and model the session's person (or pigeond) just prompted with."""
+    if not isinstance(event, dict):
+        return None
+    payload = event.get("payload", event)
+    if not isinstance(payload, dict) or payload.get("type") != "message.updated":
+        return None
+    props = payload.get("properties")
+    info = props.get("info") if isinstance(props, dict) else None
+    if not isinstance(info, dict) or info.get("role") != "user":
+        return None
+    session = info.get("sessionID")
+    return (session, info) if isinstance(session, str) else None
+
+
 class ServerSentEvents(Protocol):
     """Splits a response body into SSE ``data:`` payloads."""
 
@@ -92,6 +108,7 @@ class EventStream:
         on_status: Callable[[str, str], None],
         on_connected: Callable[[bool], None],
         *,
+        on_user_message: Callable[[str, dict[str, Any]], None] = lambda session, info: None,
         stale_s: float = 60.0,
         backoff_s: tuple[float, ...] = RECONNECT_BACKOFF_S,
     ) -> None:
@@ -99,6 +116,7 @@ class EventStream:
         self._clock = clock
         self._on_status = on_status
         self._on_connected = on_connected
+        self._on_user_message = on_user_message
         self._stale_s = stale_s
         self._backoff_s = backoff_s
         self._running = False
@@ -193,3 +211,7 @@ class EventStream:
         status = session_status_of(event)
         if status is not None:
             self._on_status(*status)
+            return
+        message = user_message_of(event)
+        if message is not None:
+            self._on_user_message(*message)

@@ -46,6 +46,21 @@ def is_reserved_sender(name: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class HandoffMode:
+    """What a hand-off's prompt named: agent, model (provider and id) and variant, each
+    None for opencode's default; ``note`` says why less than the target's own was named."""
+
+    agent: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    variant: str | None = None
+    note: str | None = None
+
+
+NO_MODE: Final = HandoffMode()
+
+
+@dataclass(frozen=True, slots=True)
 class NewMessage:
     """A validated send request, defaults applied: what idempotency compares."""
 
@@ -87,6 +102,26 @@ class StoredMessage(NewMessage):
     verify_by: int | None
     requeue_count: int
     expires_at: int | None
+    # the agent and model the (last) hand-off named, and why less was named
+    handoff_agent: str | None = None
+    handoff_provider: str | None = None
+    handoff_model: str | None = None
+    handoff_variant: str | None = None
+    handoff_note: str | None = None
+
+    def handed_to(self) -> dict[str, object] | None:
+        """The agent and model a message was handed to, as ``GET /swarm/message`` shows it."""
+        if self.handed_off_at is None:
+            return None
+        model = None
+        if self.handoff_provider is not None and self.handoff_model is not None:
+            model = {"providerID": self.handoff_provider, "modelID": self.handoff_model}
+        return {
+            "agent": self.handoff_agent,
+            "model": model,
+            "variant": self.handoff_variant,
+            "note": self.handoff_note,
+        }
 
     def inbox_view(self) -> dict[str, object]:
         """The fields ``GET /swarm/inbox`` shows, named as the seed names them."""

@@ -9,7 +9,7 @@ differently (see :class:`FailureKind`).
 from __future__ import annotations
 
 import json
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
@@ -228,10 +228,18 @@ class OpencodeClient:
             raise OpencodeError(f"GET /session/{session_id}: unusable directory {directory!r}")
         return directory
 
-    async def prompt_async(self, session_id: str, directory: str, texts: Sequence[str]) -> None:
-        """Hand one prompt (one text part per text) to the session; returns on a 2xx."""
+    async def prompt_async(
+        self,
+        session_id: str,
+        directory: str,
+        texts: Sequence[str],
+        mode: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Hand one prompt (one text part per text) to the session; returns on a 2xx.
+        ``mode`` holds the body fields naming the agent and model (see prompt_mode)."""
         what = f"POST /session/{session_id}/prompt_async"
-        body = {"parts": [{"type": "text", "text": text} for text in texts]}
+        body: dict[str, Any] = {"parts": [{"type": "text", "text": text} for text in texts]}
+        body |= mode or {}
         headers = {"x-opencode-directory": directory, "accept": "application/json"}
         path = f"/session/{session_id}/prompt_async"
         status, answer = await self._call(what, "POST", path, headers, body)
@@ -251,6 +259,29 @@ class OpencodeClient:
             str(k): str(v.get("type")) if isinstance(v, dict) else "busy" for k, v in answer.items()
         }
 
+    async def agent_names(self, directory: str) -> set[str]:
+        """The agents opencode has for ``directory`` (``GET /agent``)."""
+        answer = await self._get_json("/agent", directory, names_session=False)
+        if not isinstance(answer, list):
+            raise OpencodeError(f"GET /agent: not a list: {_short(str(answer).encode())}")
+        return {a["name"] for a in answer if isinstance(a, dict) and isinstance(a.get("name"), str)}
+
+    async def messages(
+        self, session_id: str, directory: str, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The transcript, oldest first; with ``limit`` only the newest ``limit`` messages."""
+        path = f"/session/{session_id}/message" + (f"?limit={limit}" if limit else "")
+        answer = await self._get_json(path, directory)
+        if not isinstance(answer, list):
+            return []
+        return [m for m in answer if isinstance(m, dict) and isinstance(m.get("info"), dict)]
+
+    async def message_infos(
+        self, session_id: str, directory: str, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Each message's ``info`` (role, agent, model, ...), oldest first."""
+        return [m["info"] for m in await self.messages(session_id, directory, limit)]
+
     async def user_texts(
         self, session_id: str, directory: str, limit: int | None = None
     ) -> list[str]:
@@ -258,19 +289,22 @@ class OpencodeClient:
 
         With ``limit`` only the newest ``limit`` messages are read.
         """
-        path = f"/session/{session_id}/message" + (f"?limit={limit}" if limit else "")
-        messages = await self._get_json(path, directory)
-        texts: list[str] = []
-        for message in messages if isinstance(messages, list) else []:
-            info = message.get("info") if isinstance(message, dict) else None
-            if not isinstance(info, dict) or info.get("role") != "user":
-                continue
-            for part in message.get("parts") or []:
-                if (
-                    isinstance(part, dict)
-                    and part.get("type") == "text"
-                    and not part.get("synthetic")
-                    and isinstance(part.get("text"), str)
-                ):
-                    texts.append(part["text"])
-        return texts
+        return user_texts_of(await self.messages(session_id, directory, limit))
+
+
+def user_texts_of(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The non-synthetic text parts of the user messages, in order."""
+    texts: list[str] = []
+    for message in messages:
+        info = message.get("info")
+        if not isinstance(info, dict) or info.get("role") != "user":
+            continue
+        for part in message.get("parts") or []:
+            if (
+                isinstance(part, dict)
+                and part.get("type") == "text"
+                and not part.get("synthetic")
+                and isinstance(part.get("text"), str)
+            ):
+                texts.append(part["text"])
+    return texts

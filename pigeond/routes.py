@@ -167,6 +167,7 @@ class SwarmRoutes:
                 "last_error": stored.last_error,
                 "next_retry_at": stored.next_retry_at,
                 "expires_at": stored.expires_at,
+                "handed_to": stored.handed_to(),
             },
         )
 

@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from pigeond.opencode_client import OpencodeClient, OpencodeError, SessionNotFound
+from pigeond.opencode_client import (
+    OpencodeClient,
+    OpencodeError,
+    SessionNotFound,
+    user_texts_of,
+)
 from pigeond.registry import DirectoryResolver
 from pigeond.storage import SwarmRepository
 
@@ -50,6 +56,7 @@ class Verifier:
         interval_s: float = 2.0,
         max_requeues: int = 3,
         on_requeued: Callable[[str], None] = lambda target: None,
+        on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
     ) -> None:
         self._repo = repo
         self._registry = registry
@@ -57,6 +64,7 @@ class Verifier:
         self._clock = clock
         self.configure(interval_s, max_requeues)
         self._on_requeued = on_requeued
+        self._on_transcript = on_transcript
         self._checking: dict[str, Deferred[None]] = {}
         self._last_check: dict[str, float] = {}
 
@@ -102,7 +110,10 @@ class Verifier:
             directory = await self._registry.resolve(target)
             # the newest messages first; the whole transcript only before giving up
             limit = None if overdue else max(RECENT_MESSAGES, 4 * len(waiting))
-            found = envelope_ids(await self._client.user_texts(target, directory, limit))
+            messages = await self._client.messages(target, directory, limit)
+            found = envelope_ids(user_texts_of(messages))
+            # what the transcript says of the target's agent and model, for the next hand-off
+            self._on_transcript(target, [m["info"] for m in messages])
         except SessionNotFound:
             found = set()
         except OpencodeError as e:

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from pigeond.arbiter import BACKOFF_SCHEDULE_S, Arbiter, DeliveryPolicy, backoff_after
+from pigeond.arbiter import (
+    BACKOFF_SCHEDULE_S,
+    AgentChecker,
+    Arbiter,
+    DeliveryPolicy,
+    ModeSource,
+    backoff_after,
+)
 from pigeond.opencode_client import FailureKind, OpencodeError, SessionNotFound
 from pigeond.storage import SwarmRepository
 from pigeond.turns import TurnTracker
@@ -25,6 +33,7 @@ class Prompt:
     directory: str
     texts: list[str]
     answer: Deferred[None]
+    mode: dict[str, Any] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -42,8 +51,14 @@ class FakeOpencode:
     in_flight: dict[str, int] = field(default_factory=dict)
     most_in_flight: dict[str, int] = field(default_factory=dict)
 
-    async def prompt_async(self, session_id: str, directory: str, texts: Sequence[str]) -> None:
-        prompt = Prompt(session_id, directory, list(texts), Deferred())
+    async def prompt_async(
+        self,
+        session_id: str,
+        directory: str,
+        texts: Sequence[str],
+        mode: Mapping[str, Any] | None = None,
+    ) -> None:
+        prompt = Prompt(session_id, directory, list(texts), Deferred(), dict(mode or {}))
         self.prompts.append(prompt)
         self.in_flight[session_id] = self.in_flight.get(session_id, 0) + 1
         self.most_in_flight[session_id] = max(
@@ -114,6 +129,8 @@ def make_harness(
     batch_max: int = 1,
     turns: TurnTracker | None = None,
     missing_dirs: frozenset[str] = frozenset(),
+    modes: ModeSource | None = None,
+    agents: AgentChecker | None = None,
 ) -> Harness:
     opencode, registry = FakeOpencode(), FakeRegistry()
     policy = DeliveryPolicy(tick_s=TICK_S, max_attempts=10, batch_max=batch_max,
@@ -121,6 +138,7 @@ def make_harness(
     arbiter = Arbiter(
         repo, registry, opencode, clock, policy=policy, turns=turns,
         check_directory=lambda d: f"{d} does not exist" if d in missing_dirs else None,
+        modes=modes, agents=agents,
     )  # fmt: skip
     return Harness(repo, clock, opencode, registry, arbiter, turns)
 

@@ -64,7 +64,8 @@ def health(daemon: Daemon) -> Any:
 
 
 def test_send_is_delivered_with_basic_auth(tmp_path: Path, clock: Clock) -> None:
-    """With opencode credentials set, the hand-off of a sent message uses Basic auth."""
+    """With opencode credentials set, every call of a hand-off uses Basic auth (the lookup,
+    the read of the newest messages for the target's agent and model, the prompt)."""
     opencode = RecordingOpencode(tmp_path)
     daemon = build(tmp_path, clock, opencode, opencode_auth=BasicAuth("opencode", "pw"))
     daemon.start_delivery()
@@ -72,6 +73,7 @@ def test_send_is_delivered_with_basic_auth(tmp_path: Path, clock: Clock) -> None
     expected = "Basic " + base64.b64encode(b"opencode:pw").decode()
     assert opencode.seen == [
         ("/session/ses_t", expected),
+        ("/session/ses_t/message", expected),
         ("/session/ses_t/prompt_async", expected),
     ]
     stored = daemon.repo.get("msg_1")

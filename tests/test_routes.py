@@ -13,6 +13,7 @@ from twisted.internet.task import Clock
 from twisted.web import server
 
 from pigeond import __version__
+from pigeond.model import HandoffMode
 from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository
 from pigeond.web import JsonApi, JsonResponse, make_site
@@ -425,6 +426,19 @@ def test_message_status(api: Api) -> None:
     api.deliver("msg_1")
     _, delivered = api.call("GET", "/swarm/message/msg_1")
     assert delivered["state"] == "handed_off" and delivered["handed_off_at"] is not None
+
+
+def test_message_status_says_what_it_was_handed_to(api: Api) -> None:
+    """GET /swarm/message/<id> names the agent and model of the hand-off (null before it)."""
+    api.send(msg_id="msg_1")
+    assert api.call("GET", "/swarm/message/msg_1")[1]["handed_to"] is None
+    mode = HandoffMode("plan", "fake", "fake-model-2", None, None)
+    api.repo.mark_handed_off_many(["msg_1"], int(api.clock.seconds() * 1000), None, mode)
+    _, body = api.call("GET", "/swarm/message/msg_1")
+    assert body["handed_to"] == {
+        "agent": "plan", "model": {"providerID": "fake", "modelID": "fake-model-2"},
+        "variant": None, "note": None,
+    }  # fmt: skip
 
 
 def test_unknown_message_status_is_404(api: Api) -> None:

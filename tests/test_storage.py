@@ -85,6 +85,7 @@ def test_added_columns(repo: SwarmRepository) -> None:
     assert added == [
         "last_error", "accept_seq", "handoff_seq",
         "verified_at", "verify_by", "requeue_count", "expires_at",
+        "handoff_agent", "handoff_provider", "handoff_model", "handoff_variant", "handoff_note",
     ]  # fmt: skip
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from twisted.internet.defer import Deferred
@@ -26,13 +26,17 @@ class FakeTranscripts:
     reads: list[int | None] = field(default_factory=list)
     error: OpencodeError | None = None
 
-    async def user_texts(
+    async def messages(
         self, session_id: str, directory: str, limit: int | None = None
-    ) -> list[str]:
+    ) -> list[dict[str, Any]]:
+        """Each text as one user message, with the mode the person chose."""
         self.reads.append(limit)
         if self.error is not None:
             raise self.error
-        return self.texts.get(session_id, [])
+        return [
+            {"info": {"role": "user", "agent": "plan"}, "parts": [{"type": "text", "text": t}]}
+            for t in self.texts.get(session_id, [])
+        ]
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Setup:
     transcripts: FakeTranscripts
     verifier: Verifier
     requeued: list[str]
+    transcripts_seen: list[tuple[str, list[dict[str, Any]]]]
 
     def now_ms(self) -> int:
         return int(self.clock.seconds() * 1000)
@@ -69,11 +74,13 @@ class Setup:
 @pytest.fixture
 def s(repo: SwarmRepository, clock: Clock) -> Setup:
     transcripts, requeued = FakeTranscripts(), list[str]()
+    seen: list[tuple[str, list[dict[str, Any]]]] = []
     verifier = Verifier(
         repo, StaticRegistry(), cast(OpencodeClient, transcripts), clock,
         interval_s=2, max_requeues=3, on_requeued=requeued.append,
+        on_transcript=lambda target, infos: seen.append((target, infos)),
     )  # fmt: skip
-    return Setup(repo, clock, transcripts, verifier, requeued)
+    return Setup(repo, clock, transcripts, verifier, requeued, seen)
 
 
 def state(s: Setup, msg_id: str) -> tuple[str, int | None, int]:
@@ -183,3 +190,10 @@ def test_tick_checks_each_target_once_per_interval(s: Setup) -> None:
 def test_envelope_ids(texts: Sequence[str], ids: set[str]) -> None:
     """Only an opening tag at the very start of a part names a delivered msg_id."""
     assert envelope_ids(texts) == ids
+
+
+def test_a_read_transcript_is_passed_on_for_the_next_hand_offs_mode(s: Setup) -> None:
+    """What the verifier reads anyway tells the arbiter the target's latest agent and model."""
+    s.transcripts.texts["ses_target"] = [s.hand_off("msg_a")]
+    s.check()
+    assert s.transcripts_seen == [("ses_target", [{"role": "user", "agent": "plan"}])]

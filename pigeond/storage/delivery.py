@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pigeond.model import StoredMessage
+from pigeond.model import NO_MODE, HandoffMode, StoredMessage
 from pigeond.storage.base import COLUMNS, RepositoryBase, reads, row_to_message
 from pigeond.storage.schema import PRIORITY_RANK_SQL
 
@@ -95,9 +95,14 @@ class DeliveryTransitions(RepositoryBase):
         return bool(self.mark_handed_off_many([msg_id], now_ms, verify_by))
 
     def mark_handed_off_many(
-        self, msg_ids: Sequence[str], now_ms: int, verify_by: int | None = None
+        self,
+        msg_ids: Sequence[str],
+        now_ms: int,
+        verify_by: int | None = None,
+        mode: HandoffMode = NO_MODE,
     ) -> list[str]:
-        """queued → handed_off, each taking the next hand-off number, in the order given."""
+        """queued → handed_off, each taking the next hand-off number, in the order given;
+        ``mode`` records the agent and model the prompt named (and a note when it fell back)."""
         done = []
         with self._write() as conn:
             for msg_id in msg_ids:
@@ -107,10 +112,12 @@ class DeliveryTransitions(RepositoryBase):
                 conn.execute(
                     "UPDATE swarm_messages SET state = 'handed_off', handed_off_at = ?,"
                     " updated_at = ?, next_retry_at = NULL, last_error = NULL,"
-                    " handoff_seq = ?, verified_at = NULL, verify_by = ?"
-                    " WHERE msg_id = ?",
-                    (now_ms, now_ms, seq, verify_by, msg_id),
-                )
+                    " handoff_seq = ?, verified_at = NULL, verify_by = ?, handoff_agent = ?,"
+                    " handoff_provider = ?, handoff_model = ?, handoff_variant = ?,"
+                    " handoff_note = ? WHERE msg_id = ?",
+                    (now_ms, now_ms, seq, verify_by, mode.agent, mode.provider, mode.model,
+                     mode.variant, mode.note, msg_id),
+                )  # fmt: skip
                 done.append(msg_id)
         return done
 

@@ -105,6 +105,16 @@ CREATE INDEX idx_swarm_unverified
     WHERE state = 'handed_off' AND verify_by IS NOT NULL;
 """
 
+# Which agent and model each hand-off named (the target's own, never a default
+# that switches its mode), and why, when pigeond had to name less than that.
+_V4_HANDOFF_MODE = """
+ALTER TABLE swarm_messages ADD COLUMN handoff_agent TEXT;
+ALTER TABLE swarm_messages ADD COLUMN handoff_provider TEXT;
+ALTER TABLE swarm_messages ADD COLUMN handoff_model TEXT;
+ALTER TABLE swarm_messages ADD COLUMN handoff_variant TEXT;
+ALTER TABLE swarm_messages ADD COLUMN handoff_note TEXT;
+"""
+
 Migration = Callable[[sqlite3.Connection], None]
 
 
@@ -137,6 +147,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V1_SEED),
     _script(_V2_SEQUENCES),
     _script(_V3_DELIVERY),
+    _script(_V4_HANDOFF_MODE),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
