@@ -13,7 +13,8 @@ hand and packed with ``dpkg-deb --root-owner-group --build``. Layout:
 - ``/usr/bin/<script>`` for every console script of the built wheel (so every
   ``[project.scripts]`` entry): ``#!/usr/bin/python3 -I`` wrappers that put
   ``/usr/lib/pigeond`` first on ``sys.path``.
-- units in ``/lib/systemd/system`` and ``/usr/lib/systemd/user``, the
+- units in ``/lib/systemd/system`` and ``/usr/lib/systemd/user``, the system
+  user and group in ``/usr/lib/sysusers.d/pigeond.conf``, the
   socket-activation drop-ins and the opencode plugin
   (``opencode-plugin/pigeond-swarm.js``) in ``/usr/share/pigeond``, the default
   ``/etc/pigeond/pigeond.toml`` (a conffile), docs in ``/usr/share/doc/pigeond``.
@@ -253,6 +254,8 @@ def lay_out_files(root: Path, scripts: list[Script]) -> None:
         copy_file(src, dest)
     for dropin in ("socket-activation.conf", "socket-activation-unix.conf"):
         copy_file(SYSTEMD / dropin, root / "usr/share/pigeond" / dropin)
+    # the system user and group pigeond, made by postinst (systemd-sysusers pigeond.conf)
+    copy_file(SYSTEMD / "pigeond.sysusers", root / "usr/lib/sysusers.d/pigeond.conf")
     plugin = PACKAGING / "opencode-plugin" / "pigeond-swarm.js"
     copy_file(plugin, root / "usr/share/pigeond/opencode-plugin" / plugin.name)
     copy_file(PACKAGING / "pigeond.toml", root / "etc/pigeond/pigeond.toml")

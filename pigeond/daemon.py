@@ -6,21 +6,26 @@ tests pass their own.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from treq.client import HTTPClient
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool, _HTTP11ClientFactory
 from twisted.web.server import Site
 
+from pigeond.access import AccessPolicy
 from pigeond.arbiter import Arbiter, DeliveryPolicy
-from pigeond.config import Config
+from pigeond.config import Config, default_token_path
+from pigeond.credentials import load_or_create_token
 from pigeond.events import EventStream
+from pigeond.flood import FloodGuard
+from pigeond.listeners import listen_runtime_socket, server_endpoint
 from pigeond.opencode_client import OpencodeClient
+from pigeond.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.registry import SessionDirectoryRegistry
 from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository, open_database
@@ -62,16 +67,40 @@ class Daemon:
     reactor: Any
     routes: SwarmRoutes
     delivery: DeliveryParts | None = None
+    access: AccessPolicy | None = None
+    flood: FloodGuard | None = None
+    notes: list[str] = field(default_factory=list)
     ports: list[IListeningPort] = field(default_factory=list)
 
     async def listen(self) -> IListeningPort:
-        endpoint = serverFromString(self.reactor, self.config.listen)
+        """Listen on ``config.listen`` (``unix:`` private by default, a passed Unix socket
+        adopted without chmod or unlink: see :mod:`pigeond.listeners`)."""
+        endpoint = server_endpoint(self.reactor, self.config.listen)
         port: IListeningPort = await endpoint.listen(self.site)
         self.ports.append(port)
         log.info("listening on {address}", address=describe_address(port))
         return port
 
+    def listen_runtime(self) -> IListeningPort | None:
+        """Also listen on the runtime socket clients try first (``runtime_socket``), unless it
+        is the ``listen`` socket itself. Never fatal: why it is not used is logged, and
+        ``listen`` still serves."""
+        path = self.config.runtime_socket
+        if not path:
+            return None
+        wanted = "unix:" + os.path.abspath(path)
+        if any(describe_address(p) in (wanted, "unix:" + path) for p in self.ports):
+            return None
+        port = listen_runtime_socket(self.reactor, self.site, path, self.config.allow_group)
+        if port is None:
+            return None
+        self.ports.append(port)
+        log.info("also listening on {address} (runtime socket)", address=describe_address(port))
+        return port
+
     def start_delivery(self) -> None:
+        for note in self.notes:
+            log.info("{note}", note=note)
         if self.arbiter is None:
             log.info("arbiter NOT started: opencode_url is empty; messages stay queued")
             return
@@ -137,12 +166,27 @@ class Daemon:
 
     def reload(self, new: Config) -> list[str]:
         """Apply what can change while running; return the options that need a restart."""
-        fixed = ["listen", "db", "opencode_url", "delivery", "log_format"]
+        fixed = [
+            "listen", "db", "opencode_url", "delivery", "log_format", "auth", "token_file",
+            "runtime_socket",
+        ]  # fmt: skip
         needs_restart = [o for o in fixed if getattr(new, o) != getattr(self.config, o)]
         if new.opencode_auth != self.config.opencode_auth:
             needs_restart.append("opencode auth")
+        if new.allow_group != self.config.allow_group:
+            # who may send changes now; the runtime socket's file group and mode at restart
+            needs_restart.append("allow_group (the runtime socket file's group)")
         self.site.requestFactory = bounded_request_factory(new.max_body_bytes)
         self.routes.default_ttl_s = new.default_ttl_s
+        if self.flood is not None:
+            self.flood.configure(
+                max_queued_per_target=new.max_queued_per_target,
+                sender_rate_per_s=new.sender_rate_per_s, sender_burst=new.sender_burst,
+            )  # fmt: skip
+        if self.access is not None:
+            self.access.configure(
+                new.allow_uids, new.allow_group, new.allow_origins, new.allow_hosts
+            )
         self.repo.notice_ttl_ms = new.default_ttl_s * 1000
         if self.arbiter is not None and self.delivery is not None:
             self.arbiter.set_policy(delivery_policy(new))
@@ -198,30 +242,69 @@ def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -
                 reactor, client, busy_window_s=config.busy_window_s,
                 turn_timeout_s=config.turn_timeout_s, poll_interval_s=config.status_poll_s,
             )  # fmt: skip
-            events = EventStream(client, reactor, turns.observe, turns.stream_state)
+        # each target's own agent and model, from the events and transcripts read anyway
+        modes = ModeTracker(
+            client, stream_connected=lambda: events is not None and events.connected
+        )
+        if turns is not None:
+            events = EventStream(
+                client, reactor, turns.observe, turns.stream_state, on_user_message=modes.observe
+            )
         holder: list[Arbiter] = []
         verifier = Verifier(
             repo, registry, client, reactor, interval_s=config.verify_interval_s,
             max_requeues=config.max_requeues, on_requeued=lambda t: holder[0].kick(t),
+            on_transcript=modes.observe_transcript,
         )  # fmt: skip
         arbiter = Arbiter(
             repo, registry, client, reactor, policy=delivery_policy(config), turns=turns,
-            verifier=verifier,
+            verifier=verifier, modes=modes, agents=AgentCatalog(client, reactor),
         )  # fmt: skip
         holder.append(arbiter)
         delivery = DeliveryParts(client, registry, verifier, turns)
+    flood = FloodGuard(
+        repo, reactor, max_queued_per_target=config.max_queued_per_target,
+        sender_rate_per_s=config.sender_rate_per_s, sender_burst=config.sender_burst,
+    )  # fmt: skip
     routes = SwarmRoutes(
         repo,
         reactor,
         on_accepted=arbiter.kick if arbiter is not None else (lambda target: None),
         arbiter_running=(lambda: arbiter.running) if arbiter is not None else (lambda: False),
+        send_checks=[flood.check],
         default_ttl_s=config.default_ttl_s,
     )
-    site = make_site(routes.install(JsonApi()), config.max_body_bytes)
+    access, notes = access_policy(config)
+    site = make_site(routes.install(JsonApi(gate=access)), config.max_body_bytes)
     return Daemon(
         config=config, repo=repo, site=site, arbiter=arbiter, events=events, pool=pool,
-        reactor=reactor, routes=routes, delivery=delivery,
+        reactor=reactor, routes=routes, delivery=delivery, access=access, flood=flood,
+        notes=notes,
     )  # fmt: skip
+
+
+def access_policy(config: Config) -> tuple[AccessPolicy, list[str]]:
+    """The request gate, with the bearer token made or loaded when ``auth = "token"``;
+    also the lines to log once logging runs (never the token itself)."""
+    token = None
+    notes = []
+    if config.auth == "token":
+        path = config.token_file or default_token_path(config.db)
+        token, loosened = load_or_create_token(path)
+        notes.append(f"auth: TCP clients need the bearer token kept in {path}")
+        if loosened:
+            notes.append(
+                f"the token file {path} was readable by others; made it private"
+                " again (delete it and restart to make a new token)"
+            )
+    else:
+        notes.append("auth: none (UNSAFE: anyone who can connect can prompt your agents)")
+    policy = AccessPolicy(
+        own_uid=os.getuid(), token=token, allow_uids=config.allow_uids,
+        allow_group=config.allow_group, allow_origins=config.allow_origins,
+        allow_hosts=config.allow_hosts,
+    )  # fmt: skip
+    return policy, notes
 
 
 def stop_later(daemon: Daemon) -> Deferred[None]:

@@ -14,6 +14,7 @@ from twisted.logger import Logger
 
 from pigeond import __version__
 from pigeond.config import OPTIONS, Config, ConfigError, load_config
+from pigeond.credentials import TokenError
 from pigeond.storage import StorageError
 
 EXIT_OK = 0
@@ -52,10 +53,10 @@ def _fail(message: str, code: int) -> int:
 
 
 def _check_endpoint(reactor: object, config: Config, *, serving: bool) -> None:
-    from twisted.internet.endpoints import serverFromString
+    from pigeond.listeners import server_endpoint
 
     try:
-        serverFromString(reactor, config.listen)
+        server_endpoint(reactor, config.listen)
     except Exception as e:
         if config.listen.startswith("systemd:") and isinstance(e, IndexError | KeyError):
             # socket activation: the socket exists only when systemd starts us
@@ -102,11 +103,15 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
         watchdog_period_s,
     )
 
+    os.umask(0o077)  # whatever pigeond creates is its user's alone, unless it says otherwise
     lock = InstanceLock(config.db)
     try:
         lock.acquire()
         daemon = build_daemon(config, reactor)
     except AlreadyRunning as e:
+        return _fail(str(e), EXIT_RUNTIME)
+    except TokenError as e:
+        lock.release()
         return _fail(str(e), EXIT_RUNTIME)
     except StorageError as e:
         lock.release()
@@ -132,6 +137,7 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
             exit_code[0] = EXIT_RUNTIME
             reactor.stop()
             return
+        daemon.listen_runtime()  # after listen: the first "listening on" line is listen's
         daemon.start_delivery()
         notifier.notify("READY=1")
         status.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,17 @@ def test_status_line(tmp_path: Path, clock: Clock) -> None:
     daemon.start_delivery()
     send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "hi"})
     assert daemon.status_line() == "queued 0, failed 0, in flight 0, opencode ok"
+
+
+def test_reload_applies_access_and_flood_settings_live(tmp_path: Path, clock: Clock) -> None:
+    """A SIGHUP reload changes allow_hosts and the flood limits at once; allow_group's
+    socket file is named as needing a restart."""
+    daemon = build(tmp_path, clock, RecordingOpencode(tmp_path), opencode_url="")
+    api = stub_client(daemon.site.resource)
+    assert result_of(api.get("http://pigeond.internal/health")).code == 421
+    new = replace(daemon.config, allow_hosts=("pigeond.internal",), sender_burst=1,
+                  sender_rate_per_s=0.001, allow_group="root")  # fmt: skip
+    assert daemon.reload(new) == ["allow_group (the runtime socket file's group)"]
+    assert result_of(api.get("http://pigeond.internal/health")).code == 200
+    assert send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "1"}) == 202
+    assert send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "2"}) == 429

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import tomllib
@@ -29,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from pigeond.config import OPTIONS, Config, read_config_file
+from pigeond.config import OPTIONS, Config, default_runtime_socket, read_config_file
 
 REPO = Path(__file__).resolve().parent.parent
 SYSTEMD_DIR = REPO / "systemd"
@@ -39,6 +40,7 @@ USER_UNIT = SYSTEMD_DIR / "user" / "pigeond.service"
 SOCKET_DROPIN = SYSTEMD_DIR / "socket-activation.conf"
 UNIX_SOCKET_UNIT = SYSTEMD_DIR / "pigeond-unix.socket"
 UNIX_SOCKET_DROPIN = SYSTEMD_DIR / "socket-activation-unix.conf"
+SYSUSERS = SYSTEMD_DIR / "pigeond.sysusers"
 DEFAULT_CONFIG = REPO / "packaging" / "pigeond.toml"
 BUILD_DEB = REPO / "packaging" / "build_deb.py"
 README = REPO / "README.md"
@@ -73,11 +75,13 @@ START_TIMEOUT_S = 30.0
 # -- helpers ---------------------------------------------------------------------------
 
 
-def unit_settings(path: Path) -> dict[str, list[tuple[str, str]]]:
-    """A unit file as {section: [(key, value), ...]}, in order, repeated keys kept."""
+def unit_settings(path: Path | str) -> dict[str, list[tuple[str, str]]]:
+    """A unit file (a path, or its text) as {section: [(key, value), ...]}, in order,
+    repeated keys kept."""
+    text = path.read_text() if isinstance(path, Path) else path
     sections: dict[str, list[tuple[str, str]]] = {}
     current: list[tuple[str, str]] | None = None
-    for raw in path.read_text().splitlines():
+    for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith(("#", ";")):
             continue
@@ -329,7 +333,7 @@ def test_verify_reports_a_broken_unit(tmp_path: Path) -> None:
 
 
 def test_system_unit_has_the_required_settings() -> None:
-    """Type=notify, watchdog, restart, reload, dynamic user, directories and hardening."""
+    """Type=notify, watchdog, restart, reload, its user, directories and hardening."""
     service = dict(unit_settings(SYSTEM_UNIT)["Service"])
     expected = {
         "Type": "notify",
@@ -337,12 +341,12 @@ def test_system_unit_has_the_required_settings() -> None:
         "Restart": "on-failure",
         "ExecStart": "/usr/bin/pigeond",
         "ExecReload": "/bin/kill -HUP $MAINPID",
-        "DynamicUser": "yes",
+        "User": "pigeond",
+        "Group": "pigeond",
         "StateDirectory": "pigeond",
         "ConfigurationDirectory": "pigeond",
         "ProtectSystem": "strict",
         "ProtectHome": "read-only",
-        "PrivateTmp": "yes",
         "PrivateDevices": "yes",
         "NoNewPrivileges": "yes",
         "CapabilityBoundingSet": "",
@@ -356,10 +360,156 @@ def test_system_unit_has_the_required_settings() -> None:
     assert values(SYSTEM_UNIT, "Install", "WantedBy") == ["multi-user.target"]
 
 
+def test_system_unit_sees_tmp_and_tells_users_apart() -> None:
+    """No private /tmp (nor DynamicUser=, which implies it) and no user namespace: the static
+    user pigeond sees session folders under /tmp and every peer's real uid."""
+    service = dict(unit_settings(SYSTEM_UNIT)["Service"])
+    hiding = {
+        "PrivateTmp",
+        "DynamicUser",
+        "PrivateUsers",
+        "JoinsNamespaceOf",
+        "TemporaryFileSystem",
+    }
+    assert sorted(hiding & set(service)) == []
+    assert (service["User"], service["Group"]) == ("pigeond", "pigeond")
+
+
+SEES_FOLDERS = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from pigeond.preflight import directory_problem
+print(json.dumps({
+    "problems": [directory_problem(p) for p in sys.argv[2:]],
+    "tmp_writable": os.access("/tmp", os.W_OK),
+}))
+"""
+
+
+def under_unit_file_system(unit_text: str, *paths: str) -> dict[str, Any]:
+    """``directory_problem`` for ``paths``, run in a mount namespace set up as the unit's
+    file-system settings say: everything read-only for ProtectSystem=strict, and an
+    empty /tmp and /var/tmp for PrivateTmp= (or DynamicUser=, which implies it)."""
+    service = dict(unit_settings(unit_text).get("Service", []))
+    script = ["set -e"]
+    if service.get("ProtectSystem") == "strict":
+        # read-only: / and whatever is mounted on its own at /tmp or /var/tmp
+        script.append(
+            "for m in / /tmp /var/tmp; do"
+            ' if mountpoint -q "$m"; then mount -o remount,bind,ro "$m"; fi; done'
+        )
+    if "yes" in (service.get("PrivateTmp"), service.get("DynamicUser")):
+        script += ["mount -t tmpfs tmpfs /tmp", "mount -t tmpfs tmpfs /var/tmp"]
+    script.append('exec "$@"')
+    unshare = ["unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        unshare.append("--map-root-user")
+    command = [*unshare, "sh", "-c", "\n".join(script), "sh"]
+    out = ok([*command, sys.executable, "-c", SEES_FOLDERS, REPO, *paths])
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+@pytest.fixture
+def session_folders() -> Iterator[list[str]]:
+    """A session folder under /tmp, one under /var/tmp, and a deleted one under /tmp."""
+    kept = [tempfile.mkdtemp(prefix="pigeond-session-", dir=d) for d in ("/tmp", "/var/tmp")]
+    deleted = tempfile.mkdtemp(prefix="pigeond-session-", dir="/tmp")
+    os.rmdir(deleted)
+    yield [*kept, deleted]
+    for folder in kept:
+        os.rmdir(folder)
+
+
+def test_session_folders_under_tmp_are_seen_under_the_unit(session_folders: list[str]) -> None:
+    """Under the system unit's own file-system settings a session folder under /tmp or
+    /var/tmp is seen (delivered to), a deleted one is reported missing, and /tmp is
+    read-only to pigeond."""
+    seen = under_unit_file_system(SYSTEM_UNIT.read_text(), *session_folders)
+    problems = seen["problems"]
+    assert problems[:2] == [None, None]
+    assert (
+        problems[2]
+        == f"the session's directory {session_folders[2]} does not exist on this machine"
+    )
+    assert seen["tmp_writable"] is False
+
+
+def test_a_private_tmp_would_hide_session_folders(session_folders: list[str]) -> None:
+    """The check above is not vacuous: with PrivateTmp=yes added to the unit, the existing
+    session folders look missing (their messages were held until they expired)."""
+    text = SYSTEM_UNIT.read_text().replace("[Service]\n", "[Service]\nPrivateTmp=yes\n", 1)
+    problems = under_unit_file_system(text, *session_folders[:2])["problems"]
+    assert all(p is not None and "does not exist" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("unit", [SYSTEM_UNIT, USER_UNIT], ids=["system", "user"])
+def test_unit_gives_up_within_the_start_limit(unit: Path) -> None:
+    """A service failing at once hits the start limit (no endless restarts); exit 2 (a
+    configuration error) is never restarted."""
+    settings = dict(unit_settings(unit)["Unit"])
+    service = dict(unit_settings(unit)["Service"])
+    interval_s = int(settings["StartLimitIntervalSec"].removesuffix("s"))
+    burst = int(settings["StartLimitBurst"])
+    restart_s = int(service["RestartSec"].removesuffix("s"))
+    assert burst * restart_s < interval_s  # immediate failures reach the burst in the window
+    assert burst >= 3  # a crash now and then is still restarted
+    assert service["RestartPreventExitStatus"] == "2"
+    assert "StartLimitIntervalSec" not in service  # [Service] would be the old, ignored place
+
+
+def test_system_runtime_socket_is_for_the_group_pigeond() -> None:
+    """/run/pigeond is 0750 and pigeond's runtime socket in it is for group pigeond and root."""
+    service = dict(unit_settings(SYSTEM_UNIT)["Service"])
+    env = dict(v.split("=", 1) for v in values(SYSTEM_UNIT, "Service", "Environment"))
+    assert service["RuntimeDirectory"] == "pigeond"
+    assert service["RuntimeDirectoryMode"] == "0750"
+    assert env["PIGEOND_ALLOW_GROUP"] == service["Group"] == "pigeond"
+    assert env["PIGEOND_ALLOW_UIDS"] == "0"
+    # SQLite's temporary files need a writable folder: /tmp is read-only under strict
+    assert env["TMPDIR"] == "/var/lib/" + service["StateDirectory"]
+
+
+def test_unix_socket_unit_is_the_runtime_socket() -> None:
+    """pigeond-unix.socket listens where the service's runtime socket would be (clients need
+    no --url), group pigeond; its drop-in turns the service's own socket and folder off."""
+    under_service = {"RUNTIME_DIRECTORY": "/run/pigeond", "STATE_DIRECTORY": "/var/lib/pigeond"}
+    assert values(UNIX_SOCKET_UNIT, "Socket", "ListenStream") == [
+        default_runtime_socket(under_service)
+    ]
+    socket_unit = dict(unit_settings(UNIX_SOCKET_UNIT)["Socket"])
+    assert (socket_unit["SocketGroup"], socket_unit["SocketMode"]) == ("pigeond", "0660")
+    assert socket_unit["Service"] == "pigeond.service"
+    assert values(UNIX_SOCKET_DROPIN, "Service", "Environment") == [
+        "PIGEOND_LISTEN=systemd:domain=UNIX:index=0",
+        "PIGEOND_RUNTIME_SOCKET=",
+    ]
+    assert values(UNIX_SOCKET_DROPIN, "Service", "RuntimeDirectory") == [""]
+    assert values(UNIX_SOCKET_DROPIN, "Unit", "Requires") == ["pigeond-unix.socket"]
+
+
+def test_sysusers_file_makes_the_system_user_and_group(tmp_path: Path) -> None:
+    """systemd-sysusers, run on an empty root, makes user and group pigeond: a system id, no
+    login shell."""
+    tool = shutil.which("systemd-sysusers")
+    if tool is None:
+        pytest.fail("systemd-sysusers is missing: install Debian's systemd package")
+    (tmp_path / "etc").mkdir()
+    ok([tool, f"--root={tmp_path}", SYSUSERS])
+    passwd = (tmp_path / "etc/passwd").read_text().splitlines()
+    group = (tmp_path / "etc/group").read_text().splitlines()
+    [user] = [ln.split(":") for ln in passwd if ln.startswith("pigeond:")]
+    [grp_] = [ln.split(":") for ln in group if ln.startswith("pigeond:")]
+    assert 0 < int(user[2]) < 1000 and user[3] == grp_[2]
+    assert user[6] == "/usr/sbin/nologin"
+
+
 def test_every_system_unit_setting_is_justified_in_the_readme() -> None:
-    """Each [Service] setting of the system unit has a row in the README's table."""
+    """Each [Unit] and [Service] setting of the system unit has a row in the README's table."""
     section = readme_section("Install and run as a service")
-    keys = {k for k, _ in unit_settings(SYSTEM_UNIT)["Service"]}
+    settings = unit_settings(SYSTEM_UNIT)
+    keys = {k for k, _ in settings["Service"]}
+    keys |= {k for k, _ in settings["Unit"] if k not in ("Description", "Documentation")}
     missing = sorted(k for k in keys if f"`{k}=" not in section)
     assert missing == []
 
@@ -407,10 +557,14 @@ def test_default_config_file_shows_every_option_with_its_default(tmp_path: Path)
     uncommented.write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in shown.items()))
     parsed = read_config_file(uncommented)  # every key known, every type right
     defaults = {f.name: f.default for f in fields(Config)}
-    assert {k: v for k, v in parsed.items() if k != "db"} == {
-        k: defaults[k] for k in parsed if k != "db"
+    computed = ("db", "token_file", "runtime_socket")  # from the environment
+    assert {k: v for k, v in parsed.items() if k not in computed} == {
+        k: defaults[k] for k in parsed if k not in computed
     }
-    assert shown["db"] == "/var/lib/pigeond/pigeond.db"  # $STATE_DIRECTORY under systemd
+    # what they are under systemd: $STATE_DIRECTORY and $RUNTIME_DIRECTORY
+    assert shown["db"] == "/var/lib/pigeond/pigeond.db"
+    assert shown["token_file"] == "/var/lib/pigeond/token"
+    assert shown["runtime_socket"] == "/run/pigeond/pigeond.sock"
 
 
 # -- wheel and sdist --------------------------------------------------------------------
@@ -459,15 +613,22 @@ def clean_machine() -> Iterator[None]:
             "the package, so it refuses to touch them: `dpkg --purge pigeond` first"
         )
     private_existed = Path("/var/lib/private").exists()
+    user_existed = run(["getent", "passwd", "pigeond"]).returncode == 0
     try:
         yield
     finally:
         if dpkg_status("pigeond") not in ("", "unknown ok not-installed"):
             run(["dpkg", "--purge", "pigeond"])
         shutil.rmtree("/var/lib/private/pigeond", ignore_errors=True)
-        Path("/var/lib/pigeond").unlink(missing_ok=True)
+        if Path("/var/lib/pigeond").is_symlink():
+            Path("/var/lib/pigeond").unlink()
+        shutil.rmtree("/var/lib/pigeond", ignore_errors=True)
         if not private_existed and Path("/var/lib/private").exists():
             Path("/var/lib/private").rmdir()
+        if not user_existed:
+            # the package keeps its system user (Debian's rule); this test machine does not
+            run(["userdel", "pigeond"])
+            run(["groupdel", "pigeond"])
 
 
 @pytest.mark.slow
@@ -510,6 +671,7 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
         "/lib/systemd/system/pigeond.socket",
         "/lib/systemd/system/pigeond-unix.socket",
         "/usr/lib/systemd/user/pigeond.service",
+        "/usr/lib/sysusers.d/pigeond.conf",
         "/usr/share/pigeond/socket-activation.conf",
         "/usr/share/pigeond/socket-activation-unix.conf",
         "/usr/share/pigeond/opencode-plugin/pigeond-swarm.js",
@@ -525,10 +687,12 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
         "/usr/bin/",
         "/usr/lib/pigeond/",
         "/usr/lib/systemd/user/",
+        "/usr/lib/sysusers.d/pigeond.conf",
         "/usr/share/doc/pigeond/",
         "/usr/share/pigeond/",
     )
     dirs = {"/", "/etc", "/lib", "/lib/systemd", "/usr", "/usr/lib", "/usr/lib/systemd"}
+    dirs.add("/usr/lib/sysusers.d")
     dirs |= {"/usr/share", "/usr/share/doc", *(a.rstrip("/") for a in allowed)}
     stray = sorted(p for p in files if p not in dirs and not p.startswith(allowed))
     assert stray == []
@@ -540,10 +704,16 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
     assert {owner for _, owner in (v.split() for v in files.values())} == {"root/root"}
     assert files["/usr/bin/pigeond"].startswith("-rwxr-xr-x")
     assert files["/etc/pigeond/pigeond.toml"].startswith("-rw-r--r--")
+    assert files["/usr/lib/sysusers.d/pigeond.conf"].startswith("-rw-r--r--")
 
     # install
     ok(["dpkg", "-i", deb])
     assert dpkg_status("pigeond") == "install ok installed"
+    # the system user and group the service runs as (sysusers.d)
+    user = ok(["getent", "passwd", "pigeond"]).strip().split(":")
+    group = ok(["getent", "group", "pigeond"]).strip().split(":")
+    assert user[3] == group[2] and 0 < int(user[2]) < 1000
+    assert user[6] == "/usr/sbin/nologin"
     if shutil.which("deb-systemd-helper"):  # enabled, not started (nothing runs it here)
         wants = Path("/etc/systemd/system/multi-user.target.wants/pigeond.service")
         assert wants.is_symlink()
@@ -576,7 +746,9 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
         assert health["version"] == version
         assert health["arbiter"] is False
         send = ["/usr/bin/pigeon-send", "--url", f"http://127.0.0.1:{port}", "--from", "deb-test"]
-        sent = ok([*send, "ses_packaging", "hello from the installed pigeon-send"], env=env)
+        # over TCP with the bearer token pigeond made beside its database
+        token_env = {**env, "PIGEOND_TOKEN_FILE": str(tmp_path / "state" / "token")}
+        sent = ok([*send, "ses_packaging", "hello from the installed pigeon-send"], env=token_env)
         assert re.fullmatch(r"msg_[A-Za-z0-9_-]+", sent.strip())
         assert get_json(f"http://127.0.0.1:{port}/health")[1]["queued"] == 1
         project = tmp_path / "project"
@@ -603,11 +775,12 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
     ok(["dpkg", "-i", deb])
     assert dpkg_status("pigeond") == "install ok installed"
 
-    # what systemd's StateDirectory= with DynamicUser= would have made
-    Path("/var/lib/private/pigeond").mkdir(parents=True)
-    Path("/var/lib/private").chmod(0o700)
-    Path("/var/lib/private/pigeond/pigeond.db").write_bytes(b"")
-    Path("/var/lib/pigeond").symlink_to("private/pigeond")
+    # what systemd's StateDirectory= with User=pigeond would have made
+    Path("/var/lib/pigeond").mkdir(mode=0o700)
+    Path("/var/lib/pigeond/pigeond.db").write_bytes(b"")
+    Path("/var/lib/pigeond/token").write_bytes(b"")
+    for made in ("", "pigeond.db", "token"):
+        shutil.chown(Path("/var/lib/pigeond") / made, "pigeond", "pigeond")
 
     # remove keeps the config and the database
     ok(["dpkg", "-r", "pigeond"])
@@ -623,4 +796,6 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
     leftovers = [str(p) for p in INSTALLED_PATHS if p.exists() or p.is_symlink()]
     assert leftovers == []
     assert snapshot() == before
+    # Debian keeps a package's system users after a purge (files they owned may remain)
+    assert run(["getent", "passwd", "pigeond"]).returncode == 0
     print(f"deb: {deb.name}, {deb.stat().st_size / 1e6:.1f} MB, built in {build_s:.1f} s")

@@ -10,12 +10,13 @@ import os
 import signal
 import socket
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -75,9 +76,13 @@ def health(base_url: str) -> dict[str, object]:
         return dict(json.loads(response.read()))
 
 
-def send(base_url: str, payload: str) -> str:
+def send(proc: DaemonProcess, payload: str) -> str:
+    """POST /swarm/send over TCP, with the daemon's bearer token."""
     body = json.dumps({"from": "ses_a", "to": "ses_b", "payload": payload}).encode()
-    request = urllib.request.Request(base_url + "/swarm/send", data=body, method="POST")
+    headers = proc.auth_headers
+    request = urllib.request.Request(
+        proc.base_url + "/swarm/send", data=body, method="POST", headers=headers
+    )
     with urllib.request.urlopen(request, timeout=5) as response:
         return str(json.loads(response.read())["msg_id"])
 
@@ -98,7 +103,7 @@ def test_ready_after_the_port_answers_then_stopping(
     assert health(proc.base_url)["ok"] is True
     status = notify.wait_for("STATUS=queued 0, failed 0, delivery off")
     assert status > 0
-    sent = [send(proc.base_url, f"m{i}") for i in range(3)]
+    sent = [send(proc, f"m{i}") for i in range(3)]
     assert proc.stop() == 0
     notify.wait_for("STOPPING=1")
     conn = sqlite3.connect(tmp_path / "p.db")
@@ -157,7 +162,7 @@ def test_sighup_reloads_and_names_what_needs_a_restart(
     config.write_text("max_body_bytes = 65536\n")
     proc = start(daemons, notify, "--config", str(config))
     notify.wait_for("READY=1")
-    assert send(proc.base_url, "x" * 3000)
+    assert send(proc, "x" * 3000)
     config.write_text('max_body_bytes = 2048\nlog_format = "json"\n')
     os.kill(proc.pid, signal.SIGHUP)
     notify.wait_for("RELOADING=1")
@@ -168,7 +173,7 @@ def test_sighup_reloads_and_names_what_needs_a_restart(
     notify.drain(0.2)
     assert notify.count("READY=1") == 2
     with pytest.raises(urllib.error.HTTPError) as too_big:
-        send(proc.base_url, "x" * 3000)
+        send(proc, "x" * 3000)
     assert too_big.value.code == 413
 
 
@@ -222,13 +227,18 @@ os.execv(sys.executable, [sys.executable, "-m", "pigeond", *sys.argv[2:]])
 
 @contextmanager
 def activated(
-    tmp_path: Path, notify: NotifySocket, listener: socket.socket, domain: str
+    tmp_path: Path,
+    notify: NotifySocket,
+    listener: socket.socket,
+    domain: str,
+    prefix: Sequence[str] = (),
 ) -> Iterator[None]:
-    """pigeond started the way systemd starts it, adopting ``listener`` as fd 3; READY=1
-    has arrived when the block runs, and pigeond must exit 0 on SIGTERM after it."""
+    """pigeond started the way systemd starts it, adopting ``listener`` as fd 3 (run through
+    ``prefix``, e.g. setpriv); READY=1 has arrived when the block runs, and pigeond must
+    exit 0 on SIGTERM after it."""
     env = isolated_env(tmp_path / "home", {"NOTIFY_SOCKET": str(notify.path)})
     proc = subprocess.Popen(
-        [sys.executable, "-c", SHIM, str(listener.fileno()),
+        [*prefix, sys.executable, "-c", SHIM, str(listener.fileno()),
          "--listen", f"systemd:domain={domain}:index=0", "--db", str(tmp_path / "p.db"),
          "--opencode-url", ""],
         env=env, pass_fds=(listener.fileno(),), stdout=subprocess.DEVNULL,
@@ -253,6 +263,19 @@ def test_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
         assert health(f"http://127.0.0.1:{port}")["ok"] is True
 
 
+def unix_health(path: Path) -> bytes:
+    """``GET /health`` over the Unix socket ``path``; the whole answer."""
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(5)
+    client.connect(str(path))
+    client.sendall(b"GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n")
+    answer = b""
+    while chunk := client.recv(4096):
+        answer += chunk
+    client.close()
+    return answer
+
+
 def test_unix_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
     """A listening Unix socket passed as fd 3 (systemd:domain=UNIX) is served."""
     path = tmp_path / "p.sock"
@@ -260,15 +283,42 @@ def test_unix_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
     listener.bind(str(path))
     listener.listen()
     with activated(tmp_path, notify, listener, "UNIX"):
-        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        client.settimeout(5)
-        client.connect(str(path))
-        client.sendall(b"GET /health HTTP/1.0\r\n\r\n")
-        answer = b""
-        while chunk := client.recv(4096):
-            answer += chunk
-        client.close()
+        answer = unix_health(path)
         assert answer.startswith(b"HTTP/1.0 200") and b'"ok": true' in answer
+
+
+def test_unix_socket_activation_never_chmods_or_removes_the_socket(
+    tmp_path: Path, notify: NotifySocket
+) -> None:
+    """A passed Unix socket pigeond may not chmod (another uid's file, and as root
+    CAP_FOWNER dropped, as under the system unit) is served; after pigeond stops, its file
+    is there with mode 0640 and systemd's copy still listens."""
+    path = tmp_path / "run" / "pigeond.sock"
+    path.parent.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+    os.chmod(path, 0o640)
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        # systemd's socket file belongs to root; pigeond runs as pigeond. Here: the file
+        # belongs to nobody, and pigeond runs as root without the right to chmod it.
+        os.chown(path, 65534, 65534)
+        prefix = ["setpriv", "--bounding-set=-fowner", "--"]
+    owner = os.lstat(path).st_uid
+    systemd_copy = listener.dup()  # systemd keeps the socket while pigeond comes and goes
+    try:
+        with activated(tmp_path, notify, listener, "UNIX", prefix):
+            answer = unix_health(path)
+            assert answer.startswith(b"HTTP/1.0 200") and b'"ok": true' in answer
+            assert stat.S_IMODE(os.lstat(path).st_mode) == 0o640
+        after = os.lstat(path)  # pigeond has exited 0
+        assert stat.S_ISSOCK(after.st_mode)
+        assert (stat.S_IMODE(after.st_mode), after.st_uid) == (0o640, owner)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(path))  # no shutdown() by pigeond: it waits for the next one
+    finally:
+        systemd_copy.close()
 
 
 def test_socket_activation_without_a_socket_is_a_clear_error(tmp_path: Path) -> None:
