@@ -73,6 +73,8 @@ class Completion:
     """The tool call the model made instead of a text reply."""
     tool_result: ToolResult | None = None
     """The tool result this completion answered."""
+    model: str = ""
+    """The ``model`` the request asked for (opencode sends the model id, ``fake-model``)."""
 
     @property
     def duration(self) -> float:

@@ -331,6 +331,7 @@ class FakeLLM:
                 tools=tool_names(request),
                 tool_call=tool_call,
                 tool_result=tool_result,
+                model=str(request.get("model", "")),
             )
             with self._lock:
                 for key in keys:

@@ -73,7 +73,11 @@ def free_port() -> int:
 
 
 def opencode_config(llm_base_url: str) -> dict[str, Any]:
-    """The global opencode.json: only the ``fake`` provider, pointing at the fake LLM."""
+    """The global opencode.json: only the ``fake`` provider, pointing at the fake LLM.
+
+    Its default model is ``fake/fake-model``; ``fake/fake-model-2`` (same fake LLM)
+    is there for a prompt that names a model other than the default.
+    """
     return {
         "$schema": "https://opencode.ai/config.json",
         "autoupdate": False,
@@ -88,7 +92,11 @@ def opencode_config(llm_base_url: str) -> dict[str, Any]:
                     "fake-model": {
                         "name": "Fake Model",
                         "limit": {"context": 128000, "output": 4096},
-                    }
+                    },
+                    "fake-model-2": {
+                        "name": "Fake Model 2",
+                        "limit": {"context": 128000, "output": 4096},
+                    },
                 },
             }
         },
@@ -535,9 +543,29 @@ class OpencodeServer:
             if message["info"].get("role") == "assistant"
         ]
 
-    def prompt_async(self, session_id: str, directory: str | None, text: str) -> int:
-        """POST /session/<id>/prompt_async straight to opencode; returns the HTTP status."""
-        body = {"parts": [{"type": "text", "text": text}]}
+    def prompt_async(
+        self,
+        session_id: str,
+        directory: str | None,
+        text: str,
+        *,
+        agent: str | None = None,
+        model: tuple[str, str] | None = None,
+        variant: str | None = None,
+    ) -> int:
+        """POST /session/<id>/prompt_async straight to opencode; returns the HTTP status.
+
+        ``agent``, ``model`` (providerID, modelID) and ``variant`` are what a person
+        picked in opencode's UI; left out, opencode uses its default agent and the
+        session's last model (its default model in a new session), with no variant.
+        """
+        body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
+        if agent is not None:
+            body["agent"] = agent
+        if model is not None:
+            body["model"] = {"providerID": model[0], "modelID": model[1]}
+        if variant is not None:
+            body["variant"] = variant
         response = self.request(
             "POST", f"/session/{session_id}/prompt_async", body, directory=directory
         )

@@ -253,9 +253,18 @@ def test_pigeond_delivers_one_message_as_the_envelope(
 
 
 def session_with_one_turn(
-    server: OpencodeServer, llm: FakeLLM, directory: str, text: str, tries: int = 3
+    server: OpencodeServer,
+    llm: FakeLLM,
+    directory: str,
+    text: str,
+    tries: int = 3,
+    *,
+    agent: str | None = None,
+    model: tuple[str, str] | None = None,
+    variant: str | None = None,
 ) -> str:
-    """A new session whose prompt ``text`` reached the model.
+    """A new session whose prompt ``text`` (naming ``agent``, ``model`` and ``variant``
+    if given) reached the model.
 
     A session whose first prompt opencode itself logged as failed (1.15.4 does
     that now and then, see :meth:`OpencodeServer.prompt_failed_inside`) is left,
@@ -263,7 +272,10 @@ def session_with_one_turn(
     """
     for attempt in range(1, tries + 1):
         session_id = server.create_session(directory, f"{server.version} try {attempt}")
-        assert server.prompt_async(session_id, directory, text) == 204
+        status = server.prompt_async(
+            session_id, directory, text, agent=agent, model=model, variant=variant
+        )
+        assert status == 204
 
         def done(llm: FakeLLM, session_id: str = session_id) -> bool:
             return bool(llm.completions("main", session_id)) or server.prompt_failed_inside(
