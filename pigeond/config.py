@@ -222,6 +222,36 @@ OPTIONS: tuple[Option, ...] = (
         _between("stop_timeout_s", 0, 600),
     ),
     Option(
+        "batch_max_bytes",
+        int,
+        "most bytes of envelopes handed over in one prompt (one larger message goes alone)",
+        _between("batch_max_bytes", 1024, 64 * 1024 * 1024),
+    ),
+    Option(
+        "inbox_max_bytes",
+        int,
+        "most bytes of payload in one GET /swarm/inbox page (one larger message comes alone)",
+        _between("inbox_max_bytes", 1024, 64 * 1024 * 1024),
+    ),
+    Option(
+        "request_timeout_s",
+        float,
+        "deadline for a whole request (headers and body) to arrive; trickling cannot extend it",
+        _between("request_timeout_s", 0.5, 3600),
+    ),
+    Option(
+        "max_connections",
+        int,
+        "most client connections at once; more are answered 503 and closed",
+        _between("max_connections", 1, 1_000_000),
+    ),
+    Option(
+        "retention_days",
+        float,
+        "done messages older than this are pruned; 0 keeps everything",
+        _between("retention_days", 0, 36_500),
+    ),
+    Option(
         "auth",
         str,
         "token: TCP clients need the bearer token; none: anyone who can connect may send (unsafe)",
@@ -317,6 +347,11 @@ class Config:
     outage_retry_s: float = 30.0
     default_ttl_s: int = 24 * 3600
     stop_timeout_s: float = 10.0
+    batch_max_bytes: int = 1024 * 1024
+    inbox_max_bytes: int = 1024 * 1024
+    request_timeout_s: float = 30.0
+    max_connections: int = 512
+    retention_days: float = 30.0
     auth: str = "token"
     token_file: str = ""
     runtime_socket: str = ""
