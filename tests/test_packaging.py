@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from pigeond import preflight
 from pigeond.config import OPTIONS, Config, default_runtime_socket, read_config_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -375,15 +376,16 @@ def test_system_unit_sees_tmp_and_tells_users_apart() -> None:
     assert (service["User"], service["Group"]) == ("pigeond", "pigeond")
 
 
+# Run by the system's python with pigeond's own preflight code inlined: the checkout and
+# its virtualenv may live under /tmp (CI clones anywhere), which a private /tmp hides.
 SEES_FOLDERS = """
 import json, os, sys
-sys.path.insert(0, sys.argv[1])
-from pigeond.preflight import directory_problem
 print(json.dumps({
-    "problems": [directory_problem(p) for p in sys.argv[2:]],
+    "problems": [directory_problem(p) for p in sys.argv[1:]],
     "tmp_writable": os.access("/tmp", os.W_OK),
 }))
 """
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def under_unit_file_system(unit_text: str, *paths: str) -> dict[str, Any]:
@@ -405,7 +407,8 @@ def under_unit_file_system(unit_text: str, *paths: str) -> dict[str, Any]:
     if os.geteuid() != 0:
         unshare.append("--map-root-user")
     command = [*unshare, "sh", "-c", "\n".join(script), "sh"]
-    out = ok([*command, sys.executable, "-c", SEES_FOLDERS, REPO, *paths])
+    code = Path(preflight.__file__).read_text(encoding="utf-8") + SEES_FOLDERS
+    out = ok([*command, SYSTEM_PYTHON, "-c", code, *paths])
     result: dict[str, Any] = json.loads(out)
     return result
 
