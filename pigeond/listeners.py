@@ -51,6 +51,9 @@ PRIVATE_FOLDER_MODE = 0o700
 GROUP_FOLDER_MODE = 0o750
 # a folder anyone but its owner may write to lets them swap or plant the socket
 UNSAFE_FOLDER_BITS = 0o022
+# connections the kernel queues before pigeond accepts them (capped by net.core.somaxconn):
+# a burst of clients waits here instead of being refused
+LISTEN_BACKLOG = 1024
 
 
 # -- the listen endpoint -----------------------------------------------------------------
@@ -83,13 +86,29 @@ def with_default_mode(listen: str) -> str:
     return f"{listen}:mode={PRIVATE_SOCKET_MODE:o}"
 
 
+def with_default_backlog(listen: str) -> str:
+    """``listen`` with ``:backlog=1024`` appended to a ``tcp:``, ``tcp6:`` or ``unix:``
+    endpoint that sets none (Twisted's default, 50, drops a burst of connects); any other
+    endpoint unchanged. A socket systemd passes keeps its unit's ``Backlog=`` (by default
+    the kernel's ``somaxconn``), which pigeond has no business changing."""
+    pieces = _split_unescaped(listen, ":")
+    if pieces[0] not in ("tcp", "tcp6", "unix"):
+        return listen
+    keywords = [_split_unescaped(piece, "=") for piece in pieces[1:]]
+    if any(len(kv) > 1 and kv[0] == "backlog" for kv in keywords):
+        return listen
+    return f"{listen}:backlog={LISTEN_BACKLOG}"
+
+
 def server_endpoint(reactor: Any, listen: str) -> IStreamServerEndpoint:
     """The endpoint for the ``listen`` setting: ``serverFromString`` with a private default
-    mode for ``unix:``, and a passed Unix socket adopted without chmod or unlink.
+    mode for ``unix:`` and a listen backlog sized for bursts, and a passed Unix socket
+    adopted without chmod or unlink.
 
     Raises what ``serverFromString`` raises (``systemd:`` with no socket passed raises
     IndexError or KeyError: Twisted reads and clears ``LISTEN_FDS`` when imported)."""
-    return adopt_unix_as_is(reactor, serverFromString(reactor, with_default_mode(listen)))
+    endpoint = serverFromString(reactor, with_default_backlog(with_default_mode(listen)))
+    return adopt_unix_as_is(reactor, endpoint)
 
 
 def adopt_unix_as_is(reactor: Any, endpoint: IStreamServerEndpoint) -> IStreamServerEndpoint:
@@ -344,7 +363,7 @@ def listen_runtime_socket(
                     path=path, group=allow_group, gid=gid, error=e.strerror,
                 )  # fmt: skip
         os.chmod(path, mode)
-        sock.listen(50)
+        sock.listen(LISTEN_BACKLOG)
         sock.setblocking(False)
         port = UnixSocketPort(sock, factory, reactor, remove_on_stop=bound)
         port.startListening()

@@ -94,6 +94,7 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
     """Serve until SIGTERM/SIGINT; SIGHUP re-reads the configuration."""
     from pigeond.daemon import build_daemon, stop_later
     from pigeond.logs import start_logging
+    from pigeond.rlimits import apply_open_files_limit
     from pigeond.service import (
         AlreadyRunning,
         InstanceLock,
@@ -120,6 +121,7 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
         lock.release()
         return _fail(f"cannot open the database {config.db}: {e.strerror or e}", EXIT_RUNTIME)
     logs = start_logging(config.log_level, config.log_format)
+    apply_open_files_limit(config.max_connections)  # each connection costs a descriptor
     notifier = notifier_from(os.environ)
     status = StatusReporter(notifier, reactor, daemon.status_line, STATUS_EVERY_S)
     period = watchdog_period_s(os.environ, os.getpid())

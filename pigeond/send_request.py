@@ -43,13 +43,37 @@ def _optional_ttl(body: dict[str, Any]) -> int | None:
     return value
 
 
+class OversizedNumber:
+    """Stands for a JSON integer with more digits than any field takes: ``int()`` of more
+    than 4300 digits raises ValueError, and converting fewer still costs time for nothing.
+    It is no ``int``, so the field holding it is refused by name ("field 'ttl_s' must be
+    an integer from 1 to ...")."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+# more than any field's range needs, far fewer than int()'s limit
+MAX_INTEGER_DIGITS = 64
+
+
+def _parse_int(text: str) -> int | OversizedNumber:
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        return OversizedNumber(len(text))
+    return int(text)
+
+
 def decode_json_object(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw.decode("utf-8"))
+        body = json.loads(raw.decode("utf-8"), parse_int=_parse_int)
     except UnicodeDecodeError as e:
         raise InvalidRequest("body is not valid UTF-8") from e
     except (json.JSONDecodeError, RecursionError) as e:
         raise InvalidRequest(f"body is not valid JSON: {e}") from e
+    except ValueError as e:  # json itself converting a number; not expected, never a 500
+        raise InvalidRequest(f"body is not acceptable JSON: {e}") from e
     if not isinstance(body, dict):
         raise InvalidRequest("body must be a JSON object")
     return body

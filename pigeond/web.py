@@ -13,10 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web import http, server
 from twisted.web.resource import Resource
 
+from pigeond.http_limits import LimitedSite
 from pigeond.send_request import InvalidRequest
 from pigeond.storage import StorageError, StorageUnavailable
 
@@ -178,7 +180,7 @@ class JsonApi(Resource):
         return json.dumps(response.body, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
-class QuietSite(server.Site):
+class QuietSite(LimitedSite):
     """No access log: the routes log the events that matter, with their msg_id."""
 
     noisy = False
@@ -187,11 +189,43 @@ class QuietSite(server.Site):
         pass
 
 
-def make_site(api: Resource, max_body_bytes: int, timeout_s: float = 60.0) -> server.Site:
-    site = QuietSite(api, requestFactory=bounded_request_factory(max_body_bytes))  # type: ignore[no-untyped-call]
+def make_site(
+    api: Resource,
+    max_body_bytes: int,
+    idle_timeout_s: float = 60.0,
+    *,
+    request_timeout_s: float = 30.0,
+    max_connections: int = 512,
+    reactor: IReactorTime | None = None,
+) -> server.Site:
+    """The daemon's site: JSON for every answer, bodies bounded, connections bounded (see
+    :mod:`pigeond.http_limits`); ``idle_timeout_s`` closes a kept-alive connection that
+    sends no next request.  ``reactor`` runs the timers (the global one when None)."""
+    site = QuietSite(  # type: ignore[no-untyped-call]
+        api,
+        requestFactory=bounded_request_factory(max_body_bytes),
+        # the API takes JSON only: a form or multipart body is never parsed into args
+        parsePOSTFormSubmission=False,
+        reactor=reactor,
+    )
     site.displayTracebacks = False
-    site.timeOut = timeout_s
+    site.timeOut = idle_timeout_s
+    configure_site(
+        site, max_body_bytes, request_timeout_s=request_timeout_s, max_connections=max_connections
+    )
     return site
+
+
+def configure_site(
+    site: server.Site, max_body_bytes: int, *, request_timeout_s: float, max_connections: int
+) -> None:
+    """Apply new limits to a running site (SIGHUP): the body limit to requests on new
+    connections, the deadline to the next request on any connection, the connection cap
+    to the next connection."""
+    site.requestFactory = bounded_request_factory(max_body_bytes)
+    if isinstance(site, LimitedSite):
+        site.request_timeout_s = request_timeout_s
+        site.max_connections = max_connections
 
 
 __all__ = [
@@ -200,6 +234,7 @@ __all__ = [
     "HttpError",
     "JsonApi",
     "JsonResponse",
+    "configure_site",
     "make_site",
     "query_param",
     "read_body",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -88,8 +89,10 @@ class DaemonProcess:
         tick_ms: int = 50,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        nofile: tuple[int, int] | None = None,
     ) -> None:
         self.workdir = workdir
+        self.nofile = nofile  # (soft, hard) RLIMIT_NOFILE to start with; None: inherited
         self.extra_env = dict(env or {})
         self.db = db
         self.token_file = client_token_file(workdir / "home")
@@ -133,6 +136,7 @@ class DaemonProcess:
             errors="replace",
             env=isolated_env(self.workdir / "home", self.extra_env),
             cwd=self.workdir,
+            preexec_fn=self._set_limits if self.nofile is not None else None,
         )
         self._drainer = threading.Thread(target=self._drain, name="pigeond-stdout", daemon=True)
         self._drainer.start()
@@ -149,6 +153,11 @@ class DaemonProcess:
                     f"pigeond {why}\ncommand: {self.args}\n--- output ---\n{self.output()}"
                 )
         return self
+
+    def _set_limits(self) -> None:
+        """In the child, before exec: the open-files limit the test asked for."""
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
 
     def _drain(self) -> None:
         proc = self._proc
@@ -286,6 +295,7 @@ class DaemonFactory:
         extra_args: Sequence[str] = (),
         timeout_s: float = DEFAULT_START_TIMEOUT_S,
         env: Mapping[str, str] | None = None,
+        nofile: tuple[int, int] | None = None,
     ) -> DaemonProcess:
         daemon = DaemonProcess(
             self.tmp_path,
@@ -295,6 +305,7 @@ class DaemonFactory:
             tick_ms=tick_ms,
             extra_args=extra_args,
             env=env,
+            nofile=nofile,
         )
         self._started.append(daemon)
         return daemon.start(timeout_s)

@@ -1,0 +1,424 @@
+"""What a connection may cost pigeond, and the JSON answer when it asks too much.
+
+Twisted's ``HTTPChannel`` answers what it cannot parse with a bare ``400 Bad
+Request`` and no body, closes a line longer than ``MAX_LENGTH`` with no answer
+at all, and its only clock is an idle timeout that every byte resets: a client
+trickling one byte every few seconds holds a connection (and a descriptor)
+forever.  Here:
+
+- every request Twisted refuses is answered as the API answers, ``{"error": ...}``
+  with ``application/json``: 400 naming what was wrong (request line, a header,
+  ``Content-Length``, ``Transfer-Encoding``, the chunked body), 414 for a request
+  line and 431 for headers over Twisted's limits, 413 for a ``Content-Length``
+  too long to even be a number we would read;
+- a request must arrive whole (request line, headers and body) within
+  ``request_timeout_s`` of its first byte (of the connection's opening, for the
+  first request), whatever it trickles; then it gets 408 and the connection is
+  closed.  Between requests the idle keep-alive timeout (``Site.timeOut``) rules;
+- a site serves at most ``max_connections`` connections at once; one more gets
+  ``503 {"error": "too many connections"}`` and is closed at once (in a flood of
+  connects that would leave too few descriptors for the answers, closed without
+  one), so connections cost pigeond a bounded number of descriptors and /health
+  keeps answering.
+
+A refusal closes the connection after its answer; when the client may still be
+sending (a 4xx for a malformed or oversized request), pigeond first reads and
+drops what comes for a moment (a "lingering close"), because closing a socket
+with unread data makes the kernel send a reset, and a client still writing would
+see "connection reset" instead of the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+from typing import Any
+
+from twisted.internet import interfaces
+from twisted.internet.interfaces import IDelayedCall, ITransport
+from twisted.internet.protocol import Protocol
+from twisted.logger import Logger
+from twisted.web import http, server
+
+log = Logger()
+
+# How long, and for how many bytes, a refused client may go on sending while the
+# answer drains; then the connection is aborted.
+LINGER_S = 2.0
+LINGER_MAX_BYTES = 1024 * 1024
+# After a refusal that does not linger, how long a client that reads nothing may
+# keep the connection (and its descriptor) before it is aborted.
+CLOSE_GRACE_S = 5.0
+# Descriptors kept for everything but client connections (database, WAL, lock,
+# listeners, epoll, connections to opencode...), when sizing how many 503 answers may
+# be in the works at once (see LimitedSite).
+RESERVED_FDS = 64
+MIN_REFUSALS_OPEN = 8
+# A Content-Length with more digits than this is no length we would ever read
+# (and int() refuses strings of more than 4300 digits with a ValueError).
+MAX_LENGTH_DIGITS = 18
+
+REASONS = {
+    400: b"Bad Request",
+    408: b"Request Timeout",
+    413: b"Content Too Large",
+    414: b"URI Too Long",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
+
+
+def error_response(status: int, message: str) -> bytes:
+    """A whole HTTP/1.1 answer ``{"error": message}`` that closes the connection."""
+    body = json.dumps({"error": message}, ensure_ascii=False).encode("utf-8") + b"\n"
+    reason = REASONS.get(status) or http.RESPONSES.get(status, b"Error")
+    return b"".join(
+        [
+            b"HTTP/1.1 %d %s\r\n" % (status, reason),
+            b"content-type: application/json; charset=utf-8\r\n",
+            b"cache-control: no-store\r\n",
+            b"connection: close\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"\r\n",
+            body,
+        ]
+    )
+
+
+def _abort(transport: ITransport) -> None:
+    """Close at once, dropping what is unsent (every stream transport can; ``ITransport``
+    does not declare it)."""
+    abort = getattr(transport, "abortConnection", transport.loseConnection)
+    abort()
+
+
+class LimitedChannel(http.HTTPChannel):
+    """An ``HTTPChannel`` with a whole-request deadline, JSON refusals, and a slot in
+    its site's connection count.
+
+    Hooks used: ``connectionMade``/``connectionLost`` (the slot, the timers),
+    ``dataReceived`` (a request's first byte starts its deadline; LineReceiver's
+    ``clearLineBuffer`` finds a pipelined request's first bytes),
+    ``lineReceived`` and ``lineLengthExceeded`` (LineReceiver's: header size and
+    count, checked before Twisted's own checks so they answer 431/414),
+    ``headerReceived`` (notes what a bad header was, for the 400's text),
+    ``allContentReceived``/``requestDone`` (a request has arrived / been
+    answered), ``timeoutConnection`` (TimeoutMixin's idle timeout).  One private
+    name: ``_respondToBadRequestAndDisconnect``, the single place where Twisted
+    answers every request it cannot parse (request line, header syntax,
+    Content-Length, Transfer-Encoding, chunked body); no public hook exists, and
+    without it those answers have an empty body.
+    """
+
+    site: LimitedSite  # set by Site.buildProtocol
+    # the deadline of the request being read: the site's value when the request began
+    request_timeout_s: float = 30.0
+
+    _deadline: IDelayedCall | None = None
+    _closer: IDelayedCall | None = None
+    _serving = False  # a whole request has arrived and is being answered
+    _refused = False  # an error answer went out; everything after it is dropped
+    _counted = False  # holds one of the site's connection slots
+    _dropped_bytes = 0
+    _held: http.Request | None = None  # answered; its answer not yet sent
+    _receiving = 0  # depth of dataReceived calls (Twisted replays pipelined data re-entrantly)
+    # the request being read: its head's bytes and lines, and its length headers
+    _head_bytes = 0
+    _head_lines = 0
+    _length_headers = 0
+    # what the header being parsed is, should Twisted refuse it
+    _problem: str | None = None
+
+    # -- the connection ------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        self._counted = True
+        self.site.open_connections += 1
+        super().connectionMade()  # type: ignore[no-untyped-call]
+        self._start_deadline()  # the first request's clock runs from the connection's opening
+
+    def connectionLost(self, reason: Any = None) -> None:
+        for call in (self._deadline, self._closer):
+            if call is not None and call.active():
+                call.cancel()
+        self._deadline = self._closer = None
+        if self._counted:
+            self._counted = False
+            self.site.connection_closed()
+        super().connectionLost(reason)  # type: ignore[no-untyped-call]
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._refused:
+            self._drop(data)
+            return
+        self._start_deadline_if_idle()  # the first byte of the next request
+        self._receiving += 1
+        try:
+            super().dataReceived(data)  # type: ignore[no-untyped-call]
+        finally:
+            self._receiving -= 1
+        if not self._receiving:
+            self._watch_unfinished_request()
+
+    def _watch_unfinished_request(self) -> None:
+        """After pipelined requests answered within one read, the start of one more may
+        wait in LineReceiver's buffer, a line not yet whole: its deadline runs from now.
+        The bytes are taken back and fed again, to land where they were."""
+        if self._deadline is not None or self._serving or self._refused or not self.persistent:
+            return
+        if not self.line_mode:
+            return
+        pending: bytes = self.clearLineBuffer()  # type: ignore[no-untyped-call]
+        if pending:
+            self._start_deadline()
+            super().dataReceived(pending)  # type: ignore[no-untyped-call]
+
+    # -- the request's deadline -----------------------------------------------------------
+
+    def _start_deadline_if_idle(self) -> None:
+        """A request begins: unless one is already timed or being answered, time it."""
+        if self._deadline is None and not self._serving:
+            self._start_deadline()
+
+    def _start_deadline(self) -> None:
+        self.request_timeout_s = self.site.request_timeout_s  # a reload applies to the next request
+        self._deadline = self.site.reactor.callLater(self.request_timeout_s, self._request_too_slow)
+
+    def _request_too_slow(self) -> None:
+        self._deadline = None
+        log.debug(
+            "closing a connection whose request did not arrive within {s} s",
+            s=self.request_timeout_s,
+        )
+        self._refuse(408, f"the request did not arrive within {self.request_timeout_s:g} s")
+
+    def allContentReceived(self) -> None:
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
+        self._serving = True
+        self._head_bytes = self._head_lines = self._length_headers = 0
+        super().allContentReceived()  # type: ignore[no-untyped-call]
+
+    def requestDone(self, request: http.Request) -> None:
+        if self._waitingForTransport and self.persistent:
+            # Its answer still fills the send buffer: the client is not reading.  Twisted
+            # would now parse the pipelined requests it buffered and queue their answers
+            # too, without end; hold them (reading nothing more) until the buffer drains.
+            # (HTTPChannel's own producer state: no public hook tells a full buffer.)
+            self._held = request
+            self._networkProducer.pauseProducing()
+            if self._savedTimeOut:
+                self.setTimeout(self._savedTimeOut)  # type: ignore[no-untyped-call]
+            return
+        # cleared first: a pipelined request that super() replays starts its own deadline
+        self._serving = False
+        super().requestDone(request)  # type: ignore[no-untyped-call]
+
+    def resumeProducing(self) -> None:
+        """The send buffer drained: a held request is done now, and reading goes on."""
+        super().resumeProducing()  # type: ignore[no-untyped-call]
+        held, self._held = self._held, None
+        if held is not None:
+            self.requestDone(held)
+
+    def timeoutConnection(self) -> None:
+        """The idle timeout: silent between requests, 408 in the middle of one."""
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+            self._refuse(408, f"the request stalled: nothing arrived for {self.site.timeOut:g} s")
+            return
+        super().timeoutConnection()  # type: ignore[no-untyped-call]
+
+    # -- the request head -------------------------------------------------------------------
+
+    def lineReceived(self, line: bytes) -> None:
+        if self._refused:
+            return
+        self._head_bytes += len(line)
+        if self._head_bytes > self.totalHeadersSize:
+            self._refuse(431, f"the request headers are larger than {self.totalHeadersSize} bytes")
+            return
+        if line and line[:1] not in b" \t":
+            self._head_lines += 1
+            if self._head_lines - 1 > self.maxHeaders:
+                self._refuse(431, f"the request has more than {self.maxHeaders} headers")
+                return
+        if line:
+            self._start_deadline_if_idle()  # a pipelined request, parsed from the same read
+        self._problem = "the request line is malformed" if self._head_lines == 1 else None
+        super().lineReceived(line)  # type: ignore[no-untyped-call]
+        self._problem = None
+
+    def lineLengthExceeded(self, line: bytes) -> None:
+        if self._head_lines == 0:
+            self._refuse(414, f"the request line is longer than {self.MAX_LENGTH} bytes")
+        else:
+            self._refuse(431, f"a request header line is longer than {self.MAX_LENGTH} bytes")
+
+    def headerReceived(self, line: bytes) -> bool:
+        name, _, value = line.partition(b":")
+        name, value = name.lower(), value.strip(b" \t")
+        self._problem = "a request header is malformed"
+        if name == b"content-length" or (
+            name == b"transfer-encoding" and value.lower() != b"identity"
+        ):
+            self._length_headers += 1
+            if self._length_headers > 1:
+                self._problem = (
+                    "the request gives its length more than once (Content-Length and"
+                    " Transfer-Encoding, or either twice)"
+                )
+            elif name == b"transfer-encoding":
+                self._problem = "Transfer-Encoding must be chunked"
+            elif value.isdigit() and len(value) > MAX_LENGTH_DIGITS:
+                self._refuse(413, "the request body is larger than any this server reads")
+                return False
+            else:
+                self._problem = "Content-Length must be a whole number of bytes"
+        ok: bool = super().headerReceived(line)  # type: ignore[no-untyped-call]
+        self._problem = None
+        return ok
+
+    # -- answers --------------------------------------------------------------------------
+
+    def _respondToBadRequestAndDisconnect(self) -> None:
+        # Private in Twisted, overridden on purpose: see the class docstring.
+        if self.line_mode:
+            message = self._problem or "the request is malformed"
+        else:
+            message = "the chunked request body is malformed"
+        self._refuse(400, message)
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``{"error": message}`` (unless an answer went out already) and close."""
+        if self._refused:
+            return
+        self._refused = True
+        # LineReceiver must not parse what followed the refused part
+        self.clearLineBuffer()  # type: ignore[no-untyped-call]
+        self.setTimeout(None)  # type: ignore[no-untyped-call]
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
+        transport = self.transport
+        if transport is None:
+            return
+        log.debug("refused a request: {status} {message}", status=status, message=message)
+        transport.write(error_response(status, message))
+        half_closeable = interfaces.ITCPTransport(transport, None)
+        consumer = interfaces.IConsumer(transport, None)
+        if status == 408 or half_closeable is None or consumer is None:
+            self.loseConnection()  # type: ignore[no-untyped-call]
+            self._abort_in(CLOSE_GRACE_S)
+            return
+        # The client may still be sending: tell it we are done (FIN), then read and drop
+        # what it sends for a moment (reading again if it was paused), then abort.
+        consumer.unregisterProducer()
+        reader = interfaces.IPushProducer(transport, None)
+        if reader is not None:
+            reader.resumeProducing()
+        half_closeable.loseWriteConnection()
+        self._abort_in(LINGER_S)
+
+    def _abort_in(self, seconds: float) -> None:
+        transport = self.transport
+        if transport is not None:
+            self._closer = self.site.reactor.callLater(seconds, _abort, transport)
+
+    def _drop(self, data: bytes) -> None:
+        self._dropped_bytes += len(data)
+        if self._dropped_bytes > LINGER_MAX_BYTES and self.transport is not None:
+            _abort(self.transport)
+
+
+class TooManyConnections(Protocol):
+    """What a connection beyond ``max_connections`` gets: 503, then it is closed."""
+
+    def __init__(self, site: LimitedSite) -> None:
+        self._site = site
+        self._closer: IDelayedCall | None = None
+        self._counted = False
+
+    def connectionMade(self) -> None:
+        transport = self.transport
+        assert transport is not None
+        self._counted = True
+        self._site.refusals_open += 1
+        transport.write(error_response(503, "too many connections"))
+        transport.loseConnection()
+        self._closer = self._site.reactor.callLater(CLOSE_GRACE_S, _abort, transport)
+
+    def dataReceived(self, data: bytes) -> None:
+        pass  # the answer is out already
+
+    def connectionLost(self, reason: Any = None) -> None:
+        if self._closer is not None and self._closer.active():
+            self._closer.cancel()
+        self._closer = None
+        if self._counted:
+            self._counted = False
+            self._site.refusals_open -= 1
+
+
+class LimitedSite(server.Site):
+    """A ``Site`` whose connections are :class:`LimitedChannel`, at most ``max_connections``
+    of them at once (counted for this site, over all the ports it listens on).
+
+    A connection refused with 503 holds its descriptor until its answer is written, a
+    turn of the reactor later, and Twisted accepts a hundred connections or more in one
+    turn: under a flood of connects, the refused ones alone could exhaust the
+    descriptors, and then the kernel's accept fails for everyone.  So at most
+    :meth:`refusals_allowed` refusals are open at once (what the open-files limit leaves
+    beside ``max_connections`` and ``RESERVED_FDS``; thousands under the units'
+    ``LimitNOFILE=``); beyond that a new connection is closed at once without an answer
+    (Twisted closes the socket when ``buildProtocol`` returns None).
+    """
+
+    # HTTPFactory's default wraps the channel to negotiate HTTP/2 over TLS; pigeond
+    # speaks HTTP/1.1 in clear, so the channel class is the protocol itself.
+    protocol = LimitedChannel  # type: ignore[assignment]
+
+    request_timeout_s: float = 30.0
+    max_connections: int = 512
+    open_connections = 0  # LimitedChannel connections
+    refusals_open = 0  # TooManyConnections not closed yet
+    max_refusals_open: int | None = None  # None: from the open-files limit
+    _full_logged = False
+
+    def buildProtocol(self, addr: Any) -> Any:
+        if self.open_connections >= self.max_connections:
+            if not self._full_logged:
+                self._full_logged = True
+                log.warn(
+                    "{n} connections open, the most max_connections allows: refusing new"
+                    " ones with 503 until some close",
+                    n=self.open_connections,
+                )
+            if self.refusals_open >= self.refusals_allowed():
+                return None
+            return TooManyConnections(self)
+        return super().buildProtocol(addr)  # type: ignore[no-untyped-call]
+
+    def refusals_allowed(self) -> int:
+        if self.max_refusals_open is not None:
+            return self.max_refusals_open
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)  # pigeond raises it at start
+        if soft == resource.RLIM_INFINITY:
+            soft = 1 << 20
+        return max(MIN_REFUSALS_OPEN, soft - self.max_connections - RESERVED_FDS)
+
+    def connection_closed(self) -> None:
+        self.open_connections -= 1
+        if self._full_logged and self.open_connections < self.max_connections:
+            self._full_logged = False
+            log.info("connections below max_connections again: accepting new ones")
+
+
+__all__ = [
+    "LimitedChannel",
+    "LimitedSite",
+    "TooManyConnections",
+    "error_response",
+]
