@@ -6,6 +6,12 @@ transaction, so a crash mid-upgrade leaves the old version intact.  Version 1
 is the seed design's table exactly as the TypeScript daemon created it (with
 ``IF NOT EXISTS``), so a database written by that daemon (``user_version`` 0
 but the table present) is adopted and upgraded in place.
+
+Every database is kept in ``auto_vacuum = INCREMENTAL`` mode, so the pages
+that pruning frees (storage/retention.py) can be given back to the file
+system.  A new file gets it at creation; an older file needs one ``VACUUM``,
+which cannot run inside a migration's transaction: :func:`open_database` runs
+it after the migrations, once, and logs it.
 """
 
 from __future__ import annotations
@@ -14,12 +20,30 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from twisted.logger import Logger
+
 from pigeond.private_files import create_private_file, make_private_dirs, tighten
 from pigeond.storage.errors import SchemaError
 
 # The priority order, as one SQL expression: the ready-head index is built on
 # it and the head query orders by it, so the two must be the same text.
 PRIORITY_RANK_SQL = "(CASE priority WHEN 'urgent' THEN 0 WHEN 'normal' THEN 1 ELSE 2 END)"
+
+# Which rows are done, and so may be pruned once old enough: direct messages
+# verified in their target's transcript, failed, expired or cancelled; and
+# every channel message (stored, never delivered).  Never a queued direct
+# message, nor a hand-off still waiting to be verified.  The prunable index is
+# partial on this expression and the pruner's queries say it word for word
+# (SQLite uses a partial index only then), so the two must be the same text;
+# changing it takes a migration that rebuilds the index.
+PRUNABLE_SQL = (
+    "(channel IS NOT NULL OR state IN ('failed', 'expired', 'cancelled')"
+    " OR (state = 'handed_off' AND verified_at IS NOT NULL))"
+)
+# PRAGMA auto_vacuum's value for INCREMENTAL.
+AUTO_VACUUM_INCREMENTAL = 2
+
+log = Logger()
 
 _V1_SEED = """
 CREATE TABLE IF NOT EXISTS swarm_messages (
@@ -115,6 +139,15 @@ ALTER TABLE swarm_messages ADD COLUMN handoff_variant TEXT;
 ALTER TABLE swarm_messages ADD COLUMN handoff_note TEXT;
 """
 
+# Done rows by age, for the pruner: partial, so queued and unverified rows (the
+# ones the arbiter keeps changing) never touch it, and finding the oldest done
+# rows costs the same whatever the size of the live queue.
+_V5_RETENTION = f"""
+CREATE INDEX idx_swarm_prunable
+    ON swarm_messages (updated_at)
+    WHERE {PRUNABLE_SQL};
+"""
+
 Migration = Callable[[sqlite3.Connection], None]
 
 
@@ -148,6 +181,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V2_SEQUENCES),
     _script(_V3_DELIVERY),
     _script(_V4_HANDOFF_MODE),
+    _script(_V5_RETENTION),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -166,6 +200,11 @@ def connect(path: Path | str, *, busy_timeout_ms: int = 5000) -> sqlite3.Connect
         raise SchemaError(f"{path}: cannot open the database ({e})") from e
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        if conn.execute("PRAGMA page_count").fetchone()[0] == 0:
+            # A new file: incremental from its first page, which WAL mode writes next.
+            # (On an existing file this would take the write lock, and do nothing
+            # without a VACUUM: see use_incremental_vacuum.)
+            conn.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM_INCREMENTAL}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise SchemaError(f"{path}: could not switch the database to WAL mode (got {mode})")
@@ -217,6 +256,7 @@ def open_database(path: Path | str) -> sqlite3.Connection:
     conn = connect(target)
     try:
         migrate(conn)
+        use_incremental_vacuum(conn, target)
     except sqlite3.DatabaseError as e:
         conn.close()
         raise SchemaError(f"{path}: could not upgrade the database schema ({e})") from e
@@ -224,3 +264,49 @@ def open_database(path: Path | str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def use_incremental_vacuum(conn: sqlite3.Connection, path: Path) -> bool:
+    """Switch a database made before pigeond pruned to ``auto_vacuum = INCREMENTAL``.
+
+    Only a ``VACUUM`` can switch a file that has tables: it rewrites the whole
+    file (for a while its size again in the WAL, and in a temporary file), so it
+    runs once, outside any transaction, and is logged.  It is not fatal: when
+    it fails (disk full, another writer holding the lock) pigeond runs on,
+    pruned rows' pages are reused but the file does not shrink, and the next
+    start tries again.  Returns whether the database is now incremental.
+    """
+    if _auto_vacuum(conn) == AUTO_VACUUM_INCREMENTAL:
+        return True
+    size = _size_bytes(conn)
+    log.info(
+        "converting {path} to incremental auto-vacuum, so pruning can shrink it:"
+        " a one-time VACUUM of {mib:.1f} MiB",
+        path=str(path), mib=size / 2**20,
+    )  # fmt: skip
+    try:
+        conn.execute(f"PRAGMA auto_vacuum = {AUTO_VACUUM_INCREMENTAL}")
+        conn.execute("VACUUM")
+        # VACUUM wrote the whole database into the WAL: give that space back too
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except sqlite3.DatabaseError as e:
+        log.warn(
+            "could not convert {path} to incremental auto-vacuum ({error}); pruned rows'"
+            " space is reused but the file does not shrink; trying again at the next start",
+            path=str(path), error=str(e),
+        )  # fmt: skip
+        return False
+    log.info(
+        "{path} now uses incremental auto-vacuum ({mib:.1f} MiB)",
+        path=str(path), mib=_size_bytes(conn) / 2**20,
+    )  # fmt: skip
+    return _auto_vacuum(conn) == AUTO_VACUUM_INCREMENTAL
+
+
+def _auto_vacuum(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA auto_vacuum").fetchone()[0])
+
+
+def _size_bytes(conn: sqlite3.Connection) -> int:
+    pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+    return pages * int(conn.execute("PRAGMA page_size").fetchone()[0])
