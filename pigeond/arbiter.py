@@ -9,13 +9,20 @@ Different targets drain in parallel.  The tick (a ``LoopingCall``) is the
 safety net for retries and restarts and runs the expiry sweep and the
 verifier; a new message for an idle target is dispatched at once by
 :meth:`kick`.
+
+Faults of the database are not faults of delivery.  A prompt opencode took
+(2xx) whose hand-off cannot be written (disk full) is kept in memory as an
+:class:`UnrecordedHandOff` and written on a later tick; until then its target
+gets nothing, so the same messages are never prompted again while the
+record is missing (each prompt is an LLM turn).  A database file deleted or
+replaced under pigeond stops delivery at once, and after :meth:`Arbiter.close`
+(shutdown) a hand-off that ends late writes nothing: the database is closed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from twisted.internet.defer import CancelledError, Deferred, DeferredList, succeed
 from twisted.internet.interfaces import IReactorTime
@@ -23,63 +30,39 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from pigeond.envelope import render_envelope
+from pigeond.delivery_policy import (
+    BACKOFF_SCHEDULE_S,
+    DeliveryPolicy,
+    UnrecordedHandOff,
+    backoff_after,
+    within_bytes,
+)
 from pigeond.model import NO_MODE, HandoffMode, StoredMessage
 from pigeond.opencode_client import FailureKind, OpencodeError, SessionNotFound
 from pigeond.preflight import directory_problem
-from pigeond.prompt_mode import DEFAULT_MODE, PromptMode
+from pigeond.prompting import (
+    AgentChecker,
+    ModeAwarePrompter,
+    ModeSource,
+    PromptSender,
+    describe_mode,
+    handoff_mode,
+)
 from pigeond.registry import DirectoryResolver
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.turns import TurnMark, TurnTracker
 
-BACKOFF_SCHEDULE_S: tuple[float, ...] = (1, 2, 5, 15, 60)
-DEFAULT_MAX_ATTEMPTS = 10
-
-
-class PromptSender(Protocol):
-    async def prompt_async(
-        self,
-        session_id: str,
-        directory: str,
-        texts: Sequence[str],
-        mode: Mapping[str, Any] | None = None,
-    ) -> None: ...
-
-
-class ModeSource(Protocol):
-    async def mode_for(self, session: str, directory: str) -> PromptMode: ...
-
-
-class AgentChecker(Protocol):
-    async def has(self, agent: str, directory: str) -> bool: ...
+DEFAULT_POLICY = DeliveryPolicy()
 
 
 class Tickable(Protocol):
     def tick(self) -> None: ...
 
 
-def handoff_mode(mode: PromptMode, note: str | None) -> HandoffMode:
-    return HandoffMode(mode.agent, mode.provider_id, mode.model_id, mode.variant, note)
-
-
-def describe_mode(mode: HandoffMode) -> str:
-    model = f"{mode.provider}/{mode.model}" if mode.provider and mode.model else "default model"
-    return f"agent {mode.agent or 'default'}, {model}"
-
-
-def backoff_after(failed_attempts: int, schedule: Sequence[float] = BACKOFF_SCHEDULE_S) -> float:
-    """Seconds to wait after the ``failed_attempts``-th failure (1-based)."""
-    return schedule[min(max(failed_attempts, 1), len(schedule)) - 1]
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryPolicy:
-    tick_s: float = 0.5
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    backoff_schedule: tuple[float, ...] = BACKOFF_SCHEDULE_S
-    batch_max: int = 10
-    outage_retry_s: float = 30.0
-    verify_grace_s: float = 60.0
+__all__ = [
+    "BACKOFF_SCHEDULE_S", "AgentChecker", "Arbiter", "DeliveryPolicy", "ModeSource",
+    "PromptSender", "Tickable", "backoff_after",
+]  # fmt: skip
 
 
 class Arbiter:
@@ -92,28 +75,36 @@ class Arbiter:
         opencode: PromptSender,
         clock: IReactorTime,
         *,
-        policy: DeliveryPolicy = DeliveryPolicy(),
+        policy: DeliveryPolicy = DEFAULT_POLICY,
         turns: TurnTracker | None = None,
         verifier: Tickable | None = None,
         check_directory: Callable[[str], str | None] = directory_problem,
         modes: ModeSource | None = None,
         agents: AgentChecker | None = None,
+        database_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
+        """``database_problem`` says why the database file is no longer the one opened
+        (None while it is); see :class:`pigeond.db_watch.DatabaseWatch`."""
         self._repo = repo
         self._registry = registry
-        self._opencode = opencode
+        self._prompter = ModeAwarePrompter(opencode, modes, agents)
         self._clock = clock
         self._policy = policy
         self._turns = turns
         self._verifier = verifier
         self._check_directory = check_directory
-        self._modes = modes
-        self._agents = agents
         self._in_flight: dict[str, Deferred[None]] = {}
         self._turn_waits: set[Deferred[str]] = set()
         self._loop = LoopingCall(self.tick)
         self._loop.clock = clock
         self._stopping = False
+        self._closed = False
+        self._database_problem = database_problem
+        self._database_gone: str | None = None
+        self._unrecorded: dict[str, UnrecordedHandOff] = {}
+        # targets whose failure could not be recorded either: held in memory until then
+        self._held_until_ms: dict[str, int] = {}
+        self._step_errors: dict[str, str] = {}
         self.last_tick_at: float | None = None
 
     # -- lifecycle -----------------------------------------------------------
@@ -141,8 +132,34 @@ class Arbiter:
             return succeed(None)
         return DeferredList(pending, consumeErrors=True).addCallback(lambda _: None)
 
+    def close(self) -> None:
+        """The database is about to be closed (shutdown): record what is still only in
+        memory if the database lets us, and never touch it again, whatever ends late."""
+        self._stopping = True
+        if self._closed:
+            return
+        if self._database_gone is None:
+            for target in list(self._unrecorded):
+                self._retry_record(target)
+        for lost in self._unrecorded.values():
+            self.log.warn(
+                "{msg_ids} were handed off to {target} but never recorded ({error});"
+                " they stay queued and are handed off again after the restart (at-least-once)",
+                msg_ids=list(lost.msg_ids), target=lost.target, error=lost.error,
+            )  # fmt: skip
+        self._closed = True
+
+    @property
+    def stopping(self) -> bool:
+        """Set by :meth:`stop`; a drain reads it again after every wait."""
+        return self._stopping
+
     def in_flight_targets(self) -> list[str]:
         return sorted(self._in_flight)
+
+    def unrecorded(self) -> list[UnrecordedHandOff]:
+        """Hand-offs opencode took that the database has not recorded yet, by target."""
+        return [self._unrecorded[t] for t in sorted(self._unrecorded)]
 
     @property
     def policy(self) -> DeliveryPolicy:
@@ -170,16 +187,40 @@ class Arbiter:
     # -- scheduling ------------------------------------------------------------
 
     def tick(self) -> None:
-        """Expire, verify, and start a drain for every target with a due message.
+        """Record late hand-offs, expire, verify, and start a drain for every target with a
+        due message; nothing at all once the database file is gone.
 
         Never raises: an exception would stop the LoopingCall for good."""
         self.last_tick_at = self._clock.seconds()
-        for step in (self._sweep, self._verify, self._dispatch_ready):
+        if self._closed or self._database_vanished():
+            return
+        steps = (self._record_unrecorded, self._sweep, self._verify, self._dispatch_ready)
+        for step in steps:
             try:
                 step()
+            except StorageError as e:
+                # a full disk fails every tick: say so once per new error, not twice a second
+                if self._step_errors.get(step.__name__) != str(e):
+                    self.log.error("arbiter tick step {step}: {error}; trying again every tick",
+                                   step=step.__name__, error=str(e))  # fmt: skip
+                self._step_errors[step.__name__] = str(e)
             except Exception:
                 self.log.failure("arbiter tick step {step} failed; trying again next tick",
                                  step=step.__name__)  # fmt: skip
+            else:
+                self._step_errors.pop(step.__name__, None)
+
+    def _database_vanished(self) -> bool:
+        """Whether the database file is no longer the one opened; logged once."""
+        if self._database_gone is None:
+            self._database_gone = self._database_problem()
+            if self._database_gone is not None:
+                self.log.error("delivery stopped: {error}", error=self._database_gone)
+        return self._database_gone is not None
+
+    def _record_unrecorded(self) -> None:
+        for target in list(self._unrecorded):
+            self._retry_record(target)
 
     def _sweep(self) -> None:
         for msg_id in self._repo.expire_due(self._now_ms()):
@@ -194,9 +235,15 @@ class Arbiter:
             self.kick(target)
 
     def kick(self, target: str) -> None:
-        """Start draining ``target`` unless a hand-off to it is already in flight."""
-        if self._stopping or target in self._in_flight:
+        """Start draining ``target`` unless a hand-off to it is already in flight, or is
+        still to be recorded, or its last failure could not be recorded and is waited out."""
+        if self._stopping or target in self._in_flight or self._database_vanished():
             return
+        if target in self._unrecorded and not self._retry_record(target):
+            return
+        if self._held_until_ms.get(target, 0) > self._now_ms():
+            return
+        self._held_until_ms.pop(target, None)
         drain = Deferred.fromCoroutine(self._drain(target))
         if drain.called:
             # finished synchronously: nothing is in flight, and the errback
@@ -216,10 +263,15 @@ class Arbiter:
 
     # -- one target ---------------------------------------------------------------
 
+    def _next_batch(self, target: str) -> tuple[list[StoredMessage], list[str]]:
+        """The due head of the queue, bounded by ``batch_max`` and ``batch_max_bytes``."""
+        batch = self._repo.ready_batch(target, self._now_ms(), self._policy.batch_max)
+        return within_bytes(batch, self._policy.batch_max_bytes)
+
     async def _drain(self, target: str) -> None:
         """Hand off ``target``'s due messages, a batch at a time, until none is due or one fails."""
         while not self._stopping:
-            batch = self._repo.ready_batch(target, self._now_ms(), self._policy.batch_max)
+            batch, texts = self._next_batch(target)
             if not batch:
                 return
             try:
@@ -231,77 +283,83 @@ class Arbiter:
                     why = await self._turns.wait_until_idle(target, directory)
                     if why != "idle":
                         self.log.warn("{target}: {why}", target=target, why=why)
-                    # messages may have come (more urgent ones too) while we waited
-                    batch = self._repo.ready_batch(target, self._now_ms(), self._policy.batch_max)
-                    if not batch or self._stopping:
+                    if self.stopping:
                         return
-                mode, note = await self._target_mode(target, directory)
+                    # messages may have come (more urgent ones too) while we waited
+                    batch, texts = self._next_batch(target)
+                    if not batch:
+                        return
+                mode, note = await self._prompter.mode(target, directory)
+                if self.stopping or self._database_vanished():
+                    return  # nothing was sent; the messages stay queued
                 mark = self._turns.mark(target) if self._turns is not None else None
-                texts = [render_envelope(m) for m in batch]
-                mode, note = await self._prompt(target, directory, texts, mode, note)
+                mode, note = await self._prompter.send(target, directory, texts, mode, note)
             except Exception as e:
+                if self._ended_late(target, batch, f"failed: {e}"):
+                    return
                 await self._record_failure(target, batch, e)
+                return
+            if self._ended_late(target, batch, "taken by opencode"):
                 return
             if not self._record_hand_off(target, batch, handoff_mode(mode, note)):
                 return
             if self._turns is not None and mark is not None:
                 await self._wait_turn_end(target, directory, mark)
 
-    async def _target_mode(self, target: str, directory: str) -> tuple[PromptMode, str | None]:
-        """The agent and model of the target's latest user message, so a hand-off never
-        switches its mode; an agent opencode no longer has is not named."""
-        if self._modes is None:
-            return DEFAULT_MODE, None
-        mode = await self._modes.mode_for(target, directory)
-        if mode.agent is None or self._agents is None:
-            return mode, None
-        if await self._agents.has(mode.agent, directory):
-            return mode, None
-        note = f"agent {mode.agent!r} no longer exists in opencode; named no agent (its default)"
-        self.log.warn("{target}: {note}", target=target, note=note)
-        return mode.without_agent(), note
-
-    async def _prompt(
-        self,
-        target: str,
-        directory: str,
-        texts: Sequence[str],
-        mode: PromptMode,
-        note: str | None,
-    ) -> tuple[PromptMode, str | None]:
-        """One prompt naming ``mode``; an agent opencode refuses (400) is not the sender's
-        fault: the prompt goes again at once naming none."""
-        try:
-            await self._opencode.prompt_async(target, directory, texts, mode.body_fields())
-            return mode, note
-        except OpencodeError as e:
-            if e.status != 400 or mode.agent is None:
-                raise
-            note = f"opencode refused agent {mode.agent!r} ({e}); named no agent (its default)"
-            self.log.warn("{target}: {note}", target=target, note=note)
-        mode = mode.without_agent()
-        await self._opencode.prompt_async(target, directory, texts, mode.body_fields())
-        return mode, note
+    def _ended_late(self, target: str, batch: list[StoredMessage], outcome: str) -> bool:
+        """A hand-off that ends after :meth:`close` must not write: the database is closed
+        (or about to be).  Its messages stay queued for the next start."""
+        if not self._closed:
+            return False
+        self.log.info("{msg_ids} to {target} {outcome} after pigeond stopped; left queued",
+                      msg_ids=[m.msg_id for m in batch], target=target,
+                      outcome=outcome)  # fmt: skip
+        return True
 
     def _record_hand_off(
         self, target: str, batch: list[StoredMessage], mode: HandoffMode = NO_MODE
     ) -> bool:
+        """Record a prompt opencode took; if the database cannot, keep it in memory and hold
+        ``target`` until it can (False): sending the batch again would run another turn."""
         now_ms = self._now_ms()
         verify_by = now_ms + int(self._policy.verify_grace_s * 1000)
         ids = [m.msg_id for m in batch]
         try:
             self._repo.mark_handed_off_many(ids, now_ms, verify_by, mode)
         except StorageError as e:
-            # opencode has the prompt but the database did not record it: the
-            # messages stay queued and will be sent again (at-least-once).
-            self.log.error("handed off {msg_ids} to {target} but could not record it: {error}",
-                           msg_ids=ids, target=target, error=str(e))  # fmt: skip
+            self._unrecorded[target] = UnrecordedHandOff(
+                target, tuple(ids), now_ms, verify_by, mode, str(e)
+            )
+            self.log.error(
+                "handed off {msg_ids} to {target} but could not record it: {error};"
+                " holding {target} and trying to record it every tick",
+                msg_ids=ids, target=target, error=str(e),
+            )  # fmt: skip
             return False
+        self._log_handed_off(target, ids, mode)
+        return True
+
+    def _retry_record(self, target: str) -> bool:
+        """Try again to record ``target``'s unrecorded hand-off, as of when it happened."""
+        pending = self._unrecorded[target]
+        try:
+            self._repo.mark_handed_off_many(
+                list(pending.msg_ids), pending.at_ms, pending.verify_by, pending.mode
+            )
+        except StorageError:
+            return False
+        del self._unrecorded[target]
+        late_s = (self._now_ms() - pending.at_ms) / 1000
+        self.log.info("recorded the hand-off of {msg_ids} to {target}, {s:.1f} s late",
+                      msg_ids=list(pending.msg_ids), target=target, s=late_s)  # fmt: skip
+        self._log_handed_off(target, list(pending.msg_ids), pending.mode)
+        return True
+
+    def _log_handed_off(self, target: str, ids: list[str], mode: HandoffMode) -> None:
         for msg_id in ids:
             self.log.info("handed off {msg_id} to {target} (batch of {n}; {mode})",
                           msg_id=msg_id, target=target, n=len(ids),
                           mode=describe_mode(mode))  # fmt: skip
-        return True
 
     async def _wait_turn_end(self, target: str, directory: str, mark: TurnMark) -> None:
         assert self._turns is not None
@@ -323,6 +381,26 @@ class Arbiter:
         if isinstance(error, SessionNotFound):
             kind = await self._confirm_gone(target)
             text = f"session not found: {text}"
+            if self._ended_late(target, batch, f"failed: {text}"):
+                return
+        try:
+            self._write_failure(target, batch, kind, text)
+        except StorageError as e:
+            # not recorded: without a hold the next tick would prompt again at once
+            delay_s = self._policy.outage_retry_s
+            if kind is FailureKind.ATTEMPT:
+                delay_s = backoff_after(batch[0].attempts + 1, self._policy.backoff_schedule)
+            self._held_until_ms[target] = self._now_ms() + int(delay_s * 1000)
+            self.log.error(
+                "{msg_ids} to {target} failed ({failure}) and the failure could not be"
+                " recorded: {error}; holding {target} for {s} s",
+                msg_ids=[m.msg_id for m in batch], target=target, failure=text, error=str(e),
+                s=delay_s,
+            )  # fmt: skip
+
+    def _write_failure(
+        self, target: str, batch: list[StoredMessage], kind: FailureKind, text: str
+    ) -> None:
         now_ms = self._now_ms()
         ids = [m.msg_id for m in batch]
         if kind is FailureKind.OUTAGE:

@@ -25,41 +25,71 @@ log = Logger()
 
 
 class AlreadyRunning(Exception):
-    def __init__(self, lock_path: Path, pid: str) -> None:
+    def __init__(self, lock_path: Path, pid: str, detail: str = "") -> None:
         super().__init__(
             f"another pigeond (pid {pid or 'unknown'}) is using this database (lock {lock_path})"
+            + (f"; {detail}" if detail else "")
         )
 
 
 class InstanceLock:
-    """An exclusive lock beside the database, so two arbiters never share one queue.
+    """Exclusive locks on the database and beside it, so two arbiters never share one queue.
 
-    ``flock`` is dropped by the kernel when the holder dies, so a crash never
-    leaves a stale lock behind.
+    ``<db>.lock`` holds the pid for the error message; the database file itself
+    is locked too, because a lock file can be deleted under a running pigeond
+    and the next one would then lock a new file.  ``flock`` is dropped by the
+    kernel when the holder dies, so a crash never leaves a stale lock behind,
+    and on Linux it never meets SQLite's own POSIX (``fcntl``) locks.  Release
+    only after the database is closed: closing any descriptor of a file drops
+    the process's POSIX locks on it, SQLite's included.
     """
 
     def __init__(self, db_path: Path | str) -> None:
+        self.db_path = Path(db_path)
         self.path = Path(str(db_path) + ".lock")
-        self._fd: int | None = None
+        self._fds: list[int] = []
 
     def acquire(self) -> None:
         make_private_dirs(self.path.parent)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        tighten(self.path)
+        fd = self._lock(self.path)
+        if fd is None:
+            raise AlreadyRunning(self.path, self._holder())
+        db_fd = self._lock(self.db_path)
+        if db_fd is None:
+            os.close(fd)
+            raise AlreadyRunning(
+                self.path,
+                self._holder(),
+                f"it holds the database file {self.db_path} itself ({self.path} was removed"
+                " or replaced while it ran)",
+            )
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fds = [fd, db_fd]
+
+    @staticmethod
+    def _lock(path: Path) -> int | None:
+        """An open descriptor holding ``flock`` on ``path`` (created 0600), or None if taken."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        tighten(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 32).decode("ascii", errors="replace").strip()
             os.close(fd)
-            raise AlreadyRunning(self.path, holder) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
+            return None
+        return fd
+
+    def _holder(self) -> str:
+        """The pid the lock file names, if there is one to read."""
+        try:
+            return self.path.read_text("ascii", errors="replace").strip()[:32]
+        except OSError:
+            return ""
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
 
 
 class Notifier(Protocol):
@@ -122,7 +152,10 @@ class Watchdog:
                 self._warned = False
             elif not self._warned:
                 self._warned = True
-                log.error("arbiter is not ticking; withholding the watchdog ping")
+                log.error(
+                    "pigeond is not working (the arbiter is not ticking, or the database file"
+                    " is gone); withholding the watchdog ping"
+                )
         except Exception:
             log.failure("watchdog ping failed")
 

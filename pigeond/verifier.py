@@ -20,6 +20,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from pigeond.model import StoredMessage
 from pigeond.opencode_client import (
     OpencodeClient,
     OpencodeError,
@@ -27,7 +28,7 @@ from pigeond.opencode_client import (
     user_texts_of,
 )
 from pigeond.registry import DirectoryResolver
-from pigeond.storage import SwarmRepository
+from pigeond.storage import StorageError, SwarmRepository
 
 log = Logger()
 
@@ -65,6 +66,7 @@ class Verifier:
         self.configure(interval_s, max_requeues)
         self._on_requeued = on_requeued
         self._on_transcript = on_transcript
+        self._closed = False
         self._checking: dict[str, Deferred[None]] = {}
         self._last_check: dict[str, float] = {}
 
@@ -101,6 +103,8 @@ class Verifier:
             await check
 
     async def check(self, target: str) -> None:
+        if self.is_closed():
+            return
         waiting = self._repo.awaiting_verification(target)
         if not waiting:
             return
@@ -119,6 +123,23 @@ class Verifier:
         except OpencodeError as e:
             log.info("cannot read {target}'s transcript yet: {error}", target=target, error=str(e))
             return
+        if self.is_closed():
+            return  # the database closed while the transcript was read (shutdown)
+        try:
+            self._record(target, waiting, found)
+        except StorageError as e:
+            # a full or locked disk: nothing is lost, the same check runs again next interval
+            log.error("cannot record what {target}'s transcript shows yet: {error}",
+                      target=target, error=str(e))  # fmt: skip
+
+    def close(self) -> None:
+        """The database is about to close: a check that ends later writes nothing."""
+        self._closed = True
+
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def _record(self, target: str, waiting: list[StoredMessage], found: set[str]) -> None:
         now_ms = self._now_ms()
         verified = self._repo.mark_verified(
             [m.msg_id for m in waiting if m.msg_id in found], now_ms

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.logger import (
+    ILogObserver,
+    LogEvent,
+    LogLevel,
+    formatEvent,
+    globalLogPublisher,
+)
+from zope.interface import implementer
 
 from pigeond.arbiter import (
     BACKOFF_SCHEDULE_S,
@@ -19,7 +28,8 @@ from pigeond.arbiter import (
     backoff_after,
 )
 from pigeond.opencode_client import FailureKind, OpencodeError, SessionNotFound
-from pigeond.storage import SwarmRepository
+from pigeond.prompt_mode import DEFAULT_MODE, PromptMode
+from pigeond.storage import StorageUnavailable, SwarmRepository, open_database
 from pigeond.turns import TurnTracker
 from tests.messages import new_message
 
@@ -588,3 +598,233 @@ def test_stuck_tick_is_not_ticking(h: Harness, monkeypatch: pytest.MonkeyPatch) 
     h.arbiter.start()
     monkeypatch.setattr(h.arbiter, "last_tick_at", h.clock.seconds() - 10)
     assert not h.arbiter.ticking(5)
+
+
+# -- database faults: a hand-off that cannot be recorded, a late answer, a vanished file ------
+
+
+def rebuilt(
+    h: Harness,
+    *,
+    batch_max: int = 1,
+    batch_max_bytes: int = 1024 * 1024,
+    modes: ModeSource | None = None,
+    database_problem: Callable[[], str | None] = lambda: None,
+) -> Harness:
+    """The harness with an arbiter built for these settings, over the same fakes."""
+    policy = DeliveryPolicy(tick_s=TICK_S, batch_max=batch_max, batch_max_bytes=batch_max_bytes)
+    arbiter = Arbiter(
+        h.repo, h.registry, h.opencode, h.clock, policy=policy, check_directory=lambda d: None,
+        modes=modes, database_problem=database_problem,
+    )  # fmt: skip
+    return replace(h, arbiter=arbiter)
+
+
+def failing_n_times(method: Any, n: int) -> Any:
+    """``method``, except that its first ``n`` calls raise StorageUnavailable (a full disk)."""
+    calls = [0]
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] <= n:
+            raise StorageUnavailable("database write failed: database or disk is full")
+        return method(*args, **kwargs)
+
+    return wrapper
+
+
+def test_unrecorded_hand_off_is_not_sent_again(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prompt opencode took but the database could not record is never prompted again;
+    it is recorded, as of when it happened, once the database works again."""
+    monkeypatch.setattr(
+        h.repo, "mark_handed_off_many", failing_n_times(h.repo.mark_handed_off_many, 20)
+    )
+    msg_id = h.send()
+    h.arbiter.start()
+    handed_at = h.now_ms()
+    h.opencode.succeed_all()
+    for _ in range(30):
+        h.clock.advance(TICK_S)
+    assert len(h.prompts_to("ses_target")) == 1
+    stored = h.repo.get(msg_id)
+    assert stored is not None
+    assert (stored.state, stored.handed_off_at) == ("handed_off", handed_at)
+    assert h.arbiter.unrecorded() == []
+
+
+def test_target_is_held_while_its_hand_off_is_unrecorded(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a hand-off waits to be recorded its target gets nothing new; other targets do."""
+    monkeypatch.setattr(
+        h.repo, "mark_handed_off_many", failing_n_times(h.repo.mark_handed_off_many, 1)
+    )
+    first = h.send(msg_id="msg_1")
+    h.arbiter.kick("ses_target")
+    h.opencode.succeed_all()
+    second = h.send(msg_id="msg_2")
+    h.send("ses_other")
+    h.arbiter.kick("ses_target")
+    assert [p.msg_ids() for p in h.opencode.prompts] == [[first], [second]]
+    assert h.state(first) == "handed_off"
+
+
+def test_hold_lasts_as_long_as_the_database_fails(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every tick tries to record the hand-off; the next message waits until one succeeds."""
+    monkeypatch.setattr(
+        h.repo, "mark_handed_off_many", failing_n_times(h.repo.mark_handed_off_many, 6)
+    )
+    h.send(msg_id="msg_1")
+    h.send(msg_id="msg_2")
+    h.send("ses_other", msg_id="msg_3")
+    h.arbiter.start()
+    h.opencode.succeed_all()  # msg_1's record fails (1); msg_3's too (2)
+    h.clock.advance(TICK_S)  # the tick retries both (3, 4), the kick msg_1's (5)
+    assert [p.msg_ids() for p in h.opencode.pending()] == []
+    assert [u.msg_ids for u in h.arbiter.unrecorded()] == [("msg_3",), ("msg_1",)]
+    h.clock.advance(TICK_S)  # msg_3's retry fails (6); msg_1's lands, then msg_2 goes out
+    assert [p.msg_ids() for p in h.opencode.pending()] == [["msg_2"]]
+
+
+def test_failure_that_cannot_be_recorded_holds_the_target(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed hand-off the database cannot record is retried after its backoff, not
+    at the next tick."""
+    monkeypatch.setattr(
+        h.repo, "record_failed_attempt", failing_n_times(h.repo.record_failed_attempt, 1)
+    )
+    h.send()
+    h.arbiter.start()
+    h.opencode.fail_all(OpencodeError("HTTP 500"))
+    h.clock.advance(TICK_S)
+    assert len(h.prompts_to("ses_target")) == 1
+    h.clock.advance(1.0 - TICK_S)
+    assert len(h.prompts_to("ses_target")) == 2
+
+
+def test_prompt_is_bounded_in_bytes(repo: SwarmRepository, clock: Clock) -> None:
+    """A prompt's envelopes together stay within batch_max_bytes; the rest waits its turn."""
+    h = rebuilt(make_harness(repo, clock), batch_max=10, batch_max_bytes=2_500)
+    for _ in range(5):
+        h.send(payload="x" * 1000)
+    h.arbiter.kick("ses_target")
+    sizes = []
+    while pending := h.opencode.pending():
+        assert sum(len(t.encode()) for t in pending[0].texts) <= 2_500
+        sizes.append(len(pending[0].texts))
+        h.opencode.succeed_all()
+    assert sizes == [2, 2, 1]
+
+
+def test_bytes_are_those_of_the_escaped_envelope(repo: SwarmRepository, clock: Clock) -> None:
+    """Escaping counts: two 1,000-byte payloads of ``&`` (5,000 bytes escaped each) go
+    one per prompt under a 6,000-byte bound."""
+    h = rebuilt(make_harness(repo, clock), batch_max=10, batch_max_bytes=6_000)
+    h.send(payload="&" * 1000)
+    h.send(payload="&" * 1000)
+    h.arbiter.kick("ses_target")
+    assert [len(p.texts) for p in h.opencode.pending()] == [1]
+
+
+def test_message_larger_than_the_bound_goes_alone(repo: SwarmRepository, clock: Clock) -> None:
+    """A single message larger than batch_max_bytes is still handed off, alone."""
+    h = rebuilt(make_harness(repo, clock), batch_max=10, batch_max_bytes=1_024)
+    big = h.send(payload="y" * 5_000)
+    small = h.send(payload="z")
+    h.arbiter.kick("ses_target")
+    h.opencode.succeed_all()
+    assert [p.msg_ids() for p in h.opencode.prompts] == [[big], [small]]
+
+
+@pytest.fixture
+def logged() -> Iterator[list[tuple[LogLevel, str]]]:
+    """Every log event of the test: its level and text."""
+    events: list[tuple[LogLevel, str]] = []
+
+    @implementer(ILogObserver)
+    class Observe:
+        def __call__(self, event: LogEvent) -> None:
+            events.append((event["log_level"], formatEvent(event)))
+
+    observe = Observe()
+    globalLogPublisher.addObserver(observe)
+    yield events
+    globalLogPublisher.removeObserver(observe)
+
+
+@pytest.mark.parametrize("answer", ["succeed", "fail"])
+def test_hand_off_ending_after_close_writes_nothing(
+    h: Harness, db_path: Path, logged: list[tuple[LogLevel, str]], answer: str
+) -> None:
+    """A hand-off answered after close() (shutdown past stop_timeout_s) touches no database
+    and logs nothing critical; the message stays queued for the next start."""
+    msg_id = h.send()
+    h.arbiter.start()
+    h.arbiter.stop()
+    h.arbiter.close()
+    h.repo.close()
+    if answer == "succeed":
+        h.opencode.succeed_all()
+    else:
+        h.opencode.fail_all(OpencodeError("connection lost", kind=FailureKind.OUTAGE))
+    assert [level for level, _ in logged if level >= LogLevel.error] == []
+    reopened = SwarmRepository(open_database(db_path))
+    stored = reopened.get(msg_id)
+    reopened.close()
+    assert stored is not None and stored.state == "queued"
+
+
+def test_close_records_what_it_can_and_warns_of_the_rest(
+    h: Harness, monkeypatch: pytest.MonkeyPatch, logged: list[tuple[LogLevel, str]]
+) -> None:
+    """close() makes a last attempt to record an unrecorded hand-off; one that still fails
+    is named in a warning (it goes again after the restart)."""
+    monkeypatch.setattr(
+        h.repo, "mark_handed_off_many", failing_n_times(h.repo.mark_handed_off_many, 99)
+    )
+    msg_id = h.send()
+    h.arbiter.kick("ses_target")
+    h.opencode.succeed_all()
+    h.arbiter.stop()
+    h.arbiter.close()
+    assert any(level == LogLevel.warn and msg_id in text for level, text in logged)
+    assert h.state(msg_id) == "queued"
+
+
+def test_vanished_database_stops_delivery(h: Harness) -> None:
+    """Once the database file is reported gone, neither ticks nor kicks hand anything off."""
+    problem: list[str | None] = [None]
+    h = rebuilt(h, database_problem=lambda: problem[0])
+    h.arbiter.start()
+    problem[0] = "database file /x/p.db was deleted (or moved away) while pigeond ran"
+    h.send()
+    h.arbiter.kick("ses_target")
+    h.clock.advance(5)
+    assert h.opencode.prompts == []
+
+
+def test_database_vanishing_during_a_drain_sends_nothing(h: Harness) -> None:
+    """A drain that finds the file gone after its lookups does not prompt."""
+    problem: list[str | None] = [None]
+    modes = SlowModes()
+    h = rebuilt(h, modes=modes, database_problem=lambda: problem[0])
+    h.send()
+    h.arbiter.kick("ses_target")
+    problem[0] = "database file /x/p.db was replaced by another file while pigeond ran"
+    modes.waiting.pop().callback(DEFAULT_MODE)
+    assert h.opencode.prompts == []
+
+
+class SlowModes:
+    """A mode lookup that waits until the test answers it."""
+
+    def __init__(self) -> None:
+        self.waiting: list[Deferred[PromptMode]] = []
+
+    async def mode_for(self, session: str, directory: str) -> PromptMode:
+        answer: Deferred[PromptMode] = Deferred()
+        self.waiting.append(answer)
+        return await answer

@@ -12,7 +12,7 @@ from twisted.internet.task import Clock
 
 from pigeond.envelope import render_envelope
 from pigeond.opencode_client import FailureKind, OpencodeClient, OpencodeError, SessionNotFound
-from pigeond.storage import SwarmRepository
+from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.verifier import Verifier, envelope_ids
 from tests.http_helpers import result_of
 from tests.messages import new_message
@@ -197,3 +197,30 @@ def test_a_read_transcript_is_passed_on_for_the_next_hand_offs_mode(s: Setup) ->
     s.transcripts.texts["ses_target"] = [s.hand_off("msg_a")]
     s.check()
     assert s.transcripts_seen == [("ses_target", [{"role": "user", "agent": "plan"}])]
+
+
+def test_a_check_ending_after_close_writes_nothing(s: Setup) -> None:
+    """At shutdown the database closes; a transcript read that ends later records nothing."""
+    s.transcripts.texts["ses_target"] = [s.hand_off("msg_a")]
+    s.verifier.close()
+    s.check()
+    assert state(s, "msg_a")[0] == "handed_off"
+    stored = s.repo.get("msg_a")
+    assert stored is not None and stored.verified_at is None
+
+
+def test_a_full_disk_while_recording_is_logged_not_raised(
+    s: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails (disk full) is an error line; the next check records it."""
+
+    def full(*args: object) -> list[str]:
+        raise StorageUnavailable("database or disk is full")
+
+    s.transcripts.texts["ses_target"] = [s.hand_off("msg_a")]
+    monkeypatch.setattr(s.repo, "mark_verified", full)
+    s.check()  # does not raise
+    monkeypatch.undo()
+    s.check()
+    stored = s.repo.get("msg_a")
+    assert stored is not None and stored.verified_at is not None

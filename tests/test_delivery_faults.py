@@ -1,0 +1,193 @@
+"""Delivery under faults, from the outside: a pigeond subprocess, a fake opencode, and a
+disk that fills up, a database file deleted under the daemon, a stop that cuts hand-offs
+short.  Each prompt is an LLM turn, so what is counted is prompts per message."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import errno
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from tests.fake_opencode import FakeOpencode
+
+pytestmark = pytest.mark.slow
+
+TARGET = "ses_target"
+_MSG_ID = re.compile(r'^<swarm_message [^>]*\bmsg_id="([^"]+)"')
+
+
+@pytest.fixture
+def opencode(tmp_path: Path) -> Iterator[FakeOpencode]:
+    with FakeOpencode(tmp_path / "opencode") as fake:
+        fake.add_session(TARGET)
+        yield fake
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs, so the disk under the database can be filled (needs root, as in CI)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mount)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk has no byte left; returns it (delete it to free space)."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for chunk in (1 << 16, 1 << 12, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * chunk)
+        with pytest.raises(OSError) as full:
+            os.write(fd, b"\0")
+        assert full.value.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    return filler
+
+
+def send(daemon: DaemonProcess, payload: str = "hi") -> tuple[int, dict[str, Any]]:
+    """POST /swarm/send over TCP with the daemon's token; the status and JSON answer."""
+    body = json.dumps({"from": "ses_sender", "to": TARGET, "payload": payload}).encode()
+    request = urllib.request.Request(
+        daemon.base_url + "/swarm/send", data=body, headers=daemon.auth_headers
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def health(daemon: DaemonProcess) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(daemon.base_url + "/health", timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def prompts_per_message(opencode: FakeOpencode) -> collections.Counter[str]:
+    """How many prompts opencode took for each msg_id (every envelope of every prompt)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for call in opencode.prompt_calls(TARGET):
+        for part in (call.body or {}).get("parts", []):
+            match = _MSG_ID.match(part.get("text", ""))
+            if match is not None:
+                counts[match.group(1)] += 1
+    return counts
+
+
+def wait_until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.05)
+
+
+def states(daemon: DaemonProcess, msg_ids: list[str]) -> dict[str, str]:
+    by_id = {m.msg_id: m for m in daemon.stored_messages()}
+    return {i: by_id[i].state for i in msg_ids}
+
+
+def test_full_disk_does_not_repeat_prompts(
+    small_disk: Path, daemons: DaemonFactory, opencode: FakeOpencode
+) -> None:
+    """With the database's disk full during delivery, each message reaches opencode at most
+    once more than with a healthy disk; once space is freed the hand-offs are recorded."""
+    daemon = daemons.start(small_disk / "pigeond.db", opencode_url=opencode.url)
+    healthy_ids = [send(daemon)[1]["msg_id"] for _ in range(3)]
+    wait_until(
+        lambda: all(m.verified_at for m in daemon.stored_messages()), 15, "healthy hand-offs"
+    )
+    healthy = prompts_per_message(opencode)
+    opencode.hold_s = 1.0
+    full_ids = [send(daemon)[1]["msg_id"] for _ in range(3)]
+    filler = fill(small_disk)  # while the first prompt is held
+    time.sleep(3)  # 60 ticks of 50 ms: the storm measured before this fix
+    assert send(daemon)[0] == 503
+    during = prompts_per_message(opencode)
+    filler.unlink()
+    wait_until(lambda: set(states(daemon, full_ids).values()) == {"handed_off"}, 20, "late records")
+    after = prompts_per_message(opencode)
+    assert "could not record it" in daemon.output()
+    assert [healthy[i] for i in healthy_ids] == [1, 1, 1]
+    assert [during[i] for i in full_ids] == [1, 0, 0]
+    assert all(after[i] <= max(healthy.values()) + 1 for i in full_ids), after
+    assert [after[i] for i in full_ids] == [1, 1, 1]
+
+
+def test_deleted_database_is_refused_and_reported(
+    tmp_path: Path, daemons: DaemonFactory, opencode: FakeOpencode
+) -> None:
+    """A second pigeond is refused even with ``<db>.lock`` deleted; deleting the database
+    under the first one turns sends into 503s and /health into ok false, logged once."""
+    db = tmp_path / "state" / "pigeond.db"
+    daemon = daemons.start(db, opencode_url=opencode.url)
+    assert send(daemon)[0] == 202
+    Path(str(db) + ".lock").unlink()
+    second = DaemonProcess(tmp_path, db, opencode_url=opencode.url)
+    refused = subprocess.run(
+        second.args, env=isolated_env(tmp_path / "home"), cwd=tmp_path,
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert f"holds the database file {db} itself" in refused.stderr
+    for name in ("pigeond.db", "pigeond.db-wal", "pigeond.db-shm"):
+        (db.parent / name).unlink(missing_ok=True)
+    problem = f"database file {db} was deleted (or moved away) while pigeond ran"
+    assert send(daemon) == (503, {"error": f"{problem}; nothing stored; restart pigeond"})
+    code, answer = health(daemon)
+    assert (code, answer["ok"], answer["error"]) == (503, False, f"{problem}; restart pigeond")
+    assert daemon.stop() == 0
+    critical = [line for line in daemon.output().splitlines() if line.startswith("critical")]
+    assert len(critical) == 1 and problem in critical[0]
+
+
+def test_stop_past_the_timeout_is_clean(
+    tmp_path: Path, daemons: DaemonFactory, opencode: FakeOpencode
+) -> None:
+    """SIGTERM while hand-offs run past --stop-timeout-s: exit 0, nothing critical, and the
+    messages are still queued for the next start, which hands them off."""
+    opencode.hold_s = 3.0
+    db = tmp_path / "state" / "pigeond.db"
+    daemon = daemons.start(db, opencode_url=opencode.url, extra_args=["--stop-timeout-s", "0.5"])
+    msg_id = send(daemon)[1]["msg_id"]
+    wait_until(lambda: TARGET in opencode.lookups(), 10, "the hand-off to start")
+    time.sleep(0.5)  # the prompt is with opencode, held
+    assert daemon.stop() == 0
+    output = daemon.output()
+    assert "critical" not in output and "Traceback" not in output, output
+    assert "hand-offs still in flight after 0.5 s" in output
+    assert states(daemon, [msg_id]) == {msg_id: "queued"}
+    opencode.hold_s = 0.1
+    again = daemons.start(db, opencode_url=opencode.url)
+    wait_until(lambda: states(again, [msg_id])[msg_id] == "handed_off", 15, "delivery")
