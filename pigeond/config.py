@@ -230,7 +230,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "inbox_max_bytes",
         int,
-        "most bytes of payload in one GET /swarm/inbox page (one larger message comes alone)",
+        "most bytes of messages (as JSON) in one GET /swarm/inbox page; one larger comes alone",
         _between("inbox_max_bytes", 1024, 64 * 1024 * 1024),
     ),
     Option(

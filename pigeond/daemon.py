@@ -21,17 +21,19 @@ from pigeond.access import AccessPolicy
 from pigeond.arbiter import Arbiter, DeliveryPolicy
 from pigeond.config import Config, default_token_path
 from pigeond.credentials import load_or_create_token
+from pigeond.db_watch import DatabaseWatch
 from pigeond.events import EventStream
 from pigeond.flood import FloodGuard
 from pigeond.listeners import listen_runtime_socket, server_endpoint
 from pigeond.opencode_client import OpencodeClient
 from pigeond.prompt_mode import AgentCatalog, ModeTracker
+from pigeond.pruner import Pruner
 from pigeond.registry import SessionDirectoryRegistry
 from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.turns import TurnTracker
 from pigeond.verifier import Verifier
-from pigeond.web import JsonApi, bounded_request_factory, make_site
+from pigeond.web import JsonApi, configure_site, make_site
 
 log = Logger()
 
@@ -66,11 +68,13 @@ class Daemon:
     pool: HTTPConnectionPool | None
     reactor: Any
     routes: SwarmRoutes
+    pruner: Pruner
     delivery: DeliveryParts | None = None
     access: AccessPolicy | None = None
     flood: FloodGuard | None = None
     notes: list[str] = field(default_factory=list)
     ports: list[IListeningPort] = field(default_factory=list)
+    db_watch: DatabaseWatch | None = None
 
     async def listen(self) -> IListeningPort:
         """Listen on ``config.listen`` (``unix:`` private by default, a passed Unix socket
@@ -101,6 +105,9 @@ class Daemon:
     def start_delivery(self) -> None:
         for note in self.notes:
             log.info("{note}", note=note)
+        if self.db_watch is not None:
+            self.db_watch.start()  # a deleted database is noticed whether delivery runs or not
+        self.pruner.start()  # history is pruned whether delivery runs or not
         if self.arbiter is None:
             log.info("arbiter NOT started: opencode_url is empty; messages stay queued")
             return
@@ -123,13 +130,20 @@ class Daemon:
         self.ports.clear()
         if self.events is not None:
             self.events.stop()
-        if self.arbiter is not None and not await self._finished_in_time(self.arbiter.stop()):
-            log.warn(
-                "hand-offs still in flight after {s} s: {targets}; they stay queued",
-                s=self.config.stop_timeout_s, targets=self.arbiter.in_flight_targets(),
-            )  # fmt: skip
+        if self.arbiter is not None:
+            if not await self._finished_in_time(self.arbiter.stop()):
+                log.warn(
+                    "hand-offs still in flight after {s} s: {targets}; they stay queued",
+                    s=self.config.stop_timeout_s, targets=self.arbiter.in_flight_targets(),
+                )  # fmt: skip
+            self.arbiter.close()  # what ends from now on must not write: the database closes
+        if self.delivery is not None:
+            self.delivery.verifier.close()
+        if self.db_watch is not None:
+            self.db_watch.stop()
         if self.pool is not None:
             await self.pool.closeCachedConnections()
+        self.pruner.stop()
         self.repo.close()
         log.info("stopped")
 
@@ -149,8 +163,15 @@ class Daemon:
             timer.cancel()
         return finished
 
+    def database_problem(self) -> str | None:
+        """Why the database file on disk is not the one this process opened; None while it is."""
+        return None if self.db_watch is None else self.db_watch.check()
+
     def status_line(self) -> str:
         """``systemctl status``'s line: ``queued 3, failed 1, in flight 2, opencode ok``."""
+        problem = self.database_problem()
+        if problem is not None:
+            return f"{problem}; restart pigeond"
         counts = self.repo.count_by_state()
         parts = [f"queued {counts.get('queued', 0)}", f"failed {counts.get('failed', 0)}"]
         if self.arbiter is None or self.delivery is None:
@@ -158,10 +179,15 @@ class Daemon:
         reachable = self.delivery.client.reachable
         opencode = {True: "ok", False: "unreachable", None: "not contacted yet"}[reachable]
         parts += [f"in flight {len(self.arbiter.in_flight_targets())}", f"opencode {opencode}"]
+        if unrecorded := self.arbiter.unrecorded():
+            parts.append(f"{len(unrecorded)} hand-off(s) not yet recorded (database full?)")
         return ", ".join(parts)
 
     def alive(self, within_s: float) -> bool:
-        """For the watchdog: the arbiter ticks (or, with delivery off, timers run at all)."""
+        """For the watchdog: the arbiter ticks (or, with delivery off, timers run at all) and
+        the database file is still the one opened; a restart opens the one on disk."""
+        if self.database_problem() is not None:
+            return False
         return self.arbiter is None or self.arbiter.ticking(within_s)
 
     def reload(self, new: Config) -> list[str]:
@@ -176,8 +202,12 @@ class Daemon:
         if new.allow_group != self.config.allow_group:
             # who may send changes now; the runtime socket's file group and mode at restart
             needs_restart.append("allow_group (the runtime socket file's group)")
-        self.site.requestFactory = bounded_request_factory(new.max_body_bytes)
+        configure_site(
+            self.site, new.max_body_bytes,
+            request_timeout_s=new.request_timeout_s, max_connections=new.max_connections,
+        )  # fmt: skip
         self.routes.default_ttl_s = new.default_ttl_s
+        self.routes.inbox_max_bytes = new.inbox_max_bytes
         if self.flood is not None:
             self.flood.configure(
                 max_queued_per_target=new.max_queued_per_target,
@@ -188,6 +218,7 @@ class Daemon:
                 new.allow_uids, new.allow_group, new.allow_origins, new.allow_hosts
             )
         self.repo.notice_ttl_ms = new.default_ttl_s * 1000
+        self.pruner.configure(new.retention_days)
         if self.arbiter is not None and self.delivery is not None:
             self.arbiter.set_policy(delivery_policy(new))
             self.delivery.client.timeout_s = new.handoff_timeout_s
@@ -206,7 +237,7 @@ def delivery_policy(config: Config) -> DeliveryPolicy:
     return DeliveryPolicy(
         tick_s=config.tick_ms / 1000, max_attempts=config.max_attempts,
         batch_max=config.batch_max, outage_retry_s=config.outage_retry_s,
-        verify_grace_s=config.verify_grace_s,
+        verify_grace_s=config.verify_grace_s, batch_max_bytes=config.batch_max_bytes,
     )  # fmt: skip
 
 
@@ -221,6 +252,7 @@ def describe_address(port: IListeningPort) -> str:
 def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -> Daemon:
     """Open and migrate the database and wire the layers; listens on nothing yet."""
     repo = SwarmRepository(open_database(config.db), notice_ttl_ms=config.default_ttl_s * 1000)
+    db_watch = DatabaseWatch(config.db, reactor, interval_s=config.tick_ms / 1000)
     arbiter: Arbiter | None = None
     events: EventStream | None = None
     pool: HTTPConnectionPool | None = None
@@ -259,6 +291,7 @@ def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -
         arbiter = Arbiter(
             repo, registry, client, reactor, policy=delivery_policy(config), turns=turns,
             verifier=verifier, modes=modes, agents=AgentCatalog(client, reactor),
+            database_problem=db_watch.check,
         )  # fmt: skip
         holder.append(arbiter)
         delivery = DeliveryParts(client, registry, verifier, turns)
@@ -271,15 +304,22 @@ def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -
         reactor,
         on_accepted=arbiter.kick if arbiter is not None else (lambda target: None),
         arbiter_running=(lambda: arbiter.running) if arbiter is not None else (lambda: False),
-        send_checks=[flood.check],
+        send_checks=[db_watch.refuse_send, flood.check],
         default_ttl_s=config.default_ttl_s,
+        inbox_max_bytes=config.inbox_max_bytes,
+        storage_problem=db_watch.check,
     )
     access, notes = access_policy(config)
-    site = make_site(routes.install(JsonApi(gate=access)), config.max_body_bytes)
+    site = make_site(
+        routes.install(JsonApi(gate=access)), config.max_body_bytes,
+        request_timeout_s=config.request_timeout_s, max_connections=config.max_connections,
+        reactor=reactor,
+    )  # fmt: skip
+    pruner = Pruner(repo, reactor, retention_days=config.retention_days)
     return Daemon(
         config=config, repo=repo, site=site, arbiter=arbiter, events=events, pool=pool,
         reactor=reactor, routes=routes, delivery=delivery, access=access, flood=flood,
-        notes=notes,
+        notes=notes, pruner=pruner, db_watch=db_watch,
     )  # fmt: skip
 
 

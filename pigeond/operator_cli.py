@@ -2,11 +2,13 @@
 
 It reads the database directly (WAL makes that safe while the daemon runs)
 and changes messages only through conditional writes in the storage package;
-``inbox`` and ``send`` go through the daemon's HTTP API; ``install-plugin``
-puts the opencode plugin in place.  Text output shows every message field
+``prune`` deletes done history older than a cutoff, as the daemon's pruner
+does, and gives the freed pages back to the file system; ``inbox`` and
+``send`` go through the daemon's HTTP API; ``install-plugin`` puts the
+opencode plugin in place.  Text output shows every message field
 through ``terminal.visible`` (control characters, escape sequences and bidi
 overrides escaped); ``--json`` output is exact.  Exit codes: 0 every named message changed
-(or the read or install worked), 1 any did not, 2 usage or an unusable
+(or the read, prune or install worked), 1 any did not, 2 usage or an unusable
 database, 3 the daemon is unreachable (``inbox``).
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -24,18 +27,25 @@ from typing import Any
 from urllib.parse import urlencode
 
 from pigeond import plugin_install, send_cli
-from pigeond.config import default_db_path
+from pigeond.config import Config, default_db_path
 from pigeond.credentials import TokenError, client_token, daemon_address
 from pigeond.envelope import render_envelope
 from pigeond.model import StoredMessage
 from pigeond.storage import SchemaError, StorageError, SwarmRepository
 from pigeond.storage.operator import ActionOutcome, open_existing
+from pigeond.storage.retention import FileSize, cutoff_ms
 from pigeond.terminal import json_visible, visible
 
 SYSTEM_DB = "/var/lib/pigeond/pigeond.db"
 EXIT_OK, EXIT_NOT_CHANGED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 LS_COLUMNS = ("msg_id", "state", "to", "from", "kind", "priority", "attempts", "age", "last_error")
 ERROR_WIDTH = 40
+# prune: rows per delete transaction and pages per vacuum step, each one short write
+# so that a running daemon's own writes never wait long
+PRUNE_BATCH_ROWS = 500
+PRUNE_VACUUM_PAGES = 1000
+# pigeon does not read pigeond's configuration: prune defaults to its default retention
+DEFAULT_RETENTION_DAYS = Config().retention_days
 TIME_COLUMNS = (
     "next_retry_at", "created_at", "updated_at", "handed_off_at", "verified_at", "verify_by",
     "expires_at",
@@ -266,6 +276,73 @@ def cmd_stats(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> i
     return EXIT_OK
 
 
+def cmd_prune(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
+    days: float = args.older_than_days
+    if not (math.isfinite(days) and days > 0):
+        raise UsageError(
+            "--older-than-days must be more than 0 (retention_days = 0 keeps everything)"
+        )
+    cutoff = cutoff_ms(now_ms, days)
+    groups = repo.prunable(cutoff)
+    before = repo.file_size()
+    pruned = pages = 0
+    if not args.dry_run:
+        while (batch := sum(repo.prune_batch(cutoff, PRUNE_BATCH_ROWS).values())) > 0:
+            pruned += batch
+            if batch < PRUNE_BATCH_ROWS:
+                break
+        while (given := repo.give_back_pages(PRUNE_VACUUM_PAGES)) > 0:
+            pages += given
+            if given < PRUNE_VACUUM_PAGES:
+                break
+    after = repo.file_size()
+    found = sum(g.count for g in groups)
+    if args.json:
+        print_json(
+            {
+                "dry_run": args.dry_run,
+                "older_than_days": days,
+                "cutoff": cutoff,
+                "prunable": [dataclasses.asdict(g) for g in groups],
+                "prunable_total": found,
+                "pruned": pruned,
+                "pages_given_back": pages,
+                "bytes_before": before.total_bytes,
+                "bytes_after": after.total_bytes,
+                "incremental_vacuum": after.incremental,
+            }
+        )
+        return EXIT_OK
+    print(f"done messages last changed before {format_time(cutoff)} (older than {days:g} days):")
+    if groups:
+        print_table(
+            ("scope", "state", "count", "oldest", "newest"),
+            [
+                [g.scope, g.state, str(g.count), format_time(g.oldest_at), format_time(g.newest_at)]
+                for g in groups
+            ],
+        )
+    else:
+        print("  (none)")
+    if args.dry_run:
+        print(f"would prune {found} messages (dry run: nothing changed); {_size(before)}")
+        return EXIT_OK
+    print(
+        f"pruned {pruned} messages; database {_size(before)} -> {_size(after)}"
+        f" ({pages} free pages given back)"
+    )
+    if not after.incremental:
+        print(
+            "the database is not in incremental auto-vacuum mode yet: the freed pages are"
+            " reused, and the file shrinks once pigeond's next start has converted it"
+        )
+    return EXIT_OK
+
+
+def _size(size: FileSize) -> str:
+    return f"{size.total_bytes / 2**20:.1f} MiB"
+
+
 def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if args.limit is not None and not 1 <= args.limit <= 1000:
         raise UsageError("--limit must be between 1 and 1000")
@@ -364,6 +441,22 @@ def build_parser() -> argparse.ArgumentParser:
     stats = sub.add_parser("stats", parents=[db], help="counts by state, queued per target")
     stats.add_argument("--json", action="store_true", help="one JSON object")
 
+    prune_text = (
+        "delete done messages (verified hand-offs, failed, expired, cancelled; channel"
+        " messages) older than D days, then shrink the file: what pigeond does every minute"
+    )
+    prune = sub.add_parser("prune", parents=[db], help=prune_text, description=prune_text)
+    prune.add_argument(
+        "--older-than-days",
+        type=float,
+        default=DEFAULT_RETENTION_DAYS,
+        metavar="D",
+        help=f"by the time each became done (default {DEFAULT_RETENTION_DAYS:g},"
+        " pigeond's default retention_days)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="only show what would go")
+    prune.add_argument("--json", action="store_true", help="one JSON object")
+
     inbox = sub.add_parser("inbox", help="what was handed off to a session (via the daemon)")
     inbox.add_argument("--session", required=True, metavar="S")
     inbox.add_argument("--since", metavar="C", help="cursor (next_cursor) or msg_id")
@@ -405,6 +498,7 @@ DB_COMMANDS: dict[str, Callable[[SwarmRepository, argparse.Namespace, int], int]
     "retry-now": cmd_action,
     "cancel": cmd_action,
     "stats": cmd_stats,
+    "prune": cmd_prune,
 }
 
 

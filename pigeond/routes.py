@@ -18,6 +18,7 @@ from pigeond.ids import make_msg_id
 from pigeond.model import MSG_ID_RE, SESSION_ID_RE, NewMessage, State
 from pigeond.send_request import parse_send_body
 from pigeond.storage import AcceptOutcome, SwarmRepository
+from pigeond.storage.repository import DEFAULT_INBOX_MAX_BYTES
 from pigeond.web import HttpError, JsonApi, JsonResponse, query_param, read_body
 
 MESSAGE_PREFIX = "/swarm/message/"
@@ -44,13 +45,19 @@ class SwarmRoutes:
         arbiter_running: Callable[[], bool] = lambda: False,
         send_checks: Sequence[SendCheck] = (),
         default_ttl_s: int = 24 * 3600,
+        inbox_max_bytes: int = DEFAULT_INBOX_MAX_BYTES,
+        storage_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.default_ttl_s = default_ttl_s
+        # Bounds an inbox answer in bytes as ``limit`` does in messages: the answer is
+        # built on the reactor thread and buffered whole for a client that does not read.
+        self.inbox_max_bytes = inbox_max_bytes
         self._repo = repo
         self._clock = clock
         self._on_accepted = on_accepted
         self._arbiter_running = arbiter_running
         self._send_checks = tuple(send_checks)
+        self._storage_problem = storage_problem
 
     def install(self, api: JsonApi) -> JsonApi:
         api.route("POST", "/swarm/send", self.send)
@@ -94,6 +101,9 @@ class SwarmRoutes:
     # -- GET /swarm/inbox ------------------------------------------------------
 
     def inbox(self, request: server.Request) -> JsonResponse:
+        """A page of the session's hand-offs, bounded by ``limit`` and ``inbox_max_bytes``:
+        the answer is built on the reactor thread and, for a client that does not read,
+        waits whole in the send buffer, so its size must not follow the backlog's."""
         session = query_param(request, "session")
         if not session:
             raise HttpError(400, "query parameter 'session' is required")
@@ -102,7 +112,7 @@ class SwarmRoutes:
         limit = self._inbox_limit(query_param(request, "limit"))
         since = query_param(request, "since")
         after_seq = 0 if since is None else self._cursor_position(since, session)
-        page = self._repo.inbox_page(session, after_seq, limit)
+        page = self._repo.inbox_page(session, after_seq, limit, self.inbox_max_bytes)
         if page.messages:
             last_seq = page.messages[-1].handoff_seq
             assert last_seq is not None
@@ -122,11 +132,18 @@ class SwarmRoutes:
     def _inbox_limit(raw: str | None) -> int:
         if raw is None:
             return DEFAULT_INBOX_LIMIT
-        if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_INBOX_LIMIT:
-            raise HttpError(
-                400, f"query parameter 'limit' must be an integer from 1 to {MAX_INBOX_LIMIT}"
-            )
-        return int(raw)
+        # digits counted before int(): it refuses more than 4300 of them with a ValueError
+        digits = raw.lstrip("0")
+        if (
+            raw.isascii()
+            and raw.isdigit()
+            and len(digits) <= len(str(MAX_INBOX_LIMIT))
+            and 1 <= int(raw) <= MAX_INBOX_LIMIT
+        ):
+            return int(raw)
+        raise HttpError(
+            400, f"query parameter 'limit' must be an integer from 1 to {MAX_INBOX_LIMIT}"
+        )
 
     def _cursor_position(self, since: str, session: str) -> int:
         """A cursor is ours (``cur_N``) or, as in the seed, a msg_id handed off to this session."""
@@ -139,7 +156,10 @@ class SwarmRoutes:
         message = self._repo.get(since)
         if message is None or message.to_session != session or message.handoff_seq is None:
             raise HttpError(
-                400, f"unknown cursor {since!r}: not a message handed off to this session"
+                400,
+                f"unknown cursor {since!r}: no such message handed off to this session"
+                " (unknown, or pruned after retention_days); page with the cur_N cursor"
+                " from next_cursor instead",
             )
         return message.handoff_seq
 
@@ -174,6 +194,15 @@ class SwarmRoutes:
     # -- GET /health -------------------------------------------------------------
 
     def health(self, request: server.Request) -> JsonResponse:
+        """200 with the queue's counts; 503 and ``ok: false`` once the database file is not
+        the one opened (its counts would describe a file nobody will read again)."""
+        problem = self._storage_problem()
+        if problem is not None:
+            return JsonResponse(
+                503,
+                {"ok": False, "version": __version__, "arbiter": False,
+                 "error": f"{problem}; restart pigeond"},
+            )  # fmt: skip
         counts = self._repo.count_by_state()
         return JsonResponse(
             200,

@@ -484,3 +484,82 @@ def test_inbox_with_an_unreadable_token_file_is_a_usage_error(
     env = {"PIGEOND_TOKEN_FILE": str(tmp_path / "nope")}
     assert main(["inbox", "--url", "http://127.0.0.1:9", "--session", "ses_t"], env=env) == 2
     assert "nope does not exist" in capsys.readouterr().err
+
+
+# -- prune -------------------------------------------------------------------------
+
+# 43.2 s: at LATER the failed (NOW + 2) and channel (NOW + 3) messages are older
+PRUNE_AGE = ("--older-than-days", "0.0005")
+
+
+def test_prune_dry_run_shows_what_would_go_and_changes_nothing(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """prune --dry-run: counts by scope and state with oldest and newest; nothing deleted."""
+    code, out, err = run(capsys, "prune", "--db", str(db), *PRUNE_AGE, "--dry-run")
+    lines = out.splitlines()
+    assert (code, err) == (0, "")
+    assert lines[0] == (
+        "done messages last changed before 2026-11-01 00:00:46.800Z (older than 0.0005 days):"
+    )
+    assert lines[1].split() == ["scope", "state", "count", "oldest", "newest"]
+    assert lines[2].split()[:3] == ["direct", "failed", "1"]
+    assert lines[3].split()[:3] == ["channel", "queued", "1"]
+    assert "2026-11-01 00:00:00.003Z" in lines[3]
+    assert lines[4].startswith("would prune 2 messages (dry run: nothing changed)")
+    assert state_of(db, "msg_f") == "failed" and state_of(db, "msg_c") == "queued"
+
+
+def test_prune_deletes_done_messages_and_keeps_queued_ones(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """prune: the failed and the channel message go, the queued direct one stays; exit 0."""
+    code, out, _ = run(capsys, "prune", "--db", str(db), *PRUNE_AGE)
+    assert code == 0
+    assert re.search(r"^pruned 2 messages; database [\d.]+ MiB -> [\d.]+ MiB \(\d+ free", out, re.M)
+    repo = SwarmRepository(open_database(db))
+    try:
+        assert [m.msg_id for m in repo.list_messages()] == ["msg_q"]
+    finally:
+        repo.close()
+
+
+def test_prune_json_is_one_object(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """prune --json: what was prunable, what was pruned, and the file's size before and after."""
+    code, out, _ = run(capsys, "prune", "--db", str(db), *PRUNE_AGE, "--json")
+    shown = json.loads(out)
+    assert code == 0
+    assert shown["prunable"] == [
+        {"scope": "direct", "state": "failed", "count": 1, "oldest_at": NOW + 2,
+         "newest_at": NOW + 2},
+        {"scope": "channel", "state": "queued", "count": 1, "oldest_at": NOW + 3,
+         "newest_at": NOW + 3},
+    ]  # fmt: skip
+    assert (shown["dry_run"], shown["prunable_total"], shown["pruned"]) == (False, 2, 2)
+    assert shown["cutoff"] == LATER - 43_200 and shown["incremental_vacuum"] is True
+    assert shown["bytes_after"] <= shown["bytes_before"]
+
+
+def test_prune_by_default_keeps_thirty_days(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --older-than-days, pigeond's default retention (30 days) applies."""
+    code, out, _ = run(capsys, "prune", "--db", str(db))
+    assert code == 0
+    assert "(older than 30 days)" in out and "  (none)" in out and "pruned 0 messages" in out
+    assert state_of(db, "msg_f") == "failed"
+
+
+@pytest.mark.parametrize("age", ["0", "-1", "nan", "inf", "soon"])
+def test_prune_rejects_an_age_that_is_not_positive(
+    db: Path, capsys: pytest.CaptureFixture[str], age: str
+) -> None:
+    """--older-than-days must be a positive number: anything else is exit 2."""
+    code, out, _ = run(capsys, "prune", "--db", str(db), "--older-than-days", age)
+    assert (code, out) == (2, "")
+    assert state_of(db, "msg_f") == "failed"
+
+
+def test_prune_help_says_what_goes(capsys: pytest.CaptureFixture[str]) -> None:
+    """The overview and prune --help describe prune with the same words."""
+    assert run(capsys, "--help")[1].count("delete done messages") == 1
+    code, out, _ = run(capsys, "prune", "--help")
+    assert code == 0 and "delete done messages (verified hand-offs, failed" in " ".join(out.split())

@@ -474,3 +474,88 @@ def test_names_merely_starting_with_pigeon_are_fine(api: Api) -> None:
     """Only the daemon's own names are reserved, not every name that looks like it."""
     assert api.send(**{"from": "pigeondfan"})[0] == 202
     assert api.send(**{"from": "pigeon"})[0] == 202
+
+
+# -- the inbox's byte bound -----------------------------------------------------------
+
+INBOX_BUDGET = 2048
+# what an answer adds around its messages: {"messages": [...], "has_more": ..., "next_cursor": ...}
+ANSWER_ENVELOPE_BYTES = 100
+
+
+def _budget_routes(repo: SwarmRepository, clock: Clock) -> tuple[SwarmRoutes, Api]:
+    routes = SwarmRoutes(repo, clock, inbox_max_bytes=INBOX_BUDGET)
+    return routes, Api(repo, clock, stub_client(routes.install(JsonApi())))
+
+
+@pytest.fixture
+def budget_api(repo: SwarmRepository, clock: Clock) -> Api:
+    """The API with a 2 KiB inbox_max_bytes, so a few messages fill a page."""
+    return _budget_routes(repo, clock)[1]
+
+
+def _deliver_payloads(api: Api, payloads: list[str]) -> list[str]:
+    ids = []
+    for payload in payloads:
+        _, body = api.send(payload=payload)
+        api.deliver(body["msg_id"])
+        ids.append(body["msg_id"])
+    return ids
+
+
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+
+
+@pytest.mark.parametrize(
+    ("limit", "payload", "count"),
+    [(3, "hi", 3), (100, "p" * 600, 2), (1, "p" * 600, 1)],
+    ids=["limit-first", "bytes-first", "both"],
+)
+def test_inbox_page_ends_at_the_first_bound_reached(
+    budget_api: Api, limit: int, payload: str, count: int
+) -> None:
+    """A page ends at limit messages or inbox_max_bytes, whichever comes first; has_more is set."""
+    ids = _deliver_payloads(budget_api, [payload] * 5)
+    _, page = budget_api.call("GET", f"/swarm/inbox?session=ses_target&limit={limit}")
+    assert [m["msg_id"] for m in page["messages"]] == ids[:count]
+    assert page["has_more"] is True
+    assert _json_bytes(page["messages"]) <= INBOX_BUDGET + ANSWER_ENVELOPE_BYTES
+
+
+def test_oversized_message_comes_alone_and_the_cursor_moves_past_it(budget_api: Api) -> None:
+    """A message over inbox_max_bytes is a page of its own; next_cursor leads past it."""
+    ids = _deliver_payloads(budget_api, ["big" * 2000, "small"])
+    _, first = budget_api.call("GET", "/swarm/inbox?session=ses_target")
+    assert [m["msg_id"] for m in first["messages"]] == ids[:1] and first["has_more"]
+    since = first["next_cursor"]
+    _, rest = budget_api.call("GET", f"/swarm/inbox?session=ses_target&since={since}")
+    assert [m["msg_id"] for m in rest["messages"]] == ids[1:] and not rest["has_more"]
+
+
+def test_following_next_cursor_visits_every_message_once(budget_api: Api) -> None:
+    """Paging by next_cursor while has_more visits every message once, in order, each
+    answer bounded by limit and (but for a lone oversized message) inbox_max_bytes."""
+    sizes = [10, 900, 3000, 10, 10, 500, 5000, 700, 10, 2000, 1, 999, 10, 10, 10, 10]
+    ids = _deliver_payloads(budget_api, ["p" * n for n in sizes])
+    seen: list[str] = []
+    query = "session=ses_target&limit=3"
+    while True:
+        status, page = budget_api.call("GET", f"/swarm/inbox?{query}")
+        assert status == 200 and 1 <= len(page["messages"]) <= 3
+        if len(page["messages"]) > 1:
+            assert _json_bytes(page) <= INBOX_BUDGET + ANSWER_ENVELOPE_BYTES
+        seen += [m["msg_id"] for m in page["messages"]]
+        if not page["has_more"]:
+            break
+        query = f"session=ses_target&limit=3&since={page['next_cursor']}"
+    assert seen == ids
+
+
+def test_inbox_byte_bound_can_change_while_running(repo: SwarmRepository, clock: Clock) -> None:
+    """A new inbox_max_bytes (a reload) bounds the next page."""
+    routes, api = _budget_routes(repo, clock)
+    _deliver_payloads(api, ["p" * 600] * 5)
+    routes.inbox_max_bytes = 64 * 1024
+    _, page = api.call("GET", "/swarm/inbox?session=ses_target")
+    assert len(page["messages"]) == 5 and not page["has_more"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pigeond.model import State
+from pigeond.model import State, StoredMessage
 from pigeond.storage import (
     SCHEMA_VERSION,
     AcceptOutcome,
@@ -18,6 +18,7 @@ from pigeond.storage import (
     migrate,
     open_database,
 )
+from pigeond.storage.repository import INBOX_PAGE_SQL, inbox_entry_bytes
 from pigeond.storage.schema import MIGRATIONS
 from tests.messages import new_message
 
@@ -366,3 +367,97 @@ def test_committed_row_is_visible_to_a_new_connection(repo: SwarmRepository, db_
     other = SwarmRepository(connect(db_path))
     assert other.get("msg_1") is not None
     other.close()
+
+
+# -- the inbox's byte budget -----------------------------------------------------------
+
+
+def _handed_off(repo: SwarmRepository, payloads: list[str]) -> list[StoredMessage]:
+    """Messages to ses_target with these payloads, handed off in this order."""
+    ids = [f"msg_b{i:03d}" for i in range(len(payloads))]
+    for msg_id, payload in zip(ids, payloads, strict=True):
+        repo.accept(new_message(msg_id=msg_id, payload=payload), NOW)
+    repo.mark_handed_off_many(ids, NOW)
+    stored = [repo.get(msg_id) for msg_id in ids]
+    assert all(m is not None for m in stored)
+    return [m for m in stored if m is not None]
+
+
+def test_inbox_page_stops_at_the_byte_budget(repo: SwarmRepository) -> None:
+    """A page takes messages while their JSON size fits max_bytes; has_more says more wait."""
+    messages = _handed_off(repo, ["a" * 1000] * 5)
+    size = inbox_entry_bytes(messages[0])
+    page = repo.inbox_page("ses_target", 0, 100, max_bytes=3 * size - 1)
+    assert [m.msg_id for m in page.messages] == [m.msg_id for m in messages[:2]]
+    assert sum(inbox_entry_bytes(m) for m in page.messages) <= 3 * size - 1
+    assert page.has_more
+
+
+def test_inbox_page_takes_what_fits_the_budget_exactly(repo: SwarmRepository) -> None:
+    """Messages whose sizes add up to exactly max_bytes all come, and nothing more waits."""
+    messages = _handed_off(repo, ["a" * 1000] * 3)
+    page = repo.inbox_page("ses_target", 0, 100, max_bytes=3 * inbox_entry_bytes(messages[0]))
+    assert len(page.messages) == 3 and not page.has_more
+
+
+def test_inbox_page_counts_json_escapes(repo: SwarmRepository) -> None:
+    """The budget counts the answer's bytes: control characters count six each, not one."""
+    _handed_off(repo, ["\x01" * 600] * 2)  # 1200 payload bytes, over 7200 as JSON
+    page = repo.inbox_page("ses_target", 0, 100, max_bytes=4096)
+    assert len(page.messages) == 1 and page.has_more
+
+
+def test_oversized_message_comes_alone(repo: SwarmRepository) -> None:
+    """A message larger than max_bytes is a page of its own, so a reader always progresses."""
+    messages = _handed_off(repo, ["big" * 2000, "small"])
+    first = repo.inbox_page("ses_target", 0, 100, max_bytes=1024)
+    assert [m.msg_id for m in first.messages] == [messages[0].msg_id] and first.has_more
+    cursor = first.messages[-1].handoff_seq
+    assert cursor is not None
+    rest = repo.inbox_page("ses_target", cursor, 100, max_bytes=1024)
+    assert [m.msg_id for m in rest.messages] == [messages[1].msg_id] and not rest.has_more
+
+
+def test_oversized_last_message_has_nothing_after_it(repo: SwarmRepository) -> None:
+    """An oversized message alone at the end of the inbox is a page with has_more false."""
+    _handed_off(repo, ["big" * 2000])
+    page = repo.inbox_page("ses_target", 0, 100, max_bytes=1024)
+    assert len(page.messages) == 1 and not page.has_more
+
+
+def test_inbox_page_of_exactly_limit_messages_has_no_more(repo: SwarmRepository) -> None:
+    """When exactly limit messages are left, the page holds them all and has_more is false."""
+    _handed_off(repo, ["x"] * 3)
+    page = repo.inbox_page("ses_target", 0, 3)
+    assert len(page.messages) == 3 and not page.has_more
+
+
+def test_byte_bounded_pages_visit_every_message_once(repo: SwarmRepository) -> None:
+    """Following the last message's handoff_seq visits each message once, in hand-off order."""
+    sizes = [10, 900, 3000, 10, 10, 500, 5000, 700, 10, 2000, 1, 999]
+    messages = _handed_off(repo, ["p" * n for n in sizes])
+    seen: list[str] = []
+    cursor, has_more = 0, True
+    while has_more:
+        page = repo.inbox_page("ses_target", cursor, 4, max_bytes=2048)
+        assert page.messages, "a page with has_more must not be empty"
+        if len(page.messages) > 1:
+            assert sum(inbox_entry_bytes(m) for m in page.messages) <= 2048
+        seen += [m.msg_id for m in page.messages]
+        last_seq = page.messages[-1].handoff_seq
+        assert last_seq is not None
+        cursor, has_more = last_seq, page.has_more
+    assert seen == [m.msg_id for m in messages]
+
+
+def test_inbox_page_walks_the_handoff_index(repo: SwarmRepository) -> None:
+    """The page's query walks idx_swarm_handoff in order: no scan, no sort of the backlog."""
+    plan = [
+        str(row[3])
+        for row in repo.connection.execute(
+            "EXPLAIN QUERY PLAN " + INBOX_PAGE_SQL, ("ses_target", 0, 101)
+        )
+    ]
+    assert plan == [
+        "SEARCH swarm_messages USING INDEX idx_swarm_handoff (to_session=? AND handoff_seq>?)"
+    ]

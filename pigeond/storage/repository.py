@@ -9,6 +9,7 @@ operator tool, a second connection) through SQLite's lock and busy timeout.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass
 from enum import Enum
@@ -17,6 +18,7 @@ from pigeond.model import NewMessage, StoredMessage
 from pigeond.storage.base import COLUMNS, reads, row_to_message
 from pigeond.storage.delivery import DEFAULT_NOTICE_TTL_MS, DeliveryTransitions
 from pigeond.storage.operator import OperatorActions
+from pigeond.storage.retention import Retention
 
 
 class AcceptOutcome(Enum):
@@ -25,13 +27,37 @@ class AcceptOutcome(Enum):
     CONFLICT = "conflict"
 
 
+# The most bytes of messages one inbox page holds unless the caller says otherwise.
+DEFAULT_INBOX_MAX_BYTES = 1024 * 1024
+
+# A session's hand-offs after a cursor, in hand-off order: a walk of idx_swarm_handoff
+# that needs no sort, so rows come one at a time and the walk can stop early.
+INBOX_PAGE_SQL = (
+    f"SELECT {COLUMNS} FROM swarm_messages"
+    " WHERE to_session = ? AND handoff_seq > ? AND state = 'handed_off'"
+    " ORDER BY handoff_seq LIMIT ?"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class InboxPage:
+    """One page of a session's inbox; ``has_more`` is true exactly when a message the
+    page left out (for its count or its bytes) is waiting after the last one."""
+
     messages: list[StoredMessage]
     has_more: bool
 
 
-class SwarmRepository(DeliveryTransitions, OperatorActions):
+def inbox_entry_bytes(message: StoredMessage) -> int:
+    """What ``message`` adds to a ``GET /swarm/inbox`` answer: its inbox view as JSON in
+    UTF-8, encoded as the API encodes answers.  Counting this rather than the payload
+    alone bounds what the daemon builds and buffers even for payloads that JSON escaping
+    inflates (a control character becomes six bytes)."""
+    encoded = json.dumps(message.inbox_view(), ensure_ascii=False).encode("utf-8")
+    return len(encoded)
+
+
+class SwarmRepository(DeliveryTransitions, OperatorActions, Retention):
     def __init__(
         self, conn: sqlite3.Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS
     ) -> None:
@@ -79,16 +105,38 @@ class SwarmRepository(DeliveryTransitions, OperatorActions):
     # -- the inbox ---------------------------------------------------------
 
     @reads
-    def inbox_page(self, session: str, after_seq: int, limit: int) -> InboxPage:
-        """Messages handed off to ``session`` after hand-off number ``after_seq``."""
-        rows = self._conn.execute(
-            f"SELECT {COLUMNS} FROM swarm_messages"
-            " WHERE to_session = ? AND handoff_seq > ? AND state = 'handed_off'"
-            " ORDER BY handoff_seq LIMIT ?",
-            (session, after_seq, limit + 1),
-        ).fetchall()
-        messages = [row_to_message(r) for r in rows[:limit]]
-        return InboxPage(messages=messages, has_more=len(rows) > limit)
+    def inbox_page(
+        self,
+        session: str,
+        after_seq: int,
+        limit: int,
+        max_bytes: int = DEFAULT_INBOX_MAX_BYTES,
+    ) -> InboxPage:
+        """Messages handed off to ``session`` after hand-off number ``after_seq``: at most
+        ``limit`` of them and at most ``max_bytes`` of :func:`inbox_entry_bytes`, except
+        that the first message always comes, alone if it is larger, so a reader paging on
+        always progresses.
+
+        Rows are stepped one at a time in hand-off order (the idx_swarm_handoff index, no
+        sort), so a large backlog is never read whole: the walk stops at the first message
+        that does not fit (read only to say ``has_more``; sqlite3 steps one row ahead).
+        """
+        cursor = self._conn.execute(INBOX_PAGE_SQL, (session, after_seq, limit + 1))
+        messages: list[StoredMessage] = []
+        used = 0
+        try:
+            for row in cursor:
+                if len(messages) == limit:
+                    return InboxPage(messages=messages, has_more=True)
+                message = row_to_message(row)
+                size = inbox_entry_bytes(message)
+                if messages and used + size > max_bytes:
+                    return InboxPage(messages=messages, has_more=True)
+                messages.append(message)
+                used += size
+        finally:
+            cursor.close()  # ends the read at once, not when the cursor is collected
+        return InboxPage(messages=messages, has_more=False)
 
     @reads
     def last_handoff_seq(self) -> int:
