@@ -16,6 +16,7 @@ from twisted.web import server
 from pigeond import __version__
 from pigeond.ids import make_msg_id
 from pigeond.model import MSG_ID_RE, SESSION_ID_RE, NewMessage, State
+from pigeond.openapi import OPENAPI_PATH, openapi_document
 from pigeond.send_request import parse_send_body
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.repository import DEFAULT_INBOX_MAX_BYTES
@@ -64,6 +65,7 @@ class SwarmRoutes:
         api.route("GET", "/swarm/inbox", self.inbox)
         api.route("GET", "/health", self.health)
         api.route_prefix("GET", MESSAGE_PREFIX, self.message)
+        api.route("GET", OPENAPI_PATH, self.openapi)
         return api
 
     def _now_ms(self) -> int:
@@ -214,3 +216,11 @@ class SwarmRoutes:
                 "failed": counts.get(State.FAILED, 0),
             },
         )
+
+    # -- GET /openapi.json ---------------------------------------------------------
+
+    def openapi(self, request: server.Request) -> JsonResponse:
+        """This API's OpenAPI description (``pigeond/openapi.json``).  Behind the token like
+        every route but /health: nothing in it is secret, but one rule ("only /health is
+        open") is easier to keep than a list, and a supervisor needs only /health."""
+        return JsonResponse(200, openapi_document())

@@ -15,6 +15,7 @@ from typing import Any
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python import failure
 from twisted.web import http, server
 from twisted.web.resource import Resource
 
@@ -66,6 +67,18 @@ class BoundedRequest(server.Request):
             self.content = io.BytesIO()
             return
         super().gotLength(length)  # type: ignore[no-untyped-call]
+
+    def _handleStar(self) -> None:
+        """``OPTIONS *`` and ``GET *``: Twisted answers them itself, before any resource,
+        so they would pass the access gate and get a body that is not JSON.  Route them
+        like any other path instead (Twisted has no public hook; this is its private
+        method for exactly that case): the gate refuses them or the API answers 404."""
+        site = self.site
+        assert site is not None  # set by the Site that made this request
+        try:
+            self.render(site.getResourceFor(self))  # type: ignore[no-untyped-call]
+        except BaseException:
+            self.processingFailed(failure.Failure())  # type: ignore[no-untyped-call]
 
     def handleContentChunk(self, data: bytes) -> None:
         self._body_bytes += len(data)
