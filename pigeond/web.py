@@ -188,6 +188,7 @@ class JsonApi(Resource):
         request.setResponseCode(response.status)
         request.setHeader(b"content-type", b"application/json; charset=utf-8")
         request.setHeader(b"cache-control", b"no-store")
+        request.setHeader(b"server", b"pigeond")  # not Twisted's name and version
         for name, value in response.headers.items():
             request.setHeader(name.encode("ascii"), value.encode("ascii"))
         return json.dumps(response.body, ensure_ascii=False).encode("utf-8") + b"\n"

@@ -559,3 +559,10 @@ def test_inbox_byte_bound_can_change_while_running(repo: SwarmRepository, clock:
     routes.inbox_max_bytes = 64 * 1024
     _, page = api.call("GET", "/swarm/inbox?session=ses_target")
     assert len(page["messages"]) == 5 and not page["has_more"]
+
+
+def test_answers_do_not_name_the_server_software(repo: SwarmRepository, clock: Clock) -> None:
+    """The Server header says pigeond, not TwistedWeb and its version."""
+    site = make_site(SwarmRoutes(repo, clock).install(JsonApi()), 1024)
+    _, headers, _ = raw_exchange(site, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert headers["server"] == "pigeond"
