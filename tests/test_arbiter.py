@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -11,13 +11,8 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import (
-    ILogObserver,
-    LogEvent,
     LogLevel,
-    formatEvent,
-    globalLogPublisher,
 )
-from zope.interface import implementer
 
 from pigeond.arbiter import (
     BACKOFF_SCHEDULE_S,
@@ -739,25 +734,9 @@ def test_message_larger_than_the_bound_goes_alone(repo: SwarmRepository, clock: 
     assert [p.msg_ids() for p in h.opencode.prompts] == [[big], [small]]
 
 
-@pytest.fixture
-def logged() -> Iterator[list[tuple[LogLevel, str]]]:
-    """Every log event of the test: its level and text."""
-    events: list[tuple[LogLevel, str]] = []
-
-    @implementer(ILogObserver)
-    class Observe:
-        def __call__(self, event: LogEvent) -> None:
-            events.append((event["log_level"], formatEvent(event)))
-
-    observe = Observe()
-    globalLogPublisher.addObserver(observe)
-    yield events
-    globalLogPublisher.removeObserver(observe)
-
-
 @pytest.mark.parametrize("answer", ["succeed", "fail"])
 def test_hand_off_ending_after_close_writes_nothing(
-    h: Harness, db_path: Path, logged: list[tuple[LogLevel, str]], answer: str
+    h: Harness, db_path: Path, log_events: list[tuple[LogLevel, str]], answer: str
 ) -> None:
     """A hand-off answered after close() (shutdown past stop_timeout_s) touches no database
     and logs nothing critical; the message stays queued for the next start."""
@@ -770,7 +749,7 @@ def test_hand_off_ending_after_close_writes_nothing(
         h.opencode.succeed_all()
     else:
         h.opencode.fail_all(OpencodeError("connection lost", kind=FailureKind.OUTAGE))
-    assert [level for level, _ in logged if level >= LogLevel.error] == []
+    assert [level for level, _ in log_events if level >= LogLevel.error] == []
     reopened = SwarmRepository(open_database(db_path))
     stored = reopened.get(msg_id)
     reopened.close()
@@ -778,7 +757,7 @@ def test_hand_off_ending_after_close_writes_nothing(
 
 
 def test_close_records_what_it_can_and_warns_of_the_rest(
-    h: Harness, monkeypatch: pytest.MonkeyPatch, logged: list[tuple[LogLevel, str]]
+    h: Harness, monkeypatch: pytest.MonkeyPatch, log_events: list[tuple[LogLevel, str]]
 ) -> None:
     """close() makes a last attempt to record an unrecorded hand-off; one that still fails
     is named in a warning (it goes again after the restart)."""
@@ -790,7 +769,7 @@ def test_close_records_what_it_can_and_warns_of_the_rest(
     h.opencode.succeed_all()
     h.arbiter.stop()
     h.arbiter.close()
-    assert any(level == LogLevel.warn and msg_id in text for level, text in logged)
+    assert any(level == LogLevel.warn and msg_id in text for level, text in log_events)
     assert h.state(msg_id) == "queued"
 
 

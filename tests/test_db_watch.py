@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from twisted.internet.task import Clock
 from twisted.logger import (
-    ILogObserver,
-    LogEvent,
     LogLevel,
-    formatEvent,
-    globalLogPublisher,
 )
 from twisted.web.http_headers import Headers
-from zope.interface import implementer
 
 from pigeond.config import Config
 from pigeond.credentials import read_token
@@ -34,22 +28,6 @@ from tests.test_daemon import RecordingOpencode
 
 TICK_S = 0.5
 API = "http://127.0.0.1:4097"
-
-
-@pytest.fixture
-def logged() -> Iterator[list[tuple[LogLevel, str]]]:
-    """Every log event of the test: its level and text."""
-    events: list[tuple[LogLevel, str]] = []
-
-    @implementer(ILogObserver)
-    class Observe:
-        def __call__(self, event: LogEvent) -> None:
-            events.append((event["log_level"], formatEvent(event)))
-
-    observe = Observe()
-    globalLogPublisher.addObserver(observe)
-    yield events
-    globalLogPublisher.removeObserver(observe)
 
 
 @pytest.fixture
@@ -101,13 +79,13 @@ def test_file_put_back_is_still_a_problem(watch: DatabaseWatch, db_path: Path) -
 
 
 def test_problem_is_logged_once_as_critical(
-    watch: DatabaseWatch, db_path: Path, clock: Clock, logged: list[tuple[LogLevel, str]]
+    watch: DatabaseWatch, db_path: Path, clock: Clock, log_events: list[tuple[LogLevel, str]]
 ) -> None:
     """One critical line names the problem and the remedy, however often it is checked."""
     db_path.unlink()
     clock.advance(TICK_S * 10)
     watch.check()
-    critical = [text for level, text in logged if level == LogLevel.critical]
+    critical = [text for level, text in log_events if level == LogLevel.critical]
     assert len(critical) == 1
     assert str(db_path) in critical[0] and "restart pigeond" in critical[0]
 

@@ -8,7 +8,6 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import AdoptedStreamServerEndpoint
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.protocol import Factory, Protocol
-from twisted.logger import ILogObserver, LogEvent, formatEvent, globalLogPublisher
 from twisted.web.resource import Resource
 from twisted.web.server import Site
-from zope.interface import implementer
 
 from pigeond.listeners import (
     UnixSocketPort,
@@ -80,22 +77,6 @@ async def stop(port: IListeningPort) -> None:
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
-
-
-@pytest.fixture
-def logged() -> Iterator[list[str]]:
-    """Every log line emitted during the test, formatted."""
-    lines: list[str] = []
-
-    @implementer(ILogObserver)
-    class Observe:
-        def __call__(self, event: LogEvent) -> None:
-            lines.append(formatEvent(event))
-
-    observe = Observe()
-    globalLogPublisher.addObserver(observe)
-    yield lines
-    globalLogPublisher.removeObserver(observe)
 
 
 def listening_unix_socket(path: Path) -> socket.socket:

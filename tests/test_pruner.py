@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
-from twisted.logger import ILogObserver, LogEvent, formatEvent, globalLogPublisher
-from zope.interface import implementer
 
 from pigeond.config import Config
 from pigeond.daemon import Daemon, build_daemon, stop_later
@@ -20,22 +16,6 @@ from pigeond.storage.retention import DAY_MS
 from tests.http_helpers import failure_of, result_of
 from tests.messages import new_message
 from tests.test_retention import add_done_rows
-
-
-@pytest.fixture
-def logged() -> Iterator[list[str]]:
-    """Every log line emitted during the test, formatted."""
-    lines: list[str] = []
-
-    @implementer(ILogObserver)
-    class Observe:
-        def __call__(self, event: LogEvent) -> None:
-            lines.append(formatEvent(event))
-
-    observe = Observe()
-    globalLogPublisher.addObserver(observe)
-    yield lines
-    globalLogPublisher.removeObserver(observe)
 
 
 def now_ms(clock: Clock) -> int:

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
-from twisted.logger import ILogObserver, LogEvent, formatEvent, globalLogPublisher
-from zope.interface import implementer
 
 from pigeond.storage import SwarmRepository, connect, open_database
 from pigeond.storage.retention import DAY_MS, cutoff_ms
@@ -24,22 +19,6 @@ from tests.messages import new_message
 NOW = 1_793_491_200_000
 OLD = NOW - 40 * DAY_MS
 CUTOFF = cutoff_ms(NOW, 30)
-
-
-@pytest.fixture
-def logged() -> Iterator[list[str]]:
-    """Every log line emitted during the test, formatted."""
-    lines: list[str] = []
-
-    @implementer(ILogObserver)
-    class Observe:
-        def __call__(self, event: LogEvent) -> None:
-            lines.append(formatEvent(event))
-
-    observe = Observe()
-    globalLogPublisher.addObserver(observe)
-    yield lines
-    globalLogPublisher.removeObserver(observe)
 
 
 def ids(repo: SwarmRepository) -> set[str]:
