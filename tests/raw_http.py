@@ -194,27 +194,40 @@ def health_probe(port: int, timeout_s: float = 1.0) -> tuple[Response | None, fl
 
 
 class Trickler:
-    """A slowloris connection: a request head that never ends, one byte at a time."""
+    """A slowloris connection: the start of a request that never ends, then ``trickle``
+    now and then (by default a request head growing one byte at a time)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(
+        self,
+        port: int,
+        first: bytes = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",
+        trickle: bytes = b"a",
+    ) -> None:
         self.opened = time.monotonic()
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.sock.setblocking(False)
+        self.trickle = trickle
         self.received = b""
         self.answered_at: float | None = None  # when the first byte of an answer came
         self.closed = False  # the server closed (FIN or reset)
-        self.send(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        self.send(first)
 
-    def send(self, data: bytes = b"a") -> None:
+    def send(self, data: bytes | None = None) -> None:
+        """Send ``data`` (by default one more trickle), unless the server closed."""
         if self.closed:
             return
         try:
-            self.sock.send(data)
+            self.sock.send(self.trickle if data is None else data)
         except BlockingIOError:
             pass
         except OSError:
             self.poll()
             self.closed = True
+
+    def send_more(self) -> None:
+        """One more trickle, while nothing has been answered."""
+        if self.trickle and self.answered_at is None:
+            self.send()
 
     def poll(self) -> None:
         """Read whatever the server sent, without waiting."""

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.fuzz_strategies import HostileBytes, bounded, has_traceback, hostile_bytes
-from tests.raw_http import Response, health_probe, parse_responses
+from tests.raw_http import Response, Trickler, health_probe, parse_responses
 
 REQUEST_TIMEOUT_S = 1.0
 # how late past its deadline a 408 may come (timer and scheduling jitter)
@@ -183,39 +183,6 @@ def test_hostile_bytes_never_get_a_5xx_and_the_daemon_survives(
 # -- slow and stopped-short requests -------------------------------------------------------
 
 
-@dataclass
-class SlowClient:
-    """A connection that sends the first part of a request, then (maybe) a byte now and
-    then that never completes it."""
-
-    sock: socket.socket
-    opened: float
-    trickle: bytes
-    received: bytes = b""
-    answered_at: float | None = None
-    closed: bool = False
-
-    def poll(self) -> None:
-        while not self.closed:
-            try:
-                chunk = self.sock.recv(65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self.closed = True
-                return
-            if self.answered_at is None:
-                self.answered_at = time.monotonic()
-            self.received += chunk
-
-    def send_more(self) -> None:
-        if self.trickle and not self.closed and self.answered_at is None:
-            with contextlib.suppress(OSError):
-                self.sock.send(self.trickle)
-
-
 # a whole head, then a body of which only a part ever comes
 SLOW_POST = (
     b"POST /swarm/send HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -244,13 +211,7 @@ def test_slow_requests_get_408_by_their_deadline(daemon: DaemonProcess, tmp_path
     @bounded(4)
     @given(requests=st.lists(slow_requests(), min_size=10, max_size=30))
     def run(requests: list[tuple[bytes, bytes]]) -> None:
-        clients = []
-        for first, trickle in requests:
-            sock = socket.create_connection(("127.0.0.1", daemon.port), timeout=2)
-            sock.setblocking(False)
-            clients.append(SlowClient(sock, time.monotonic(), trickle))
-            with contextlib.suppress(OSError):
-                sock.send(first)
+        clients = [Trickler(daemon.port, first, trickle) for first, trickle in requests]
         try:
             started = time.monotonic()
             while time.monotonic() - started < give_up_s:
@@ -272,7 +233,7 @@ def test_slow_requests_get_408_by_their_deadline(daemon: DaemonProcess, tmp_path
                 assert late < DEADLINE_SLACK_S, f"408 came {late:.2f} s after the deadline"
         finally:
             for client in clients:
-                client.sock.close()
+                client.close()
 
     run()
     assert_survived(daemon, tally)
