@@ -17,6 +17,11 @@ gets nothing, so the same messages are never prompted again while the
 record is missing (each prompt is an LLM turn).  A database file deleted or
 replaced under pigeond stops delivery at once, and after :meth:`Arbiter.close`
 (shutdown) a hand-off that ends late writes nothing: the database is closed.
+
+The database is a :class:`~pigeond.storage.database.Database`: every call is
+answered later, off the reactor thread.  A tick whose database work has not
+finished (a write waiting for a lock another process holds) makes the next
+tick do nothing, so ticks never pile up behind a lock.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from pigeond.prompting import (
 )
 from pigeond.registry import DirectoryResolver
 from pigeond.storage import StorageError, SwarmRepository
+from pigeond.storage.database import Database
 from pigeond.turns import TurnMark, TurnTracker
 
 DEFAULT_POLICY = DeliveryPolicy()
@@ -70,7 +76,7 @@ class Arbiter:
 
     def __init__(
         self,
-        repo: SwarmRepository,
+        db: Database,
         registry: DirectoryResolver,
         opencode: PromptSender,
         clock: IReactorTime,
@@ -85,7 +91,7 @@ class Arbiter:
     ) -> None:
         """``database_problem`` says why the database file is no longer the one opened
         (None while it is); see :class:`pigeond.db_watch.DatabaseWatch`."""
-        self._repo = repo
+        self._db = db
         self._registry = registry
         self._prompter = ModeAwarePrompter(opencode, modes, agents)
         self._clock = clock
@@ -105,6 +111,7 @@ class Arbiter:
         # targets whose failure could not be recorded either: held in memory until then
         self._held_until_ms: dict[str, int] = {}
         self._step_errors: dict[str, str] = {}
+        self._tick_running = False
         self.last_tick_at: float | None = None
 
     # -- lifecycle -----------------------------------------------------------
@@ -132,7 +139,7 @@ class Arbiter:
             return succeed(None)
         return DeferredList(pending, consumeErrors=True).addCallback(lambda _: None)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """The database is about to be closed (shutdown): record what is still only in
         memory if the database lets us, and never touch it again, whatever ends late."""
         self._stopping = True
@@ -140,7 +147,7 @@ class Arbiter:
             return
         if self._database_gone is None:
             for target in list(self._unrecorded):
-                self._retry_record(target)
+                await self._retry_record(target)
         for lost in self._unrecorded.values():
             self.log.warn(
                 "{msg_ids} were handed off to {target} but never recorded ({error});"
@@ -188,16 +195,28 @@ class Arbiter:
 
     def tick(self) -> None:
         """Record late hand-offs, expire, verify, and start a drain for every target with a
-        due message; nothing at all once the database file is gone.
+        due message; nothing at all once the database file is gone, or while the last
+        tick's database work is still waited for.
 
         Never raises: an exception would stop the LoopingCall for good."""
         self.last_tick_at = self._clock.seconds()
-        if self._closed or self._database_vanished():
+        if self._closed or self._tick_running or self._database_vanished():
             return
+        self._tick_running = True
+        steps = Deferred.fromCoroutine(self._tick_steps())
+        steps.addErrback(lambda f: self.log.failure("arbiter tick failed", f))
+        steps.addBoth(self._tick_done)
+
+    def _tick_done(self, _: object) -> None:
+        self._tick_running = False
+
+    async def _tick_steps(self) -> None:
         steps = (self._record_unrecorded, self._sweep, self._verify, self._dispatch_ready)
         for step in steps:
+            if self._closed:
+                return
             try:
-                step()
+                await step()
             except StorageError as e:
                 # a full disk fails every tick: say so once per new error, not twice a second
                 if self._step_errors.get(step.__name__) != str(e):
@@ -218,28 +237,28 @@ class Arbiter:
                 self.log.error("delivery stopped: {error}", error=self._database_gone)
         return self._database_gone is not None
 
-    def _record_unrecorded(self) -> None:
+    async def _record_unrecorded(self) -> None:
         for target in list(self._unrecorded):
-            self._retry_record(target)
+            if target not in self._in_flight:  # a drain of it records it itself
+                await self._retry_record(target)
 
-    def _sweep(self) -> None:
-        for msg_id in self._repo.expire_due(self._now_ms()):
+    async def _sweep(self) -> None:
+        for msg_id in await self._db.write(SwarmRepository.expire_due, self._now_ms()):
             self.log.warn("{msg_id} expired before it could be delivered", msg_id=msg_id)
 
-    def _verify(self) -> None:
+    async def _verify(self) -> None:
         if self._verifier is not None:
             self._verifier.tick()
 
-    def _dispatch_ready(self) -> None:
-        for target in self._repo.ready_targets(self._now_ms()):
+    async def _dispatch_ready(self) -> None:
+        for target in await self._db.read(SwarmRepository.ready_targets, self._now_ms()):
             self.kick(target)
 
     def kick(self, target: str) -> None:
-        """Start draining ``target`` unless a hand-off to it is already in flight, or is
-        still to be recorded, or its last failure could not be recorded and is waited out."""
+        """Start draining ``target`` unless a hand-off to it is already in flight, or its
+        last failure could not be recorded and is waited out.  A hand-off still to be
+        recorded is recorded first; until it is, the drain sends nothing."""
         if self._stopping or target in self._in_flight or self._database_vanished():
-            return
-        if target in self._unrecorded and not self._retry_record(target):
             return
         if self._held_until_ms.get(target, 0) > self._now_ms():
             return
@@ -263,15 +282,29 @@ class Arbiter:
 
     # -- one target ---------------------------------------------------------------
 
-    def _next_batch(self, target: str) -> tuple[list[StoredMessage], list[str]]:
+    async def _next_batch(self, target: str) -> tuple[list[StoredMessage], list[str]]:
         """The due head of the queue, bounded by ``batch_max`` and ``batch_max_bytes``."""
-        batch = self._repo.ready_batch(target, self._now_ms(), self._policy.batch_max)
+        batch = await self._db.read(
+            SwarmRepository.ready_batch, target, self._now_ms(), self._policy.batch_max
+        )
         return within_bytes(batch, self._policy.batch_max_bytes)
 
     async def _drain(self, target: str) -> None:
-        """Hand off ``target``'s due messages, a batch at a time, until none is due or one fails."""
+        """Hand off ``target``'s due messages, a batch at a time, until none is due or one
+        fails.  A database that cannot be read pauses the drain until a later tick: it is
+        not the delivery's failure, so no attempt is spent on it."""
+        try:
+            await self._drain_batches(target)
+        except StorageError as e:
+            if not self._closed:
+                self.log.error("delivery to {target} paused: {error}; trying again next tick",
+                               target=target, error=str(e))  # fmt: skip
+
+    async def _drain_batches(self, target: str) -> None:
+        if target in self._unrecorded and not await self._retry_record(target):
+            return
         while not self._stopping:
-            batch, texts = self._next_batch(target)
+            batch, texts = await self._next_batch(target)
             if not batch:
                 return
             try:
@@ -286,7 +319,7 @@ class Arbiter:
                     if self.stopping:
                         return
                     # messages may have come (more urgent ones too) while we waited
-                    batch, texts = self._next_batch(target)
+                    batch, texts = await self._next_batch(target)
                     if not batch:
                         return
                 mode, note = await self._prompter.mode(target, directory)
@@ -294,6 +327,8 @@ class Arbiter:
                     return  # nothing was sent; the messages stay queued
                 mark = self._turns.mark(target) if self._turns is not None else None
                 mode, note = await self._prompter.send(target, directory, texts, mode, note)
+            except StorageError:
+                raise  # reading the queue again failed: nothing was sent
             except Exception as e:
                 if self._ended_late(target, batch, f"failed: {e}"):
                     return
@@ -301,7 +336,7 @@ class Arbiter:
                 return
             if self._ended_late(target, batch, "taken by opencode"):
                 return
-            if not self._record_hand_off(target, batch, handoff_mode(mode, note)):
+            if not await self._record_hand_off(target, batch, handoff_mode(mode, note)):
                 return
             if self._turns is not None and mark is not None:
                 await self._wait_turn_end(target, directory, mark)
@@ -316,7 +351,7 @@ class Arbiter:
                       outcome=outcome)  # fmt: skip
         return True
 
-    def _record_hand_off(
+    async def _record_hand_off(
         self, target: str, batch: list[StoredMessage], mode: HandoffMode = NO_MODE
     ) -> bool:
         """Record a prompt opencode took; if the database cannot, keep it in memory and hold
@@ -325,7 +360,7 @@ class Arbiter:
         verify_by = now_ms + int(self._policy.verify_grace_s * 1000)
         ids = [m.msg_id for m in batch]
         try:
-            self._repo.mark_handed_off_many(ids, now_ms, verify_by, mode)
+            await self._db.write(SwarmRepository.mark_handed_off_many, ids, now_ms, verify_by, mode)
         except StorageError as e:
             self._unrecorded[target] = UnrecordedHandOff(
                 target, tuple(ids), now_ms, verify_by, mode, str(e)
@@ -339,15 +374,18 @@ class Arbiter:
         self._log_handed_off(target, ids, mode)
         return True
 
-    def _retry_record(self, target: str) -> bool:
+    async def _retry_record(self, target: str) -> bool:
         """Try again to record ``target``'s unrecorded hand-off, as of when it happened."""
         pending = self._unrecorded[target]
         try:
-            self._repo.mark_handed_off_many(
-                list(pending.msg_ids), pending.at_ms, pending.verify_by, pending.mode
-            )
+            await self._db.write(
+                SwarmRepository.mark_handed_off_many,
+                list(pending.msg_ids), pending.at_ms, pending.verify_by, pending.mode,
+            )  # fmt: skip
         except StorageError:
             return False
+        if self._unrecorded.get(target) is not pending:
+            return True  # recorded meanwhile by another caller
         del self._unrecorded[target]
         late_s = (self._now_ms() - pending.at_ms) / 1000
         self.log.info("recorded the hand-off of {msg_ids} to {target}, {s:.1f} s late",
@@ -384,7 +422,7 @@ class Arbiter:
             if self._ended_late(target, batch, f"failed: {text}"):
                 return
         try:
-            self._write_failure(target, batch, kind, text)
+            await self._write_failure(target, batch, kind, text)
         except StorageError as e:
             # not recorded: without a hold the next tick would prompt again at once
             delay_s = self._policy.outage_retry_s
@@ -398,20 +436,20 @@ class Arbiter:
                 s=delay_s,
             )  # fmt: skip
 
-    def _write_failure(
+    async def _write_failure(
         self, target: str, batch: list[StoredMessage], kind: FailureKind, text: str
     ) -> None:
         now_ms = self._now_ms()
         ids = [m.msg_id for m in batch]
         if kind is FailureKind.OUTAGE:
             hold_until = now_ms + int(self._policy.outage_retry_s * 1000)
-            self._repo.record_outage(ids, text, now_ms, hold_until)
+            await self._db.write(SwarmRepository.record_outage, ids, text, now_ms, hold_until)
             self.log.info("{target} unreachable ({error}); holding {n} message(s), retry in {s} s",
                           target=target, error=text, n=len(ids),
                           s=self._policy.outage_retry_s)  # fmt: skip
             return
         if kind is FailureKind.PERMANENT:
-            self._repo.fail_now(ids, text, now_ms)
+            await self._db.write(SwarmRepository.fail_now, ids, text, now_ms)
             self.log.warn("{msg_ids} to {target} failed for good: {error}",
                           msg_ids=ids, target=target, error=text)  # fmt: skip
             return
@@ -421,7 +459,9 @@ class Arbiter:
             if attempts < self._policy.max_attempts:
                 delay = backoff_after(attempts, self._policy.backoff_schedule)
                 retry_at = now_ms + int(delay * 1000)
-            self._repo.record_failed_attempt(message.msg_id, text, now_ms, retry_at)
+            await self._db.write(
+                SwarmRepository.record_failed_attempt, message.msg_id, text, now_ms, retry_at
+            )
             self.log.info("{msg_id} to {target}: attempt {attempts} failed ({error}); {next}",
                           msg_id=message.msg_id, target=target, attempts=attempts, error=text,
                           next="failed for good" if retry_at is None

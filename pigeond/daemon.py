@@ -15,7 +15,6 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool, _HTTP11ClientFactory
-from twisted.web.server import Site
 
 from pigeond.access import AccessPolicy
 from pigeond.arbiter import Arbiter, DeliveryPolicy
@@ -24,13 +23,15 @@ from pigeond.credentials import load_or_create_token
 from pigeond.db_watch import DatabaseWatch
 from pigeond.events import EventStream
 from pigeond.flood import FloodGuard
+from pigeond.http_limits import LimitedSite
 from pigeond.listeners import listen_runtime_socket, server_endpoint
 from pigeond.opencode_client import OpencodeClient
 from pigeond.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.pruner import Pruner
 from pigeond.registry import SessionDirectoryRegistry
 from pigeond.routes import SwarmRoutes
-from pigeond.storage import SwarmRepository, open_database
+from pigeond.storage import SwarmRepository
+from pigeond.storage.database import Database, open_threaded
 from pigeond.turns import TurnTracker
 from pigeond.verifier import Verifier
 from pigeond.web import JsonApi, configure_site, make_site
@@ -61,13 +62,14 @@ class DeliveryParts:
 @dataclass
 class Daemon:
     config: Config
-    repo: SwarmRepository
-    site: Site
+    db: Database
+    site: LimitedSite
     arbiter: Arbiter | None
     events: EventStream | None
     pool: HTTPConnectionPool | None
     reactor: Any
     routes: SwarmRoutes
+    api: JsonApi
     pruner: Pruner
     delivery: DeliveryParts | None = None
     access: AccessPolicy | None = None
@@ -122,12 +124,16 @@ class Daemon:
         )
 
     async def stop(self) -> None:
-        """Stop accepting, let hand-offs in flight end (bounded), then close the database."""
+        """Stop accepting, answer the requests under way and let hand-offs in flight end
+        (each bounded by stop_timeout_s), then close the database."""
         for port in self.ports:
             stopped = port.stopListening()
             if stopped is not None:
                 await stopped
         self.ports.clear()
+        if not await self._finished_in_time(self.api.answered()):
+            log.warn("requests still unanswered after {s} s", s=self.config.stop_timeout_s)
+        await self._finished_in_time(self.site.close_connections())  # answers sent first
         if self.events is not None:
             self.events.stop()
         if self.arbiter is not None:
@@ -136,7 +142,7 @@ class Daemon:
                     "hand-offs still in flight after {s} s: {targets}; they stay queued",
                     s=self.config.stop_timeout_s, targets=self.arbiter.in_flight_targets(),
                 )  # fmt: skip
-            self.arbiter.close()  # what ends from now on must not write: the database closes
+            await self.arbiter.close()  # what ends from now on must not write: the db closes
         if self.delivery is not None:
             self.delivery.verifier.close()
         if self.db_watch is not None:
@@ -144,7 +150,7 @@ class Daemon:
         if self.pool is not None:
             await self.pool.closeCachedConnections()
         self.pruner.stop()
-        self.repo.close()
+        self.db.close()  # waits for the writes already asked (each at most the busy timeout)
         log.info("stopped")
 
     async def _finished_in_time(self, work: Deferred[None]) -> bool:
@@ -167,12 +173,12 @@ class Daemon:
         """Why the database file on disk is not the one this process opened; None while it is."""
         return None if self.db_watch is None else self.db_watch.check()
 
-    def status_line(self) -> str:
+    async def status_line(self) -> str:
         """``systemctl status``'s line: ``queued 3, failed 1, in flight 2, opencode ok``."""
         problem = self.database_problem()
         if problem is not None:
             return f"{problem}; restart pigeond"
-        counts = self.repo.count_by_state()
+        counts = await self.db.read(SwarmRepository.count_by_state)
         parts = [f"queued {counts.get('queued', 0)}", f"failed {counts.get('failed', 0)}"]
         if self.arbiter is None or self.delivery is None:
             return ", ".join([*parts, "delivery off"])
@@ -217,7 +223,7 @@ class Daemon:
             self.access.configure(
                 new.allow_uids, new.allow_group, new.allow_origins, new.allow_hosts
             )
-        self.repo.notice_ttl_ms = new.default_ttl_s * 1000
+        self.db.set_notice_ttl_ms(new.default_ttl_s * 1000)
         self.pruner.configure(new.retention_days)
         if self.arbiter is not None and self.delivery is not None:
             self.arbiter.set_policy(delivery_policy(new))
@@ -249,9 +255,23 @@ def describe_address(port: IListeningPort) -> str:
     return "unix:" + (name.decode() if isinstance(name, bytes) else str(name))
 
 
-def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -> Daemon:
-    """Open and migrate the database and wire the layers; listens on nothing yet."""
-    repo = SwarmRepository(open_database(config.db), notice_ttl_ms=config.default_ttl_s * 1000)
+def build_daemon(
+    config: Config, reactor: Any, http: HTTPClient | None = None, db: Database | None = None
+) -> Daemon:
+    """Open and migrate the database (unless ``db`` is given: tests on a ``Clock`` pass an
+    :class:`~pigeond.storage.database.InlineDatabase`) and wire the layers; listens on
+    nothing yet."""
+    if db is None:
+        db = open_threaded(config.db, reactor)
+    db.set_notice_ttl_ms(config.default_ttl_s * 1000)
+    try:
+        return _wire(config, reactor, http, db)
+    except BaseException:
+        db.close()
+        raise
+
+
+def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -> Daemon:
     db_watch = DatabaseWatch(config.db, reactor, interval_s=config.tick_ms / 1000)
     arbiter: Arbiter | None = None
     events: EventStream | None = None
@@ -284,23 +304,23 @@ def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -
             )
         holder: list[Arbiter] = []
         verifier = Verifier(
-            repo, registry, client, reactor, interval_s=config.verify_interval_s,
+            db, registry, client, reactor, interval_s=config.verify_interval_s,
             max_requeues=config.max_requeues, on_requeued=lambda t: holder[0].kick(t),
             on_transcript=modes.observe_transcript,
         )  # fmt: skip
         arbiter = Arbiter(
-            repo, registry, client, reactor, policy=delivery_policy(config), turns=turns,
+            db, registry, client, reactor, policy=delivery_policy(config), turns=turns,
             verifier=verifier, modes=modes, agents=AgentCatalog(client, reactor),
             database_problem=db_watch.check,
         )  # fmt: skip
         holder.append(arbiter)
         delivery = DeliveryParts(client, registry, verifier, turns)
     flood = FloodGuard(
-        repo, reactor, max_queued_per_target=config.max_queued_per_target,
+        db, reactor, max_queued_per_target=config.max_queued_per_target,
         sender_rate_per_s=config.sender_rate_per_s, sender_burst=config.sender_burst,
     )  # fmt: skip
     routes = SwarmRoutes(
-        repo,
+        db,
         reactor,
         on_accepted=arbiter.kick if arbiter is not None else (lambda target: None),
         arbiter_running=(lambda: arbiter.running) if arbiter is not None else (lambda: False),
@@ -310,15 +330,16 @@ def build_daemon(config: Config, reactor: Any, http: HTTPClient | None = None) -
         storage_problem=db_watch.check,
     )
     access, notes = access_policy(config)
+    api = routes.install(JsonApi(gate=access))
     site = make_site(
-        routes.install(JsonApi(gate=access)), config.max_body_bytes,
+        api, config.max_body_bytes,
         request_timeout_s=config.request_timeout_s, max_connections=config.max_connections,
         reactor=reactor,
     )  # fmt: skip
-    pruner = Pruner(repo, reactor, retention_days=config.retention_days)
+    pruner = Pruner(db, reactor, retention_days=config.retention_days)
     return Daemon(
-        config=config, repo=repo, site=site, arbiter=arbiter, events=events, pool=pool,
-        reactor=reactor, routes=routes, delivery=delivery, access=access, flood=flood,
+        config=config, db=db, site=site, arbiter=arbiter, events=events, pool=pool,
+        reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
         notes=notes, pruner=pruner, db_watch=db_watch,
     )  # fmt: skip
 

@@ -19,7 +19,9 @@ would make a client that lost a 202 believe its message was never taken.
 Order: the bucket is looked at first (in memory, so a flooding sender costs no
 count query), then the per-target count, and only a send that passes both
 spends a token, so a send refused because its target is full costs the sender
-nothing.
+nothing.  The database is read off the reactor thread, so the bucket is
+looked at again when the count comes: two sends of one sender that waited
+for the database together cannot spend the same token.
 
 The ``from`` field is self-declared: the sender limit stops a loop, not an
 adversary who varies its name; the per-target cap is what bounds storage.
@@ -31,11 +33,13 @@ import math
 from collections import OrderedDict
 from typing import NoReturn
 
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.web import server
 
 from pigeond.model import NewMessage
 from pigeond.storage import SwarmRepository
+from pigeond.storage.database import Database
 from pigeond.web import HttpError
 
 # A full target's queue drains one turn at a time (seconds to minutes); 5 s
@@ -61,14 +65,14 @@ class FloodGuard:
 
     def __init__(
         self,
-        repo: SwarmRepository,
+        db: Database,
         clock: IReactorTime,
         *,
         max_queued_per_target: int,
         sender_rate_per_s: float,
         sender_burst: int,
     ) -> None:
-        self._repo = repo
+        self._db = db
         self._clock = clock
         # sender -> (tokens after its last spend, time of that spend), oldest spend first
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
@@ -97,31 +101,38 @@ class FloodGuard:
     def _sender_limited(self) -> bool:
         return self.sender_rate_per_s > 0 and self.sender_burst > 0
 
-    def __call__(self, request: server.Request, message: NewMessage) -> None:
-        """The guard itself can go in ``send_checks``."""
-        self.check(request, message)
+    def check(self, request: server.Request, message: NewMessage) -> Deferred[None]:
+        """A :data:`pigeond.routes.SendCheck`: fails with a 429 :class:`HttpError` when
+        ``message``'s sender or its target is over a limit."""
+        return Deferred.fromCoroutine(self.admit(message))
 
-    def check(self, request: server.Request, message: NewMessage) -> None:
-        """Refuse ``message`` with 429 when its sender or its target is over a limit."""
+    async def admit(self, message: NewMessage) -> None:
+        """Raise a 429 :class:`HttpError` when ``message``'s sender or target is over a
+        limit; otherwise spend one of the sender's tokens."""
         capped_target = message.to_session if self.max_queued_per_target > 0 else None
         if not self._sender_limited and capped_target is None:
             return  # no limit applies: not even the msg_id lookup
-        if self._repo.get(message.msg_id) is not None:
+        if await self._db.read(SwarmRepository.get, message.msg_id) is not None:
             return  # a retry: accept() stores nothing and answers it
-        now = self._clock.seconds()
-        tokens = 0.0
         if self._sender_limited:
-            self._forget_refilled(now)
-            tokens = self._tokens(message.from_session, now)
-            if tokens < 1:
-                self._refuse_sender(message.from_session, tokens)
+            self._spendable_token(message.from_session)
         if capped_target is not None:
-            self._check_target(capped_target)
+            await self._check_target(capped_target)
         if self._sender_limited:
+            tokens, now = self._spendable_token(message.from_session)  # again, after the wait
             self._buckets[message.from_session] = (tokens - 1, now)
             self._buckets.move_to_end(message.from_session)
             while len(self._buckets) > MAX_TRACKED_SENDERS:
                 self._buckets.popitem(last=False)
+
+    def _spendable_token(self, sender: str) -> tuple[float, float]:
+        """The sender's tokens now and the time, or a 429 when it has not one whole token."""
+        now = self._clock.seconds()
+        self._forget_refilled(now)
+        tokens = self._tokens(sender, now)
+        if tokens < 1:
+            self._refuse_sender(sender, tokens)
+        return tokens, now
 
     # -- the sender's bucket ------------------------------------------------------
 
@@ -158,10 +169,10 @@ class FloodGuard:
 
     # -- the target's queue ---------------------------------------------------------
 
-    def _check_target(self, target: str) -> None:
+    async def _check_target(self, target: str) -> None:
         """Counted no further than the cap, so a longer queue costs no more."""
         cap = self.max_queued_per_target
-        if self._repo.count_queued_for(target, at_most=cap) >= cap:
+        if await self._db.read(SwarmRepository.count_queued_for, target, at_most=cap) >= cap:
             raise _too_many(
                 f"target {target!r} already has {cap} queued messages, the most allowed"
                 f" (option max_queued_per_target); nothing stored, retry in"

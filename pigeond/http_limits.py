@@ -35,6 +35,7 @@ import resource
 from typing import Any
 
 from twisted.internet import interfaces
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, ITransport
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
@@ -133,7 +134,7 @@ class LimitedChannel(http.HTTPChannel):
 
     def connectionMade(self) -> None:
         self._counted = True
-        self.site.open_connections += 1
+        self.site.connection_opened(self)
         super().connectionMade()  # type: ignore[no-untyped-call]
         self._start_deadline()  # the first request's clock runs from the connection's opening
 
@@ -144,7 +145,7 @@ class LimitedChannel(http.HTTPChannel):
         self._deadline = self._closer = None
         if self._counted:
             self._counted = False
-            self.site.connection_closed()
+            self.site.connection_closed(self)
         super().connectionLost(reason)  # type: ignore[no-untyped-call]
 
     def dataReceived(self, data: bytes) -> None:
@@ -386,6 +387,8 @@ class LimitedSite(server.Site):
     refusals_open = 0  # TooManyConnections not closed yet
     max_refusals_open: int | None = None  # None: from the open-files limit
     _full_logged = False
+    _open: set[LimitedChannel] | None = None  # made on first use: Site has no hook for it
+    _all_closed: list[Deferred[None]]
 
     def buildProtocol(self, addr: Any) -> Any:
         if self.open_connections >= self.max_connections:
@@ -409,11 +412,41 @@ class LimitedSite(server.Site):
             soft = 1 << 20
         return max(MIN_REFUSALS_OPEN, soft - self.max_connections - RESERVED_FDS)
 
-    def connection_closed(self) -> None:
+    def connection_opened(self, channel: LimitedChannel) -> None:
+        self.open_connections += 1
+        self._channels().add(channel)
+
+    def connection_closed(self, channel: LimitedChannel) -> None:
         self.open_connections -= 1
+        channels = self._channels()
+        channels.discard(channel)
         if self._full_logged and self.open_connections < self.max_connections:
             self._full_logged = False
             log.info("connections below max_connections again: accepting new ones")
+        if not channels:
+            waiting, self._all_closed = self._all_closed, []
+            for d in waiting:
+                d.callback(None)
+
+    def close_connections(self) -> Deferred[None]:
+        """Close every connection once what was written to it has been sent (shutdown,
+        after the answers under way were written: the reactor's own shutdown drops
+        connections with their answers unsent).  Fires when all are closed."""
+        channels = self._channels()
+        if not channels:
+            return succeed(None)
+        closed: Deferred[None] = Deferred()
+        self._all_closed.append(closed)
+        for channel in list(channels):
+            if channel.transport is not None:
+                channel.transport.loseConnection()
+        return closed
+
+    def _channels(self) -> set[LimitedChannel]:
+        if self._open is None:
+            self._open = set()
+            self._all_closed = []
+        return self._open
 
 
 __all__ = [

@@ -123,7 +123,9 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
     logs = start_logging(config.log_level, config.log_format)
     apply_open_files_limit(config.max_connections)  # each connection costs a descriptor
     notifier = notifier_from(os.environ)
-    status = StatusReporter(notifier, reactor, daemon.status_line, STATUS_EVERY_S)
+    status = StatusReporter(
+        notifier, reactor, lambda: Deferred.fromCoroutine(daemon.status_line()), STATUS_EVERY_S
+    )
     period = watchdog_period_s(os.environ, os.getpid())
     watchdog = None
     if period is not None:

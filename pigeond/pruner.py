@@ -22,8 +22,10 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 
+from pigeond.storage.database import Database
 from pigeond.storage.errors import StorageUnavailable
-from pigeond.storage.retention import PruneCounts, Retention, cutoff_ms
+from pigeond.storage.repository import SwarmRepository
+from pigeond.storage.retention import PruneCounts, cutoff_ms
 
 log = Logger()
 
@@ -43,7 +45,7 @@ class PruneRun:
 class Pruner:
     def __init__(
         self,
-        repo: Retention,
+        db: Database,
         clock: IReactorTime,
         *,
         retention_days: float,
@@ -53,7 +55,7 @@ class Pruner:
         vacuum_pages: int = 512,
         max_vacuum_steps: int = 4,
     ) -> None:
-        self._repo = repo
+        self._db = db
         self._clock = clock
         self.retention_days = retention_days
         self._interval_s = interval_s
@@ -137,14 +139,14 @@ class Pruner:
         for batch in range(self._max_batches):
             if batch and not await self._yield():
                 return done
-            pruned = self._repo.prune_batch(cutoff, self._batch_rows)
+            pruned = await self._db.write(SwarmRepository.prune_batch, cutoff, self._batch_rows)
             done.pruned.update(pruned)
             if sum(pruned.values()) < self._batch_rows:
                 break
         for _ in range(self._max_vacuum_steps):
             if not await self._yield():
                 return done
-            given = self._repo.give_back_pages(self._vacuum_pages)
+            given = await self._db.write(SwarmRepository.give_back_pages, self._vacuum_pages)
             done.pages_given_back += given
             if given < self._vacuum_pages:
                 break

@@ -1,13 +1,15 @@
 """The swarm routes, wired to the repository and the arbiter.
 
-The send path is ``parse → check → store → kick``; a later access-control
-check slots in as another :data:`SendCheck` without touching the rest.
+The send path is ``parse → check → store → kick``: the checks are the
+database watch and the flood guard (:data:`SendCheck`).  Every database call
+goes through a :class:`~pigeond.storage.Database`, off the reactor thread, so
+a handler waits for its own call while the reactor serves others.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -19,6 +21,7 @@ from pigeond.model import MSG_ID_RE, SESSION_ID_RE, NewMessage, State
 from pigeond.openapi import OPENAPI_PATH, openapi_document
 from pigeond.send_request import parse_send_body
 from pigeond.storage import AcceptOutcome, SwarmRepository
+from pigeond.storage.database import Database
 from pigeond.storage.repository import DEFAULT_INBOX_MAX_BYTES
 from pigeond.web import HttpError, JsonApi, JsonResponse, query_param, read_body
 
@@ -28,8 +31,8 @@ MAX_INBOX_LIMIT = 1000
 log = Logger()
 _CURSOR_RE = re.compile(r"^cur_([0-9]{1,18})$")
 
-# A check on an accepted-for-parsing send; raises HttpError to refuse it.
-SendCheck = Callable[[server.Request, NewMessage], None]
+# A check on a parsed send before it is stored; raises HttpError to refuse it.
+SendCheck = Callable[[server.Request, NewMessage], Awaitable[None] | None]
 
 
 def encode_cursor(handoff_seq: int) -> str:
@@ -39,7 +42,7 @@ def encode_cursor(handoff_seq: int) -> str:
 class SwarmRoutes:
     def __init__(
         self,
-        repo: SwarmRepository,
+        db: Database,
         clock: IReactorTime,
         *,
         on_accepted: Callable[[str], None] = lambda target: None,
@@ -53,7 +56,7 @@ class SwarmRoutes:
         # Bounds an inbox answer in bytes as ``limit`` does in messages: the answer is
         # built on the reactor thread and buffered whole for a client that does not read.
         self.inbox_max_bytes = inbox_max_bytes
-        self._repo = repo
+        self._db = db
         self._clock = clock
         self._on_accepted = on_accepted
         self._arbiter_running = arbiter_running
@@ -73,16 +76,18 @@ class SwarmRoutes:
 
     # -- POST /swarm/send ------------------------------------------------------
 
-    def send(self, request: server.Request) -> JsonResponse:
+    async def send(self, request: server.Request) -> JsonResponse:
         now_ms = self._now_ms()
         send = parse_send_body(read_body(request), lambda: make_msg_id(now_ms))
         message = send.message
         for check in self._send_checks:
-            check(request, message)
+            waiting = check(request, message)
+            if waiting is not None:
+                await waiting
         expires_at = None
         if message.to_session is not None:  # channel messages do not expire yet
             expires_at = now_ms + 1000 * (send.ttl_s or self.default_ttl_s)
-        outcome = self._repo.accept(message, now_ms, expires_at)
+        outcome = await self._db.write(SwarmRepository.accept, message, now_ms, expires_at)
         if outcome is AcceptOutcome.CONFLICT:
             raise HttpError(
                 409,
@@ -102,7 +107,7 @@ class SwarmRoutes:
 
     # -- GET /swarm/inbox ------------------------------------------------------
 
-    def inbox(self, request: server.Request) -> JsonResponse:
+    async def inbox(self, request: server.Request) -> JsonResponse:
         """A page of the session's hand-offs, bounded by ``limit`` and ``inbox_max_bytes``:
         the answer is built on the reactor thread and, for a client that does not read,
         waits whole in the send buffer, so its size must not follow the backlog's."""
@@ -113,8 +118,10 @@ class SwarmRoutes:
             raise HttpError(400, f"query parameter 'session' must match {SESSION_ID_RE.pattern}")
         limit = self._inbox_limit(query_param(request, "limit"))
         since = query_param(request, "since")
-        after_seq = 0 if since is None else self._cursor_position(since, session)
-        page = self._repo.inbox_page(session, after_seq, limit, self.inbox_max_bytes)
+        after_seq = 0 if since is None else await self._cursor_position(since, session)
+        page = await self._db.read(
+            SwarmRepository.inbox_page, session, after_seq, limit, self.inbox_max_bytes
+        )
         if page.messages:
             last_seq = page.messages[-1].handoff_seq
             assert last_seq is not None
@@ -147,15 +154,15 @@ class SwarmRoutes:
             400, f"query parameter 'limit' must be an integer from 1 to {MAX_INBOX_LIMIT}"
         )
 
-    def _cursor_position(self, since: str, session: str) -> int:
+    async def _cursor_position(self, since: str, session: str) -> int:
         """A cursor is ours (``cur_N``) or, as in the seed, a msg_id handed off to this session."""
         match = _CURSOR_RE.fullmatch(since)
         if match is not None:
             seq = int(match.group(1))
-            if seq > self._repo.last_handoff_seq():
+            if seq > await self._db.read(SwarmRepository.last_handoff_seq):
                 raise HttpError(400, f"unknown cursor {since!r}")
             return seq
-        message = self._repo.get(since)
+        message = await self._db.read(SwarmRepository.get, since)
         if message is None or message.to_session != session or message.handoff_seq is None:
             raise HttpError(
                 400,
@@ -167,7 +174,7 @@ class SwarmRoutes:
 
     # -- GET /swarm/message/<msg_id> ---------------------------------------------
 
-    def message(self, request: server.Request) -> JsonResponse:
+    async def message(self, request: server.Request) -> JsonResponse:
         """One message's fields and delivery state, so a sender can follow it up."""
         raw = (request.path or b"")[len(MESSAGE_PREFIX) :]
         try:
@@ -176,7 +183,7 @@ class SwarmRoutes:
             raise HttpError(400, "msg_id is not valid UTF-8") from e
         if not MSG_ID_RE.fullmatch(msg_id):
             raise HttpError(400, f"msg_id must match {MSG_ID_RE.pattern}")
-        stored = self._repo.get(msg_id)
+        stored = await self._db.read(SwarmRepository.get, msg_id)
         if stored is None:
             raise HttpError(404, f"no message {msg_id}", {"msg_id": msg_id})
         return JsonResponse(
@@ -195,7 +202,7 @@ class SwarmRoutes:
 
     # -- GET /health -------------------------------------------------------------
 
-    def health(self, request: server.Request) -> JsonResponse:
+    async def health(self, request: server.Request) -> JsonResponse:
         """200 with the queue's counts; 503 and ``ok: false`` once the database file is not
         the one opened (its counts would describe a file nobody will read again)."""
         problem = self._storage_problem()
@@ -205,7 +212,7 @@ class SwarmRoutes:
                 {"ok": False, "version": __version__, "arbiter": False,
                  "error": f"{problem}; restart pigeond"},
             )  # fmt: skip
-        counts = self._repo.count_by_state()
+        counts = await self._db.read(SwarmRepository.count_by_state)
         return JsonResponse(
             200,
             {

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 import sdnotify
+from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -164,14 +165,20 @@ class StatusReporter:
     """Keeps systemd's ``STATUS=`` current (``systemctl status pigeond`` shows it)."""
 
     def __init__(
-        self, notifier: Notifier, clock: IReactorTime, status: Callable[[], str], every_s: float
+        self,
+        notifier: Notifier,
+        clock: IReactorTime,
+        status: Callable[[], Deferred[str]],
+        every_s: float,
     ) -> None:
+        """``status`` may answer later (it reads the database off the reactor thread)."""
         self._notifier = notifier
         self._status = status
         self._loop = LoopingCall(self.report)
         self._loop.clock = clock
         self._every_s = every_s
         self._last = ""
+        self._asking: Deferred[None] | None = None
 
     def start(self) -> None:
         self._loop.start(self._every_s, now=True)
@@ -181,10 +188,22 @@ class StatusReporter:
             self._loop.stop()
 
     def report(self) -> None:
-        try:
-            status = self._status()
-        except Exception as e:
-            status = f"status unavailable: {e}"
+        """Ask for the status and send it if it changed; one question at a time."""
+        if self._asking is not None:
+            return
+        asking = (
+            maybeDeferred(self._status)
+            .addErrback(lambda f: f"status unavailable: {f.getErrorMessage()}")
+            .addCallback(self._send)
+        )
+        if not asking.called:
+            self._asking = asking
+            asking.addBoth(self._answered)
+
+    def _answered(self, _: object) -> None:
+        self._asking = None
+
+    def _send(self, status: str) -> None:
         if status != self._last:
             self._notifier.notify(f"STATUS={status}")
             self._last = status

@@ -29,6 +29,7 @@ from pigeond.opencode_client import (
 )
 from pigeond.registry import DirectoryResolver
 from pigeond.storage import StorageError, SwarmRepository
+from pigeond.storage.database import Database
 
 log = Logger()
 
@@ -49,7 +50,7 @@ def envelope_ids(texts: Iterable[str]) -> set[str]:
 class Verifier:
     def __init__(
         self,
-        repo: SwarmRepository,
+        db: Database,
         registry: DirectoryResolver,
         client: OpencodeClient,
         clock: IReactorTime,
@@ -59,7 +60,7 @@ class Verifier:
         on_requeued: Callable[[str], None] = lambda target: None,
         on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
     ) -> None:
-        self._repo = repo
+        self._db = db
         self._registry = registry
         self._client = client
         self._clock = clock
@@ -69,6 +70,7 @@ class Verifier:
         self._closed = False
         self._checking: dict[str, Deferred[None]] = {}
         self._last_check: dict[str, float] = {}
+        self._listing: Deferred[None] | None = None
 
     def configure(self, interval_s: float, max_requeues: int) -> None:
         self._interval_s = interval_s
@@ -78,9 +80,31 @@ class Verifier:
         return int(self._clock.seconds() * 1000)
 
     def tick(self) -> None:
-        """Start a check for each target with unverified hand-offs, at most once per interval."""
+        """Start a check for each target with unverified hand-offs, at most once per interval;
+        nothing while the last tick's list of targets is still being read."""
+        if self._listing is not None or self.is_closed():
+            return
+        listing = Deferred.fromCoroutine(self._check_targets())
+        if listing.called:
+            listing.addErrback(self._log_listing_failure)
+            return
+        self._listing = listing
+        listing.addErrback(self._log_listing_failure)
+        listing.addBoth(self._listed)
+
+    def _listed(self, _: object) -> None:
+        self._listing = None
+
+    def _log_listing_failure(self, failure: Failure) -> None:
+        if failure.check(StorageError):
+            log.error("cannot list hand-offs to verify yet: {error}", error=str(failure.value))
+        else:
+            log.failure("listing hand-offs to verify failed", failure)
+
+    async def _check_targets(self) -> None:
+        targets = await self._db.read(SwarmRepository.verification_targets)
         now = self._clock.seconds()
-        for target in self._repo.verification_targets():
+        for target in targets:
             if target in self._checking or now - self._last_check.get(target, 0) < self._interval_s:
                 continue
             self._last_check[target] = now
@@ -105,7 +129,12 @@ class Verifier:
     async def check(self, target: str) -> None:
         if self.is_closed():
             return
-        waiting = self._repo.awaiting_verification(target)
+        try:
+            waiting = await self._db.read(SwarmRepository.awaiting_verification, target)
+        except StorageError as e:
+            log.error("cannot read {target}'s hand-offs to verify yet: {error}",
+                      target=target, error=str(e))  # fmt: skip
+            return
         if not waiting:
             return
         now_ms = self._now_ms()
@@ -126,7 +155,7 @@ class Verifier:
         if self.is_closed():
             return  # the database closed while the transcript was read (shutdown)
         try:
-            self._record(target, waiting, found)
+            await self._record(target, waiting, found)
         except StorageError as e:
             # a full or locked disk: nothing is lost, the same check runs again next interval
             log.error("cannot record what {target}'s transcript shows yet: {error}",
@@ -139,10 +168,10 @@ class Verifier:
     def is_closed(self) -> bool:
         return self._closed
 
-    def _record(self, target: str, waiting: list[StoredMessage], found: set[str]) -> None:
+    async def _record(self, target: str, waiting: list[StoredMessage], found: set[str]) -> None:
         now_ms = self._now_ms()
-        verified = self._repo.mark_verified(
-            [m.msg_id for m in waiting if m.msg_id in found], now_ms
+        verified = await self._db.write(
+            SwarmRepository.mark_verified, [m.msg_id for m in waiting if m.msg_id in found], now_ms
         )
         for msg_id in verified:
             log.info("verified {msg_id} in {target}'s transcript", msg_id=msg_id, target=target)
@@ -159,9 +188,10 @@ class Verifier:
                     f"handed off {message.requeue_count + 1} times but never reached"
                     " the target's transcript"
                 )
-            outcome = self._repo.requeue_unverified(
-                message.msg_id, reason, now_ms, self._max_requeues
-            )
+            outcome = await self._db.write(
+                SwarmRepository.requeue_unverified,
+                message.msg_id, reason, now_ms, self._max_requeues,
+            )  # fmt: skip
             log.warn(
                 "{msg_id} to {target}: {reason} -> {outcome}",
                 msg_id=message.msg_id, target=target, reason=reason, outcome=outcome,

@@ -1,18 +1,22 @@
-"""The HTTP API: ``POST /swarm/send``, ``GET /swarm/inbox``, ``GET /health``.
+"""JSON over twisted.web: the router, the answer's shape, and bounded request bodies.
 
 Every answer is JSON, errors included (``{"error": "..."}``).  Handlers raise
-:class:`HttpError` for anything the client did wrong; anything else is logged
-and answered with a plain 500, never a traceback.
+:class:`HttpError` for anything the client did wrong; storage failures are a
+503; anything else is logged with its traceback and answered with a plain
+500, never a traceback.  A handler either answers at once or is a coroutine
+(it waits for the database); either way the answer goes through the same
+path, and an answer for a client that has gone is dropped.
 """
 
 from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python import failure
@@ -45,7 +49,7 @@ class JsonResponse:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Handler = Callable[[server.Request], JsonResponse]
+Handler = Callable[[server.Request], JsonResponse | Coroutine[Any, Any, JsonResponse]]
 # Runs before routing, on every request; raises HttpError to refuse it (access control).
 Gate = Callable[[server.Request], None]
 
@@ -127,31 +131,82 @@ class JsonApi(Resource):
     def __init__(self, gate: Gate | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.gate = gate
+        self._answering: set[Deferred[None]] = set()
         self._routes: dict[bytes, dict[bytes, Handler]] = {}
         self._prefixes: dict[bytes, dict[bytes, Handler]] = {}
 
     def route(self, method: str, path: str, handler: Handler) -> None:
         self._routes.setdefault(path.encode("ascii"), {})[method.encode("ascii")] = handler
 
-    def render(self, request: server.Request) -> bytes:
+    def render(self, request: server.Request) -> bytes | int:
         try:
-            response = self._dispatch(request)
-        except HttpError as e:
-            response = JsonResponse(e.status, {"error": e.message, **e.extra}, e.headers)
-        except InvalidRequest as e:
-            response = JsonResponse(400, {"error": str(e)})
-        except StorageUnavailable as e:
-            log.error("storage unavailable: {error}", error=str(e))
-            response = JsonResponse(503, {"error": f"storage unavailable, nothing stored: {e}"})
-        except StorageError as e:
-            log.error("storage error: {error}", error=str(e))
-            response = JsonResponse(503, {"error": f"storage error: {e}"})
-        except Exception:
-            log.failure(
-                "unexpected error on {method} {path}", method=request.method, path=request.path
+            answer = self._dispatch(request)
+        except Exception as e:
+            return self._write(request, self._error_response(request, e))
+        if isinstance(answer, JsonResponse):
+            return self._write(request, answer)
+        return self._answer_later(request, Deferred.fromCoroutine(answer))
+
+    def _answer_later(self, request: server.Request, answer: Deferred[JsonResponse]) -> int:
+        """Write ``answer`` when it comes, unless the client hung up meanwhile (its work,
+        a send's commit included, still runs to the end: a retry is idempotent)."""
+        gone = []
+        request.notifyFinish().addErrback(lambda _: gone.append(True))
+
+        def write(response: JsonResponse) -> None:
+            if gone:
+                return
+            body = self._write(request, response)
+            request.setHeader(b"content-length", str(len(body)).encode("ascii"))
+            request.write(body)
+            request.finish()
+
+        def refuse(failure: failure.Failure) -> JsonResponse:
+            error = failure.value
+            if not isinstance(error, Exception):
+                return failure  # type: ignore[return-value]  # BaseException: not ours to answer
+            return self._error_response(request, error, failure)
+
+        writing = (
+            answer.addErrback(refuse)
+            .addCallback(write)
+            .addErrback(
+                lambda f: log.failure("cannot write the answer to {path}", f, path=request.path)
             )
-            response = JsonResponse(500, {"error": "internal error; see the daemon's log"})
-        return self._write(request, response)
+        )
+        if not writing.called:
+            self._answering.add(writing)
+            writing.addBoth(lambda _: self._answering.discard(writing))
+        return server.NOT_DONE_YET
+
+    def answered(self) -> Deferred[None]:
+        """Fires once every request being answered now has its answer written: at shutdown,
+        a send whose commit is under way still gets its 202."""
+        return DeferredList(list(self._answering), consumeErrors=True).addCallback(lambda _: None)
+
+    @staticmethod
+    def _error_response(
+        request: server.Request, error: Exception, caught: failure.Failure | None = None
+    ) -> JsonResponse:
+        """The answer for a handler's exception: the client's fault, storage, or ours."""
+        if isinstance(error, HttpError):
+            body = {"error": error.message, **error.extra}
+            return JsonResponse(error.status, body, error.headers)
+        if isinstance(error, InvalidRequest):
+            return JsonResponse(400, {"error": str(error)})
+        if isinstance(error, StorageUnavailable):
+            log.error("storage unavailable: {error}", error=str(error))
+            return JsonResponse(503, {"error": f"storage unavailable, nothing stored: {error}"})
+        if isinstance(error, StorageError):
+            log.error("storage error: {error}", error=str(error))
+            return JsonResponse(503, {"error": f"storage error: {error}"})
+        log.failure(
+            "unexpected error on {method} {path}",
+            caught or failure.Failure(error, type(error), error.__traceback__),
+            method=request.method,
+            path=request.path,
+        )
+        return JsonResponse(500, {"error": "internal error; see the daemon's log"})
 
     def route_prefix(self, method: str, prefix: str, handler: Handler) -> None:
         """A route for every path under ``prefix`` (``/swarm/message/<id>``); the handler
@@ -167,7 +222,9 @@ class JsonApi(Resource):
                 return prefixed
         return None
 
-    def _dispatch(self, request: server.Request) -> JsonResponse:
+    def _dispatch(
+        self, request: server.Request
+    ) -> JsonResponse | Coroutine[Any, Any, JsonResponse]:
         if self.gate is not None:
             self.gate(request)
         methods = self._methods_for(request.path or b"")
@@ -211,7 +268,7 @@ def make_site(
     request_timeout_s: float = 30.0,
     max_connections: int = 512,
     reactor: IReactorTime | None = None,
-) -> server.Site:
+) -> QuietSite:
     """The daemon's site: JSON for every answer, bodies bounded, connections bounded (see
     :mod:`pigeond.http_limits`); ``idle_timeout_s`` closes a kept-alive connection that
     sends no next request.  ``reactor`` runs the timers (the global one when None)."""

@@ -17,6 +17,7 @@ removed, so no user or system configuration is read.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
@@ -25,8 +26,11 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pigeond.model import StoredMessage
 from pigeond.storage import SwarmRepository
@@ -193,6 +197,20 @@ class DaemonProcess:
         self._finish()
         return proc.returncode
 
+    def terminate(self) -> None:
+        """SIGTERM without waiting: the daemon starts its clean stop."""
+        if self._proc is None:
+            raise RuntimeError("the daemon was never started")
+        self._proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> int:
+        """Wait for the daemon to exit by itself (no signal); its exit code."""
+        if self._proc is None:
+            raise RuntimeError("the daemon was never started")
+        self._proc.wait(timeout=timeout_s)
+        self._finish()
+        return self._proc.returncode
+
     def kill(self) -> int:
         """SIGKILL (``kill -9``): a crash, with no chance to clean up. Returns the exit code."""
         proc = self._proc
@@ -263,6 +281,22 @@ class DaemonProcess:
     def auth_headers(self) -> dict[str, str]:
         """What a TCP client sends besides its request: the token, and JSON as the body type."""
         return {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+
+    def request_json(
+        self, method: str, path: str, body: Any = None, timeout_s: float = 10.0
+    ) -> tuple[int, Any]:
+        """One request over TCP with the token; the status and the decoded JSON answer."""
+        request = urllib.request.Request(
+            self.base_url + path,
+            data=None if body is None else json.dumps(body).encode(),
+            headers=self.auth_headers,
+            method=method,
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
 
     def stored_messages(self) -> list[StoredMessage]:
         """Every message in the daemon's database, newest first (read as ``pigeon`` does)."""

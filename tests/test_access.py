@@ -17,6 +17,7 @@ from twisted.web.http_headers import Headers
 from pigeond.access import AccessPolicy, host_name
 from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository
+from pigeond.storage.database import InlineDatabase
 from pigeond.web import JsonApi, make_site
 from tests.http_helpers import json_body, raw_exchange, result_of, stub_client
 
@@ -29,7 +30,7 @@ BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 def gated_api(repo: SwarmRepository, clock: Clock, **policy: Any) -> JsonApi:
     options: dict[str, Any] = {"own_uid": os.getuid(), "token": TOKEN} | policy
-    routes = SwarmRoutes(repo, clock, arbiter_running=lambda: True)
+    routes = SwarmRoutes(InlineDatabase(repo), clock, arbiter_running=lambda: True)
     return routes.install(JsonApi(gate=AccessPolicy(**options)))
 
 
@@ -273,7 +274,7 @@ def test_allowed_group_on_a_unix_socket_passes(
 def test_reload_changes_the_allow_lists(repo: SwarmRepository, clock: Clock) -> None:
     """configure() applies new allow lists at once (a SIGHUP reload)."""
     policy = AccessPolicy(own_uid=os.getuid(), token=TOKEN)
-    api = SwarmRoutes(repo, clock).install(JsonApi(gate=policy))
+    api = SwarmRoutes(InlineDatabase(repo), clock).install(JsonApi(gate=policy))
     assert call(api, "GET", "/health", {}, base="http://pigeond.internal")[0] == 421
     policy.configure((), "", (), ["pigeond.internal"])
     assert call(api, "GET", "/health", {}, base="http://pigeond.internal")[0] == 200

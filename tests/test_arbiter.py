@@ -25,7 +25,9 @@ from pigeond.arbiter import (
 from pigeond.opencode_client import FailureKind, OpencodeError, SessionNotFound
 from pigeond.prompt_mode import DEFAULT_MODE, PromptMode
 from pigeond.storage import StorageUnavailable, SwarmRepository, open_database
+from pigeond.storage.database import InlineDatabase
 from pigeond.turns import TurnTracker
+from tests.http_helpers import result_of
 from tests.messages import new_message
 
 TICK_S = 0.5
@@ -141,7 +143,7 @@ def make_harness(
     policy = DeliveryPolicy(tick_s=TICK_S, max_attempts=10, batch_max=batch_max,
                             outage_retry_s=OUTAGE_S, verify_grace_s=60)  # fmt: skip
     arbiter = Arbiter(
-        repo, registry, opencode, clock, policy=policy, turns=turns,
+        InlineDatabase(repo), registry, opencode, clock, policy=policy, turns=turns,
         check_directory=lambda d: f"{d} does not exist" if d in missing_dirs else None,
         modes=modes, agents=agents,
     )  # fmt: skip
@@ -295,12 +297,12 @@ def test_tick_survives_storage_errors(h: Harness, monkeypatch: pytest.MonkeyPatc
     """An exception inside a tick is logged; the LoopingCall keeps running."""
     calls = []
 
-    def broken(now_ms: int) -> list[str]:
+    def broken(repo: SwarmRepository, now_ms: int) -> list[str]:
         calls.append(now_ms)
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(h.repo, "ready_targets", broken)
-    monkeypatch.setattr(h.repo, "expire_due", broken)
+    monkeypatch.setattr(SwarmRepository, "ready_targets", broken)
+    monkeypatch.setattr(SwarmRepository, "expire_due", broken)
     h.arbiter.start()
     h.clock.advance(TICK_S)
     h.clock.advance(TICK_S)
@@ -315,7 +317,7 @@ def test_unexpected_error_frees_the_target(h: Harness, monkeypatch: pytest.Monke
 
     h.send()
     monkeypatch.setattr(h.registry, "resolve", broken)
-    monkeypatch.setattr(h.repo, "record_failed_attempt", lambda *a: 1 / 0)
+    monkeypatch.setattr(SwarmRepository, "record_failed_attempt", lambda *a: 1 / 0)
     h.arbiter.kick("ses_target")
     assert h.arbiter.in_flight_targets() == []
 
@@ -609,7 +611,8 @@ def rebuilt(
     """The harness with an arbiter built for these settings, over the same fakes."""
     policy = DeliveryPolicy(tick_s=TICK_S, batch_max=batch_max, batch_max_bytes=batch_max_bytes)
     arbiter = Arbiter(
-        h.repo, h.registry, h.opencode, h.clock, policy=policy, check_directory=lambda d: None,
+        InlineDatabase(h.repo), h.registry, h.opencode, h.clock, policy=policy,
+        check_directory=lambda d: None,
         modes=modes, database_problem=database_problem,
     )  # fmt: skip
     return replace(h, arbiter=arbiter)
@@ -632,7 +635,9 @@ def test_unrecorded_hand_off_is_not_sent_again(h: Harness, monkeypatch: pytest.M
     """A prompt opencode took but the database could not record is never prompted again;
     it is recorded, as of when it happened, once the database works again."""
     monkeypatch.setattr(
-        h.repo, "mark_handed_off_many", failing_n_times(h.repo.mark_handed_off_many, 20)
+        SwarmRepository,
+        "mark_handed_off_many",
+        failing_n_times(SwarmRepository.mark_handed_off_many, 20),
     )
     msg_id = h.send()
     h.arbiter.start()
@@ -652,7 +657,9 @@ def test_target_is_held_while_its_hand_off_is_unrecorded(
 ) -> None:
     """While a hand-off waits to be recorded its target gets nothing new; other targets do."""
     monkeypatch.setattr(
-        h.repo, "mark_handed_off_many", failing_n_times(h.repo.mark_handed_off_many, 1)
+        SwarmRepository,
+        "mark_handed_off_many",
+        failing_n_times(SwarmRepository.mark_handed_off_many, 1),
     )
     first = h.send(msg_id="msg_1")
     h.arbiter.kick("ses_target")
@@ -669,7 +676,9 @@ def test_hold_lasts_as_long_as_the_database_fails(
 ) -> None:
     """Every tick tries to record the hand-off; the next message waits until one succeeds."""
     monkeypatch.setattr(
-        h.repo, "mark_handed_off_many", failing_n_times(h.repo.mark_handed_off_many, 6)
+        SwarmRepository,
+        "mark_handed_off_many",
+        failing_n_times(SwarmRepository.mark_handed_off_many, 6),
     )
     h.send(msg_id="msg_1")
     h.send(msg_id="msg_2")
@@ -689,7 +698,9 @@ def test_failure_that_cannot_be_recorded_holds_the_target(
     """A failed hand-off the database cannot record is retried after its backoff, not
     at the next tick."""
     monkeypatch.setattr(
-        h.repo, "record_failed_attempt", failing_n_times(h.repo.record_failed_attempt, 1)
+        SwarmRepository,
+        "record_failed_attempt",
+        failing_n_times(SwarmRepository.record_failed_attempt, 1),
     )
     h.send()
     h.arbiter.start()
@@ -743,7 +754,7 @@ def test_hand_off_ending_after_close_writes_nothing(
     msg_id = h.send()
     h.arbiter.start()
     h.arbiter.stop()
-    h.arbiter.close()
+    result_of(Deferred.fromCoroutine(h.arbiter.close()))
     h.repo.close()
     if answer == "succeed":
         h.opencode.succeed_all()
@@ -762,13 +773,15 @@ def test_close_records_what_it_can_and_warns_of_the_rest(
     """close() makes a last attempt to record an unrecorded hand-off; one that still fails
     is named in a warning (it goes again after the restart)."""
     monkeypatch.setattr(
-        h.repo, "mark_handed_off_many", failing_n_times(h.repo.mark_handed_off_many, 99)
+        SwarmRepository,
+        "mark_handed_off_many",
+        failing_n_times(SwarmRepository.mark_handed_off_many, 99),
     )
     msg_id = h.send()
     h.arbiter.kick("ses_target")
     h.opencode.succeed_all()
     h.arbiter.stop()
-    h.arbiter.close()
+    result_of(Deferred.fromCoroutine(h.arbiter.close()))
     assert any(level == LogLevel.warn and msg_id in text for level, text in log_events)
     assert h.state(msg_id) == "queued"
 
@@ -807,3 +820,62 @@ class SlowModes:
         answer: Deferred[PromptMode] = Deferred()
         self.waiting.append(answer)
         return await answer
+
+
+# -- the database answers later ------------------------------------------------------
+
+
+class HeldDatabase(InlineDatabase):
+    """Answers each call only when the test releases it, as a lock another process holds
+    would make the writer thread wait."""
+
+    def __init__(self, repo: SwarmRepository) -> None:
+        super().__init__(repo)
+        self.held: list[tuple[Deferred[Any], Callable[[], Any]]] = []
+
+    def read(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        return self._hold(lambda: call(self.repo, *args, **kwargs))
+
+    def write(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        return self._hold(lambda: call(self.repo, *args, **kwargs))
+
+    def _hold(self, run: Callable[[], Any]) -> Deferred[Any]:
+        answer: Deferred[Any] = Deferred()
+        self.held.append((answer, run))
+        return answer
+
+    def release_all(self) -> None:
+        while self.held:
+            answer, run = self.held.pop(0)
+            answer.callback(run())
+
+
+def test_ticks_do_not_pile_up_behind_a_slow_database(h: Harness) -> None:
+    """While a tick's database call is unanswered, later ticks ask nothing more; once it is
+    answered, ticking goes on."""
+    held = HeldDatabase(h.repo)
+    arbiter = Arbiter(held, h.registry, h.opencode, h.clock, check_directory=lambda d: None)
+    arbiter.start()
+    asked = len(held.held)
+    h.clock.advance(TICK_S * 10)
+    assert len(held.held) == asked == 1  # the first tick's first step, still waiting
+    held.release_all()
+    h.clock.advance(TICK_S)
+    assert len(held.held) == 1  # the next tick asks again
+
+
+def test_a_queue_that_cannot_be_read_spends_no_attempt(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drain whose queue read fails (storage) stops without a failed attempt; the next
+    kick delivers."""
+    msg_id = h.send()
+    monkeypatch.setattr(
+        SwarmRepository, "ready_batch", failing_n_times(SwarmRepository.ready_batch, 1)
+    )
+    h.arbiter.kick("ses_target")
+    assert h.opencode.prompts == [] and h.arbiter.in_flight_targets() == []
+    stored = h.repo.get(msg_id)
+    assert stored is not None and (stored.state, stored.attempts) == ("queued", 0)
+    h.arbiter.kick("ses_target")
+    assert [p.msg_ids() for p in h.opencode.prompts] == [[msg_id]]

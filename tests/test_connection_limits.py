@@ -14,12 +14,12 @@ from twisted.internet.task import Clock
 from twisted.web.server import Site
 
 from pigeond.config import Config
-from pigeond.daemon import build_daemon
 from pigeond.http_limits import MIN_REFUSALS_OPEN, RESERVED_FDS, LimitedSite
 from pigeond.listeners import LISTEN_BACKLOG, with_default_backlog
 from pigeond.rlimits import UNLIMITED_NOFILE, raise_open_files_limit
 from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository
+from pigeond.storage.database import InlineDatabase
 from pigeond.web import JsonApi, configure_site, make_site
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.raw_http import (
@@ -30,6 +30,7 @@ from tests.raw_http import (
     health_probe,
     parse_responses,
 )
+from tests.storage_helpers import clock_daemon, repo_of
 
 HEALTH = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 HEAD_START = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -43,7 +44,7 @@ def limited_site(
     idle_timeout_s: float = 60,
     max_connections: int = 512,
 ) -> LimitedSite:
-    api = SwarmRoutes(repo, clock).install(JsonApi())
+    api = SwarmRoutes(InlineDatabase(repo), clock).install(JsonApi())
     site = make_site(
         api, 64 * 1024, idle_timeout_s,
         request_timeout_s=request_timeout_s, max_connections=max_connections, reactor=clock,
@@ -257,13 +258,13 @@ def test_daemon_reload_applies_request_timeout_and_max_connections(
 ) -> None:
     """SIGHUP's reload reaches the site: new deadline and cap, body limit kept working."""
     config = Config(db=str(tmp_path / "p.db"), opencode_url="", auth="none")
-    daemon = build_daemon(config, clock)
+    daemon = clock_daemon(config, clock)
     daemon.reload(replace(config, request_timeout_s=2, max_connections=1, max_body_bytes=2048))
     first = Connection(daemon.site)
     assert only_response(Connection(daemon.site)).status == 503
     clock.advance(2)
     assert is_408(first)
-    daemon.repo.close()
+    repo_of(daemon).close()
 
 
 # -- the listen backlog and the open-files limit ---------------------------------------------------

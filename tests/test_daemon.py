@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.web import server
 from twisted.web.http_headers import Headers
@@ -16,9 +17,10 @@ from twisted.web.resource import Resource
 
 from pigeond.config import Config
 from pigeond.credentials import read_token
-from pigeond.daemon import Daemon, build_daemon, stop_later
+from pigeond.daemon import Daemon, stop_later
 from pigeond.opencode_client import BasicAuth
 from tests.http_helpers import result_of, stub_client
+from tests.storage_helpers import clock_daemon, repo_of
 
 API = "http://127.0.0.1:4097"
 
@@ -45,7 +47,11 @@ class RecordingOpencode(Resource):
 
 def build(tmp_path: Path, clock: Clock, opencode: Resource, **config: Any) -> Daemon:
     settings = Config(db=str(tmp_path / "p.db"), **({"delivery": "call"} | config))
-    return build_daemon(settings, clock, http=stub_client(opencode))
+    return clock_daemon(settings, clock, http=stub_client(opencode))
+
+
+def status_of(daemon: Daemon) -> str:
+    return result_of(Deferred.fromCoroutine(daemon.status_line()))
 
 
 def send(daemon: Daemon, body: dict[str, Any]) -> int:
@@ -77,7 +83,7 @@ def test_send_is_delivered_with_basic_auth(tmp_path: Path, clock: Clock) -> None
         ("/session/ses_t/message", expected),
         ("/session/ses_t/prompt_async", expected),
     ]
-    stored = daemon.repo.get("msg_1")
+    stored = repo_of(daemon).get("msg_1")
     assert stored is not None and stored.state == "handed_off"
 
 
@@ -109,7 +115,7 @@ def test_max_attempts_setting_is_used(tmp_path: Path, clock: Clock) -> None:
     send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "hi", "msg_id": "msg_1"})
     clock.advance(1)
     clock.advance(1)
-    stored = daemon.repo.get("msg_1")
+    stored = repo_of(daemon).get("msg_1")
     assert stored is not None and (stored.state, stored.attempts) == ("failed", 2)
 
 
@@ -124,7 +130,7 @@ def test_stop_closes_the_database(tmp_path: Path, clock: Clock) -> None:
 
 def _is_closed(daemon: Daemon) -> bool:
     try:
-        daemon.repo.connection.execute("SELECT 1")
+        repo_of(daemon).connection.execute("SELECT 1")
     except sqlite3.ProgrammingError:
         return True
     return False
@@ -152,17 +158,17 @@ def test_stop_waits_for_in_flight_hand_offs_only_so_long(tmp_path: Path, clock: 
     result_of(stopping)
     assert _is_closed(daemon)
     reopened = build(tmp_path, clock, RecordingOpencode(tmp_path))
-    stored = reopened.repo.get("msg_1")
+    stored = repo_of(reopened).get("msg_1")
     assert stored is not None and stored.state == "queued"
 
 
 def test_status_line(tmp_path: Path, clock: Clock) -> None:
     """The systemd status line counts the queue and says whether opencode answered."""
     daemon = build(tmp_path, clock, RecordingOpencode(tmp_path))
-    assert daemon.status_line() == "queued 0, failed 0, in flight 0, opencode not contacted yet"
+    assert status_of(daemon) == "queued 0, failed 0, in flight 0, opencode not contacted yet"
     daemon.start_delivery()
     send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "hi"})
-    assert daemon.status_line() == "queued 0, failed 0, in flight 0, opencode ok"
+    assert status_of(daemon) == "queued 0, failed 0, in flight 0, opencode ok"
 
 
 def test_reload_applies_access_and_flood_settings_live(tmp_path: Path, clock: Clock) -> None:

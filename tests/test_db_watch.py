@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import (
     LogLevel,
@@ -17,13 +18,14 @@ from twisted.web.http_headers import Headers
 
 from pigeond.config import Config
 from pigeond.credentials import read_token
-from pigeond.daemon import Daemon, build_daemon
+from pigeond.daemon import Daemon
 from pigeond.db_watch import DatabaseWatch
 from pigeond.service import AlreadyRunning, InstanceLock
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.web import HttpError
 from tests.http_helpers import result_of, stub_client
 from tests.messages import new_message
+from tests.storage_helpers import clock_daemon, repo_of
 from tests.test_daemon import RecordingOpencode
 
 TICK_S = 0.5
@@ -125,7 +127,7 @@ def test_send_check_refuses_with_503_once_gone(
 
 def daemon_on(tmp_path: Path, clock: Clock, opencode: RecordingOpencode) -> Daemon:
     config = Config(db=str(tmp_path / "p.db"), delivery="call")
-    return build_daemon(config, clock, http=stub_client(opencode))
+    return clock_daemon(config, clock, http=stub_client(opencode))
 
 
 def request(daemon: Daemon, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -154,9 +156,9 @@ def test_daemon_with_a_deleted_database_refuses_and_reports(tmp_path: Path, cloc
     )  # fmt: skip
     code, health = request(daemon, "GET", "/health")
     assert (code, health["ok"], health["error"]) == (503, False, f"{problem}; restart pigeond")
-    assert daemon.status_line() == f"{problem}; restart pigeond"
+    assert result_of(Deferred.fromCoroutine(daemon.status_line())) == f"{problem}; restart pigeond"
     assert not daemon.alive(60)
-    daemon.repo.accept(new_message("ses_t"), int(clock.seconds() * 1000))
+    repo_of(daemon).accept(new_message("ses_t"), int(clock.seconds() * 1000))
     clock.advance(TICK_S * 10)
     assert len(opencode.seen) == prompts
 

@@ -19,6 +19,7 @@ from pigeond.flood import TARGET_FULL_RETRY_AFTER_S, FloodGuard
 from pigeond.model import NewMessage
 from pigeond.routes import SwarmRoutes
 from pigeond.storage import AcceptOutcome, SwarmRepository
+from pigeond.storage.database import InlineDatabase
 from pigeond.web import HttpError, JsonApi
 from tests.http_helpers import result_of, stub_client
 from tests.messages import new_message
@@ -38,7 +39,7 @@ def make_guard(repo: SwarmRepository, clock: Clock) -> MakeGuard:
     def make(**limits: float) -> FloodGuard:
         settings = NO_LIMITS | limits
         return FloodGuard(
-            repo,
+            InlineDatabase(repo),
             clock,
             max_queued_per_target=int(settings["max_queued_per_target"]),
             sender_rate_per_s=float(settings["sender_rate_per_s"]),
@@ -51,7 +52,7 @@ def make_guard(repo: SwarmRepository, clock: Clock) -> MakeGuard:
 def offer(guard: FloodGuard, repo: SwarmRepository, clock: Clock, message: NewMessage) -> int:
     """What the send route does: check, then store; the status a client would see."""
     try:
-        guard.check(REQUEST, message)
+        result_of(guard.check(REQUEST, message))
     except HttpError as e:
         return e.status
     repo.accept(message, int(clock.seconds() * 1000))
@@ -60,7 +61,7 @@ def offer(guard: FloodGuard, repo: SwarmRepository, clock: Clock, message: NewMe
 
 def refusal(guard: FloodGuard, message: NewMessage) -> HttpError:
     with pytest.raises(HttpError) as caught:
-        guard.check(REQUEST, message)
+        result_of(guard.check(REQUEST, message))
     return caught.value
 
 
@@ -218,7 +219,7 @@ def test_all_guards_off_reads_nothing(
     """With every limit at 0 the check does not touch the database (benchmarks set this)."""
     guard = make_guard()
     repo.close()  # any read would now raise
-    guard.check(REQUEST, new_message())
+    result_of(guard.check(REQUEST, new_message()))
 
 
 # -- retries of stored messages -----------------------------------------------------
@@ -232,7 +233,7 @@ def test_retry_of_a_stored_msg_id_passes_over_the_limits(
     stored = new_message(msg_id="msg_once")
     assert offer(guard, repo, clock, stored) == 202
     assert refusal(guard, new_message()).status == 429
-    guard.check(REQUEST, stored)
+    result_of(guard.check(REQUEST, stored))
     assert repo.accept(stored, int(clock.seconds() * 1000)) is AcceptOutcome.DUPLICATE
     assert repo.count_queued_for("ses_target") == 1
 
@@ -246,11 +247,11 @@ def test_refilled_buckets_are_forgotten(
     """Only senders seen within burst/rate seconds keep a bucket, however many names pass."""
     guard = make_guard(sender_rate_per_s=10.0, sender_burst=5)  # full again after 0.5 s
     for i in range(1000):
-        guard.check(REQUEST, new_message(sender=f"ses_name{i}"))
+        result_of(guard.check(REQUEST, new_message(sender=f"ses_name{i}")))
         clock.advance(0.01)
         assert guard.tracked_senders <= 51
     clock.advance(0.5)
-    guard.check(REQUEST, new_message(sender="ses_last"))
+    result_of(guard.check(REQUEST, new_message(sender="ses_last")))
     assert guard.tracked_senders == 1
 
 
@@ -261,10 +262,12 @@ def test_tracked_senders_never_exceed_the_hard_bound(
     monkeypatch.setattr(flood, "MAX_TRACKED_SENDERS", 100)
     guard = make_guard(sender_rate_per_s=1.0, sender_burst=1)
     for i in range(500):
-        guard.check(REQUEST, new_message(sender=f"ses_name{i}"))
+        result_of(guard.check(REQUEST, new_message(sender=f"ses_name{i}")))
     assert guard.tracked_senders == 100
     assert refusal(guard, new_message(sender="ses_name499")).status == 429
-    guard.check(REQUEST, new_message(sender="ses_name0"))  # forgotten: a full bucket again
+    result_of(
+        guard.check(REQUEST, new_message(sender="ses_name0"))
+    )  # forgotten: a full bucket again
 
 
 # -- reloads ---------------------------------------------------------------------------
@@ -307,7 +310,7 @@ class Route:
 
 
 def route(repo: SwarmRepository, clock: Clock, guard: FloodGuard) -> Route:
-    routes = SwarmRoutes(repo, clock, send_checks=[guard])
+    routes = SwarmRoutes(InlineDatabase(repo), clock, send_checks=[guard.check])
     return Route(stub_client(routes.install(JsonApi())))
 
 
@@ -339,7 +342,11 @@ def test_route_retry_of_a_stored_message_still_gets_202(
 def test_a_runaway_loop_stores_at_most_the_cap(repo: SwarmRepository, clock: Clock) -> None:
     """1,100 sends from one sender to one target at the allowed rate store the cap, 1,000."""
     guard = FloodGuard(
-        repo, clock, max_queued_per_target=1000, sender_rate_per_s=10.0, sender_burst=100
+        InlineDatabase(repo),
+        clock,
+        max_queued_per_target=1000,
+        sender_rate_per_s=10.0,
+        sender_burst=100,
     )
     api = route(repo, clock, guard)
     statuses = []
@@ -353,7 +360,11 @@ def test_a_runaway_loop_stores_at_most_the_cap(repo: SwarmRepository, clock: Clo
 def test_a_burst_from_one_sender_stores_only_the_burst(repo: SwarmRepository, clock: Clock) -> None:
     """110 sends from one sender at one instant, default limits: 100 stored, then 429s."""
     guard = FloodGuard(
-        repo, clock, max_queued_per_target=1000, sender_rate_per_s=10.0, sender_burst=100
+        InlineDatabase(repo),
+        clock,
+        max_queued_per_target=1000,
+        sender_rate_per_s=10.0,
+        sender_burst=100,
     )
     api = route(repo, clock, guard)
     answers = [api.send() for _ in range(110)]

@@ -29,6 +29,7 @@ from pigeond.flood import FloodGuard
 from pigeond.model import HandoffMode, NewMessage
 from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository, open_database
+from pigeond.storage.database import InlineDatabase
 from pigeond.web import JsonApi, make_site
 from tests.conftest import START_S
 from tests.fuzz_strategies import (
@@ -87,9 +88,15 @@ def fuzz(tmp_path: Path) -> Iterator[FuzzSite]:
     repo = SwarmRepository(open_database(tmp_path / "fuzz.db"))
     clock = Clock()
     clock.advance(START_S)
-    guard = FloodGuard(repo, clock, max_queued_per_target=10, sender_rate_per_s=1, sender_burst=5)
+    guard = FloodGuard(
+        InlineDatabase(repo), clock, max_queued_per_target=10, sender_rate_per_s=1, sender_burst=5
+    )
     routes = SwarmRoutes(
-        repo, clock, arbiter_running=lambda: True, send_checks=[guard], inbox_max_bytes=4096
+        InlineDatabase(repo),
+        clock,
+        arbiter_running=lambda: True,
+        send_checks=[guard.check],
+        inbox_max_bytes=4096,
     )
     api = routes.install(JsonApi(gate=AccessPolicy(own_uid=os.getuid(), token=TOKEN)))
     seed_messages(repo, clock)

@@ -17,6 +17,7 @@ from zope.interface import implementer
 from pigeond.http_limits import LINGER_MAX_BYTES, LINGER_S
 from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository
+from pigeond.storage.database import InlineDatabase
 from pigeond.web import JsonApi, make_site
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.raw_http import Connection, Response, parse_response, socket_exchange
@@ -128,7 +129,9 @@ HOSTILE = PROTOCOL_ERRORS + HUGE_NUMBERS
 
 @pytest.fixture
 def site(repo: SwarmRepository, clock: Clock) -> Site:
-    return make_site(SwarmRoutes(repo, clock).install(JsonApi()), 64 * 1024, reactor=clock)
+    return make_site(
+        SwarmRoutes(InlineDatabase(repo), clock).install(JsonApi()), 64 * 1024, reactor=clock
+    )
 
 
 @pytest.fixture

@@ -41,6 +41,7 @@ from pigeond.openapi import OPENAPI_PATH, openapi_document
 from pigeond.routes import DEFAULT_INBOX_LIMIT, MAX_INBOX_LIMIT, SwarmRoutes
 from pigeond.send_request import MAX_TTL_S
 from pigeond.storage import SwarmRepository
+from pigeond.storage.database import InlineDatabase
 from pigeond.web import Handler, JsonApi, make_site
 from tests.fuzz_strategies import bounded
 from tests.openapi_check import check_body
@@ -88,7 +89,7 @@ def documented_routes() -> set[tuple[str, str]]:
 
 @pytest.fixture
 def site(repo: SwarmRepository, clock: Clock) -> Site:
-    api = SwarmRoutes(repo, clock).install(
+    api = SwarmRoutes(InlineDatabase(repo), clock).install(
         JsonApi(gate=AccessPolicy(own_uid=os.getuid(), token=TOKEN))
     )
     return make_site(api, 64 * 1024, reactor=clock)
@@ -128,7 +129,7 @@ def test_the_document_lists_exactly_the_routes_the_api_serves(
 ) -> None:
     """Every route SwarmRoutes installs is in the document, and nothing else is."""
     api = RecordingApi()
-    SwarmRoutes(repo, clock).install(api)
+    SwarmRoutes(InlineDatabase(repo), clock).install(api)
     assert documented_routes() == api.installed
 
 

@@ -9,12 +9,14 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
 
 from pigeond.config import Config
-from pigeond.daemon import Daemon, build_daemon, stop_later
+from pigeond.daemon import Daemon, stop_later
 from pigeond.pruner import Pruner, PruneRun
 from pigeond.storage import SwarmRepository, connect, open_database
+from pigeond.storage.database import InlineDatabase
 from pigeond.storage.retention import DAY_MS
 from tests.http_helpers import failure_of, result_of
 from tests.messages import new_message
+from tests.storage_helpers import clock_daemon, repo_of
 from tests.test_retention import add_done_rows
 
 
@@ -50,7 +52,7 @@ def pruner(
     max_vacuum_steps: int = 4,
 ) -> Pruner:
     return Pruner(
-        repo, clock, retention_days=retention_days, interval_s=interval_s,
+        InlineDatabase(repo), clock, retention_days=retention_days, interval_s=interval_s,
         batch_rows=batch_rows, max_batches=max_batches, vacuum_pages=vacuum_pages,
         max_vacuum_steps=max_vacuum_steps,
     )  # fmt: skip
@@ -181,10 +183,10 @@ def test_stop_ends_a_run_between_batches(repo: SwarmRepository, clock: Clock) ->
 
 def daemon_with_old_rows(tmp_path: Path, clock: Clock) -> Daemon:
     """A daemon with delivery off (no arbiter) and 3 rows done 40 days ago."""
-    daemon = build_daemon(
+    daemon = clock_daemon(
         Config(db=str(tmp_path / "p.db"), opencode_url="", retention_days=30), clock
     )
-    old_rows(daemon.repo, clock, 3)
+    old_rows(repo_of(daemon), clock, 3)
     return daemon
 
 
@@ -194,7 +196,7 @@ def test_the_daemon_prunes_with_delivery_off(tmp_path: Path, clock: Clock) -> No
     daemon.start_delivery()
     assert daemon.arbiter is None
     clock.advance(60)
-    assert remaining(daemon.repo) == 0
+    assert remaining(repo_of(daemon)) == 0
 
 
 def test_reload_applies_retention_days_live(tmp_path: Path, clock: Clock) -> None:
@@ -203,10 +205,10 @@ def test_reload_applies_retention_days_live(tmp_path: Path, clock: Clock) -> Non
     daemon.start_delivery()
     assert daemon.reload(replace(daemon.config, retention_days=0)) == []
     clock.advance(60)
-    assert remaining(daemon.repo) == 3
+    assert remaining(repo_of(daemon)) == 3
     daemon.reload(replace(daemon.config, retention_days=30))
     clock.advance(60)
-    assert remaining(daemon.repo) == 0
+    assert remaining(repo_of(daemon)) == 0
 
 
 def test_stop_stops_the_pruner(tmp_path: Path, clock: Clock, logged: list[str]) -> None:

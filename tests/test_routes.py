@@ -16,6 +16,7 @@ from pigeond import __version__
 from pigeond.model import HandoffMode
 from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository
+from pigeond.storage.database import InlineDatabase
 from pigeond.web import JsonApi, JsonResponse, make_site
 from tests.http_helpers import json_body, raw_exchange, result_of, stub_client
 
@@ -48,7 +49,9 @@ class Api:
 @pytest.fixture
 def api(repo: SwarmRepository, clock: Clock) -> Api:
     kicked: list[str] = []
-    routes = SwarmRoutes(repo, clock, on_accepted=kicked.append, arbiter_running=lambda: True)
+    routes = SwarmRoutes(
+        InlineDatabase(repo), clock, on_accepted=kicked.append, arbiter_running=lambda: True
+    )
     return Api(repo, clock, stub_client(routes.install(JsonApi())), kicked)
 
 
@@ -335,7 +338,7 @@ def test_unexpected_error_is_500_without_traceback() -> None:
 
 
 def _site(repo: SwarmRepository, clock: Clock, limit: int) -> server.Site:
-    return make_site(SwarmRoutes(repo, clock).install(JsonApi()), limit)
+    return make_site(SwarmRoutes(InlineDatabase(repo), clock).install(JsonApi()), limit)
 
 
 def _post_raw(body: bytes, *, chunked: bool = False) -> bytes:
@@ -484,7 +487,7 @@ ANSWER_ENVELOPE_BYTES = 100
 
 
 def _budget_routes(repo: SwarmRepository, clock: Clock) -> tuple[SwarmRoutes, Api]:
-    routes = SwarmRoutes(repo, clock, inbox_max_bytes=INBOX_BUDGET)
+    routes = SwarmRoutes(InlineDatabase(repo), clock, inbox_max_bytes=INBOX_BUDGET)
     return routes, Api(repo, clock, stub_client(routes.install(JsonApi())))
 
 
@@ -563,6 +566,6 @@ def test_inbox_byte_bound_can_change_while_running(repo: SwarmRepository, clock:
 
 def test_answers_do_not_name_the_server_software(repo: SwarmRepository, clock: Clock) -> None:
     """The Server header says pigeond, not TwistedWeb and its version."""
-    site = make_site(SwarmRoutes(repo, clock).install(JsonApi()), 1024)
+    site = make_site(SwarmRoutes(InlineDatabase(repo), clock).install(JsonApi()), 1024)
     _, headers, _ = raw_exchange(site, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert headers["server"] == "pigeond"

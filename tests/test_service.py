@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel
 from twisted.python.failure import Failure
@@ -83,7 +84,7 @@ def test_watchdog_pings_every_half_period_while_alive(clock: Clock) -> None:
 def test_status_reports_changes_only(clock: Clock) -> None:
     """STATUS= is sent when the status line changes, checked every few seconds."""
     notifier, line = Recorder(), ["queued 0"]
-    reporter = StatusReporter(notifier, clock, lambda: line[0], 5.0)
+    reporter = StatusReporter(notifier, clock, lambda: succeed(line[0]), 5.0)
     reporter.start()
     clock.advance(5)
     line[0] = "queued 3"

@@ -13,6 +13,7 @@ from twisted.internet.task import Clock
 from pigeond.envelope import render_envelope
 from pigeond.opencode_client import FailureKind, OpencodeClient, OpencodeError, SessionNotFound
 from pigeond.storage import StorageUnavailable, SwarmRepository
+from pigeond.storage.database import InlineDatabase
 from pigeond.verifier import Verifier, envelope_ids
 from tests.http_helpers import result_of
 from tests.messages import new_message
@@ -76,7 +77,7 @@ def s(repo: SwarmRepository, clock: Clock) -> Setup:
     transcripts, requeued = FakeTranscripts(), list[str]()
     seen: list[tuple[str, list[dict[str, Any]]]] = []
     verifier = Verifier(
-        repo, StaticRegistry(), cast(OpencodeClient, transcripts), clock,
+        InlineDatabase(repo), StaticRegistry(), cast(OpencodeClient, transcripts), clock,
         interval_s=2, max_requeues=3, on_requeued=requeued.append,
         on_transcript=lambda target, infos: seen.append((target, infos)),
     )  # fmt: skip
@@ -218,7 +219,7 @@ def test_a_full_disk_while_recording_is_logged_not_raised(
         raise StorageUnavailable("database or disk is full")
 
     s.transcripts.texts["ses_target"] = [s.hand_off("msg_a")]
-    monkeypatch.setattr(s.repo, "mark_verified", full)
+    monkeypatch.setattr(SwarmRepository, "mark_verified", full)
     s.check()  # does not raise
     monkeypatch.undo()
     s.check()

@@ -184,9 +184,13 @@ MIGRATIONS: list[Migration] = [
     _script(_V5_RETENTION),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+# How long a write waits for a lock another process holds before it fails (503 for a send).
+DEFAULT_BUSY_TIMEOUT_MS = 5000
 
 
-def connect(path: Path | str, *, busy_timeout_ms: int = 5000) -> sqlite3.Connection:
+def connect(
+    path: Path | str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+) -> sqlite3.Connection:
     """Open the database in WAL mode with durable commits.
 
     ``synchronous=FULL`` makes every commit reach the disk before it returns,
@@ -243,7 +247,9 @@ def migrate(conn: sqlite3.Connection, migrations: list[Migration] | None = None)
     return schema_version(conn)
 
 
-def open_database(path: Path | str) -> sqlite3.Connection:
+def open_database(
+    path: Path | str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+) -> sqlite3.Connection:
     """Create the parent folder, open, and migrate: what the daemon does at start.
 
     Folders it creates are 0700 and the database, WAL and shared-memory files
@@ -253,7 +259,7 @@ def open_database(path: Path | str) -> sqlite3.Connection:
     create_private_file(target)
     for companion in ("-wal", "-shm"):
         tighten(str(target) + companion)
-    conn = connect(target)
+    conn = connect(target, busy_timeout_ms=busy_timeout_ms)
     try:
         migrate(conn)
         use_incremental_vacuum(conn, target)
