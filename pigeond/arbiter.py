@@ -38,8 +38,11 @@ from twisted.python.failure import Failure
 from pigeond.delivery_policy import (
     BACKOFF_SCHEDULE_S,
     DeliveryPolicy,
+    Next,
+    RetryDecision,
     UnrecordedHandOff,
     backoff_after,
+    decide_retry,
     within_bytes,
 )
 from pigeond.model import NO_MODE, HandoffMode, StoredMessage
@@ -327,12 +330,17 @@ class Arbiter:
                     return  # nothing was sent; the messages stay queued
                 mark = self._turns.mark(target) if self._turns is not None else None
                 mode, note = await self._prompter.send(target, directory, texts, mode, note)
-            except StorageError:
-                raise  # reading the queue again failed: nothing was sent
-            except Exception as e:
+            except OpencodeError as e:
                 if self._ended_late(target, batch, f"failed: {e}"):
                     return
                 await self._record_failure(target, batch, e)
+                return
+            except StorageError:
+                raise  # reading the queue again failed: nothing was sent
+            except Exception:
+                # a bug of ours, not the delivery's: never charged to the messages
+                self.log.failure("delivery to {target} hit an error", target=target)
+                self._hold(target, batch, "an internal error (see the traceback above)")
                 return
             if self._ended_late(target, batch, "taken by opencode"):
                 return
@@ -412,37 +420,56 @@ class Arbiter:
         self.log.info("{target}: {why}", target=target, why=why)
 
     async def _record_failure(
-        self, target: str, batch: list[StoredMessage], error: Exception
+        self, target: str, batch: list[StoredMessage], error: OpencodeError
     ) -> None:
-        kind = error.kind if isinstance(error, OpencodeError) else FailureKind.ATTEMPT
-        text = str(error) or repr(error)
+        """Write what follows a failed hand-off (:func:`decide_retry`); if the database cannot,
+        hold ``target`` in memory for the wait it would have had: without a hold the next
+        tick would prompt again at once."""
+        kind, text = error.kind, str(error) or repr(error)
         if isinstance(error, SessionNotFound):
-            kind = await self._confirm_gone(target)
+            confirmed = await self._confirm_gone(target)
             text = f"session not found: {text}"
+            if confirmed is None:
+                self._hold(target, batch, text)
+                return
+            kind = confirmed
             if self._ended_late(target, batch, f"failed: {text}"):
                 return
+        now_ms = self._now_ms()
+        decisions = [decide_retry(kind, m.attempts, now_ms, self._policy) for m in batch]
         try:
-            await self._write_failure(target, batch, kind, text)
+            await self._write_failure(target, batch, kind, text, decisions)
         except StorageError as e:
-            # not recorded: without a hold the next tick would prompt again at once
-            delay_s = self._policy.outage_retry_s
-            if kind is FailureKind.ATTEMPT:
-                delay_s = backoff_after(batch[0].attempts + 1, self._policy.backoff_schedule)
-            self._held_until_ms[target] = self._now_ms() + int(delay_s * 1000)
+            hold_until = min(d.retry_at_ms or now_ms for d in decisions)
+            self._held_until_ms[target] = hold_until
             self.log.error(
                 "{msg_ids} to {target} failed ({failure}) and the failure could not be"
                 " recorded: {error}; holding {target} for {s} s",
                 msg_ids=[m.msg_id for m in batch], target=target, failure=text, error=str(e),
-                s=delay_s,
+                s=(hold_until - now_ms) / 1000,
             )  # fmt: skip
 
+    def _hold(self, target: str, batch: list[StoredMessage], why: str) -> None:
+        """Not a delivery failure (a bug of ours, logged with its traceback where it was
+        caught): spend no attempt and write nothing; hold ``target`` for outage_retry_s."""
+        self._held_until_ms[target] = self._now_ms() + int(self._policy.outage_retry_s * 1000)
+        self.log.warn("{msg_ids} to {target} held for {s} s, no attempt spent: {why}",
+                      msg_ids=[m.msg_id for m in batch], target=target,
+                      s=self._policy.outage_retry_s, why=why)  # fmt: skip
+
     async def _write_failure(
-        self, target: str, batch: list[StoredMessage], kind: FailureKind, text: str
+        self,
+        target: str,
+        batch: list[StoredMessage],
+        kind: FailureKind,
+        text: str,
+        decisions: list[RetryDecision],
     ) -> None:
         now_ms = self._now_ms()
         ids = [m.msg_id for m in batch]
         if kind is FailureKind.OUTAGE:
-            hold_until = now_ms + int(self._policy.outage_retry_s * 1000)
+            hold_until = decisions[0].retry_at_ms
+            assert hold_until is not None
             await self._db.write(SwarmRepository.record_outage, ids, text, now_ms, hold_until)
             self.log.info("{target} unreachable ({error}); holding {n} message(s), retry in {s} s",
                           target=target, error=text, n=len(ids),
@@ -453,22 +480,19 @@ class Arbiter:
             self.log.warn("{msg_ids} to {target} failed for good: {error}",
                           msg_ids=ids, target=target, error=text)  # fmt: skip
             return
-        for message in batch:
-            attempts = message.attempts + 1
-            retry_at: int | None = None
-            if attempts < self._policy.max_attempts:
-                delay = backoff_after(attempts, self._policy.backoff_schedule)
-                retry_at = now_ms + int(delay * 1000)
+        for message, decision in zip(batch, decisions, strict=True):
+            retry_at = decision.retry_at_ms if decision.next is Next.RETRY else None
             await self._db.write(
                 SwarmRepository.record_failed_attempt, message.msg_id, text, now_ms, retry_at
             )
             self.log.info("{msg_id} to {target}: attempt {attempts} failed ({error}); {next}",
-                          msg_id=message.msg_id, target=target, attempts=attempts, error=text,
-                          next="failed for good" if retry_at is None
+                          msg_id=message.msg_id, target=target, attempts=message.attempts + 1,
+                          error=text, next="failed for good" if retry_at is None
                           else f"retry in {retry_at - now_ms} ms")  # fmt: skip
 
-    async def _confirm_gone(self, target: str) -> FailureKind:
-        """A 404 is permanent only if a fresh lookup agrees the session is gone."""
+    async def _confirm_gone(self, target: str) -> FailureKind | None:
+        """A 404 is permanent only if a fresh lookup agrees the session is gone; None when
+        the lookup itself hit a bug (logged)."""
         self._registry.invalidate(target)
         try:
             await self._registry.resolve(target)
@@ -477,5 +501,6 @@ class Arbiter:
         except OpencodeError as e:
             return e.kind
         except Exception:
-            return FailureKind.ATTEMPT
+            self.log.failure("looking {target} up again failed", target=target)
+            return None
         return FailureKind.ATTEMPT

@@ -1,13 +1,16 @@
-"""How hard, how often and how much the arbiter delivers: its settings, the backoff, and
-the byte bound of a batch.  Plain data and functions, so they are tested alone."""
+"""How hard, how often and how much the arbiter delivers: its settings, the backoff, what
+follows a failed hand-off, and the byte bound of a batch.  Plain data and functions, so
+they are tested alone (the retry decision as a table)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 from pigeond.envelope import render_envelope
 from pigeond.model import HandoffMode, StoredMessage
+from pigeond.opencode_client import FailureKind
 
 BACKOFF_SCHEDULE_S: tuple[float, ...] = (1, 2, 5, 15, 60)
 DEFAULT_MAX_ATTEMPTS = 10
@@ -60,3 +63,36 @@ class DeliveryPolicy:
     outage_retry_s: float = 30.0
     verify_grace_s: float = 60.0
     batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
+
+
+class Next(Enum):
+    """What becomes of a message after a failed hand-off."""
+
+    HOLD = "hold"  # queued, retried at retry_at_ms, no attempt spent
+    RETRY = "retry"  # queued, one attempt spent, retried at retry_at_ms after the backoff
+    FAIL = "fail"  # failed for good (its sender is told)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDecision:
+    next: Next
+    retry_at_ms: int | None
+    spends_attempt: bool
+
+
+def decide_retry(
+    kind: FailureKind, attempts: int, now_ms: int, policy: DeliveryPolicy
+) -> RetryDecision:
+    """After a hand-off failed with ``kind``, for a message that had failed ``attempts``
+    times before: an outage holds it for ``outage_retry_s`` without spending an attempt; a
+    permanent error fails it at once (spending the attempt it was); anything else spends
+    an attempt and backs off, and fails it once ``max_attempts`` are spent."""
+    if kind is FailureKind.OUTAGE:
+        return RetryDecision(Next.HOLD, now_ms + int(policy.outage_retry_s * 1000), False)
+    if kind is FailureKind.PERMANENT:
+        return RetryDecision(Next.FAIL, None, True)
+    spent = attempts + 1
+    if spent >= policy.max_attempts:
+        return RetryDecision(Next.FAIL, None, True)
+    delay_s = backoff_after(spent, policy.backoff_schedule)
+    return RetryDecision(Next.RETRY, now_ms + int(delay_s * 1000), True)

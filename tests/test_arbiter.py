@@ -322,6 +322,32 @@ def test_unexpected_error_frees_the_target(h: Harness, monkeypatch: pytest.Monke
     assert h.arbiter.in_flight_targets() == []
 
 
+def test_our_bug_is_not_charged_to_the_message(
+    h: Harness, monkeypatch: pytest.MonkeyPatch, log_events: list[tuple[LogLevel, str]]
+) -> None:
+    """A TypeError in a drain is logged with its traceback, spends no attempt, tells no
+    sender, and holds the target for outage_retry_s; then delivery goes on."""
+    calls = [0]
+    resolve = h.registry.resolve
+
+    async def buggy_once(session_id: str) -> str:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise TypeError("unsupported operand")
+        return await resolve(session_id)
+
+    monkeypatch.setattr(h.registry, "resolve", buggy_once)
+    msg_id = h.send()
+    h.arbiter.start()
+    stored = h.repo.get(msg_id)
+    assert stored is not None and (stored.state, stored.attempts) == ("queued", 0)
+    assert (LogLevel.critical, "delivery to ses_target hit an error") in log_events  # + traceback
+    h.clock.advance(OUTAGE_S - TICK_S)
+    assert h.opencode.prompts == []  # held, not retried every tick
+    h.clock.advance(TICK_S)
+    assert [p.msg_ids() for p in h.opencode.prompts] == [[msg_id]]
+
+
 def test_stop_waits_for_in_flight(h: Harness) -> None:
     """stop() fires only once the hand-off in flight has finished, and is recorded."""
     msg_id = h.send()
