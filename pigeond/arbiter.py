@@ -63,6 +63,8 @@ from pigeond.turns import TurnMark, TurnTracker
 
 DEFAULT_POLICY = DeliveryPolicy()
 
+log = Logger()
+
 
 class Tickable(Protocol):
     def tick(self) -> None: ...
@@ -75,8 +77,6 @@ __all__ = [
 
 
 class Arbiter:
-    log = Logger()
-
     def __init__(
         self,
         db: Database,
@@ -152,7 +152,7 @@ class Arbiter:
             for target in list(self._unrecorded):
                 await self._retry_record(target)
         for lost in self._unrecorded.values():
-            self.log.warn(
+            log.warn(
                 "{msg_ids} were handed off to {target} but never recorded ({error});"
                 " they stay queued and are handed off again after the restart (at-least-once)",
                 msg_ids=list(lost.msg_ids), target=lost.target, error=lost.error,
@@ -207,7 +207,7 @@ class Arbiter:
             return
         self._tick_running = True
         steps = Deferred.fromCoroutine(self._tick_steps())
-        steps.addErrback(lambda f: self.log.failure("arbiter tick failed", f))
+        steps.addErrback(lambda f: log.failure("arbiter tick failed", f))
         steps.addBoth(self._tick_done)
 
     def _tick_done(self, _: object) -> None:
@@ -223,11 +223,11 @@ class Arbiter:
             except StorageError as e:
                 # a full disk fails every tick: say so once per new error, not twice a second
                 if self._step_errors.get(step.__name__) != str(e):
-                    self.log.error("arbiter tick step {step}: {error}; trying again every tick",
+                    log.error("arbiter tick step {step}: {error}; trying again every tick",
                                    step=step.__name__, error=str(e))  # fmt: skip
                 self._step_errors[step.__name__] = str(e)
             except Exception:
-                self.log.failure("arbiter tick step {step} failed; trying again next tick",
+                log.failure("arbiter tick step {step} failed; trying again next tick",
                                  step=step.__name__)  # fmt: skip
             else:
                 self._step_errors.pop(step.__name__, None)
@@ -237,7 +237,7 @@ class Arbiter:
         if self._database_gone is None:
             self._database_gone = self._database_problem()
             if self._database_gone is not None:
-                self.log.error("delivery stopped: {error}", error=self._database_gone)
+                log.error("delivery stopped: {error}", error=self._database_gone)
         return self._database_gone is not None
 
     async def _record_unrecorded(self) -> None:
@@ -247,7 +247,7 @@ class Arbiter:
 
     async def _sweep(self) -> None:
         for msg_id in await self._db.write(SwarmRepository.expire_due, self._now_ms()):
-            self.log.warn("{msg_id} expired before it could be delivered", msg_id=msg_id)
+            log.warn("{msg_id} expired before it could be delivered", msg_id=msg_id)
 
     async def _verify(self) -> None:
         if self._verifier is not None:
@@ -281,7 +281,7 @@ class Arbiter:
         return result
 
     def _log_drain_failure(self, failure: Failure, target: str) -> None:
-        self.log.failure("delivery to {target} stopped on an error", failure, target=target)
+        log.failure("delivery to {target} stopped on an error", failure, target=target)
 
     # -- one target ---------------------------------------------------------------
 
@@ -300,7 +300,7 @@ class Arbiter:
             await self._drain_batches(target)
         except StorageError as e:
             if not self._closed:
-                self.log.error("delivery to {target} paused: {error}; trying again next tick",
+                log.error("delivery to {target} paused: {error}; trying again next tick",
                                target=target, error=str(e))  # fmt: skip
 
     async def _drain_batches(self, target: str) -> None:
@@ -318,7 +318,7 @@ class Arbiter:
                 if self._turns is not None:
                     why = await self._turns.wait_until_idle(target, directory)
                     if why != "idle":
-                        self.log.warn("{target}: {why}", target=target, why=why)
+                        log.warn("{target}: {why}", target=target, why=why)
                     if self.stopping:
                         return
                     # messages may have come (more urgent ones too) while we waited
@@ -339,7 +339,7 @@ class Arbiter:
                 raise  # reading the queue again failed: nothing was sent
             except Exception:
                 # a bug of ours, not the delivery's: never charged to the messages
-                self.log.failure("delivery to {target} hit an error", target=target)
+                log.failure("delivery to {target} hit an error", target=target)
                 self._hold(target, batch, "an internal error (see the traceback above)")
                 return
             if self._ended_late(target, batch, "taken by opencode"):
@@ -354,7 +354,7 @@ class Arbiter:
         (or about to be).  Its messages stay queued for the next start."""
         if not self._closed:
             return False
-        self.log.info("{msg_ids} to {target} {outcome} after pigeond stopped; left queued",
+        log.info("{msg_ids} to {target} {outcome} after pigeond stopped; left queued",
                       msg_ids=[m.msg_id for m in batch], target=target,
                       outcome=outcome)  # fmt: skip
         return True
@@ -373,7 +373,7 @@ class Arbiter:
             self._unrecorded[target] = UnrecordedHandOff(
                 target, tuple(ids), now_ms, verify_by, mode, str(e)
             )
-            self.log.error(
+            log.error(
                 "handed off {msg_ids} to {target} but could not record it: {error};"
                 " holding {target} and trying to record it every tick",
                 msg_ids=ids, target=target, error=str(e),
@@ -396,14 +396,14 @@ class Arbiter:
             return True  # recorded meanwhile by another caller
         del self._unrecorded[target]
         late_s = (self._now_ms() - pending.at_ms) / 1000
-        self.log.info("recorded the hand-off of {msg_ids} to {target}, {s:.1f} s late",
+        log.info("recorded the hand-off of {msg_ids} to {target}, {s:.1f} s late",
                       msg_ids=list(pending.msg_ids), target=target, s=late_s)  # fmt: skip
         self._log_handed_off(target, list(pending.msg_ids), pending.mode)
         return True
 
     def _log_handed_off(self, target: str, ids: list[str], mode: HandoffMode) -> None:
         for msg_id in ids:
-            self.log.info("handed off {msg_id} to {target} (batch of {n}; {mode})",
+            log.info("handed off {msg_id} to {target} (batch of {n}; {mode})",
                           msg_id=msg_id, target=target, n=len(ids),
                           mode=describe_mode(mode))  # fmt: skip
 
@@ -417,7 +417,7 @@ class Arbiter:
             return
         finally:
             self._turn_waits.discard(wait)
-        self.log.info("{target}: {why}", target=target, why=why)
+        log.info("{target}: {why}", target=target, why=why)
 
     async def _record_failure(
         self, target: str, batch: list[StoredMessage], error: OpencodeError
@@ -442,7 +442,7 @@ class Arbiter:
         except StorageError as e:
             hold_until = min(d.retry_at_ms or now_ms for d in decisions)
             self._held_until_ms[target] = hold_until
-            self.log.error(
+            log.error(
                 "{msg_ids} to {target} failed ({failure}) and the failure could not be"
                 " recorded: {error}; holding {target} for {s} s",
                 msg_ids=[m.msg_id for m in batch], target=target, failure=text, error=str(e),
@@ -453,7 +453,7 @@ class Arbiter:
         """Not a delivery failure (a bug of ours, logged with its traceback where it was
         caught): spend no attempt and write nothing; hold ``target`` for outage_retry_s."""
         self._held_until_ms[target] = self._now_ms() + int(self._policy.outage_retry_s * 1000)
-        self.log.warn("{msg_ids} to {target} held for {s} s, no attempt spent: {why}",
+        log.warn("{msg_ids} to {target} held for {s} s, no attempt spent: {why}",
                       msg_ids=[m.msg_id for m in batch], target=target,
                       s=self._policy.outage_retry_s, why=why)  # fmt: skip
 
@@ -471,13 +471,13 @@ class Arbiter:
             hold_until = decisions[0].retry_at_ms
             assert hold_until is not None
             await self._db.write(SwarmRepository.record_outage, ids, text, now_ms, hold_until)
-            self.log.info("{target} unreachable ({error}); holding {n} message(s), retry in {s} s",
+            log.info("{target} unreachable ({error}); holding {n} message(s), retry in {s} s",
                           target=target, error=text, n=len(ids),
                           s=self._policy.outage_retry_s)  # fmt: skip
             return
         if kind is FailureKind.PERMANENT:
             await self._db.write(SwarmRepository.fail_now, ids, text, now_ms)
-            self.log.warn("{msg_ids} to {target} failed for good: {error}",
+            log.warn("{msg_ids} to {target} failed for good: {error}",
                           msg_ids=ids, target=target, error=text)  # fmt: skip
             return
         for message, decision in zip(batch, decisions, strict=True):
@@ -485,7 +485,7 @@ class Arbiter:
             await self._db.write(
                 SwarmRepository.record_failed_attempt, message.msg_id, text, now_ms, retry_at
             )
-            self.log.info("{msg_id} to {target}: attempt {attempts} failed ({error}); {next}",
+            log.info("{msg_id} to {target}: attempt {attempts} failed ({error}); {next}",
                           msg_id=message.msg_id, target=target, attempts=message.attempts + 1,
                           error=text, next="failed for good" if retry_at is None
                           else f"retry in {retry_at - now_ms} ms")  # fmt: skip
@@ -501,6 +501,6 @@ class Arbiter:
         except OpencodeError as e:
             return e.kind
         except Exception:
-            self.log.failure("looking {target} up again failed", target=target)
+            log.failure("looking {target} up again failed", target=target)
             return None
         return FailureKind.ATTEMPT

@@ -242,7 +242,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "max_connections",
         int,
-        "most client connections at once; more are answered 503 and closed",
+        "most client connections at once; beyond it the longest-waiting idle one is closed",
         _between("max_connections", 1, 1_000_000),
     ),
     Option(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import resource
+from collections import OrderedDict
 from typing import Any
 
 from twisted.internet import interfaces
@@ -55,6 +56,10 @@ CLOSE_GRACE_S = 5.0
 # be in the works at once (see LimitedSite).
 RESERVED_FDS = 64
 MIN_REFUSALS_OPEN = 8
+# At the connection cap, a connection that has waited this long for its next request
+# (idle, or still trickling one in) is closed to make room for the new one; younger
+# ones are not, so a burst of fresh connections cannot push out requests on their way.
+EVICT_AFTER_S = 1.0
 # A Content-Length with more digits than this is no length we would ever read
 # (and int() refuses strings of more than 4300 digits with a ValueError).
 MAX_LENGTH_DIGITS = 18
@@ -117,9 +122,11 @@ class LimitedChannel(http.HTTPChannel):
 
     _deadline: IDelayedCall | None = None
     _closer: IDelayedCall | None = None
+    waiting_since = 0.0  # when it last began to wait for a request (opened, or answered)
     _serving = False  # a whole request has arrived and is being answered
     _refused = False  # an error answer went out; everything after it is dropped
     _counted = False  # holds one of the site's connection slots
+    _evicted = False  # closed to make room: counted among the site's open refusals
     _dropped_bytes = 0
     _held: http.Request | None = None  # answered; its answer not yet sent
     _receiving = 0  # depth of dataReceived calls (Twisted replays pipelined data re-entrantly)
@@ -134,6 +141,7 @@ class LimitedChannel(http.HTTPChannel):
 
     def connectionMade(self) -> None:
         self._counted = True
+        self.waiting_since = self.site.reactor.seconds()
         self.site.connection_opened(self)
         super().connectionMade()  # type: ignore[no-untyped-call]
         self._start_deadline()  # the first request's clock runs from the connection's opening
@@ -146,6 +154,9 @@ class LimitedChannel(http.HTTPChannel):
         if self._counted:
             self._counted = False
             self.site.connection_closed(self)
+        if self._evicted:
+            self._evicted = False
+            self.site.refusals_open -= 1
         super().connectionLost(reason)  # type: ignore[no-untyped-call]
 
     def dataReceived(self, data: bytes) -> None:
@@ -214,6 +225,9 @@ class LimitedChannel(http.HTTPChannel):
             return
         # cleared first: a pipelined request that super() replays starts its own deadline
         self._serving = False
+        self.waiting_since = self.site.reactor.seconds()
+        if self._counted:
+            self.site.connection_waiting(self)
         super().requestDone(request)  # type: ignore[no-untyped-call]
 
     def resumeProducing(self) -> None:
@@ -281,6 +295,23 @@ class LimitedChannel(http.HTTPChannel):
         ok: bool = super().headerReceived(line)  # type: ignore[no-untyped-call]
         self._problem = None
         return ok
+
+    # -- making room ----------------------------------------------------------------------
+
+    @property
+    def waiting(self) -> bool:
+        """Waiting for a request (idle, or one still arriving), answering none."""
+        return not self._serving and not self._refused and self._held is None
+
+    def evict(self) -> None:
+        """Give up its slot at once, counted as a refusal until it is closed, and close it
+        with a 503 (the site is full)."""
+        if self._counted:
+            self._counted = False
+            self._evicted = True
+            self.site.refusals_open += 1
+            self.site.connection_closed(self)
+        self._refuse(503, "closed to make room for a new connection (too many connections)")
 
     # -- answers --------------------------------------------------------------------------
 
@@ -367,6 +398,11 @@ class LimitedSite(server.Site):
     """A ``Site`` whose connections are :class:`LimitedChannel`, at most ``max_connections``
     of them at once (counted for this site, over all the ports it listens on).
 
+    At the cap, the connection that has waited longest for a request (at least
+    :data:`EVICT_AFTER_S`) is closed with a 503 to make room for the new one, so
+    connections that send nothing, or trickle, cannot lock out a client with a
+    request; only when none has waited that long is the new one refused.
+
     A connection refused with 503 holds its descriptor until its answer is written, a
     turn of the reactor later, and Twisted accepts a hundred connections or more in one
     turn: under a flood of connects, the refused ones alone could exhaust the
@@ -387,17 +423,22 @@ class LimitedSite(server.Site):
     refusals_open = 0  # TooManyConnections not closed yet
     max_refusals_open: int | None = None  # None: from the open-files limit
     _full_logged = False
-    _open: set[LimitedChannel] | None = None  # made on first use: Site has no hook for it
+    # counted connections, in the order they began to wait for a request; made on first
+    # use (Site's __init__ has no hook for it)
+    _open: OrderedDict[LimitedChannel, None] | None = None
     _all_closed: list[Deferred[None]]
 
     def buildProtocol(self, addr: Any) -> Any:
         if self.open_connections >= self.max_connections:
+            self._make_room()
+        if self.open_connections >= self.max_connections:
             if not self._full_logged:
                 self._full_logged = True
                 log.warn(
-                    "{n} connections open, the most max_connections allows: refusing new"
-                    " ones with 503 until some close",
+                    "{n} connections open, the most max_connections allows, and none has"
+                    " waited {s:g} s for a request: refusing new ones with 503 until one has",
                     n=self.open_connections,
+                    s=EVICT_AFTER_S,
                 )
             if self.refusals_open >= self.refusals_allowed():
                 return None
@@ -412,14 +453,32 @@ class LimitedSite(server.Site):
             soft = 1 << 20
         return max(MIN_REFUSALS_OPEN, soft - self.max_connections - RESERVED_FDS)
 
+    def _make_room(self) -> None:
+        """Close the connection that has waited longest for a request, if that is at least
+        EVICT_AFTER_S and the descriptors allow one more refusal: a slowloris or idle
+        connection then cannot keep a client with a request out."""
+        if self.refusals_open >= self.refusals_allowed():
+            return
+        now = self.reactor.seconds()
+        for channel in self._channels():
+            if not channel.waiting:
+                continue  # answering: never cut
+            if now - channel.waiting_since >= EVICT_AFTER_S:
+                channel.evict()
+            return  # the oldest waiting one decides: the rest waited less
+
     def connection_opened(self, channel: LimitedChannel) -> None:
         self.open_connections += 1
-        self._channels().add(channel)
+        self._channels()[channel] = None
+
+    def connection_waiting(self, channel: LimitedChannel) -> None:
+        """``channel`` answered a request and waits for the next: it goes last in line."""
+        self._channels().move_to_end(channel)
 
     def connection_closed(self, channel: LimitedChannel) -> None:
         self.open_connections -= 1
         channels = self._channels()
-        channels.discard(channel)
+        channels.pop(channel, None)
         if self._full_logged and self.open_connections < self.max_connections:
             self._full_logged = False
             log.info("connections below max_connections again: accepting new ones")
@@ -442,9 +501,9 @@ class LimitedSite(server.Site):
                 channel.transport.loseConnection()
         return closed
 
-    def _channels(self) -> set[LimitedChannel]:
+    def _channels(self) -> OrderedDict[LimitedChannel, None]:
         if self._open is None:
-            self._open = set()
+            self._open = OrderedDict()
             self._all_closed = []
         return self._open
 

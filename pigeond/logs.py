@@ -2,7 +2,9 @@
 
 Event fields such as ``msg_id`` and ``target`` become ``key=value`` pairs (text)
 or keys (JSON), so ``journalctl -u pigeond | grep msg_id=msg_...`` finds a
-message's whole story.
+message's whole story.  An unexpected error carries its traceback: in text, on
+the same line with its line breaks written ``\n`` (one journal entry per
+event); in JSON, as ``traceback``.
 """
 
 from __future__ import annotations
@@ -38,11 +40,14 @@ def format_text(event: dict[str, Any]) -> str:
     level = event.get("log_level", LogLevel.info).name
     namespace = event.get("log_namespace", "-")
     line = f"{level} {namespace}: {formatEvent(event)}"
+    extras = " ".join(f"{k}={v}" for k, v in _fields(event).items())
+    if extras:
+        line += " " + extras
     failure = event.get("log_failure")
     if failure is not None:
         line += f" ({failure.type.__name__}: {failure.getErrorMessage()})"
-    extras = " ".join(f"{k}={v}" for k, v in _fields(event).items() if f"{v}" not in line)
-    return _one_line(line + (" " + extras if extras else ""))
+        line += " " + failure.getTraceback().rstrip("\n")
+    return _one_line(line)
 
 
 def format_json(event: dict[str, Any]) -> str:

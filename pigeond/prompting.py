@@ -18,6 +18,8 @@ from pigeond.model import HandoffMode
 from pigeond.opencode_client import OpencodeError
 from pigeond.prompt_mode import DEFAULT_MODE, PromptMode
 
+log = Logger()
+
 
 class PromptSender(Protocol):
     async def prompt_async(
@@ -50,8 +52,6 @@ class ModeAwarePrompter:
     """Finds the target's mode (:meth:`mode`) and sends a prompt naming it (:meth:`send`);
     the arbiter checks in between whether it still may send."""
 
-    log = Logger()
-
     def __init__(
         self,
         opencode: PromptSender,
@@ -73,7 +73,7 @@ class ModeAwarePrompter:
         if await self._agents.has(mode.agent, directory):
             return mode, None
         note = f"agent {mode.agent!r} no longer exists in opencode; named no agent (its default)"
-        self.log.warn("{target}: {note}", target=target, note=note)
+        log.warn("{target}: {note}", target=target, note=note)
         return mode.without_agent(), note
 
     async def send(
@@ -93,7 +93,7 @@ class ModeAwarePrompter:
             if e.status != 400 or mode.agent is None:
                 raise
             note = f"opencode refused agent {mode.agent!r} ({e}); named no agent (its default)"
-            self.log.warn("{target}: {note}", target=target, note=note)
+            log.warn("{target}: {note}", target=target, note=note)
         mode = mode.without_agent()
         await self._opencode.prompt_async(target, directory, texts, mode.body_fields())
         return mode, note

@@ -8,19 +8,21 @@ import resource
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.web.server import Site
 
 from pigeond.config import Config
-from pigeond.http_limits import MIN_REFUSALS_OPEN, RESERVED_FDS, LimitedSite
+from pigeond.http_limits import EVICT_AFTER_S, MIN_REFUSALS_OPEN, RESERVED_FDS, LimitedSite
 from pigeond.listeners import LISTEN_BACKLOG, with_default_backlog
 from pigeond.rlimits import UNLIMITED_NOFILE, raise_open_files_limit
 from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
-from pigeond.web import JsonApi, configure_site, make_site
+from pigeond.web import JsonApi, JsonResponse, configure_site, make_site
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.raw_http import (
     PEER,
@@ -185,6 +187,72 @@ def test_connection_beyond_the_cap_gets_503_and_is_closed(
     response = only_response(third)
     assert (response.status, response.json()) == (503, {"error": "too many connections"})
     assert response.headers["content-type"].startswith("application/json") and third.closing
+
+
+def test_at_the_cap_the_longest_waiting_connection_makes_room(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """At the cap, a new connection is served once the oldest one has waited a second for a
+    request; that one gets a 503 JSON and a close."""
+    site = limited_site(repo, clock, max_connections=2)
+    oldest, younger = Connection(site), Connection(site)
+    clock.advance(EVICT_AFTER_S)
+    newcomer = Connection(site)
+    newcomer.send(HEALTH)
+    assert only_response(newcomer).status == 200
+    response = only_response(oldest)
+    assert response.status == 503 and "make room" in response.json()["error"]
+    assert oldest.closing and younger.responses() == [] and not younger.closing
+
+
+def test_a_trickling_request_makes_room_too(repo: SwarmRepository, clock: Clock) -> None:
+    """A request still trickling in after a second is cut for a newcomer: trickling buys no
+    slot for longer."""
+    site = limited_site(repo, clock, max_connections=1)
+    trickler = Connection(site)
+    for _ in range(4):
+        trickler.send(b"G")
+        clock.advance(EVICT_AFTER_S / 4)
+    newcomer = Connection(site)
+    newcomer.send(HEALTH)
+    assert only_response(newcomer).status == 200
+    assert only_response(trickler).status == 503 and trickler.closing
+
+
+def test_fresh_connections_are_not_cut(repo: SwarmRepository, clock: Clock) -> None:
+    """A connection younger than a second keeps its slot: the newcomer gets the 503."""
+    site = limited_site(repo, clock, max_connections=1)
+    held = Connection(site)
+    clock.advance(EVICT_AFTER_S / 2)
+    refused = Connection(site)
+    assert only_response(refused).status == 503 and not held.closing
+
+
+def test_a_connection_being_answered_is_never_cut(clock: Clock) -> None:
+    """A request whose answer is still being made keeps its connection, however long."""
+    api = JsonApi()
+
+    async def never(request: Any) -> JsonResponse:
+        await Deferred()
+        raise AssertionError("unreachable")
+
+    api.route("GET", "/slow", never)
+    site = make_site(api, 1024, request_timeout_s=30, max_connections=1, reactor=clock)
+    busy = Connection(site)
+    busy.send(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    clock.advance(10 * EVICT_AFTER_S)
+    refused = Connection(site)
+    assert only_response(refused).status == 503 and not busy.closing
+
+
+def test_an_evicted_connection_frees_only_its_own_slot(repo: SwarmRepository, clock: Clock) -> None:
+    """The slot a connection gives up for a newcomer is not given back twice when it closes."""
+    site = limited_site(repo, clock, max_connections=1)
+    old = Connection(site)
+    clock.advance(EVICT_AFTER_S)
+    Connection(site)
+    old.close()
+    assert site.open_connections == 1 and site.refusals_open == 0
 
 
 def test_closing_a_connection_frees_its_slot(repo: SwarmRepository, clock: Clock) -> None:
@@ -456,6 +524,38 @@ def test_slowloris_at_a_fixed_fd_limit_is_held_off_by_the_cap(
     assert statuses.count(408) <= 120 and all(t.closed for t in tricklers)
     output = daemon.output()
     assert "EMFILE" not in output and "Could not accept" not in output
+
+
+@pytest.mark.slow
+def test_slowloris_holding_every_slot_cannot_keep_health_out(
+    daemons: DaemonFactory, tmp_path: Path
+) -> None:
+    """With max_connections 50 and 120 tricklers that the 30 s deadline would keep for
+    the whole test, /health is answered 200 once the tricklers have waited a second:
+    a probe makes room by cutting the longest-waiting trickler with a 503."""
+    daemon = daemons.start(
+        tmp_path / "p.db", opencode_url="", extra_args=["--max-connections", "50"]
+    )
+    tricklers = [Trickler(daemon.port) for _ in range(120)]
+    statuses = []
+    try:
+        for _ in range(8):
+            time.sleep(0.5)
+            for trickler in tricklers:
+                trickler.send()
+            response, _ = health_probe(daemon.port, timeout_s=1.0)
+            statuses.append(response.status if response is not None else None)
+        for trickler in tricklers:
+            trickler.poll()
+    finally:
+        for trickler in tricklers:
+            trickler.close()
+    print("probe statuses:", statuses)
+    assert statuses[3:] == [200] * 5  # from 2 s on, every probe
+    cut = [r.json()["error"] for t in tricklers for r in parse_responses(t.received)]
+    assert cut.count("too many connections") == 70  # beyond the cap from the start
+    # the probe that found every slot held cut one (its slot then serves the next probes)
+    assert cut.count("closed to make room for a new connection (too many connections)") == 1
 
 
 @pytest.mark.slow

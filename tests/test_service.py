@@ -98,11 +98,13 @@ def test_text_line_has_fields_and_no_newline() -> None:
         "log_level": LogLevel.info, "log_namespace": "pigeond.arbiter",
         "log_format": "handed off {msg_id}\nnext", "msg_id": "msg_1", "target": "ses_t",
     }  # fmt: skip
-    assert format_text(event) == "info pigeond.arbiter: handed off msg_1\\nnext target=ses_t"
+    assert format_text(event) == (
+        "info pigeond.arbiter: handed off msg_1\\nnext msg_id=msg_1 target=ses_t"
+    )
 
 
 def test_text_line_of_a_failure_is_one_line() -> None:
-    """A failure adds its type and message, not a multi-line traceback."""
+    """A failure adds its type, message and traceback, all on the one line."""
     try:
         raise ValueError("bad\nthing")
     except ValueError:
@@ -110,7 +112,8 @@ def test_text_line_of_a_failure_is_one_line() -> None:
     event = {"log_level": LogLevel.error, "log_namespace": "x", "log_format": "oops",
              "log_failure": failure}  # fmt: skip
     line = format_text(event)
-    assert "\n" not in line and "ValueError: bad\\nthing" in line
+    assert "\n" not in line and "(ValueError: bad\\nthing)" in line
+    assert "Traceback (most recent call last):\\n" in line and "test_service.py" in line
 
 
 def test_json_line_carries_fields() -> None:
