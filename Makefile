@@ -26,6 +26,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check pigeond tui tests bench packaging
 	$(BIN)/ruff format --check pigeond tui tests bench packaging
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 ## only the fast unit tests
 unit: $(STAMP)

@@ -1,3 +1,3 @@
-from pigeond.main import entry
+from pigeond.service.main import entry
 
 entry()

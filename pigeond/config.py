@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pigeond.opencode_client import BasicAuth
+from pigeond.credentials import BasicAuth
 
 
 class ConfigError(ValueError):

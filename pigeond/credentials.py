@@ -1,4 +1,5 @@
-"""The bearer token and the daemon's address, as the daemon and its clients find them.
+"""Credentials: pigeond's bearer token and address, as the daemon and its clients find
+them, and the basic auth pigeond itself uses with opencode.
 
 pigeond creates the token once (32 random bytes, URL-safe text, mode 0600)
 and never logs it.  Clients (``pigeon-send``, ``pigeon``, the opencode plugin)
@@ -27,6 +28,14 @@ DEFAULT_URL = "http://127.0.0.1:4097"
 SYSTEM_SOCKET = "/run/pigeond/pigeond.sock"
 TOKEN_BYTES = 32
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{43,512}$")  # 32 random bytes are 43 URL-safe characters
+
+
+@dataclass(frozen=True, slots=True)
+class BasicAuth:
+    """opencode's HTTP basic auth (``OPENCODE_SERVER_USERNAME``/``_PASSWORD``)."""
+
+    username: str
+    password: str
 
 
 class TokenError(Exception):

@@ -36,7 +36,7 @@ from pigeond.model import StoredMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.operator import open_existing
 
-LISTENING_RE = re.compile(r"pigeond\.daemon: listening on (\S+)")
+LISTENING_RE = re.compile(r"pigeond\.service\.daemon: listening on (\S+)")
 DEFAULT_START_TIMEOUT_S = 15.0
 DEFAULT_STOP_TIMEOUT_S = 10.0
 

@@ -1,6 +1,6 @@
 """A fake ``opencode serve`` for integration tests, on a real socket.
 
-It speaks the two calls pigeond makes (see ``pigeond/opencode_client.py``):
+It speaks the two calls pigeond makes (see ``pigeond/delivery/opencode_client.py``):
 
 * ``GET /session/<id>`` answers 200 ``{"id": ..., "directory": ...}`` for a
   registered session and 404 (opencode's ``NotFoundError`` shape) otherwise;

@@ -20,8 +20,8 @@ from urllib.parse import quote_from_bytes
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
+from pigeond.api.send_request import MAX_TTL_S
 from pigeond.model import CHANNEL_RE, KINDS, MSG_ID_RE, PRIORITIES, SENDER_RE, SESSION_ID_RE
-from pigeond.send_request import MAX_TTL_S
 
 
 def bounded(max_examples: int) -> settings:

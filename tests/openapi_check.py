@@ -1,4 +1,4 @@
-"""Holding an answer to the OpenAPI description (``pigeond/openapi.json``): is its status one
+"""Holding an answer to the OpenAPI description (``pigeond/api/openapi.json``): is its status one
 the document lists for the request, and does its body match the documented schema?
 
 The fuzzers use it on every answer, so the document is checked against far more answers
@@ -16,7 +16,7 @@ import requests  # schemathesis's own HTTP client: its Response wraps a request 
 import schemathesis
 from schemathesis import APIOperation
 
-from pigeond.openapi import openapi_document
+from pigeond.api.openapi import openapi_document
 
 DOCUMENT = openapi_document()
 SCHEMA = schemathesis.openapi.from_dict(DOCUMENT)

@@ -8,7 +8,7 @@ from treq.client import HTTPClient
 from twisted.internet.task import Clock
 
 from pigeond.config import Config
-from pigeond.daemon import Daemon, build_daemon
+from pigeond.service.daemon import Daemon, build_daemon
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.database import InlineDatabase
 

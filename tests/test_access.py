@@ -14,11 +14,11 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.web.http_headers import Headers
 
-from pigeond.access import AccessPolicy, host_name
-from pigeond.routes import SwarmRoutes
+from pigeond.api.access import AccessPolicy, host_name
+from pigeond.api.routes import SwarmRoutes
+from pigeond.api.web import JsonApi, make_site
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
-from pigeond.web import JsonApi, make_site
 from tests.http_helpers import json_body, raw_exchange, result_of, stub_client
 
 TOKEN = "k" * 43

@@ -14,7 +14,7 @@ from twisted.logger import (
     LogLevel,
 )
 
-from pigeond.arbiter import (
+from pigeond.delivery.arbiter import (
     BACKOFF_SCHEDULE_S,
     AgentChecker,
     Arbiter,
@@ -22,11 +22,11 @@ from pigeond.arbiter import (
     ModeSource,
     backoff_after,
 )
-from pigeond.opencode_client import FailureKind, OpencodeError, SessionNotFound
-from pigeond.prompt_mode import DEFAULT_MODE, PromptMode
+from pigeond.delivery.opencode_client import FailureKind, OpencodeError, SessionNotFound
+from pigeond.delivery.prompt_mode import DEFAULT_MODE, PromptMode
+from pigeond.delivery.turns import TurnTracker
 from pigeond.storage import StorageUnavailable, SwarmRepository, open_database
 from pigeond.storage.database import InlineDatabase
-from pigeond.turns import TurnTracker
 from tests.http_helpers import result_of
 from tests.messages import new_message
 

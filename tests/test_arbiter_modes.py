@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from twisted.internet.task import Clock
 
-from pigeond.opencode_client import FailureKind, OpencodeError
-from pigeond.prompt_mode import DEFAULT_MODE, PromptMode
+from pigeond.delivery.opencode_client import FailureKind, OpencodeError
+from pigeond.delivery.prompt_mode import DEFAULT_MODE, PromptMode
 from pigeond.storage import SwarmRepository
 from tests.test_arbiter import Harness, make_harness
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pigeond.config import OPTIONS, Config, ConfigError, Option, find_config_file, load_config
-from pigeond.opencode_client import BasicAuth
+from pigeond.credentials import BasicAuth
 
 
 def base_env(home: Path, **extra: str) -> dict[str, str]:

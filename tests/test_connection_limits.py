@@ -15,14 +15,14 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.web.server import Site
 
+from pigeond.api.http_limits import EVICT_AFTER_S, MIN_REFUSALS_OPEN, RESERVED_FDS, LimitedSite
+from pigeond.api.routes import SwarmRoutes
+from pigeond.api.web import JsonApi, JsonResponse, configure_site, make_site
 from pigeond.config import Config
-from pigeond.http_limits import EVICT_AFTER_S, MIN_REFUSALS_OPEN, RESERVED_FDS, LimitedSite
-from pigeond.listeners import LISTEN_BACKLOG, with_default_backlog
-from pigeond.rlimits import UNLIMITED_NOFILE, raise_open_files_limit
-from pigeond.routes import SwarmRoutes
+from pigeond.service.listeners import LISTEN_BACKLOG, with_default_backlog
+from pigeond.service.rlimits import UNLIMITED_NOFILE, raise_open_files_limit
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
-from pigeond.web import JsonApi, JsonResponse, configure_site, make_site
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.raw_http import (
     PEER,

@@ -18,7 +18,7 @@ from pigeond.credentials import (
     load_or_create_token,
     read_token,
 )
-from pigeond.service import InstanceLock
+from pigeond.service.systemd import InstanceLock
 from pigeond.storage import open_database
 
 

@@ -16,9 +16,8 @@ from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
 
 from pigeond.config import Config
-from pigeond.credentials import read_token
-from pigeond.daemon import Daemon, stop_later
-from pigeond.opencode_client import BasicAuth
+from pigeond.credentials import BasicAuth, read_token
+from pigeond.service.daemon import Daemon, stop_later
 from tests.http_helpers import result_of, stub_client
 from tests.storage_helpers import clock_daemon, repo_of
 

@@ -16,13 +16,13 @@ from twisted.logger import (
 )
 from twisted.web.http_headers import Headers
 
+from pigeond.api.web import HttpError
 from pigeond.config import Config
 from pigeond.credentials import read_token
-from pigeond.daemon import Daemon
-from pigeond.db_watch import DatabaseWatch
-from pigeond.service import AlreadyRunning, InstanceLock
+from pigeond.service.daemon import Daemon
+from pigeond.service.db_watch import DatabaseWatch
+from pigeond.service.systemd import AlreadyRunning, InstanceLock
 from pigeond.storage import SwarmRepository, open_database
-from pigeond.web import HttpError
 from tests.http_helpers import result_of, stub_client
 from tests.messages import new_message
 from tests.storage_helpers import clock_daemon, repo_of

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pigeond.delivery_policy import DeliveryPolicy, Next, RetryDecision, decide_retry
-from pigeond.opencode_client import FailureKind
+from pigeond.delivery.opencode_client import FailureKind
+from pigeond.delivery.policy import DeliveryPolicy, Next, RetryDecision, decide_retry
 
 NOW_MS = 1_000_000
 POLICY = DeliveryPolicy(max_attempts=4, backoff_schedule=(1, 2, 5), outage_retry_s=30)

@@ -16,8 +16,8 @@ from twisted.web import server
 from twisted.web.client import Agent
 from twisted.web.resource import Resource
 
-from pigeond.events import EventStream, ServerSentEvents, session_status_of
-from pigeond.opencode_client import OpencodeClient
+from pigeond.delivery.events import EventStream, ServerSentEvents, session_status_of
+from pigeond.delivery.opencode_client import OpencodeClient
 
 BUSY = {"type": "session.status", "properties": {"sessionID": "ses_a", "status": {"type": "busy"}}}
 IDLE = {"type": "session.idle", "properties": {"sessionID": "ses_a"}}

@@ -14,13 +14,13 @@ from twisted.web import server
 from twisted.web.http_headers import Headers
 from twisted.web.test.requesthelper import DummyChannel
 
-from pigeond import flood
-from pigeond.flood import TARGET_FULL_RETRY_AFTER_S, FloodGuard
+from pigeond.api import flood
+from pigeond.api.flood import TARGET_FULL_RETRY_AFTER_S, FloodGuard
+from pigeond.api.routes import SwarmRoutes
+from pigeond.api.web import HttpError, JsonApi
 from pigeond.model import NewMessage
-from pigeond.routes import SwarmRoutes
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import InlineDatabase
-from pigeond.web import HttpError, JsonApi
 from tests.http_helpers import result_of, stub_client
 from tests.messages import new_message
 

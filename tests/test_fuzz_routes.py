@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 from twisted.web.server import Site
 
-from pigeond.access import AccessPolicy
-from pigeond.flood import FloodGuard
+from pigeond.api.access import AccessPolicy
+from pigeond.api.flood import FloodGuard
+from pigeond.api.routes import SwarmRoutes
+from pigeond.api.web import JsonApi, make_site
 from pigeond.model import HandoffMode, NewMessage
-from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.database import InlineDatabase
-from pigeond.web import JsonApi, make_site
 from tests.conftest import START_S
 from tests.fuzz_strategies import (
     MSG_IDS,

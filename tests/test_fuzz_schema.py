@@ -25,7 +25,7 @@ import pigeond
 from tests.daemon_process import DaemonFactory
 from tests.fuzz_strategies import has_traceback
 
-PACKAGED = Path(pigeond.__file__).parent / "openapi.json"
+PACKAGED = Path(pigeond.__file__).parent / "api" / "openapi.json"
 MAX_EXAMPLES = 100
 MAX_RUN_S = 120
 # Left out, on purpose:

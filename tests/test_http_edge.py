@@ -14,11 +14,11 @@ from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
 from twisted.web.server import Site
 from zope.interface import implementer
 
-from pigeond.http_limits import LINGER_MAX_BYTES, LINGER_S
-from pigeond.routes import SwarmRoutes
+from pigeond.api.http_limits import LINGER_MAX_BYTES, LINGER_S
+from pigeond.api.routes import SwarmRoutes
+from pigeond.api.web import JsonApi, make_site
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
-from pigeond.web import JsonApi, make_site
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.raw_http import Connection, Response, parse_response, socket_exchange
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pigeond.operator_cli import main as pigeon
+from pigeond.cli.pigeon import main as pigeon
 from pigeond.storage import SwarmRepository, open_database
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.messages import new_message

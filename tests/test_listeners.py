@@ -1,5 +1,6 @@
 """Where pigeond listens: private ``unix:`` sockets, passed Unix sockets adopted as they are,
-and the runtime socket with its folder checks (pigeond.listeners, and the daemon using it)."""
+and the runtime socket with its folder checks (pigeond.service.listeners, and the daemon
+using it)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
-from pigeond.listeners import (
+from pigeond.service.listeners import (
     UnixSocketPort,
     adopt_unix_as_is,
     listen_runtime_socket,

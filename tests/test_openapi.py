@@ -1,4 +1,4 @@
-"""The OpenAPI description (``pigeond/openapi.json``): served at ``GET /openapi.json``,
+"""The OpenAPI description (``pigeond/api/openapi.json``): served at ``GET /openapi.json``,
 shipped in the wheel, and held to the code it describes (routes, patterns, enums, bounds,
 the gate's statuses), so that it cannot drift from it unnoticed."""
 
@@ -23,7 +23,11 @@ from twisted.web.server import Site
 
 import pigeond
 from pigeond import __version__
-from pigeond.access import HEALTH_PATH, AccessPolicy
+from pigeond.api.access import HEALTH_PATH, AccessPolicy
+from pigeond.api.openapi import OPENAPI_PATH, openapi_document
+from pigeond.api.routes import DEFAULT_INBOX_LIMIT, MAX_INBOX_LIMIT, SwarmRoutes
+from pigeond.api.send_request import MAX_TTL_S
+from pigeond.api.web import Handler, JsonApi, make_site
 from pigeond.model import (
     CHANNEL_RE,
     KINDS,
@@ -37,18 +41,14 @@ from pigeond.model import (
     State,
     is_reserved_sender,
 )
-from pigeond.openapi import OPENAPI_PATH, openapi_document
-from pigeond.routes import DEFAULT_INBOX_LIMIT, MAX_INBOX_LIMIT, SwarmRoutes
-from pigeond.send_request import MAX_TTL_S
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
-from pigeond.web import Handler, JsonApi, make_site
 from tests.fuzz_strategies import bounded
 from tests.openapi_check import check_body
 from tests.raw_http import Connection, Response, parse_response
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGED = Path(pigeond.__file__).parent / "openapi.json"
+PACKAGED = Path(pigeond.__file__).parent / "api" / "openapi.json"
 TOKEN = "o" * 43
 DOC = openapi_document()
 SCHEMAS: dict[str, Any] = DOC["components"]["schemas"]
@@ -148,7 +148,7 @@ def test_openapi_json_needs_the_token(site: Site) -> None:
 
 @pytest.mark.slow
 def test_the_wheel_carries_the_document(tmp_path: Path) -> None:
-    """The built wheel holds pigeond/openapi.json, byte for byte the one served."""
+    """The built wheel holds pigeond/api/openapi.json, byte for byte the one served."""
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path), str(REPO)],
         check=True,
@@ -157,7 +157,7 @@ def test_the_wheel_carries_the_document(tmp_path: Path) -> None:
     )
     (wheel,) = tmp_path.glob("pigeond-*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        assert zf.read("pigeond/openapi.json") == PACKAGED.read_bytes()
+        assert zf.read("pigeond/api/openapi.json") == PACKAGED.read_bytes()
 
 
 def test_the_document_is_valid_openapi_3_1() -> None:

@@ -17,14 +17,14 @@ from twisted.internet.task import Clock
 from twisted.web import server
 from twisted.web.resource import Resource
 
-from pigeond.opencode_client import (
-    BasicAuth,
+from pigeond.credentials import BasicAuth
+from pigeond.delivery.opencode_client import (
     FailureKind,
     OpencodeClient,
     OpencodeError,
     SessionNotFound,
 )
-from pigeond.registry import SessionDirectoryRegistry
+from pigeond.delivery.registry import SessionDirectoryRegistry
 from tests.http_helpers import failure_of, result_of, stub_client
 
 URL = "http://opencode.test:4096"

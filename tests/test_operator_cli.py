@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pigeond import operator_cli
-from pigeond.operator_cli import main
+from pigeond.cli import pigeon
+from pigeond.cli.pigeon import main
 from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
 from tests.messages import new_message
 from tests.test_terminal import EVIL, EVIL_SHOWN, raw_controls
@@ -76,7 +76,7 @@ def test_ls_prints_a_table_newest_first(db: Path, capsys: pytest.CaptureFixture[
     code, out, _ = run(capsys, "ls", "--db", str(db))
     lines = out.splitlines()
     assert code == 0
-    assert lines[0].split() == list(operator_cli.LS_COLUMNS)
+    assert lines[0].split() == list(pigeon.LS_COLUMNS)
     assert [line.split()[0] for line in lines[1:]] == ["msg_c", "msg_f", "msg_q"]
     assert "#ops" in lines[1] and "1m" in lines[3]
     assert "…" in lines[2] and "x" * 80 not in out

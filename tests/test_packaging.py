@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from pigeond import preflight
 from pigeond.config import OPTIONS, Config, default_runtime_socket, read_config_file
+from pigeond.delivery import preflight
 
 REPO = Path(__file__).resolve().parent.parent
 SYSTEMD_DIR = REPO / "systemd"
@@ -584,7 +584,7 @@ def test_wheel_and_sdist_build(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         entry_points = zf.read(f"pigeond-{version}.dist-info/entry_points.txt").decode()
-    assert "pigeond/main.py" in names
+    assert "pigeond/service/main.py" in names
     plugin = "pigeond/opencode-plugin/pigeond-swarm.js"
     assert plugin in names
     with zipfile.ZipFile(wheel) as zf:
@@ -594,7 +594,12 @@ def test_wheel_and_sdist_build(tmp_path: Path) -> None:
     assert sorted(scripts) == SCRIPTS
     with tarfile.open(sdist) as tf:
         members = {m.name.split("/", 1)[1] for m in tf.getmembers() if "/" in m.name}
-    assert {"pyproject.toml", "README.md", "pigeond/main.py", "pigeond/config.py"} <= members
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "pigeond/service/main.py",
+        "pigeond/config.py",
+    } <= members
 
 
 # -- the .deb ---------------------------------------------------------------------------
@@ -666,7 +671,7 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
     files = listing(deb)
     expected = {
         *(f"/usr/bin/{s}" for s in SCRIPTS),
-        "/usr/lib/pigeond/pigeond/main.py",
+        "/usr/lib/pigeond/pigeond/service/main.py",
         "/usr/lib/pigeond/twisted/__init__.py",
         "/usr/lib/pigeond/treq/__init__.py",
         "/usr/lib/pigeond/zope/interface/__init__.py",
@@ -772,7 +777,11 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
         ],
         tmp_path / "runtime",
     )
-    verify([Path("/usr/lib/systemd/user/pigeond.service")], tmp_path / "runtime-user", user=True)
+    verify(
+        [Path("/usr/lib/systemd/user/pigeond.service")],
+        tmp_path / "runtime-user",
+        user=True,
+    )
 
     # upgrade in place: maintainer scripts run their upgrade branches
     ok(["dpkg", "-i", deb])

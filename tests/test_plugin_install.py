@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pigeond.operator_cli import main
-from pigeond.plugin_install import PLUGIN_FILE, bundled_plugin
+from pigeond.cli.install_plugin import PLUGIN_FILE, bundled_plugin
+from pigeond.cli.pigeon import main
 
 SOURCE = Path(__file__).resolve().parent.parent / "packaging" / "opencode-plugin" / PLUGIN_FILE
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pigeond.preflight import directory_problem
+from pigeond.delivery.preflight import directory_problem
 
 
 def test_existing_directory_is_fine(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from pigeond.events import user_message_of
-from pigeond.opencode_client import OpencodeError
-from pigeond.prompt_mode import (
+from pigeond.delivery.events import user_message_of
+from pigeond.delivery.opencode_client import OpencodeError
+from pigeond.delivery.prompt_mode import (
     DEFAULT_MODE,
     NEWEST_READ,
     AgentCatalog,

@@ -9,8 +9,8 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
 
 from pigeond.config import Config
-from pigeond.daemon import Daemon, stop_later
-from pigeond.pruner import Pruner, PruneRun
+from pigeond.service.daemon import Daemon, stop_later
+from pigeond.service.pruner import Pruner, PruneRun
 from pigeond.storage import SwarmRepository, connect, open_database
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.retention import DAY_MS

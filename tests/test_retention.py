@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from twisted.logger import Logger
+
 from pigeond.storage import SwarmRepository, connect, open_database
 from pigeond.storage.retention import DAY_MS, cutoff_ms
 from pigeond.storage.schema import (
@@ -210,8 +212,8 @@ def test_an_older_database_is_converted_once_and_logged(tmp_path: Path, logged: 
     conn.execute("PRAGMA journal_mode = WAL")
     migrate(conn, MIGRATIONS[:4])
     conn.close()
-    SwarmRepository(open_database(path)).close()
-    converted = SwarmRepository(open_database(path))
+    SwarmRepository(open_database(path, log=Logger())).close()
+    converted = SwarmRepository(open_database(path, log=Logger()))
     assert converted.file_size().incremental
     converted.close()
     assert sum("converting" in line and "one-time VACUUM" in line for line in logged) == 1
@@ -228,7 +230,7 @@ def test_a_failed_conversion_is_logged_and_not_fatal(tmp_path: Path, logged: lis
     holder.execute("BEGIN IMMEDIATE")
     conn.execute("PRAGMA busy_timeout = 50")
     try:
-        assert not use_incremental_vacuum(conn, path)
+        assert not use_incremental_vacuum(conn, path, Logger())
     finally:
         holder.execute("ROLLBACK")
         holder.close()

@@ -13,11 +13,11 @@ from twisted.internet.task import Clock
 from twisted.web import server
 
 from pigeond import __version__
+from pigeond.api.routes import SwarmRoutes
+from pigeond.api.web import JsonApi, JsonResponse, make_site
 from pigeond.model import HandoffMode
-from pigeond.routes import SwarmRoutes
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
-from pigeond.web import JsonApi, JsonResponse, make_site
 from tests.http_helpers import json_body, raw_exchange, result_of, stub_client
 
 BASE = "http://pigeond.test"

@@ -1,4 +1,4 @@
-"""``pigeon-send`` (:func:`pigeond.send_cli.main`) against a small stdlib HTTP server."""
+"""``pigeon-send`` (:func:`pigeond.cli.pigeon_send.main`) against a small stdlib HTTP server."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from pigeond import send_cli
-from pigeond.send_cli import main
+from pigeond.cli import pigeon_send
+from pigeond.cli.pigeon_send import main
 
 SESSION = "ses_sender01"
 TARGET = "ses_target01"
@@ -433,7 +433,7 @@ def test_url_flag_beats_pigeond_url(fake: FakeDaemon, capsys: pytest.CaptureFixt
 
 def test_default_url_is_localhost_4097() -> None:
     """The built-in daemon URL is http://127.0.0.1:4097."""
-    assert send_cli.DEFAULT_URL == "http://127.0.0.1:4097"
+    assert pigeon_send.DEFAULT_URL == "http://127.0.0.1:4097"
 
 
 @pytest.mark.parametrize("env", [{}, {"PIGEOND_URL": ""}])
@@ -444,7 +444,7 @@ def test_no_url_uses_default(
     env: dict[str, str],
 ) -> None:
     """Without --url and with PIGEOND_URL unset or empty, DEFAULT_URL is used."""
-    monkeypatch.setattr(send_cli, "DEFAULT_URL", fake.url)
+    monkeypatch.setattr(pigeon_send, "DEFAULT_URL", fake.url)
     code, _, _ = send(capsys, ["--from", SESSION, TARGET, "x"], env)
     assert code == 0
     assert len(fake.requests) == 1

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
-from twisted.logger import LogLevel
+from twisted.logger import FilteringLogObserver, LogLevel
 from twisted.python.failure import Failure
 
-from pigeond.logs import LineObserver, format_json, format_text
-from pigeond.service import (
+from pigeond.service.logs import LineObserver, format_json, format_text, without_factory_chatter
+from pigeond.service.systemd import (
     AlreadyRunning,
     InstanceLock,
     StatusReporter,
@@ -95,11 +95,11 @@ def test_status_reports_changes_only(clock: Clock) -> None:
 def test_text_line_has_fields_and_no_newline() -> None:
     """A text log line is one line: level, namespace, message, and its msg_id fields."""
     event = {
-        "log_level": LogLevel.info, "log_namespace": "pigeond.arbiter",
+        "log_level": LogLevel.info, "log_namespace": "pigeond.delivery.arbiter",
         "log_format": "handed off {msg_id}\nnext", "msg_id": "msg_1", "target": "ses_t",
     }  # fmt: skip
     assert format_text(event) == (
-        "info pigeond.arbiter: handed off msg_1\\nnext msg_id=msg_1 target=ses_t"
+        "info pigeond.delivery.arbiter: handed off msg_1\\nnext msg_id=msg_1 target=ses_t"
     )
 
 
@@ -118,10 +118,10 @@ def test_text_line_of_a_failure_is_one_line() -> None:
 
 def test_json_line_carries_fields() -> None:
     """A JSON log line is one object with level, namespace, message and event fields."""
-    event = {"log_level": LogLevel.warn, "log_namespace": "pigeond.arbiter", "log_time": 5.0,
-             "log_format": "{msg_id} failed", "msg_id": "msg_1"}  # fmt: skip
+    event = {"log_level": LogLevel.warn, "log_namespace": "pigeond.delivery.arbiter",
+             "log_time": 5.0, "log_format": "{msg_id} failed", "msg_id": "msg_1"}  # fmt: skip
     record = json.loads(format_json(event))
-    assert record == {"time": 5.0, "level": "warn", "namespace": "pigeond.arbiter",
+    assert record == {"time": 5.0, "level": "warn", "namespace": "pigeond.delivery.arbiter",
                       "message": "msg_1 failed", "msg_id": "msg_1"}  # fmt: skip
 
 
@@ -132,3 +132,13 @@ def test_observer_writes_one_line_per_event() -> None:
     observer({"log_level": LogLevel.info, "log_namespace": "n", "log_format": "a"})
     observer({"log_level": LogLevel.info, "log_namespace": "n", "log_format": "b"})
     assert len(out.getvalue().splitlines()) == 2
+
+
+def test_factory_chatter_is_dropped_and_the_rest_kept() -> None:
+    """Twisted's per-connection "Starting factory" lines are dropped; other events pass."""
+    out = io.StringIO()
+    observer = FilteringLogObserver(LineObserver(out, json_lines=False), [without_factory_chatter])
+    for text in ("Starting factory {factory!r}", "Stopping factory {factory!r}", "kept {factory}"):
+        observer({"log_level": LogLevel.info, "log_namespace": "n", "log_format": text,
+                  "factory": "F"})  # fmt: skip
+    assert out.getvalue() == "info n: kept F\n"

@@ -9,8 +9,8 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from pigeond.opencode_client import FailureKind, OpencodeError
-from pigeond.turns import TurnTracker
+from pigeond.delivery.opencode_client import FailureKind, OpencodeError
+from pigeond.delivery.turns import TurnTracker
 from tests.http_helpers import failure_of, result_of
 
 S = "ses_t"

@@ -10,11 +10,16 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
+from pigeond.delivery.opencode_client import (
+    FailureKind,
+    OpencodeClient,
+    OpencodeError,
+    SessionNotFound,
+)
+from pigeond.delivery.verifier import Verifier, envelope_ids
 from pigeond.envelope import render_envelope
-from pigeond.opencode_client import FailureKind, OpencodeClient, OpencodeError, SessionNotFound
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.database import InlineDatabase
-from pigeond.verifier import Verifier, envelope_ids
 from tests.http_helpers import result_of
 from tests.messages import new_message
 

@@ -23,9 +23,9 @@ from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Label, Static, Tab, Tabs
 
+from pigeond.cli.pigeon import destination, format_age, format_time, resolve_db
 from pigeond.envelope import render_envelope
 from pigeond.model import StoredMessage
-from pigeond.operator_cli import destination, format_age, format_time, resolve_db
 from pigeond.storage import SchemaError, StorageError
 from pigeond.storage.operator import ActionOutcome, open_existing
 from pigeond.terminal import visible

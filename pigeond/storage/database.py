@@ -33,6 +33,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IReactorFromThreads
 from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
@@ -46,6 +47,8 @@ R = TypeVar("R")
 RepositoryCall = Callable[Concatenate[SwarmRepository, P], R]
 
 DEFAULT_READERS = 2
+# the namespace of what the schema logs at start (a one-time conversion)
+SCHEMA_LOG = "pigeond.storage.schema"
 
 
 class Database(Protocol):
@@ -189,7 +192,9 @@ def open_threaded(
     A write waits at most ``busy_timeout_ms`` for a lock another process holds."""
     return ThreadedDatabase(
         reactor,
-        lambda: SwarmRepository(open_database(path, busy_timeout_ms=busy_timeout_ms)),
+        lambda: SwarmRepository(
+            open_database(path, busy_timeout_ms=busy_timeout_ms, log=Logger(SCHEMA_LOG))
+        ),
         lambda: SwarmRepository(connect(path, busy_timeout_ms=busy_timeout_ms)),
         readers=readers,
     )

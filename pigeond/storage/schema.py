@@ -19,8 +19,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-
-from twisted.logger import Logger
+from typing import Protocol
 
 from pigeond.private_files import create_private_file, make_private_dirs, tighten
 from pigeond.storage.errors import SchemaError
@@ -43,7 +42,25 @@ PRUNABLE_SQL = (
 # PRAGMA auto_vacuum's value for INCREMENTAL.
 AUTO_VACUUM_INCREMENTAL = 2
 
-log = Logger()
+
+class EventLog(Protocol):
+    """Where the schema's one-time conversions are told (the daemon passes its logger;
+    the storage package itself loads no logging framework, so the CLIs stay light)."""
+
+    def info(self, format: str, **kwargs: object) -> None: ...
+
+    def warn(self, format: str, **kwargs: object) -> None: ...
+
+
+class _Silent:
+    def info(self, format: str, **kwargs: object) -> None:
+        pass
+
+    def warn(self, format: str, **kwargs: object) -> None:
+        pass
+
+
+SILENT: EventLog = _Silent()
 
 _V1_SEED = """
 CREATE TABLE IF NOT EXISTS swarm_messages (
@@ -248,7 +265,7 @@ def migrate(conn: sqlite3.Connection, migrations: list[Migration] | None = None)
 
 
 def open_database(
-    path: Path | str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    path: Path | str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS, log: EventLog = SILENT
 ) -> sqlite3.Connection:
     """Create the parent folder, open, and migrate: what the daemon does at start.
 
@@ -262,7 +279,7 @@ def open_database(
     conn = connect(target, busy_timeout_ms=busy_timeout_ms)
     try:
         migrate(conn)
-        use_incremental_vacuum(conn, target)
+        use_incremental_vacuum(conn, target, log)
     except sqlite3.DatabaseError as e:
         conn.close()
         raise SchemaError(f"{path}: could not upgrade the database schema ({e})") from e
@@ -272,7 +289,7 @@ def open_database(
     return conn
 
 
-def use_incremental_vacuum(conn: sqlite3.Connection, path: Path) -> bool:
+def use_incremental_vacuum(conn: sqlite3.Connection, path: Path, log: EventLog = SILENT) -> bool:
     """Switch a database made before pigeond pruned to ``auto_vacuum = INCREMENTAL``.
 
     Only a ``VACUUM`` can switch a file that has tables: it rewrites the whole

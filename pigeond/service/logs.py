@@ -13,11 +13,15 @@ import json
 import sys
 from typing import IO, Any
 
+from constantly import NamedConstant
 from twisted.logger import (
     FilteringLogObserver,
+    ILogFilterPredicate,
     ILogObserver,
+    LogEvent,
     LogLevel,
     LogLevelFilterPredicate,
+    PredicateResult,
     formatEvent,
     globalLogBeginner,
 )
@@ -89,8 +93,32 @@ class LogSettings:
         self.predicate.setLogLevelForNamespace("", LEVELS[level])
 
 
+# Twisted logs these for every connection a factory opens and closes: the HTTP client's
+# pool to opencode would write two lines per connection, which say nothing an operator
+# needs (pigeond's own site is not noisy).
+FACTORY_CHATTER = frozenset({"Starting factory {factory!r}", "Stopping factory {factory!r}"})
+
+
+@implementer(ILogFilterPredicate)
+class WithoutFactoryChatter:
+    """Drops :data:`FACTORY_CHATTER`; leaves every other event to the next predicate."""
+
+    def __call__(self, event: LogEvent) -> NamedConstant:
+        verdict: NamedConstant = (
+            PredicateResult.no
+            if event.get("log_format") in FACTORY_CHATTER
+            else PredicateResult.maybe
+        )
+        return verdict
+
+
+without_factory_chatter = WithoutFactoryChatter()
+
+
 def start_logging(level: str, fmt: str, out: IO[str] = sys.stdout) -> LogSettings:
     settings = LogSettings(level)
-    observer = FilteringLogObserver(LineObserver(out, fmt == "json"), [settings.predicate])
+    observer = FilteringLogObserver(
+        LineObserver(out, fmt == "json"), [without_factory_chatter, settings.predicate]
+    )
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
     return settings

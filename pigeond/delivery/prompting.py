@@ -1,7 +1,7 @@
 """One hand-off's prompt, naming the target's own agent and model.
 
 opencode runs a prompt that names no agent in its default agent, so the
-arbiter asks a :class:`ModeSource` (see :mod:`pigeond.prompt_mode`) for the
+arbiter asks a :class:`ModeSource` (see :mod:`pigeond.delivery.prompt_mode`) for the
 agent and model of the target's latest user message and names them.  An agent
 opencode no longer has is not the sender's fault: it is left out, and why is
 recorded with the hand-off.
@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 from twisted.logger import Logger
 
+from pigeond.delivery.opencode_client import OpencodeError
+from pigeond.delivery.prompt_mode import DEFAULT_MODE, PromptMode
 from pigeond.model import HandoffMode
-from pigeond.opencode_client import OpencodeError
-from pigeond.prompt_mode import DEFAULT_MODE, PromptMode
 
 log = Logger()
 

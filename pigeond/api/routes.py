@@ -16,14 +16,14 @@ from twisted.logger import Logger
 from twisted.web import server
 
 from pigeond import __version__
+from pigeond.api.openapi import OPENAPI_PATH, openapi_document
+from pigeond.api.send_request import parse_send_body
+from pigeond.api.web import HttpError, JsonApi, JsonResponse, query_param, read_body
 from pigeond.ids import make_msg_id
 from pigeond.model import MSG_ID_RE, SESSION_ID_RE, NewMessage, State
-from pigeond.openapi import OPENAPI_PATH, openapi_document
-from pigeond.send_request import parse_send_body
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import Database
 from pigeond.storage.repository import DEFAULT_INBOX_MAX_BYTES
-from pigeond.web import HttpError, JsonApi, JsonResponse, query_param, read_body
 
 MESSAGE_PREFIX = "/swarm/message/"
 DEFAULT_INBOX_LIMIT = 100
@@ -227,7 +227,7 @@ class SwarmRoutes:
     # -- GET /openapi.json ---------------------------------------------------------
 
     def openapi(self, request: server.Request) -> JsonResponse:
-        """This API's OpenAPI description (``pigeond/openapi.json``).  Behind the token like
+        """This API's OpenAPI description (``pigeond/api/openapi.json``).  Behind the token like
         every route but /health: nothing in it is secret, but one rule ("only /health is
         open") is easier to keep than a list, and a supervisor needs only /health."""
         return JsonResponse(200, openapi_document())

@@ -37,10 +37,10 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.web import server
 
+from pigeond.api.web import HttpError
 from pigeond.model import NewMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
-from pigeond.web import HttpError
 
 # A full target's queue drains one turn at a time (seconds to minutes); 5 s
 # lets a sender see room soon after it appears without polling hot.
@@ -56,7 +56,7 @@ _ROUNDING_SLACK_S = 1e-3
 
 
 class FloodGuard:
-    """A :data:`pigeond.routes.SendCheck`; :meth:`configure` applies a reload's limits live.
+    """A :data:`pigeond.api.routes.SendCheck`; :meth:`configure` applies a reload's limits live.
 
     Memory: only senders that spent a token in the last ``burst / rate`` seconds
     (10 s with the defaults) keep a bucket, since an older one has refilled and
@@ -102,7 +102,7 @@ class FloodGuard:
         return self.sender_rate_per_s > 0 and self.sender_burst > 0
 
     def check(self, request: server.Request, message: NewMessage) -> Deferred[None]:
-        """A :data:`pigeond.routes.SendCheck`: fails with a 429 :class:`HttpError` when
+        """A :data:`pigeond.api.routes.SendCheck`: fails with a 429 :class:`HttpError` when
         ``message``'s sender or its target is over a limit."""
         return Deferred.fromCoroutine(self.admit(message))
 

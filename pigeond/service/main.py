@@ -53,7 +53,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def _check_endpoint(reactor: object, config: Config, *, serving: bool) -> None:
-    from pigeond.listeners import server_endpoint
+    from pigeond.service.listeners import server_endpoint
 
     try:
         server_endpoint(reactor, config.listen)
@@ -92,10 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> int:
     """Serve until SIGTERM/SIGINT; SIGHUP re-reads the configuration."""
-    from pigeond.daemon import build_daemon, stop_later
-    from pigeond.logs import start_logging
-    from pigeond.rlimits import apply_open_files_limit
-    from pigeond.service import (
+    from pigeond.service.daemon import build_daemon, stop_later
+    from pigeond.service.logs import start_logging
+    from pigeond.service.rlimits import apply_open_files_limit
+    from pigeond.service.systemd import (
         AlreadyRunning,
         InstanceLock,
         StatusReporter,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -19,7 +18,9 @@ from twisted.internet import error as neterror
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
-from twisted.web._newclient import RequestTransmissionFailed, ResponseNeverReceived
+from twisted.web.client import RequestTransmissionFailed, ResponseNeverReceived
+
+from pigeond.credentials import BasicAuth
 
 T = TypeVar("T")
 
@@ -61,12 +62,6 @@ class SessionNotFound(OpencodeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, 404, FailureKind.PERMANENT)
-
-
-@dataclass(frozen=True, slots=True)
-class BasicAuth:
-    username: str
-    password: str
 
 
 def _short(body: bytes) -> str:

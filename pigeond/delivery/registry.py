@@ -11,7 +11,7 @@ from typing import Protocol
 
 from twisted.internet.interfaces import IReactorTime
 
-from pigeond.opencode_client import SessionNotFound
+from pigeond.delivery.opencode_client import SessionNotFound
 
 
 class DirectoryLookup(Protocol):

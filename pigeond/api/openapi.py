@@ -1,11 +1,11 @@
-"""The HTTP API's OpenAPI description: ``pigeond/openapi.json``, served at ``/openapi.json``.
+"""The HTTP API's OpenAPI description: ``pigeond/api/openapi.json``, served at ``/openapi.json``.
 
 The description is a file in the package, not built by code, because it is read by more
 than the daemon: schemathesis fuzzes the API from it in ``make test``, a client generator
 or a person reads it from the installed package, and a reviewer sees a change to the API's
 contract as a diff of one file.  tests/test_openapi.py holds it to the code: its routes are
-exactly those :meth:`pigeond.routes.SwarmRoutes.install` declares, and its patterns, enums
-and bounds are those of :mod:`pigeond.model`, :mod:`pigeond.send_request` and the routes.
+exactly those :meth:`pigeond.api.routes.SwarmRoutes.install` declares, and its patterns, enums
+and bounds are those of :mod:`pigeond.model`, :mod:`pigeond.api.send_request` and the routes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ RESOURCE_NAME = "openapi.json"
 @cache
 def openapi_text() -> str:
     """The packaged file, read once: it cannot change while the daemon runs."""
-    return resources.files("pigeond").joinpath(RESOURCE_NAME).read_text(encoding="utf-8")
+    return resources.files("pigeond.api").joinpath(RESOURCE_NAME).read_text(encoding="utf-8")
 
 
 def openapi_document() -> dict[str, Any]:

@@ -20,14 +20,14 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from pigeond.model import StoredMessage
-from pigeond.opencode_client import (
+from pigeond.delivery.opencode_client import (
     OpencodeClient,
     OpencodeError,
     SessionNotFound,
     user_texts_of,
 )
-from pigeond.registry import DirectoryResolver
+from pigeond.delivery.registry import DirectoryResolver
+from pigeond.model import StoredMessage
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
 

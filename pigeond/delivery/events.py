@@ -1,7 +1,7 @@
 """One connection to opencode's ``GET /global/event`` stream for every target.
 
 Only ``session.status`` and ``session.idle`` matter here: they feed the
-:class:`~pigeond.turns.TurnTracker`.  The stream reconnects with backoff; a
+:class:`~pigeond.delivery.turns.TurnTracker`.  The stream reconnects with backoff; a
 stream silent for longer than ``stale_s`` (opencode sends a heartbeat every
 15 s) is dropped and reopened.  While it is down the tracker polls instead.
 """
@@ -20,7 +20,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http_headers import Headers
 
-from pigeond.opencode_client import OpencodeClient
+from pigeond.delivery.opencode_client import OpencodeClient
 
 log = Logger()
 

@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 
 from twisted.internet.interfaces import IReactorTime
 
-from pigeond.opencode_client import OpencodeError
+from pigeond.delivery.opencode_client import OpencodeError
 
 # opencode's names are short identifiers; anything else in a transcript is ignored
 _NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}$")

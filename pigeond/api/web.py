@@ -23,8 +23,8 @@ from twisted.python import failure
 from twisted.web import http, server
 from twisted.web.resource import Resource
 
-from pigeond.http_limits import LimitedSite
-from pigeond.send_request import InvalidRequest
+from pigeond.api.http_limits import LimitedSite
+from pigeond.api.send_request import InvalidRequest
 from pigeond.storage import StorageError, StorageUnavailable
 
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
@@ -270,7 +270,7 @@ def make_site(
     reactor: IReactorTime | None = None,
 ) -> QuietSite:
     """The daemon's site: JSON for every answer, bodies bounded, connections bounded (see
-    :mod:`pigeond.http_limits`); ``idle_timeout_s`` closes a kept-alive connection that
+    :mod:`pigeond.api.http_limits`); ``idle_timeout_s`` closes a kept-alive connection that
     sends no next request.  ``reactor`` runs the timers (the global one when None)."""
     site = QuietSite(  # type: ignore[no-untyped-call]
         api,

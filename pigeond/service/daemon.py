@@ -14,39 +14,29 @@ from treq.client import HTTPClient
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
-from twisted.web.client import Agent, HTTPConnectionPool, _HTTP11ClientFactory
+from twisted.web.client import Agent, HTTPConnectionPool
 
-from pigeond.access import AccessPolicy
-from pigeond.arbiter import Arbiter, DeliveryPolicy
+from pigeond.api.access import AccessPolicy
+from pigeond.api.flood import FloodGuard
+from pigeond.api.http_limits import LimitedSite
+from pigeond.api.routes import SwarmRoutes
+from pigeond.api.web import JsonApi, configure_site, make_site
 from pigeond.config import Config, default_token_path
 from pigeond.credentials import load_or_create_token
-from pigeond.db_watch import DatabaseWatch
-from pigeond.events import EventStream
-from pigeond.flood import FloodGuard
-from pigeond.http_limits import LimitedSite
-from pigeond.listeners import listen_runtime_socket, server_endpoint
-from pigeond.opencode_client import OpencodeClient
-from pigeond.prompt_mode import AgentCatalog, ModeTracker
-from pigeond.pruner import Pruner
-from pigeond.registry import SessionDirectoryRegistry
-from pigeond.routes import SwarmRoutes
+from pigeond.delivery.arbiter import Arbiter, DeliveryPolicy
+from pigeond.delivery.events import EventStream
+from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
+from pigeond.delivery.registry import SessionDirectoryRegistry
+from pigeond.delivery.turns import TurnTracker
+from pigeond.delivery.verifier import Verifier
+from pigeond.service.db_watch import DatabaseWatch
+from pigeond.service.listeners import listen_runtime_socket, server_endpoint
+from pigeond.service.pruner import Pruner
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database, open_threaded
-from pigeond.turns import TurnTracker
-from pigeond.verifier import Verifier
-from pigeond.web import JsonApi, configure_site, make_site
 
 log = Logger()
-
-
-class _QuietClientFactory(_HTTP11ClientFactory):
-    noisy = False
-
-
-class QuietConnectionPool(HTTPConnectionPool):
-    """A persistent pool that does not log every connection it opens and closes."""
-
-    _factory = _QuietClientFactory
 
 
 @dataclass
@@ -80,7 +70,7 @@ class Daemon:
 
     async def listen(self) -> IListeningPort:
         """Listen on ``config.listen`` (``unix:`` private by default, a passed Unix socket
-        adopted without chmod or unlink: see :mod:`pigeond.listeners`)."""
+        adopted without chmod or unlink: see :mod:`pigeond.service.listeners`)."""
         endpoint = server_endpoint(self.reactor, self.config.listen)
         port: IListeningPort = await endpoint.listen(self.site)
         self.ports.append(port)
@@ -279,7 +269,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     delivery: DeliveryParts | None = None
     if config.arbiter_enabled:
         if http is None:
-            pool = QuietConnectionPool(reactor, persistent=True)  # type: ignore[no-untyped-call]
+            pool = HTTPConnectionPool(reactor, persistent=True)
             pool.maxPersistentPerHost = 16
             connect_timeout = min(10.0, config.handoff_timeout_s)
             http = HTTPClient(Agent(reactor, pool=pool, connectTimeout=connect_timeout))

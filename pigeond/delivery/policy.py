@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from pigeond.delivery.opencode_client import FailureKind
 from pigeond.envelope import render_envelope
 from pigeond.model import HandoffMode, StoredMessage
-from pigeond.opencode_client import FailureKind
 
 BACKOFF_SCHEDULE_S: tuple[float, ...] = (1, 2, 5, 15, 60)
 DEFAULT_MAX_ATTEMPTS = 10

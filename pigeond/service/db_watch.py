@@ -22,8 +22,8 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.web import server
 
+from pigeond.api.web import HttpError
 from pigeond.model import NewMessage
-from pigeond.web import HttpError
 
 log = Logger()
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from twisted.internet.address import UNIXAddress
 from twisted.web import server
 
-from pigeond.web import HttpError
+from pigeond.api.web import HttpError
 
 HEALTH_PATH = b"/health"
 JSON_MEDIA_TYPE = "application/json"

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from pigeond import plugin_install, send_cli
+from pigeond.cli import install_plugin, pigeon_send
 from pigeond.config import Config, default_db_path
 from pigeond.credentials import TokenError, client_token, daemon_address
 from pigeond.envelope import render_envelope
@@ -359,10 +359,10 @@ def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if args.limit is not None:
         query["limit"] = str(args.limit)
     try:
-        answer = send_cli.call_daemon(
+        answer = pigeon_send.call_daemon(
             url, "GET", "/swarm/inbox?" + urlencode(query), None, args.timeout, token
         )
-    except send_cli.UsageError as e:
+    except pigeon_send.UsageError as e:
         raise UsageError(str(e)) from e
     except (OSError, TimeoutError) as e:
         print(f"pigeon: daemon at {visible(url)} unreachable: {visible(str(e))}", file=sys.stderr)
@@ -394,8 +394,8 @@ def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 def cmd_install_plugin(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     try:
-        return plugin_install.run(args.project, env, send_cli.DEFAULT_URL)
-    except plugin_install.InstallError as e:
+        return install_plugin.run(args.project, env, pigeon_send.DEFAULT_URL)
+    except install_plugin.InstallError as e:
         raise UsageError(str(e)) from e
 
 
@@ -464,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     inbox.add_argument(
         "--url",
         help="daemon URL (default $PIGEOND_URL, else the user's socket"
-        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {send_cli.DEFAULT_URL})",
+        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {pigeon_send.DEFAULT_URL})",
     )
     inbox.add_argument("--timeout", type=float, default=10.0, metavar="S")
     inbox.add_argument("--json", action="store_true", help="the daemon's JSON answer")
@@ -510,7 +510,7 @@ def main(
     env = os.environ if env is None else env
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["send"]:
-        return send_cli.main(args_list[1:], env)
+        return pigeon_send.main(args_list[1:], env)
     try:
         args = build_parser().parse_args(args_list)
     except SystemExit as e:

@@ -4,7 +4,7 @@ opencode answers ``prompt_async`` with 204 at once and runs the turn for
 seconds or minutes afterwards; a prompt that arrives meanwhile is merged into
 the running turn (1.18) or starts a parallel one (1.15).  So after a hand-off
 the arbiter waits here until that turn has ended.  Busy/idle comes from
-opencode's event stream (:mod:`pigeond.events` calls :meth:`observe`); while
+opencode's event stream (:mod:`pigeond.delivery.events` calls :meth:`observe`); while
 the stream is down, from polling ``GET /session/status`` with the session's
 own directory.
 """
@@ -19,7 +19,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from pigeond.opencode_client import OpencodeError
+from pigeond.delivery.opencode_client import OpencodeError
 
 log = Logger()
 

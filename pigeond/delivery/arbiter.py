@@ -35,7 +35,8 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from pigeond.delivery_policy import (
+from pigeond.delivery.opencode_client import FailureKind, OpencodeError, SessionNotFound
+from pigeond.delivery.policy import (
     BACKOFF_SCHEDULE_S,
     DeliveryPolicy,
     Next,
@@ -45,10 +46,8 @@ from pigeond.delivery_policy import (
     decide_retry,
     within_bytes,
 )
-from pigeond.model import NO_MODE, HandoffMode, StoredMessage
-from pigeond.opencode_client import FailureKind, OpencodeError, SessionNotFound
-from pigeond.preflight import directory_problem
-from pigeond.prompting import (
+from pigeond.delivery.preflight import directory_problem
+from pigeond.delivery.prompting import (
     AgentChecker,
     ModeAwarePrompter,
     ModeSource,
@@ -56,10 +55,11 @@ from pigeond.prompting import (
     describe_mode,
     handoff_mode,
 )
-from pigeond.registry import DirectoryResolver
+from pigeond.delivery.registry import DirectoryResolver
+from pigeond.delivery.turns import TurnMark, TurnTracker
+from pigeond.model import NO_MODE, HandoffMode, StoredMessage
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
-from pigeond.turns import TurnMark, TurnTracker
 
 DEFAULT_POLICY = DeliveryPolicy()
 
@@ -93,7 +93,7 @@ class Arbiter:
         database_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         """``database_problem`` says why the database file is no longer the one opened
-        (None while it is); see :class:`pigeond.db_watch.DatabaseWatch`."""
+        (None while it is); see :class:`pigeond.service.db_watch.DatabaseWatch`."""
         self._db = db
         self._registry = registry
         self._prompter = ModeAwarePrompter(opencode, modes, agents)
