@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -585,3 +586,14 @@ def test_runtime_socket_defaults(tmp_path: Path) -> None:
     )
     assert system.runtime_socket == "/run/pigeond/pigeond.sock"
     assert load(base_env(tmp_path)).runtime_socket == ""
+
+
+def test_every_option_is_declared_once_as_a_config_field() -> None:
+    """OPTIONS is made from Config's fields: same names in order, defaults, and types."""
+    option_fields = [f for f in dataclasses.fields(Config) if "help" in f.metadata]
+    assert [o.name for o in OPTIONS] == [f.name for f in option_fields]
+    defaults = Config()
+    for option in OPTIONS:
+        assert option.default == getattr(defaults, option.name)
+        assert isinstance(option.default, option.kind), option.name
+        assert option.help

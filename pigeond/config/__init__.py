@@ -1,0 +1,28 @@
+"""pigeond's settings: every option declared once (:mod:`.options`), checked
+(:mod:`.checks`), and read from flags, environment and file (:mod:`.sources`)."""
+
+from pigeond.config.checks import ConfigError
+from pigeond.config.options import (
+    OPTION_BY_NAME,
+    OPTIONS,
+    Config,
+    Option,
+    default_db_path,
+    default_runtime_socket,
+    default_token_path,
+)
+from pigeond.config.sources import find_config_file, load_config, read_config_file
+
+__all__ = [
+    "OPTIONS",
+    "OPTION_BY_NAME",
+    "Config",
+    "ConfigError",
+    "Option",
+    "default_db_path",
+    "default_runtime_socket",
+    "default_token_path",
+    "find_config_file",
+    "load_config",
+    "read_config_file",
+]

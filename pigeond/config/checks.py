@@ -1,0 +1,73 @@
+"""The checks an option's value must pass; each raises :class:`ConfigError` naming the
+option, so a bad value is one line fit for the terminal whatever its source."""
+
+from __future__ import annotations
+
+import grp
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+# A check gets the option's name (for its message) and the value.
+Check = Callable[[str, Any], None]
+
+
+class ConfigError(ValueError):
+    """A setting is wrong; the text is one line fit for the terminal."""
+
+
+def nonempty(name: str, value: Any) -> None:
+    if value == "":
+        raise ConfigError(f"{name} must not be empty")
+
+
+def between(low: float, high: float) -> Check:
+    def check(name: str, value: Any) -> None:
+        if not low <= value <= high:
+            raise ConfigError(f"{name} must be between {low:g} and {high:g}, not {value}")
+
+    return check
+
+
+def one_of(allowed: tuple[str, ...]) -> Check:
+    def check(name: str, value: Any) -> None:
+        if value not in allowed:
+            raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+
+    return check
+
+
+def http_url(name: str, value: Any) -> None:
+    """An http(s) URL with a host and no query or fragment, or empty (delivery off)."""
+    if value == "":
+        return
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{name} must be an http:// or https:// URL or empty, not {value!r}")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"{name} must not have a query or fragment")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as e:
+        raise ConfigError(f"{name} has a bad port: {value!r}") from e
+
+
+def uids(name: str, value: Any) -> None:
+    for item in value:
+        if not item.isascii() or not item.isdigit() or int(item) > 4_294_967_294:
+            raise ConfigError(f"{name} must list numeric user ids, not {item!r}")
+
+
+def words(name: str, value: Any) -> None:
+    for item in value:
+        if not item or any(c.isspace() or c == "," for c in item):
+            raise ConfigError(f"{name} entries must be non-empty words, not {item!r}")
+
+
+def group(name: str, value: Any) -> None:
+    if value == "":
+        return
+    try:
+        grp.getgrnam(value)
+    except KeyError as e:
+        raise ConfigError(f"{name}: there is no group named {value!r}") from e

@@ -1,0 +1,129 @@
+"""Where settings come from: flag > ``PIGEOND_<OPTION>`` environment variable > TOML
+file > default.  A variable set to the empty string counts as set
+(``PIGEOND_OPENCODE_URL=`` turns the arbiter off)."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from pigeond.config.checks import ConfigError
+from pigeond.config.options import (
+    OPTION_BY_NAME,
+    OPTIONS,
+    Config,
+    Option,
+    default_db_path,
+    default_runtime_socket,
+    default_token_path,
+)
+from pigeond.credentials import BasicAuth
+
+
+def _split_list(raw: str) -> tuple[str, ...]:
+    """A comma-separated list from a flag or a variable; the empty string is the empty list."""
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def _coerce_text(option: Option, raw: str, source: str) -> Any:
+    if option.kind is str:
+        return raw
+    if option.kind is tuple:
+        return _split_list(raw)
+    try:
+        return option.kind(raw.strip())
+    except ValueError as e:
+        kind = "an integer" if option.kind is int else "a number"
+        raise ConfigError(f"{option.name} from {source} must be {kind}, not {raw!r}") from e
+
+
+def _check_file_value(option: Option, value: Any, path: str) -> Any:
+    if option.kind is tuple:
+        if isinstance(value, str):
+            return _split_list(value)
+        if isinstance(value, list) and all(
+            isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)) for v in value
+        ):
+            return tuple(str(v) for v in value)
+        raise ConfigError(f"{path}: key '{option.name}' must be a list of strings, not {value!r}")
+    ok = (
+        isinstance(value, str)
+        if option.kind is str
+        else isinstance(value, int) and not isinstance(value, bool)
+        if option.kind is int
+        else isinstance(value, int | float) and not isinstance(value, bool)
+    )
+    if not ok:
+        kind = {str: "a string", int: "an integer", float: "a number"}[option.kind]
+        raise ConfigError(f"{path}: key '{option.name}' must be {kind}, not {value!r}")
+    return float(value) if option.kind is float else value
+
+
+def find_config_file(flag_value: str | None, env: Mapping[str, str]) -> Path | None:
+    """The config file to read: named by ``--config`` or ``PIGEOND_CONFIG`` (then it must
+    exist; an empty ``PIGEOND_CONFIG`` means none), else the user's, else the system's."""
+    if flag_value is not None:
+        return Path(flag_value)
+    if "PIGEOND_CONFIG" in env:
+        return Path(env["PIGEOND_CONFIG"]) if env["PIGEOND_CONFIG"] else None
+    xdg = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    for candidate in (Path(xdg) / "pigeond" / "pigeond.toml", Path("/etc/pigeond/pigeond.toml")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError as e:
+        raise ConfigError(f"{path}: config file not found") from e
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e.strerror}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from e
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        option = OPTION_BY_NAME.get(key)
+        if option is None:
+            raise ConfigError(f"{path}: unknown key '{key}'")
+        values[key] = _check_file_value(option, value, str(path))
+    return values
+
+
+def load_config(
+    flags: Mapping[str, str | None], env: Mapping[str, str], config_path: str | None = None
+) -> Config:
+    """Merge the sources; ``flags`` maps option names to the raw flag text (None = not given)."""
+    path = find_config_file(config_path, env)
+    from_file = read_config_file(path) if path is not None else {}
+    values: dict[str, Any] = {
+        "db": default_db_path(env),
+        "runtime_socket": default_runtime_socket(env),
+    }
+    for option in OPTIONS:
+        flag = flags.get(option.name)
+        if flag is not None:
+            values[option.name] = _coerce_text(option, flag, option.flag)
+        elif option.env_var in env:
+            values[option.name] = _coerce_text(option, env[option.env_var], option.env_var)
+        elif option.name in from_file:
+            values[option.name] = from_file[option.name]
+        if option.name in values:
+            option.validate(values[option.name])
+    if not values.get("token_file"):
+        values["token_file"] = default_token_path(values["db"])
+    password = env.get("OPENCODE_SERVER_PASSWORD")
+    auth = None
+    if password:
+        auth = BasicAuth(env.get("OPENCODE_SERVER_USERNAME") or "opencode", password)
+    known = {f.name for f in fields(Config)}
+    return Config(
+        **{k: v for k, v in values.items() if k in known},
+        opencode_auth=auth,
+        config_file=str(path) if path is not None else None,
+    )
