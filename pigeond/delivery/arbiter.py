@@ -6,9 +6,9 @@ through ``_in_flight[target]``, a single Deferred that drains that target's
 queue.  In ``turn`` delivery the drain also holds the slot until the turn its
 prompt started has ended, so the next prompt never lands in a running turn.
 Different targets drain in parallel.  The tick (a ``LoopingCall``) is the
-safety net for retries and restarts and runs the expiry sweep and the
-verifier; a new message for an idle target is dispatched at once by
-:meth:`kick`.
+safety net for retries and restarts and runs the expiry sweep (the verifier
+is a job of its own); a new message for an idle target is dispatched at once
+by :meth:`kick`.
 
 Faults of the database are not faults of delivery.  A prompt opencode took
 (2xx) whose hand-off cannot be written (disk full) is kept in memory as an
@@ -27,7 +27,6 @@ tick do nothing, so ticks never pile up behind a lock.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 from twisted.internet.defer import CancelledError, Deferred, DeferredList, succeed
 from twisted.internet.interfaces import IReactorTime
@@ -66,13 +65,9 @@ DEFAULT_POLICY = DeliveryPolicy()
 log = Logger()
 
 
-class Tickable(Protocol):
-    def tick(self) -> None: ...
-
-
 __all__ = [
     "BACKOFF_SCHEDULE_S", "AgentChecker", "Arbiter", "DeliveryPolicy", "ModeSource",
-    "PromptSender", "Tickable", "backoff_after",
+    "PromptSender", "backoff_after",
 ]  # fmt: skip
 
 
@@ -86,7 +81,6 @@ class Arbiter:
         *,
         policy: DeliveryPolicy = DEFAULT_POLICY,
         turns: TurnTracker | None = None,
-        verifier: Tickable | None = None,
         check_directory: Callable[[str], str | None] = directory_problem,
         modes: ModeSource | None = None,
         agents: AgentChecker | None = None,
@@ -100,7 +94,6 @@ class Arbiter:
         self._clock = clock
         self._policy = policy
         self._turns = turns
-        self._verifier = verifier
         self._check_directory = check_directory
         self._in_flight: dict[str, Deferred[None]] = {}
         self._turn_waits: set[Deferred[str]] = set()
@@ -197,7 +190,7 @@ class Arbiter:
     # -- scheduling ------------------------------------------------------------
 
     def tick(self) -> None:
-        """Record late hand-offs, expire, verify, and start a drain for every target with a
+        """Record late hand-offs, expire, and start a drain for every target with a
         due message; nothing at all once the database file is gone, or while the last
         tick's database work is still waited for.
 
@@ -214,7 +207,7 @@ class Arbiter:
         self._tick_running = False
 
     async def _tick_steps(self) -> None:
-        steps = (self._record_unrecorded, self._sweep, self._verify, self._dispatch_ready)
+        steps = (self._record_unrecorded, self._sweep, self._dispatch_ready)
         for step in steps:
             if self._closed:
                 return
@@ -248,10 +241,6 @@ class Arbiter:
     async def _sweep(self) -> None:
         for msg_id in await self._db.write(SwarmRepository.expire_due, self._now_ms()):
             log.warn("{msg_id} expired before it could be delivered", msg_id=msg_id)
-
-    async def _verify(self) -> None:
-        if self._verifier is not None:
-            self._verifier.tick()
 
     async def _dispatch_ready(self) -> None:
         for target in await self._db.read(SwarmRepository.ready_targets, self._now_ms()):

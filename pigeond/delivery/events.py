@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
-from twisted.internet.protocol import Protocol
+from twisted.internet.protocol import Protocol as TransportProtocol
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.http_headers import Headers
-
-from pigeond.delivery.opencode_client import OpencodeClient
+from twisted.web.iweb import IResponse
 
 log = Logger()
 
@@ -64,7 +62,7 @@ def user_message_of(event: Any) -> tuple[str, dict[str, Any]] | None:
     return (session, info) if isinstance(session, str) else None
 
 
-class ServerSentEvents(Protocol):
+class ServerSentEvents(TransportProtocol):
     """Splits a response body into SSE ``data:`` payloads."""
 
     def __init__(self, on_data: Callable[[str], None], on_bytes: Callable[[], None]) -> None:
@@ -100,10 +98,19 @@ class ServerSentEvents(Protocol):
             self.transport.stopProducing()  # type: ignore[attr-defined]
 
 
+class EventSource(Protocol):
+    """Where the stream comes from (:class:`~pigeond.delivery.opencode_client.OpencodeClient`)."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    async def open_event_stream(self) -> IResponse: ...
+
+
 class EventStream:
     def __init__(
         self,
-        client: OpencodeClient,
+        client: EventSource,
         clock: IReactorTime,
         on_status: Callable[[str, str], None],
         on_connected: Callable[[bool], None],
@@ -165,14 +172,7 @@ class EventStream:
                 return
 
     async def _listen_once(self) -> None:
-        options = self._client.request_options()
-        response = await self._client.http.request(
-            "GET", self._client.base_url + "/global/event", unbuffered=True,
-            headers=Headers({b"accept": [b"text/event-stream"]}), **options,
-        )  # fmt: skip
-        if response.code != 200:
-            await response.content()
-            raise ConnectionError(f"GET /global/event answered HTTP {response.code}")
+        response = await self._client.open_event_stream()
         protocol = ServerSentEvents(self._handle, self._feed_watchdog)
         self._protocol = protocol
         response.deliverBody(protocol)

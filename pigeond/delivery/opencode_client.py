@@ -19,6 +19,8 @@ from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 from twisted.web.client import RequestTransmissionFailed, ResponseNeverReceived
+from twisted.web.http_headers import Headers
+from twisted.web.iweb import IResponse
 
 from pigeond.credentials import BasicAuth
 
@@ -118,9 +120,19 @@ class OpencodeClient:
     def base_url(self) -> str:
         return self._base
 
-    @property
-    def http(self) -> HTTPClient:
-        return self._http
+    async def open_event_stream(self) -> IResponse:
+        """``GET /global/event`` with no deadline and the body not read: the stream's 200
+        response, for its reader to take the body as it comes (``deliverBody``).  Any
+        other answer is read and raised as a ConnectionError."""
+        response = await self._http.request(
+            "GET", self._base + "/global/event", unbuffered=True,
+            headers=Headers({b"accept": [b"text/event-stream"]}), **self.request_options(),
+        )  # fmt: skip
+        if response.code != 200:
+            await response.content()
+            raise ConnectionError(f"GET /global/event answered HTTP {response.code}")
+        stream: IResponse = response
+        return stream
 
     def request_options(self) -> dict[str, Any]:
         """Keyword arguments every request to opencode carries (auth, no redirects)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -21,7 +21,6 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.delivery.opencode_client import (
-    OpencodeClient,
     OpencodeError,
     SessionNotFound,
     user_texts_of,
@@ -47,12 +46,20 @@ def envelope_ids(texts: Iterable[str]) -> set[str]:
     return ids
 
 
+class TranscriptReader(Protocol):
+    """What the verifier reads (:class:`~pigeond.delivery.opencode_client.OpencodeClient`)."""
+
+    async def messages(
+        self, session_id: str, directory: str, limit: int | None = None
+    ) -> list[dict[str, Any]]: ...
+
+
 class Verifier:
     def __init__(
         self,
         db: Database,
         registry: DirectoryResolver,
-        client: OpencodeClient,
+        client: TranscriptReader,
         clock: IReactorTime,
         *,
         interval_s: float = 2.0,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from treq.client import HTTPClient
+from twisted.application.internet import TimerService
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
@@ -41,12 +42,15 @@ log = Logger()
 
 @dataclass
 class DeliveryParts:
-    """The layers a config reload reaches into."""
+    """The layers a config reload reaches into, and the verifier's own periodic job (it
+    runs beside the arbiter's tick, at the same interval; each target's transcript is
+    read at most every verify_interval_s)."""
 
     client: OpencodeClient
     registry: SessionDirectoryRegistry
     verifier: Verifier
     turns: TurnTracker | None
+    verifying: TimerService
 
 
 @dataclass
@@ -106,6 +110,8 @@ class Daemon:
         if self.events is not None:
             self.events.start()
         self.arbiter.start()
+        if self.delivery is not None:
+            self.delivery.verifying.startService()
         log.info(
             "arbiter started: opencode {url}, delivery {delivery}, tick {tick_ms} ms",
             url=self.config.opencode_url,
@@ -134,6 +140,8 @@ class Daemon:
                 )  # fmt: skip
             await self.arbiter.close()  # what ends from now on must not write: the db closes
         if self.delivery is not None:
+            if self.delivery.verifying.running:
+                await self.delivery.verifying.stopService()
             self.delivery.verifier.close()
         if self.db_watch is not None:
             self.db_watch.stop()
@@ -292,19 +300,23 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             events = EventStream(
                 client, reactor, turns.observe, turns.stream_state, on_user_message=modes.observe
             )
-        holder: list[Arbiter] = []
-        verifier = Verifier(
-            db, registry, client, reactor, interval_s=config.verify_interval_s,
-            max_requeues=config.max_requeues, on_requeued=lambda t: holder[0].kick(t),
-            on_transcript=modes.observe_transcript,
-        )  # fmt: skip
         arbiter = Arbiter(
             db, registry, client, reactor, policy=delivery_policy(config), turns=turns,
-            verifier=verifier, modes=modes, agents=AgentCatalog(client, reactor),
-            database_problem=db_watch.check,
+            modes=modes, agents=AgentCatalog(client, reactor), database_problem=db_watch.check,
         )  # fmt: skip
-        holder.append(arbiter)
-        delivery = DeliveryParts(client, registry, verifier, turns)
+        verifier = Verifier(
+            db, registry, client, reactor, interval_s=config.verify_interval_s,
+            max_requeues=config.max_requeues, on_requeued=arbiter.kick,
+            on_transcript=modes.observe_transcript,
+        )  # fmt: skip
+
+        def verify() -> None:
+            if db_watch.check() is None:  # a vanished database: nothing to verify against
+                verifier.tick()
+
+        verifying = TimerService(config.tick_ms / 1000, verify)
+        verifying.clock = reactor
+        delivery = DeliveryParts(client, registry, verifier, turns, verifying)
     flood = FloodGuard(
         db, reactor, max_queued_per_target=config.max_queued_per_target,
         sender_rate_per_s=config.sender_rate_per_s, sender_burst=config.sender_burst,
