@@ -164,12 +164,26 @@ def test_daemon_with_a_deleted_database_refuses_and_reports(tmp_path: Path, cloc
 
 
 def test_batch_max_bytes_reaches_the_arbiter(tmp_path: Path, clock: Clock) -> None:
-    """The configured batch_max_bytes is the arbiter's bound, at start and after a reload."""
-    daemon = daemon_on(tmp_path, clock, RecordingOpencode(tmp_path))
-    assert daemon.arbiter is not None
-    assert daemon.arbiter.policy.batch_max_bytes == 1024 * 1024
+    """Two 3 KB messages share a prompt under the default batch_max_bytes, and go in one
+    prompt each once a reload sets it to 4096."""
+    opencode = RecordingOpencode(tmp_path)
+    daemon = daemon_on(tmp_path, clock, opencode)
+    arbiter = daemon.arbiter
+    assert arbiter is not None
+
+    def prompts_for_two() -> int:
+        before = [path for path, _ in opencode.seen].count("/session/ses_t/prompt_async")
+        for _ in range(2):
+            repo_of(daemon).accept(
+                new_message("ses_t", payload="x" * 3000), int(clock.seconds() * 1000)
+            )
+        arbiter.tick()
+        clock.advance(TICK_S)
+        return [path for path, _ in opencode.seen].count("/session/ses_t/prompt_async") - before
+
+    assert prompts_for_two() == 1
     daemon.reload(Config(db=daemon.config.db, delivery="call", batch_max_bytes=4096))
-    assert daemon.arbiter.policy.batch_max_bytes == 4096
+    assert prompts_for_two() == 2
 
 
 # -- one daemon per database, even without its lock file ---------------------------------

@@ -191,7 +191,9 @@ def test_registry_404_invalidates(clock: Clock) -> None:
     registry.invalidate("ses_a")
     del lookup.answers["ses_a"]
     assert failure_of(run(clock, registry.resolve("ses_a"))).check(SessionNotFound)
-    assert registry.cached("ses_a") is None
+    lookup.answers["ses_a"] = "/srv/a2"  # nothing of the 404 stays cached: asked again
+    assert result_of(run(clock, registry.resolve("ses_a"))) == "/srv/a2"
+    assert lookup.calls == ["ses_a", "ses_a", "ses_a"]
 
 
 def test_registry_does_not_cache_errors(clock: Clock) -> None:

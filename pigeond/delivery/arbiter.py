@@ -164,10 +164,6 @@ class Arbiter:
         """Hand-offs opencode took that the database has not recorded yet, by target."""
         return [self._unrecorded[t] for t in sorted(self._unrecorded)]
 
-    @property
-    def policy(self) -> DeliveryPolicy:
-        return self._policy
-
     def set_policy(self, policy: DeliveryPolicy) -> None:
         """New settings (a config reload); a new tick interval restarts the loop."""
         old_tick = self._policy.tick_s

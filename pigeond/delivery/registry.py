@@ -49,9 +49,3 @@ class SessionDirectoryRegistry:
     def invalidate(self, session_id: str) -> None:
         self._cache.pop(session_id, None)
 
-    def cached(self, session_id: str) -> str | None:
-        """The cached directory if still fresh, for status and tests."""
-        entry = self._cache.get(session_id)
-        if entry is None or entry[1] <= self._clock.seconds():
-            return None
-        return entry[0]

@@ -32,7 +32,6 @@ class BusyPoller(Protocol):
 class SessionTurns:
     busy: bool | None = None  # None: not known (never seen, or the event stream dropped)
     busy_seen: int = 0  # how many busy observations so far
-    idle_seen: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +74,7 @@ class TurnTracker:
         if status in ("busy", "retry"):
             state.busy, state.busy_seen = True, state.busy_seen + 1
         elif status == "idle":
-            state.busy, state.idle_seen = False, state.idle_seen + 1
+            state.busy = False
         else:
             return
         for waiter in self._waiters.pop(session, []):

@@ -128,11 +128,6 @@ class Verifier:
         self._checking.pop(target, None)
         return result
 
-    async def pending(self) -> None:
-        """Fires once every running check has finished (for shutdown and tests)."""
-        for check in list(self._checking.values()):
-            await check
-
     async def check(self, target: str) -> None:
         if self.is_closed():
             return

@@ -1,12 +1,10 @@
 """All SQL lives in this package: the daemon, the CLIs and the TUI go through it."""
 
-from pigeond.storage.delivery import READY_TARGETS_SQL
 from pigeond.storage.errors import SchemaError, StorageError, StorageUnavailable
 from pigeond.storage.repository import AcceptOutcome, InboxPage, SwarmRepository
 from pigeond.storage.schema import SCHEMA_VERSION, connect, migrate, open_database
 
 __all__ = [
-    "READY_TARGETS_SQL",
     "SCHEMA_VERSION",
     "AcceptOutcome",
     "InboxPage",

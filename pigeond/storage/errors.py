@@ -12,7 +12,10 @@ class SchemaError(StorageError):
 
 
 class StorageUnavailable(StorageError):
-    """A write could not be made durable: disk full, read-only file, or lock timeout.
+    """The database cannot be used right now: a write could not be made durable (disk
+    full, read-only file, a lock held past the busy timeout), a read failed, or the
+    database is closed (pigeond is stopping).
 
-    The HTTP layer answers 503 for it: the caller may retry, nothing was stored.
+    Nothing was changed; the HTTP layer answers 503 and the caller may retry.  The
+    arbiter and the verifier try again later without charging any message for it.
     """

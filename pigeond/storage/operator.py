@@ -1,4 +1,4 @@
-"""What an operator (the ``pigeon`` CLI, later the TUI) reads and changes.
+"""What an operator (the ``pigeon`` CLI and the ``pigeon-tui``) reads and changes.
 
 Opening is strict: an operator tool never creates or migrates a database.
 Every state change is conditional on the row's state and, for one message,
