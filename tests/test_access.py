@@ -30,7 +30,7 @@ BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 def gated_api(repo: SwarmRepository, clock: Clock, **policy: Any) -> JsonApi:
     options: dict[str, Any] = {"own_uid": os.getuid(), "token": TOKEN} | policy
-    routes = SwarmRoutes(InlineDatabase(repo), clock, arbiter_running=lambda: True)
+    routes = SwarmRoutes(InlineDatabase(repo), clock)
     return routes.install(JsonApi(gate=AccessPolicy(**options)))
 
 

@@ -905,3 +905,24 @@ def test_a_queue_that_cannot_be_read_spends_no_attempt(
     assert stored is not None and (stored.state, stored.attempts) == ("queued", 0)
     h.arbiter.kick("ses_target")
     assert [p.msg_ids() for p in h.opencode.prompts] == [[msg_id]]
+
+
+@pytest.mark.parametrize(
+    ("error", "failure_class"),
+    [
+        (OpencodeError("refused", kind=FailureKind.OUTAGE), "outage"),
+        (OpencodeError("HTTP 400", kind=FailureKind.PERMANENT), "permanent"),
+        (OpencodeError("HTTP 500", kind=FailureKind.ATTEMPT), "attempt"),
+    ],
+)
+def test_failures_are_counted_by_class(
+    h: Harness, error: OpencodeError, failure_class: str
+) -> None:
+    """Each failed hand-off counts once, under its failure class, for /metrics."""
+    h.send()
+    h.arbiter.kick("ses_target")
+    h.opencode.fail_all(error)
+    registry = h.arbiter.metrics.registry
+    counted = registry.get_sample_value("pigeond_hand_off_failures_total", {"class": failure_class})
+    assert counted == 1
+    assert registry.get_sample_value("pigeond_hand_offs_total") == 0

@@ -95,7 +95,9 @@ def test_empty_opencode_url_disables_delivery(tmp_path: Path, clock: Clock) -> N
     clock.advance(10)
     assert opencode.seen == []
     assert health(daemon) | {"version": "-"} == {
-        "ok": True, "version": "-", "arbiter": False, "queued": 1, "failed": 0,
+        "ok": True, "version": "-", "arbiter": False, "arbiter_ticking": False,
+        "opencode": "off", "event_stream": "off", "in_flight": 0, "unrecorded": 0,
+        "queued": 1, "failed": 0,
     }  # fmt: skip
 
 

@@ -94,7 +94,6 @@ def fuzz(tmp_path: Path) -> Iterator[FuzzSite]:
     routes = SwarmRoutes(
         InlineDatabase(repo),
         clock,
-        arbiter_running=lambda: True,
         send_checks=[guard.check],
         inbox_max_bytes=4096,
     )

@@ -27,7 +27,8 @@ from pigeond.api.access import HEALTH_PATH, AccessPolicy
 from pigeond.api.openapi import OPENAPI_PATH, openapi_document
 from pigeond.api.routes import DEFAULT_INBOX_LIMIT, MAX_INBOX_LIMIT, SwarmRoutes
 from pigeond.api.send_request import MAX_TTL_S
-from pigeond.api.web import Handler, JsonApi, make_site
+from pigeond.api.web import JsonApi, make_site
+from pigeond.config import Config
 from pigeond.model import (
     CHANNEL_RE,
     KINDS,
@@ -46,6 +47,7 @@ from pigeond.storage.database import InlineDatabase
 from tests.fuzz_strategies import bounded
 from tests.openapi_check import check_body
 from tests.raw_http import Connection, Response, parse_response
+from tests.storage_helpers import clock_daemon, repo_of
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGED = Path(pigeond.__file__).parent / "api" / "openapi.json"
@@ -61,22 +63,6 @@ PATTERNS = {
     "msg_id": MSG_ID_RE,
     "reply_to": MSG_ID_RE,
 }
-
-
-class RecordingApi(JsonApi):
-    """A JsonApi that also notes what is installed on it, as the document names it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.installed: set[tuple[str, str]] = set()
-
-    def route(self, method: str, path: str, handler: Handler) -> None:
-        self.installed.add((method, path))
-        super().route(method, path, handler)
-
-    def route_prefix(self, method: str, prefix: str, handler: Handler) -> None:
-        self.installed.add((method, prefix + "{}"))  # one path parameter: the rest
-        super().route_prefix(method, prefix, handler)
 
 
 def documented_routes() -> set[tuple[str, str]]:
@@ -124,13 +110,13 @@ def walk(node: Any, name: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
 # -- what is served, and what is shipped ----------------------------------------------------
 
 
-def test_the_document_lists_exactly_the_routes_the_api_serves(
-    repo: SwarmRepository, clock: Clock
+def test_the_document_lists_exactly_the_routes_the_daemon_serves(
+    tmp_path: Path, clock: Clock
 ) -> None:
-    """Every route SwarmRoutes installs is in the document, and nothing else is."""
-    api = RecordingApi()
-    SwarmRoutes(InlineDatabase(repo), clock).install(api)
-    assert documented_routes() == api.installed
+    """Every route the daemon serves is in the document, and nothing else is."""
+    daemon = clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock)
+    assert documented_routes() == daemon.api.served()
+    repo_of(daemon).close()
 
 
 def test_openapi_json_serves_the_packaged_file(site: Site) -> None:

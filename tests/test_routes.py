@@ -13,7 +13,7 @@ from twisted.internet.task import Clock
 from twisted.web import server
 
 from pigeond import __version__
-from pigeond.api.routes import SwarmRoutes
+from pigeond.api.routes import DeliveryHealth, SwarmRoutes
 from pigeond.api.web import JsonApi, JsonResponse, make_site
 from pigeond.model import HandoffMode
 from pigeond.storage import SwarmRepository
@@ -21,6 +21,10 @@ from pigeond.storage.database import InlineDatabase
 from tests.http_helpers import json_body, raw_exchange, result_of, stub_client
 
 BASE = "http://pigeond.test"
+
+RUNNING = DeliveryHealth(
+    running=True, ticking=True, opencode="ok", event_stream="connected", in_flight=2, unrecorded=1
+)
 
 
 @dataclass
@@ -50,7 +54,7 @@ class Api:
 def api(repo: SwarmRepository, clock: Clock) -> Api:
     kicked: list[str] = []
     routes = SwarmRoutes(
-        InlineDatabase(repo), clock, on_accepted=kicked.append, arbiter_running=lambda: True
+        InlineDatabase(repo), clock, on_accepted=kicked.append, delivery_health=lambda: RUNNING
     )
     return Api(repo, clock, stub_client(routes.install(JsonApi())), kicked)
 
@@ -297,14 +301,18 @@ def test_inbox_limit_max(api: Api) -> None:
 
 
 def test_health(api: Api) -> None:
-    """Health reports version, arbiter state and queued/failed counts."""
+    """Health reports the version, delivery as the daemon sees it, and queued/failed counts."""
     api.send()
     api.send(to=None, channel="builds")
     _, failed = api.send(**{"from": "cli-user"})
     api.repo.record_failed_attempt(failed["msg_id"], "x", 0, None)
     status, body = api.call("GET", "/health")
     assert status == 200
-    assert body == {"ok": True, "version": __version__, "arbiter": True, "queued": 1, "failed": 1}
+    assert body == {
+        "ok": True, "version": __version__, "arbiter": True, "arbiter_ticking": True,
+        "opencode": "ok", "event_stream": "connected", "in_flight": 2, "unrecorded": 1,
+        "queued": 1, "failed": 1,
+    }  # fmt: skip
 
 
 def test_unknown_path_is_404_json(api: Api) -> None:

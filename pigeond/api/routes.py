@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -35,6 +36,21 @@ _CURSOR_RE = re.compile(r"^cur_([0-9]{1,18})$")
 SendCheck = Callable[[server.Request, NewMessage], Awaitable[None] | None]
 
 
+@dataclass(frozen=True, slots=True)
+class DeliveryHealth:
+    """What ``/health`` tells of delivery beside the queue's counts (the daemon knows it)."""
+
+    running: bool  # the arbiter runs (false with delivery off)
+    ticking: bool  # ...and ticked lately
+    opencode: str  # ok, unreachable, not contacted yet, off
+    event_stream: str  # connected, down, off (delivery=call needs none)
+    in_flight: int  # targets with a hand-off in flight
+    unrecorded: int  # hand-offs opencode took that the database has not recorded yet
+
+
+DELIVERY_OFF = DeliveryHealth(False, False, "off", "off", 0, 0)
+
+
 def encode_cursor(handoff_seq: int) -> str:
     return f"cur_{handoff_seq}"
 
@@ -46,7 +62,7 @@ class SwarmRoutes:
         clock: IReactorTime,
         *,
         on_accepted: Callable[[str], None] = lambda target: None,
-        arbiter_running: Callable[[], bool] = lambda: False,
+        delivery_health: Callable[[], DeliveryHealth] = lambda: DELIVERY_OFF,
         send_checks: Sequence[SendCheck] = (),
         default_ttl_s: int = 24 * 3600,
         inbox_max_bytes: int = DEFAULT_INBOX_MAX_BYTES,
@@ -59,7 +75,7 @@ class SwarmRoutes:
         self._db = db
         self._clock = clock
         self._on_accepted = on_accepted
-        self._arbiter_running = arbiter_running
+        self.delivery_health = delivery_health
         self._send_checks = tuple(send_checks)
         self._storage_problem = storage_problem
 
@@ -203,7 +219,9 @@ class SwarmRoutes:
     # -- GET /health -------------------------------------------------------------
 
     async def health(self, request: server.Request) -> JsonResponse:
-        """200 with the queue's counts; 503 and ``ok: false`` once the database file is not
+        """200 while the daemon serves (``ok`` says only that), with what a monitor needs:
+        whether delivery runs and ticks, whether opencode answers and the event stream is
+        up, and the queue's counts.  503 and ``ok: false`` once the database file is not
         the one opened (its counts would describe a file nobody will read again)."""
         problem = self._storage_problem()
         if problem is not None:
@@ -213,12 +231,18 @@ class SwarmRoutes:
                  "error": f"{problem}; restart pigeond"},
             )  # fmt: skip
         counts = await self._db.read(SwarmRepository.count_by_state)
+        delivery = self.delivery_health()
         return JsonResponse(
             200,
             {
                 "ok": True,
                 "version": __version__,
-                "arbiter": self._arbiter_running(),
+                "arbiter": delivery.running,
+                "arbiter_ticking": delivery.ticking,
+                "opencode": delivery.opencode,
+                "event_stream": delivery.event_stream,
+                "in_flight": delivery.in_flight,
+                "unrecorded": delivery.unrecorded,
                 "queued": counts.get(State.QUEUED, 0),
                 "failed": counts.get(State.FAILED, 0),
             },

@@ -49,7 +49,17 @@ class JsonResponse:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Handler = Callable[[server.Request], JsonResponse | Coroutine[Any, Any, JsonResponse]]
+@dataclass(frozen=True, slots=True)
+class TextResponse:
+    """An answer that is not JSON (``GET /metrics``, in Prometheus' text format)."""
+
+    status: int
+    text: str
+    content_type: str
+
+
+Response = JsonResponse | TextResponse
+Handler = Callable[[server.Request], Response | Coroutine[Any, Any, Response]]
 # Runs before routing, on every request; raises HttpError to refuse it (access control).
 Gate = Callable[[server.Request], None]
 
@@ -143,17 +153,17 @@ class JsonApi(Resource):
             answer = self._dispatch(request)
         except Exception as e:
             return self._write(request, self._error_response(request, e))
-        if isinstance(answer, JsonResponse):
+        if isinstance(answer, JsonResponse | TextResponse):
             return self._write(request, answer)
         return self._answer_later(request, Deferred.fromCoroutine(answer))
 
-    def _answer_later(self, request: server.Request, answer: Deferred[JsonResponse]) -> int:
+    def _answer_later(self, request: server.Request, answer: Deferred[Response]) -> int:
         """Write ``answer`` when it comes, unless the client hung up meanwhile (its work,
         a send's commit included, still runs to the end: a retry is idempotent)."""
         gone = []
         request.notifyFinish().addErrback(lambda _: gone.append(True))
 
-        def write(response: JsonResponse) -> None:
+        def write(response: Response) -> None:
             if gone:
                 return
             body = self._write(request, response)
@@ -161,7 +171,7 @@ class JsonApi(Resource):
             request.write(body)
             request.finish()
 
-        def refuse(failure: failure.Failure) -> JsonResponse:
+        def refuse(failure: failure.Failure) -> Response:
             error = failure.value
             if not isinstance(error, Exception):
                 return failure  # type: ignore[return-value]  # BaseException: not ours to answer
@@ -213,6 +223,12 @@ class JsonApi(Resource):
         reads the rest from ``request.path``."""
         self._prefixes.setdefault(prefix.encode("ascii"), {})[method.encode("ascii")] = handler
 
+    def served(self) -> set[tuple[str, str]]:
+        """Every (method, path) answered; a prefix route's path ends in ``{}``."""
+        exact = {(m.decode(), p.decode()) for p, ms in self._routes.items() for m in ms}
+        prefixed = {(m.decode(), p.decode() + "{}") for p, ms in self._prefixes.items() for m in ms}
+        return exact | prefixed
+
     def _methods_for(self, path: bytes) -> dict[bytes, Handler] | None:
         methods = self._routes.get(path)
         if methods is not None:
@@ -222,9 +238,7 @@ class JsonApi(Resource):
                 return prefixed
         return None
 
-    def _dispatch(
-        self, request: server.Request
-    ) -> JsonResponse | Coroutine[Any, Any, JsonResponse]:
+    def _dispatch(self, request: server.Request) -> Response | Coroutine[Any, Any, Response]:
         if self.gate is not None:
             self.gate(request)
         methods = self._methods_for(request.path or b"")
@@ -241,11 +255,14 @@ class JsonApi(Resource):
         return handler(request)
 
     @staticmethod
-    def _write(request: server.Request, response: JsonResponse) -> bytes:
+    def _write(request: server.Request, response: Response) -> bytes:
         request.setResponseCode(response.status)
-        request.setHeader(b"content-type", b"application/json; charset=utf-8")
         request.setHeader(b"cache-control", b"no-store")
         request.setHeader(b"server", b"pigeond")  # not Twisted's name and version
+        if isinstance(response, TextResponse):
+            request.setHeader(b"content-type", response.content_type.encode("ascii"))
+            return response.text.encode("utf-8")
+        request.setHeader(b"content-type", b"application/json; charset=utf-8")
         for name, value in response.headers.items():
             request.setHeader(name.encode("ascii"), value.encode("ascii"))
         return json.dumps(response.body, ensure_ascii=False).encode("utf-8") + b"\n"
@@ -305,6 +322,8 @@ __all__ = [
     "HttpError",
     "JsonApi",
     "JsonResponse",
+    "Response",
+    "TextResponse",
     "configure_site",
     "make_site",
     "query_param",

@@ -34,6 +34,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import FailureKind, OpencodeError, SessionNotFound
 from pigeond.delivery.policy import (
     BACKOFF_SCHEDULE_S,
@@ -85,10 +86,12 @@ class Arbiter:
         modes: ModeSource | None = None,
         agents: AgentChecker | None = None,
         database_problem: Callable[[], str | None] = lambda: None,
+        metrics: DeliveryMetrics | None = None,
     ) -> None:
         """``database_problem`` says why the database file is no longer the one opened
         (None while it is); see :class:`pigeond.service.db_watch.DatabaseWatch`."""
         self._db = db
+        self.metrics = metrics if metrics is not None else DeliveryMetrics()
         self._registry = registry
         self._prompter = ModeAwarePrompter(opencode, modes, agents)
         self._clock = clock
@@ -179,6 +182,10 @@ class Arbiter:
         if not self._loop.running or self.last_tick_at is None:
             return False
         return self._clock.seconds() - self.last_tick_at <= within_s
+
+    def ticking_lately(self) -> bool:
+        """Whether it ticked within two tick intervals and a second (a monitor's view)."""
+        return self.ticking(2 * self._policy.tick_s + 1)
 
     def _now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)
@@ -301,7 +308,9 @@ class Arbiter:
                 if problem is not None:
                     raise OpencodeError(problem, kind=FailureKind.OUTAGE)
                 if self._turns is not None:
+                    waited_from = self._clock.seconds()
                     why = await self._turns.wait_until_idle(target, directory)
+                    self.metrics.turn_wait.observe(self._clock.seconds() - waited_from)
                     if why != "idle":
                         log.warn("{target}: {why}", target=target, why=why)
                     if self.stopping:
@@ -325,14 +334,23 @@ class Arbiter:
             except Exception:
                 # a bug of ours, not the delivery's: never charged to the messages
                 log.failure("delivery to {target} hit an error", target=target)
+                self.metrics.failures.labels("internal").inc()
                 self._hold(target, batch, "an internal error (see the traceback above)")
                 return
+            self._count_hand_off(batch)
             if self._ended_late(target, batch, "taken by opencode"):
                 return
             if not await self._record_hand_off(target, batch, handoff_mode(mode, note)):
                 return
             if self._turns is not None and mark is not None:
                 await self._wait_turn_end(target, directory, mark)
+
+    def _count_hand_off(self, batch: list[StoredMessage]) -> None:
+        now_ms = self._now_ms()
+        self.metrics.hand_offs.inc()
+        self.metrics.messages_handed_off.inc(len(batch))
+        for message in batch:
+            self.metrics.accept_to_hand_off.observe(max(0, now_ms - message.created_at) / 1000)
 
     def _ended_late(self, target: str, batch: list[StoredMessage], outcome: str) -> bool:
         """A hand-off that ends after :meth:`close` must not write: the database is closed
@@ -411,6 +429,7 @@ class Arbiter:
         hold ``target`` in memory for the wait it would have had: without a hold the next
         tick would prompt again at once."""
         kind, text = error.kind, str(error) or repr(error)
+        self.metrics.failures.labels(kind.value).inc()
         if isinstance(error, SessionNotFound):
             confirmed = await self._confirm_gone(target)
             text = f"session not found: {text}"

@@ -48,4 +48,3 @@ class SessionDirectoryRegistry:
 
     def invalidate(self, session_id: str) -> None:
         self._cache.pop(session_id, None)
-

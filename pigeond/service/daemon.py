@@ -6,6 +6,7 @@ tests pass their own.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -20,12 +21,14 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from pigeond.api.access import AccessPolicy
 from pigeond.api.flood import FloodGuard
 from pigeond.api.http_limits import LimitedSite
-from pigeond.api.routes import SwarmRoutes
+from pigeond.api.metrics import MetricsRoute
+from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth, SwarmRoutes
 from pigeond.api.web import JsonApi, configure_site, make_site
 from pigeond.config import Config, default_token_path
 from pigeond.credentials import load_or_create_token
 from pigeond.delivery.arbiter import Arbiter, DeliveryPolicy
 from pigeond.delivery.events import EventStream
+from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import OpencodeClient
 from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.delivery.registry import SessionDirectoryRegistry
@@ -187,6 +190,11 @@ class Daemon:
             parts.append(f"{len(unrecorded)} hand-off(s) not yet recorded (database full?)")
         return ", ".join(parts)
 
+    def delivery_health(self) -> DeliveryHealth:
+        """What /health and /metrics tell of delivery."""
+        client = None if self.delivery is None else self.delivery.client
+        return delivery_health_of(self.arbiter, client, self.events)
+
     def alive(self, within_s: float) -> bool:
         """For the watchdog: the arbiter ticks (or, with delivery off, timers run at all) and
         the database file is still the one opened; a restart opens the one on disk."""
@@ -237,6 +245,23 @@ class Daemon:
         return needs_restart
 
 
+def delivery_health_of(
+    arbiter: Arbiter | None, client: OpencodeClient | None, events: EventStream | None
+) -> DeliveryHealth:
+    """Delivery as /health, /metrics and the status line tell it."""
+    if arbiter is None or client is None:
+        return DELIVERY_OFF
+    stream = "off" if events is None else ("connected" if events.connected else "down")
+    return DeliveryHealth(
+        running=arbiter.running,
+        ticking=arbiter.ticking_lately(),
+        opencode={True: "ok", False: "unreachable", None: "not contacted yet"}[client.reachable],
+        event_stream=stream,
+        in_flight=len(arbiter.in_flight_targets()),
+        unrecorded=len(arbiter.unrecorded()),
+    )
+
+
 def delivery_policy(config: Config) -> DeliveryPolicy:
     return DeliveryPolicy(
         tick_s=config.tick_ms / 1000, max_attempts=config.max_attempts,
@@ -271,6 +296,7 @@ def build_daemon(
 
 def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -> Daemon:
     db_watch = DatabaseWatch(config.db, reactor, interval_s=config.tick_ms / 1000)
+    metrics = DeliveryMetrics()  # its registry also holds /metrics' gauges
     arbiter: Arbiter | None = None
     events: EventStream | None = None
     pool: HTTPConnectionPool | None = None
@@ -303,6 +329,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         arbiter = Arbiter(
             db, registry, client, reactor, policy=delivery_policy(config), turns=turns,
             modes=modes, agents=AgentCatalog(client, reactor), database_problem=db_watch.check,
+            metrics=metrics,
         )  # fmt: skip
         verifier = Verifier(
             db, registry, client, reactor, interval_s=config.verify_interval_s,
@@ -325,7 +352,9 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         db,
         reactor,
         on_accepted=arbiter.kick if arbiter is not None else (lambda target: None),
-        arbiter_running=(lambda: arbiter.running) if arbiter is not None else (lambda: False),
+        delivery_health=functools.partial(
+            delivery_health_of, arbiter, None if delivery is None else delivery.client, events
+        ),
         send_checks=[db_watch.refuse_send, flood.check],
         default_ttl_s=config.default_ttl_s,
         inbox_max_bytes=config.inbox_max_bytes,
@@ -333,6 +362,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     )
     access, notes = access_policy(config)
     api = routes.install(JsonApi(gate=access))
+    MetricsRoute(db, reactor, metrics.registry, routes.delivery_health).install(api)
     site = make_site(
         api, config.max_body_bytes,
         request_timeout_s=config.request_timeout_s, max_connections=config.max_connections,

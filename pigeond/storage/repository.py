@@ -102,6 +102,16 @@ class SwarmRepository(DeliveryTransitions, OperatorActions, Retention):
         ).fetchall()
         return {str(state): int(n) for state, n in rows}
 
+    @reads
+    def oldest_queued_at(self) -> int | None:
+        """When the oldest queued direct message was accepted (unix ms); None if none is.
+        Walks only queued rows (the partial idx_swarm_ready), not the history."""
+        row = self._conn.execute(
+            "SELECT MIN(created_at) FROM swarm_messages"
+            " WHERE state = 'queued' AND to_session IS NOT NULL"
+        ).fetchone()
+        return None if row[0] is None else int(row[0])
+
     # -- the inbox ---------------------------------------------------------
 
     @reads
