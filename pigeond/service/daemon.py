@@ -181,13 +181,14 @@ class Daemon:
             return f"{problem}; restart pigeond"
         counts = await self.db.read(SwarmRepository.count_by_state)
         parts = [f"queued {counts.get('queued', 0)}", f"failed {counts.get('failed', 0)}"]
-        if self.arbiter is None or self.delivery is None:
+        health = self.delivery_health()
+        if health is DELIVERY_OFF:
             return ", ".join([*parts, "delivery off"])
-        reachable = self.delivery.client.reachable
-        opencode = {True: "ok", False: "unreachable", None: "not contacted yet"}[reachable]
-        parts += [f"in flight {len(self.arbiter.in_flight_targets())}", f"opencode {opencode}"]
-        if unrecorded := self.arbiter.unrecorded():
-            parts.append(f"{len(unrecorded)} hand-off(s) not yet recorded (database full?)")
+        parts += [f"in flight {health.in_flight}", f"opencode {health.opencode}"]
+        if health.event_stream == "down":
+            parts.append("event stream down")
+        if health.unrecorded:
+            parts.append(f"{health.unrecorded} hand-off(s) not yet recorded (database full?)")
         return ", ".join(parts)
 
     def delivery_health(self) -> DeliveryHealth:
