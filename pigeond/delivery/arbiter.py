@@ -6,9 +6,9 @@ through ``_in_flight[target]``, a single Deferred that drains that target's
 queue.  In ``turn`` delivery the drain also holds the slot until the turn its
 prompt started has ended, so the next prompt never lands in a running turn.
 Different targets drain in parallel.  The tick (a ``LoopingCall``) is the
-safety net for retries and restarts and runs the expiry sweep (the verifier
-is a job of its own); a new message for an idle target is dispatched at once
-by :meth:`kick`.
+safety net for retries and restarts (the expiry sweep and the verifier are
+jobs of their own); a new message for an idle target is dispatched at once by
+:meth:`kick`.
 
 Faults of the database are not faults of delivery.  A prompt opencode took
 (2xx) whose hand-off cannot be written (disk full) is kept in memory as an
@@ -35,15 +35,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.delivery.metrics import DeliveryMetrics
-from pigeond.delivery.opencode_client import FailureKind, OpencodeError, SessionNotFound
+from pigeond.delivery.opencode_client import FailureKind, OpencodeError
+from pigeond.delivery.outcomes import HandOffOutcomes
 from pigeond.delivery.policy import (
     BACKOFF_SCHEDULE_S,
     DeliveryPolicy,
-    Next,
-    RetryDecision,
     UnrecordedHandOff,
     backoff_after,
-    decide_retry,
     within_bytes,
 )
 from pigeond.delivery.preflight import directory_problem
@@ -52,12 +50,11 @@ from pigeond.delivery.prompting import (
     ModeAwarePrompter,
     ModeSource,
     PromptSender,
-    describe_mode,
     handoff_mode,
 )
 from pigeond.delivery.registry import DirectoryResolver
 from pigeond.delivery.turns import TurnMark, TurnTracker
-from pigeond.model import NO_MODE, HandoffMode, StoredMessage
+from pigeond.model import StoredMessage
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
 
@@ -72,7 +69,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-class Arbiter:
+class Arbiter(HandOffOutcomes):
     def __init__(
         self,
         db: Database,
@@ -187,13 +184,8 @@ class Arbiter:
         """Whether it ticked within two tick intervals and a second (a monitor's view)."""
         return self.ticking(2 * self._policy.tick_s + 1)
 
-    def _now_ms(self) -> int:
-        return int(self._clock.seconds() * 1000)
-
-    # -- scheduling ------------------------------------------------------------
-
     def tick(self) -> None:
-        """Record late hand-offs, expire, and start a drain for every target with a
+        """Record late hand-offs and start a drain for every target with a
         due message; nothing at all once the database file is gone, or while the last
         tick's database work is still waited for.
 
@@ -210,7 +202,7 @@ class Arbiter:
         self._tick_running = False
 
     async def _tick_steps(self) -> None:
-        steps = (self._record_unrecorded, self._sweep, self._dispatch_ready)
+        steps = (self._record_unrecorded, self._dispatch_ready)
         for step in steps:
             if self._closed:
                 return
@@ -240,10 +232,6 @@ class Arbiter:
         for target in list(self._unrecorded):
             if target not in self._in_flight:  # a drain of it records it itself
                 await self._retry_record(target)
-
-    async def _sweep(self) -> None:
-        for msg_id in await self._db.write(SwarmRepository.expire_due, self._now_ms()):
-            log.warn("{msg_id} expired before it could be delivered", msg_id=msg_id)
 
     async def _dispatch_ready(self) -> None:
         for target in await self._db.read(SwarmRepository.ready_targets, self._now_ms()):
@@ -345,71 +333,6 @@ class Arbiter:
             if self._turns is not None and mark is not None:
                 await self._wait_turn_end(target, directory, mark)
 
-    def _count_hand_off(self, batch: list[StoredMessage]) -> None:
-        now_ms = self._now_ms()
-        self.metrics.hand_offs.inc()
-        self.metrics.messages_handed_off.inc(len(batch))
-        for message in batch:
-            self.metrics.accept_to_hand_off.observe(max(0, now_ms - message.created_at) / 1000)
-
-    def _ended_late(self, target: str, batch: list[StoredMessage], outcome: str) -> bool:
-        """A hand-off that ends after :meth:`close` must not write: the database is closed
-        (or about to be).  Its messages stay queued for the next start."""
-        if not self._closed:
-            return False
-        log.info("{msg_ids} to {target} {outcome} after pigeond stopped; left queued",
-                      msg_ids=[m.msg_id for m in batch], target=target,
-                      outcome=outcome)  # fmt: skip
-        return True
-
-    async def _record_hand_off(
-        self, target: str, batch: list[StoredMessage], mode: HandoffMode = NO_MODE
-    ) -> bool:
-        """Record a prompt opencode took; if the database cannot, keep it in memory and hold
-        ``target`` until it can (False): sending the batch again would run another turn."""
-        now_ms = self._now_ms()
-        verify_by = now_ms + int(self._policy.verify_grace_s * 1000)
-        ids = [m.msg_id for m in batch]
-        try:
-            await self._db.write(SwarmRepository.mark_handed_off_many, ids, now_ms, verify_by, mode)
-        except StorageError as e:
-            self._unrecorded[target] = UnrecordedHandOff(
-                target, tuple(ids), now_ms, verify_by, mode, str(e)
-            )
-            log.error(
-                "handed off {msg_ids} to {target} but could not record it: {error};"
-                " holding {target} and trying to record it every tick",
-                msg_ids=ids, target=target, error=str(e),
-            )  # fmt: skip
-            return False
-        self._log_handed_off(target, ids, mode)
-        return True
-
-    async def _retry_record(self, target: str) -> bool:
-        """Try again to record ``target``'s unrecorded hand-off, as of when it happened."""
-        pending = self._unrecorded[target]
-        try:
-            await self._db.write(
-                SwarmRepository.mark_handed_off_many,
-                list(pending.msg_ids), pending.at_ms, pending.verify_by, pending.mode,
-            )  # fmt: skip
-        except StorageError:
-            return False
-        if self._unrecorded.get(target) is not pending:
-            return True  # recorded meanwhile by another caller
-        del self._unrecorded[target]
-        late_s = (self._now_ms() - pending.at_ms) / 1000
-        log.info("recorded the hand-off of {msg_ids} to {target}, {s:.1f} s late",
-                      msg_ids=list(pending.msg_ids), target=target, s=late_s)  # fmt: skip
-        self._log_handed_off(target, list(pending.msg_ids), pending.mode)
-        return True
-
-    def _log_handed_off(self, target: str, ids: list[str], mode: HandoffMode) -> None:
-        for msg_id in ids:
-            log.info("handed off {msg_id} to {target} (batch of {n}; {mode})",
-                          msg_id=msg_id, target=target, n=len(ids),
-                          mode=describe_mode(mode))  # fmt: skip
-
     async def _wait_turn_end(self, target: str, directory: str, mark: TurnMark) -> None:
         assert self._turns is not None
         wait = Deferred.fromCoroutine(self._turns.wait_turn_end(target, directory, mark))
@@ -421,90 +344,3 @@ class Arbiter:
         finally:
             self._turn_waits.discard(wait)
         log.info("{target}: {why}", target=target, why=why)
-
-    async def _record_failure(
-        self, target: str, batch: list[StoredMessage], error: OpencodeError
-    ) -> None:
-        """Write what follows a failed hand-off (:func:`decide_retry`); if the database cannot,
-        hold ``target`` in memory for the wait it would have had: without a hold the next
-        tick would prompt again at once."""
-        kind, text = error.kind, str(error) or repr(error)
-        self.metrics.failures.labels(kind.value).inc()
-        if isinstance(error, SessionNotFound):
-            confirmed = await self._confirm_gone(target)
-            text = f"session not found: {text}"
-            if confirmed is None:
-                self._hold(target, batch, text)
-                return
-            kind = confirmed
-            if self._ended_late(target, batch, f"failed: {text}"):
-                return
-        now_ms = self._now_ms()
-        decisions = [decide_retry(kind, m.attempts, now_ms, self._policy) for m in batch]
-        try:
-            await self._write_failure(target, batch, kind, text, decisions)
-        except StorageError as e:
-            hold_until = min(d.retry_at_ms or now_ms for d in decisions)
-            self._held_until_ms[target] = hold_until
-            log.error(
-                "{msg_ids} to {target} failed ({failure}) and the failure could not be"
-                " recorded: {error}; holding {target} for {s} s",
-                msg_ids=[m.msg_id for m in batch], target=target, failure=text, error=str(e),
-                s=(hold_until - now_ms) / 1000,
-            )  # fmt: skip
-
-    def _hold(self, target: str, batch: list[StoredMessage], why: str) -> None:
-        """Not a delivery failure (a bug of ours, logged with its traceback where it was
-        caught): spend no attempt and write nothing; hold ``target`` for outage_retry_s."""
-        self._held_until_ms[target] = self._now_ms() + int(self._policy.outage_retry_s * 1000)
-        log.warn("{msg_ids} to {target} held for {s} s, no attempt spent: {why}",
-                      msg_ids=[m.msg_id for m in batch], target=target,
-                      s=self._policy.outage_retry_s, why=why)  # fmt: skip
-
-    async def _write_failure(
-        self,
-        target: str,
-        batch: list[StoredMessage],
-        kind: FailureKind,
-        text: str,
-        decisions: list[RetryDecision],
-    ) -> None:
-        now_ms = self._now_ms()
-        ids = [m.msg_id for m in batch]
-        if kind is FailureKind.OUTAGE:
-            hold_until = decisions[0].retry_at_ms
-            assert hold_until is not None
-            await self._db.write(SwarmRepository.record_outage, ids, text, now_ms, hold_until)
-            log.info("{target} unreachable ({error}); holding {n} message(s), retry in {s} s",
-                          target=target, error=text, n=len(ids),
-                          s=self._policy.outage_retry_s)  # fmt: skip
-            return
-        if kind is FailureKind.PERMANENT:
-            await self._db.write(SwarmRepository.fail_now, ids, text, now_ms)
-            log.warn("{msg_ids} to {target} failed for good: {error}",
-                          msg_ids=ids, target=target, error=text)  # fmt: skip
-            return
-        for message, decision in zip(batch, decisions, strict=True):
-            retry_at = decision.retry_at_ms if decision.next is Next.RETRY else None
-            await self._db.write(
-                SwarmRepository.record_failed_attempt, message.msg_id, text, now_ms, retry_at
-            )
-            log.info("{msg_id} to {target}: attempt {attempts} failed ({error}); {next}",
-                          msg_id=message.msg_id, target=target, attempts=message.attempts + 1,
-                          error=text, next="failed for good" if retry_at is None
-                          else f"retry in {retry_at - now_ms} ms")  # fmt: skip
-
-    async def _confirm_gone(self, target: str) -> FailureKind | None:
-        """A 404 is permanent only if a fresh lookup agrees the session is gone; None when
-        the lookup itself hit a bug (logged)."""
-        self._registry.invalidate(target)
-        try:
-            await self._registry.resolve(target)
-        except SessionNotFound:
-            return FailureKind.PERMANENT
-        except OpencodeError as e:
-            return e.kind
-        except Exception:
-            log.failure("looking {target} up again failed", target=target)
-            return None
-        return FailureKind.ATTEMPT

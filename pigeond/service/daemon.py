@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from treq.client import HTTPClient
-from twisted.application.internet import TimerService
+from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
@@ -24,18 +24,25 @@ from pigeond.api.http_limits import LimitedSite
 from pigeond.api.metrics import MetricsRoute
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth, SwarmRoutes
 from pigeond.api.web import JsonApi, configure_site, make_site
-from pigeond.config import Config, default_token_path
-from pigeond.credentials import load_or_create_token
-from pigeond.delivery.arbiter import Arbiter, DeliveryPolicy
+from pigeond.config import Config
+from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import OpencodeClient
 from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.delivery.registry import SessionDirectoryRegistry
+from pigeond.delivery.sweeper import ExpirySweeper
 from pigeond.delivery.turns import TurnTracker
 from pigeond.delivery.verifier import Verifier
 from pigeond.service.db_watch import DatabaseWatch
 from pigeond.service.listeners import listen_runtime_socket, server_endpoint
+from pigeond.service.parts import (
+    access_policy,
+    delivery_health_of,
+    delivery_policy,
+    describe_address,
+    timer_job,
+)
 from pigeond.service.pruner import Pruner
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database, open_threaded
@@ -45,15 +52,12 @@ log = Logger()
 
 @dataclass
 class DeliveryParts:
-    """The layers a config reload reaches into, and the verifier's own periodic job (it
-    runs beside the arbiter's tick, at the same interval; each target's transcript is
-    read at most every verify_interval_s)."""
+    """The layers a config reload reaches into."""
 
     client: OpencodeClient
     registry: SessionDirectoryRegistry
     verifier: Verifier
     turns: TurnTracker | None
-    verifying: TimerService
 
 
 @dataclass
@@ -74,6 +78,8 @@ class Daemon:
     notes: list[str] = field(default_factory=list)
     ports: list[IListeningPort] = field(default_factory=list)
     db_watch: DatabaseWatch | None = None
+    # the periodic jobs beside the arbiter's tick, each a TimerService on the injected clock
+    jobs: MultiService = field(default_factory=MultiService)
 
     async def listen(self) -> IListeningPort:
         """Listen on ``config.listen`` (``unix:`` private by default, a passed Unix socket
@@ -107,14 +113,13 @@ class Daemon:
         if self.db_watch is not None:
             self.db_watch.start()  # a deleted database is noticed whether delivery runs or not
         self.pruner.start()  # history is pruned whether delivery runs or not
+        self.jobs.startService()  # expiry (and, with delivery, verification)
         if self.arbiter is None:
             log.info("arbiter NOT started: opencode_url is empty; messages stay queued")
             return
         if self.events is not None:
             self.events.start()
         self.arbiter.start()
-        if self.delivery is not None:
-            self.delivery.verifying.startService()
         log.info(
             "arbiter started: opencode {url}, delivery {delivery}, tick {tick_ms} ms",
             url=self.config.opencode_url,
@@ -142,9 +147,9 @@ class Daemon:
                     s=self.config.stop_timeout_s, targets=self.arbiter.in_flight_targets(),
                 )  # fmt: skip
             await self.arbiter.close()  # what ends from now on must not write: the db closes
+        if self.jobs.running:
+            await self.jobs.stopService()
         if self.delivery is not None:
-            if self.delivery.verifying.running:
-                await self.delivery.verifying.stopService()
             self.delivery.verifier.close()
         if self.db_watch is not None:
             self.db_watch.stop()
@@ -246,39 +251,6 @@ class Daemon:
         return needs_restart
 
 
-def delivery_health_of(
-    arbiter: Arbiter | None, client: OpencodeClient | None, events: EventStream | None
-) -> DeliveryHealth:
-    """Delivery as /health, /metrics and the status line tell it."""
-    if arbiter is None or client is None:
-        return DELIVERY_OFF
-    stream = "off" if events is None else ("connected" if events.connected else "down")
-    return DeliveryHealth(
-        running=arbiter.running,
-        ticking=arbiter.ticking_lately(),
-        opencode={True: "ok", False: "unreachable", None: "not contacted yet"}[client.reachable],
-        event_stream=stream,
-        in_flight=len(arbiter.in_flight_targets()),
-        unrecorded=len(arbiter.unrecorded()),
-    )
-
-
-def delivery_policy(config: Config) -> DeliveryPolicy:
-    return DeliveryPolicy(
-        tick_s=config.tick_ms / 1000, max_attempts=config.max_attempts,
-        batch_max=config.batch_max, outage_retry_s=config.outage_retry_s,
-        verify_grace_s=config.verify_grace_s, batch_max_bytes=config.batch_max_bytes,
-    )  # fmt: skip
-
-
-def describe_address(port: IListeningPort) -> str:
-    host = port.getHost()
-    if hasattr(host, "port"):
-        return f"{host.type.lower()}:{host.host}:{host.port}"  # type: ignore[attr-defined]
-    name = getattr(host, "name", b"")
-    return "unix:" + (name.decode() if isinstance(name, bytes) else str(name))
-
-
 def build_daemon(
     config: Config, reactor: Any, http: HTTPClient | None = None, db: Database | None = None
 ) -> Daemon:
@@ -298,6 +270,9 @@ def build_daemon(
 def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -> Daemon:
     db_watch = DatabaseWatch(config.db, reactor, interval_s=config.tick_ms / 1000)
     metrics = DeliveryMetrics()  # its registry also holds /metrics' gauges
+    jobs = MultiService()
+    sweeper = ExpirySweeper(db, reactor)
+    timer_job("sweep", config.tick_ms / 1000, sweeper.sweep, reactor).setServiceParent(jobs)
     arbiter: Arbiter | None = None
     events: EventStream | None = None
     pool: HTTPConnectionPool | None = None
@@ -342,9 +317,8 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             if db_watch.check() is None:  # a vanished database: nothing to verify against
                 verifier.tick()
 
-        verifying = TimerService(config.tick_ms / 1000, verify)
-        verifying.clock = reactor
-        delivery = DeliveryParts(client, registry, verifier, turns, verifying)
+        timer_job("verify", config.tick_ms / 1000, verify, reactor).setServiceParent(jobs)
+        delivery = DeliveryParts(client, registry, verifier, turns)
     flood = FloodGuard(
         db, reactor, max_queued_per_target=config.max_queued_per_target,
         sender_rate_per_s=config.sender_rate_per_s, sender_burst=config.sender_burst,
@@ -373,32 +347,8 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     return Daemon(
         config=config, db=db, site=site, arbiter=arbiter, events=events, pool=pool,
         reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
-        notes=notes, pruner=pruner, db_watch=db_watch,
+        notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs,
     )  # fmt: skip
-
-
-def access_policy(config: Config) -> tuple[AccessPolicy, list[str]]:
-    """The request gate, with the bearer token made or loaded when ``auth = "token"``;
-    also the lines to log once logging runs (never the token itself)."""
-    token = None
-    notes = []
-    if config.auth == "token":
-        path = config.token_file or default_token_path(config.db)
-        token, loosened = load_or_create_token(path)
-        notes.append(f"auth: TCP clients need the bearer token kept in {path}")
-        if loosened:
-            notes.append(
-                f"the token file {path} was readable by others; made it private"
-                " again (delete it and restart to make a new token)"
-            )
-    else:
-        notes.append("auth: none (UNSAFE: anyone who can connect can prompt your agents)")
-    policy = AccessPolicy(
-        own_uid=os.getuid(), token=token, allow_uids=config.allow_uids,
-        allow_group=config.allow_group, allow_origins=config.allow_origins,
-        allow_hosts=config.allow_hosts,
-    )  # fmt: skip
-    return policy, notes
 
 
 def stop_later(daemon: Daemon) -> Deferred[None]:

@@ -1,0 +1,202 @@
+"""What the arbiter writes once a hand-off has ended: taken by opencode (and counted), or
+failed (and what :func:`~pigeond.delivery.policy.decide_retry` says follows).
+
+A part of :class:`~pigeond.delivery.arbiter.Arbiter`, kept apart so each file reads as
+one concern: the arbiter decides *when* to hand off; this records *what happened*.
+The database may refuse to record it (disk full): a prompt opencode took is then kept
+in memory as an :class:`UnrecordedHandOff` and its target held, so the same messages
+are never prompted again while the record is missing; a failure that cannot be written
+holds its target for the wait it would have had.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from pigeond.delivery.metrics import DeliveryMetrics
+from pigeond.delivery.opencode_client import FailureKind, OpencodeError, SessionNotFound
+from pigeond.delivery.policy import (
+    DeliveryPolicy,
+    Next,
+    RetryDecision,
+    UnrecordedHandOff,
+    decide_retry,
+)
+from pigeond.delivery.prompting import describe_mode
+from pigeond.delivery.registry import DirectoryResolver
+from pigeond.model import NO_MODE, HandoffMode, StoredMessage
+from pigeond.storage import StorageError, SwarmRepository
+from pigeond.storage.database import Database
+
+log = Logger(namespace="pigeond.delivery.arbiter")  # one story in the logs with the arbiter's
+
+
+class HandOffOutcomes:
+    """Recording a hand-off's outcome; mixed into the Arbiter, which sets these."""
+
+    _db: Database
+    _policy: DeliveryPolicy
+    _registry: DirectoryResolver
+    _unrecorded: dict[str, UnrecordedHandOff]
+    _held_until_ms: dict[str, int]
+    metrics: DeliveryMetrics
+    _clock: IReactorTime
+    _closed: bool
+
+    def _now_ms(self) -> int:
+        return int(self._clock.seconds() * 1000)
+
+    # -- scheduling ------------------------------------------------------------
+
+    def _ended_late(self, target: str, batch: list[StoredMessage], outcome: str) -> bool:
+        """A hand-off that ends after :meth:`close` must not write: the database is closed
+        (or about to be).  Its messages stay queued for the next start."""
+        if not self._closed:
+            return False
+        log.info("{msg_ids} to {target} {outcome} after pigeond stopped; left queued",
+                      msg_ids=[m.msg_id for m in batch], target=target,
+                      outcome=outcome)  # fmt: skip
+        return True
+
+    def _count_hand_off(self, batch: list[StoredMessage]) -> None:
+        now_ms = self._now_ms()
+        self.metrics.hand_offs.inc()
+        self.metrics.messages_handed_off.inc(len(batch))
+        for message in batch:
+            self.metrics.accept_to_hand_off.observe(max(0, now_ms - message.created_at) / 1000)
+
+    async def _record_hand_off(
+        self, target: str, batch: list[StoredMessage], mode: HandoffMode = NO_MODE
+    ) -> bool:
+        """Record a prompt opencode took; if the database cannot, keep it in memory and hold
+        ``target`` until it can (False): sending the batch again would run another turn."""
+        now_ms = self._now_ms()
+        verify_by = now_ms + int(self._policy.verify_grace_s * 1000)
+        ids = [m.msg_id for m in batch]
+        try:
+            await self._db.write(SwarmRepository.mark_handed_off_many, ids, now_ms, verify_by, mode)
+        except StorageError as e:
+            self._unrecorded[target] = UnrecordedHandOff(
+                target, tuple(ids), now_ms, verify_by, mode, str(e)
+            )
+            log.error(
+                "handed off {msg_ids} to {target} but could not record it: {error};"
+                " holding {target} and trying to record it every tick",
+                msg_ids=ids, target=target, error=str(e),
+            )  # fmt: skip
+            return False
+        self._log_handed_off(target, ids, mode)
+        return True
+
+    async def _retry_record(self, target: str) -> bool:
+        """Try again to record ``target``'s unrecorded hand-off, as of when it happened."""
+        pending = self._unrecorded[target]
+        try:
+            await self._db.write(
+                SwarmRepository.mark_handed_off_many,
+                list(pending.msg_ids), pending.at_ms, pending.verify_by, pending.mode,
+            )  # fmt: skip
+        except StorageError:
+            return False
+        if self._unrecorded.get(target) is not pending:
+            return True  # recorded meanwhile by another caller
+        del self._unrecorded[target]
+        late_s = (self._now_ms() - pending.at_ms) / 1000
+        log.info("recorded the hand-off of {msg_ids} to {target}, {s:.1f} s late",
+                      msg_ids=list(pending.msg_ids), target=target, s=late_s)  # fmt: skip
+        self._log_handed_off(target, list(pending.msg_ids), pending.mode)
+        return True
+
+    def _log_handed_off(self, target: str, ids: list[str], mode: HandoffMode) -> None:
+        for msg_id in ids:
+            log.info("handed off {msg_id} to {target} (batch of {n}; {mode})",
+                          msg_id=msg_id, target=target, n=len(ids),
+                          mode=describe_mode(mode))  # fmt: skip
+
+    async def _record_failure(
+        self, target: str, batch: list[StoredMessage], error: OpencodeError
+    ) -> None:
+        """Write what follows a failed hand-off (:func:`decide_retry`); if the database cannot,
+        hold ``target`` in memory for the wait it would have had: without a hold the next
+        tick would prompt again at once."""
+        kind, text = error.kind, str(error) or repr(error)
+        self.metrics.failures.labels(kind.value).inc()
+        if isinstance(error, SessionNotFound):
+            confirmed = await self._confirm_gone(target)
+            text = f"session not found: {text}"
+            if confirmed is None:
+                self._hold(target, batch, text)
+                return
+            kind = confirmed
+            if self._ended_late(target, batch, f"failed: {text}"):
+                return
+        now_ms = self._now_ms()
+        decisions = [decide_retry(kind, m.attempts, now_ms, self._policy) for m in batch]
+        try:
+            await self._write_failure(target, batch, kind, text, decisions)
+        except StorageError as e:
+            hold_until = min(d.retry_at_ms or now_ms for d in decisions)
+            self._held_until_ms[target] = hold_until
+            log.error(
+                "{msg_ids} to {target} failed ({failure}) and the failure could not be"
+                " recorded: {error}; holding {target} for {s} s",
+                msg_ids=[m.msg_id for m in batch], target=target, failure=text, error=str(e),
+                s=(hold_until - now_ms) / 1000,
+            )  # fmt: skip
+
+    def _hold(self, target: str, batch: list[StoredMessage], why: str) -> None:
+        """Not a delivery failure (a bug of ours, logged with its traceback where it was
+        caught): spend no attempt and write nothing; hold ``target`` for outage_retry_s."""
+        self._held_until_ms[target] = self._now_ms() + int(self._policy.outage_retry_s * 1000)
+        log.warn("{msg_ids} to {target} held for {s} s, no attempt spent: {why}",
+                      msg_ids=[m.msg_id for m in batch], target=target,
+                      s=self._policy.outage_retry_s, why=why)  # fmt: skip
+
+    async def _write_failure(
+        self,
+        target: str,
+        batch: list[StoredMessage],
+        kind: FailureKind,
+        text: str,
+        decisions: list[RetryDecision],
+    ) -> None:
+        now_ms = self._now_ms()
+        ids = [m.msg_id for m in batch]
+        if kind is FailureKind.OUTAGE:
+            hold_until = decisions[0].retry_at_ms
+            assert hold_until is not None
+            await self._db.write(SwarmRepository.record_outage, ids, text, now_ms, hold_until)
+            log.info("{target} unreachable ({error}); holding {n} message(s), retry in {s} s",
+                          target=target, error=text, n=len(ids),
+                          s=self._policy.outage_retry_s)  # fmt: skip
+            return
+        if kind is FailureKind.PERMANENT:
+            await self._db.write(SwarmRepository.fail_now, ids, text, now_ms)
+            log.warn("{msg_ids} to {target} failed for good: {error}",
+                          msg_ids=ids, target=target, error=text)  # fmt: skip
+            return
+        for message, decision in zip(batch, decisions, strict=True):
+            retry_at = decision.retry_at_ms if decision.next is Next.RETRY else None
+            await self._db.write(
+                SwarmRepository.record_failed_attempt, message.msg_id, text, now_ms, retry_at
+            )
+            log.info("{msg_id} to {target}: attempt {attempts} failed ({error}); {next}",
+                          msg_id=message.msg_id, target=target, attempts=message.attempts + 1,
+                          error=text, next="failed for good" if retry_at is None
+                          else f"retry in {retry_at - now_ms} ms")  # fmt: skip
+
+    async def _confirm_gone(self, target: str) -> FailureKind | None:
+        """A 404 is permanent only if a fresh lookup agrees the session is gone; None when
+        the lookup itself hit a bug (logged)."""
+        self._registry.invalidate(target)
+        try:
+            await self._registry.resolve(target)
+        except SessionNotFound:
+            return FailureKind.PERMANENT
+        except OpencodeError as e:
+            return e.kind
+        except Exception:
+            log.failure("looking {target} up again failed", target=target)
+            return None
+        return FailureKind.ATTEMPT

@@ -1,0 +1,85 @@
+"""The pieces the daemon's wiring is made of: periodic jobs, what delivery's health is,
+the delivery policy and the access policy from a Config, and how a listener is named."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from twisted.application.internet import TimerService
+from twisted.internet.interfaces import IListeningPort, IReactorTime
+
+from pigeond.api.access import AccessPolicy
+from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth
+from pigeond.config import Config, default_token_path
+from pigeond.credentials import load_or_create_token
+from pigeond.delivery.arbiter import Arbiter, DeliveryPolicy
+from pigeond.delivery.events import EventStream
+from pigeond.delivery.opencode_client import OpencodeClient
+
+
+def timer_job(
+    name: str, every_s: float, job: Callable[[], object], clock: IReactorTime
+) -> TimerService:
+    """A periodic job on ``clock`` (the reactor, or a test's Clock), named for logs."""
+    service = TimerService(every_s, job)
+    service.clock = clock
+    service.setName(name)
+    return service
+
+
+def delivery_health_of(
+    arbiter: Arbiter | None, client: OpencodeClient | None, events: EventStream | None
+) -> DeliveryHealth:
+    """Delivery as /health, /metrics and the status line tell it."""
+    if arbiter is None or client is None:
+        return DELIVERY_OFF
+    stream = "off" if events is None else ("connected" if events.connected else "down")
+    return DeliveryHealth(
+        running=arbiter.running,
+        ticking=arbiter.ticking_lately(),
+        opencode={True: "ok", False: "unreachable", None: "not contacted yet"}[client.reachable],
+        event_stream=stream,
+        in_flight=len(arbiter.in_flight_targets()),
+        unrecorded=len(arbiter.unrecorded()),
+    )
+
+
+def delivery_policy(config: Config) -> DeliveryPolicy:
+    return DeliveryPolicy(
+        tick_s=config.tick_ms / 1000, max_attempts=config.max_attempts,
+        batch_max=config.batch_max, outage_retry_s=config.outage_retry_s,
+        verify_grace_s=config.verify_grace_s, batch_max_bytes=config.batch_max_bytes,
+    )  # fmt: skip
+
+
+def describe_address(port: IListeningPort) -> str:
+    host = port.getHost()
+    if hasattr(host, "port"):
+        return f"{host.type.lower()}:{host.host}:{host.port}"  # type: ignore[attr-defined]
+    name = getattr(host, "name", b"")
+    return "unix:" + (name.decode() if isinstance(name, bytes) else str(name))
+
+
+def access_policy(config: Config) -> tuple[AccessPolicy, list[str]]:
+    """The request gate, with the bearer token made or loaded when ``auth = "token"``;
+    also the lines to log once logging runs (never the token itself)."""
+    token = None
+    notes = []
+    if config.auth == "token":
+        path = config.token_file or default_token_path(config.db)
+        token, loosened = load_or_create_token(path)
+        notes.append(f"auth: TCP clients need the bearer token kept in {path}")
+        if loosened:
+            notes.append(
+                f"the token file {path} was readable by others; made it private"
+                " again (delete it and restart to make a new token)"
+            )
+    else:
+        notes.append("auth: none (UNSAFE: anyone who can connect can prompt your agents)")
+    policy = AccessPolicy(
+        own_uid=os.getuid(), token=token, allow_uids=config.allow_uids,
+        allow_group=config.allow_group, allow_origins=config.allow_origins,
+        allow_hosts=config.allow_hosts,
+    )  # fmt: skip
+    return policy, notes
