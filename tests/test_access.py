@@ -17,6 +17,7 @@ from twisted.web.http_headers import Headers
 from pigeond.api.access import AccessPolicy, host_name
 from pigeond.api.routes import SwarmRoutes
 from pigeond.api.web import JsonApi, make_site
+from pigeond.config import Config
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from tests.http_helpers import json_body, raw_exchange, result_of, stub_client
@@ -276,5 +277,5 @@ def test_reload_changes_the_allow_lists(repo: SwarmRepository, clock: Clock) -> 
     policy = AccessPolicy(own_uid=os.getuid(), token=TOKEN)
     api = SwarmRoutes(InlineDatabase(repo), clock).install(JsonApi(gate=policy))
     assert call(api, "GET", "/health", {}, base="http://pigeond.internal")[0] == 421
-    policy.configure((), "", (), ["pigeond.internal"])
+    policy.configure(Config(allow_hosts=("pigeond.internal",)))
     assert call(api, "GET", "/health", {}, base="http://pigeond.internal")[0] == 200

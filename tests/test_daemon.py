@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.web import server
@@ -184,3 +185,28 @@ def test_reload_applies_access_and_flood_settings_live(tmp_path: Path, clock: Cl
     assert result_of(api.get("http://pigeond.internal/health")).code == 200
     assert send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "1"}) == 202
     assert send(daemon, {"from": "ses_a", "to": "ses_t", "payload": "2"}) == 429
+
+
+def test_reload_reaches_every_part_through_configure(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload hands the new settings to each part's configure(), and what the client
+    and the registry use changes at once."""
+    daemon = build(tmp_path, clock, RecordingOpencode(tmp_path), delivery="turn")
+    reached: list[str] = []
+    for part in daemon.reconfigurable():
+        configure = part.configure
+
+        def noting(config: Config, configure: Any = configure, part: Any = part) -> None:
+            reached.append(type(part).__name__)
+            configure(config)
+
+        monkeypatch.setattr(part, "configure", noting)
+    new = replace(daemon.config, handoff_timeout_s=7.0, registry_ttl_s=9.0)
+    daemon.reload(new)
+    assert sorted(reached) == sorted(
+        ["QuietSite", "SwarmRoutes", "InlineDatabase", "Pruner", "FloodGuard", "AccessPolicy",
+         "Arbiter", "OpencodeClient", "SessionDirectoryRegistry", "Verifier", "TurnTracker"]
+    )  # fmt: skip
+    assert daemon.delivery is not None
+    assert (daemon.delivery.client.timeout_s, daemon.delivery.registry.ttl_s) == (7.0, 9.0)

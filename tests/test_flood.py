@@ -18,6 +18,7 @@ from pigeond.api import flood
 from pigeond.api.flood import TARGET_FULL_RETRY_AFTER_S, FloodGuard
 from pigeond.api.routes import SwarmRoutes
 from pigeond.api.web import HttpError, JsonApi
+from pigeond.config import Config
 from pigeond.model import NewMessage
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import InlineDatabase
@@ -279,11 +280,11 @@ def test_configure_changes_limits_live(
     """configure() tightens and loosens both limits for the very next send."""
     guard = make_guard(max_queued_per_target=10)
     assert offer_many(guard, repo, clock, 3) == [202] * 3
-    guard.configure(max_queued_per_target=3, sender_rate_per_s=0.0, sender_burst=0)
+    guard.configure(Config(max_queued_per_target=3, sender_rate_per_s=0.0, sender_burst=0))
     assert offer(guard, repo, clock, new_message()) == 429
-    guard.configure(max_queued_per_target=0, sender_rate_per_s=1.0, sender_burst=2)
+    guard.configure(Config(max_queued_per_target=0, sender_rate_per_s=1.0, sender_burst=2))
     assert offer_many(guard, repo, clock, 3) == [202, 202, 429]
-    guard.configure(max_queued_per_target=0, sender_rate_per_s=0.0, sender_burst=0)
+    guard.configure(Config(max_queued_per_target=0, sender_rate_per_s=0.0, sender_burst=0))
     assert offer(guard, repo, clock, new_message()) == 202
 
 

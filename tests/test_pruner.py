@@ -115,11 +115,11 @@ def test_configure_applies_from_the_next_run(repo: SwarmRepository, clock: Clock
     """A new retention_days is used at the next run: 50 days keeps 40-day-old rows."""
     old_rows(repo, clock, 3)
     job = pruner(repo, clock, interval_s=60, batch_rows=500)
-    job.configure(50)
+    job.configure(Config(retention_days=50))
     job.start()
     clock.advance(60)
     assert remaining(repo) == 3
-    job.configure(30)
+    job.configure(Config(retention_days=30))
     clock.advance(60)
     assert remaining(repo) == 0
 

@@ -30,6 +30,7 @@ from twisted.internet.address import UNIXAddress
 from twisted.web import server
 
 from pigeond.api.web import HttpError
+from pigeond.config import Config
 
 HEALTH_PATH = b"/health"
 JSON_MEDIA_TYPE = "application/json"
@@ -115,9 +116,15 @@ class AccessPolicy:
     ) -> None:
         self.own_uid = own_uid
         self._token = token.encode("ascii") if token is not None else None
-        self.configure(allow_uids, allow_group, allow_origins, allow_hosts)
+        self.set_allowed(allow_uids, allow_group, allow_origins, allow_hosts)
 
-    def configure(
+    def configure(self, config: Config) -> None:
+        """A reload's allow lists (see :meth:`set_allowed`)."""
+        self.set_allowed(
+            config.allow_uids, config.allow_group, config.allow_origins, config.allow_hosts
+        )
+
+    def set_allowed(
         self,
         allow_uids: Iterable[str],
         allow_group: str,

@@ -38,6 +38,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.web import server
 
 from pigeond.api.web import HttpError
+from pigeond.config import Config
 from pigeond.model import NewMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
@@ -76,13 +77,21 @@ class FloodGuard:
         self._clock = clock
         # sender -> (tokens after its last spend, time of that spend), oldest spend first
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
-        self.configure(
+        self.set_limits(
             max_queued_per_target=max_queued_per_target,
             sender_rate_per_s=sender_rate_per_s,
             sender_burst=sender_burst,
         )
 
-    def configure(
+    def configure(self, config: Config) -> None:
+        """A reload's limits (see :meth:`set_limits`)."""
+        self.set_limits(
+            max_queued_per_target=config.max_queued_per_target,
+            sender_rate_per_s=config.sender_rate_per_s,
+            sender_burst=config.sender_burst,
+        )
+
+    def set_limits(
         self, *, max_queued_per_target: int, sender_rate_per_s: float, sender_burst: int
     ) -> None:
         """New limits from now on; buckets carry over, capped at the new burst."""

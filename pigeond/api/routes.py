@@ -20,11 +20,11 @@ from pigeond import __version__
 from pigeond.api.openapi import OPENAPI_PATH, openapi_document
 from pigeond.api.send_request import parse_send_body
 from pigeond.api.web import HttpError, JsonApi, JsonResponse, query_param, read_body
+from pigeond.config import DEFAULTS, Config
 from pigeond.ids import make_msg_id
 from pigeond.model import MSG_ID_RE, SESSION_ID_RE, NewMessage, State
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import Database
-from pigeond.storage.repository import DEFAULT_INBOX_MAX_BYTES
 
 MESSAGE_PREFIX = "/swarm/message/"
 DEFAULT_INBOX_LIMIT = 100
@@ -64,8 +64,8 @@ class SwarmRoutes:
         on_accepted: Callable[[str], None] = lambda target: None,
         delivery_health: Callable[[], DeliveryHealth] = lambda: DELIVERY_OFF,
         send_checks: Sequence[SendCheck] = (),
-        default_ttl_s: int = 24 * 3600,
-        inbox_max_bytes: int = DEFAULT_INBOX_MAX_BYTES,
+        default_ttl_s: int = DEFAULTS.default_ttl_s,
+        inbox_max_bytes: int = DEFAULTS.inbox_max_bytes,
         storage_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.default_ttl_s = default_ttl_s
@@ -91,6 +91,11 @@ class SwarmRoutes:
         return int(self._clock.seconds() * 1000)
 
     # -- POST /swarm/send ------------------------------------------------------
+
+    def configure(self, config: Config) -> None:
+        """A reload's settings, from the next request on."""
+        self.default_ttl_s = config.default_ttl_s
+        self.inbox_max_bytes = config.inbox_max_bytes
 
     async def send(self, request: server.Request) -> JsonResponse:
         now_ms = self._now_ms()

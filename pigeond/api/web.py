@@ -25,6 +25,7 @@ from twisted.web.resource import Resource
 
 from pigeond.api.http_limits import LimitedSite
 from pigeond.api.send_request import InvalidRequest
+from pigeond.config import Config
 from pigeond.storage import StorageError, StorageUnavailable
 
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
@@ -272,6 +273,13 @@ class QuietSite(LimitedSite):
     """No access log: the routes log the events that matter, with their msg_id."""
 
     noisy = False
+
+    def configure(self, config: Config) -> None:
+        """A reload's limits (see :func:`configure_site`)."""
+        configure_site(
+            self, config.max_body_bytes,
+            request_timeout_s=config.request_timeout_s, max_connections=config.max_connections,
+        )  # fmt: skip
 
     def log(self, request: http.Request) -> None:
         pass

@@ -3,6 +3,7 @@
 
 from pigeond.config.checks import ConfigError
 from pigeond.config.options import (
+    DEFAULTS,
     OPTION_BY_NAME,
     OPTIONS,
     Config,
@@ -14,6 +15,7 @@ from pigeond.config.options import (
 from pigeond.config.sources import find_config_file, load_config, read_config_file
 
 __all__ = [
+    "DEFAULTS",
     "OPTIONS",
     "OPTION_BY_NAME",
     "Config",

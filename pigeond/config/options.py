@@ -226,6 +226,8 @@ def _declared_options() -> tuple[Option, ...]:
 
 
 OPTIONS: tuple[Option, ...] = _declared_options()
+# Every option's default: what components fall back to (never a second copy of a value).
+DEFAULTS = Config()
 OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 
 

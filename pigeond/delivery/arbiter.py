@@ -34,6 +34,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from pigeond.config import Config
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import FailureKind, OpencodeError
 from pigeond.delivery.outcomes import HandOffOutcomes
@@ -163,6 +164,10 @@ class Arbiter(HandOffOutcomes):
     def unrecorded(self) -> list[UnrecordedHandOff]:
         """Hand-offs opencode took that the database has not recorded yet, by target."""
         return [self._unrecorded[t] for t in sorted(self._unrecorded)]
+
+    def configure(self, config: Config) -> None:
+        """A reload's settings (see :meth:`set_policy`)."""
+        self.set_policy(DeliveryPolicy.from_config(config))
 
     def set_policy(self, policy: DeliveryPolicy) -> None:
         """New settings (a config reload); a new tick interval restarts the loop."""

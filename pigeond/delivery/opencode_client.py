@@ -22,6 +22,7 @@ from twisted.web.client import RequestTransmissionFailed, ResponseNeverReceived
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IResponse
 
+from pigeond.config import DEFAULTS, Config
 from pigeond.credentials import BasicAuth
 
 T = TypeVar("T")
@@ -106,7 +107,7 @@ class OpencodeClient:
         base_url: str,
         clock: IReactorTime,
         *,
-        timeout_s: float = 30.0,
+        timeout_s: float = DEFAULTS.handoff_timeout_s,
         auth: BasicAuth | None = None,
     ) -> None:
         self._http = http
@@ -115,6 +116,10 @@ class OpencodeClient:
         self.timeout_s = timeout_s
         self._auth = auth
         self.reachable: bool | None = None  # what the last call showed; None before any
+
+    def configure(self, config: Config) -> None:
+        """A reload's deadline, for the calls made from now on."""
+        self.timeout_s = config.handoff_timeout_s
 
     @property
     def base_url(self) -> str:

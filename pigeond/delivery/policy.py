@@ -8,13 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from pigeond.config import DEFAULTS, Config
 from pigeond.delivery.opencode_client import FailureKind
 from pigeond.envelope import render_envelope
 from pigeond.model import HandoffMode, StoredMessage
 
 BACKOFF_SCHEDULE_S: tuple[float, ...] = (1, 2, 5, 15, 60)
-DEFAULT_MAX_ATTEMPTS = 10
-DEFAULT_BATCH_MAX_BYTES = 1024 * 1024
 
 
 def backoff_after(failed_attempts: int, schedule: Sequence[float] = BACKOFF_SCHEDULE_S) -> float:
@@ -56,13 +55,23 @@ class UnrecordedHandOff:
 
 @dataclass(frozen=True, slots=True)
 class DeliveryPolicy:
-    tick_s: float = 0.5
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    """The arbiter's settings, defaulting to the options' defaults."""
+
+    tick_s: float = DEFAULTS.tick_ms / 1000
+    max_attempts: int = DEFAULTS.max_attempts
     backoff_schedule: tuple[float, ...] = BACKOFF_SCHEDULE_S
-    batch_max: int = 10
-    outage_retry_s: float = 30.0
-    verify_grace_s: float = 60.0
-    batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
+    batch_max: int = DEFAULTS.batch_max
+    outage_retry_s: float = DEFAULTS.outage_retry_s
+    verify_grace_s: float = DEFAULTS.verify_grace_s
+    batch_max_bytes: int = DEFAULTS.batch_max_bytes
+
+    @classmethod
+    def from_config(cls, config: Config) -> DeliveryPolicy:
+        return cls(
+            tick_s=config.tick_ms / 1000, max_attempts=config.max_attempts,
+            batch_max=config.batch_max, outage_retry_s=config.outage_retry_s,
+            verify_grace_s=config.verify_grace_s, batch_max_bytes=config.batch_max_bytes,
+        )  # fmt: skip
 
 
 class Next(Enum):

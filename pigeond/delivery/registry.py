@@ -11,6 +11,7 @@ from typing import Protocol
 
 from twisted.internet.interfaces import IReactorTime
 
+from pigeond.config import DEFAULTS, Config
 from pigeond.delivery.opencode_client import SessionNotFound
 
 
@@ -27,7 +28,9 @@ class DirectoryResolver(Protocol):
 
 
 class SessionDirectoryRegistry:
-    def __init__(self, lookup: DirectoryLookup, clock: IReactorTime, ttl_s: float = 300.0) -> None:
+    def __init__(
+        self, lookup: DirectoryLookup, clock: IReactorTime, ttl_s: float = DEFAULTS.registry_ttl_s
+    ) -> None:
         self._lookup = lookup
         self._clock = clock
         self.ttl_s = ttl_s
@@ -48,3 +51,7 @@ class SessionDirectoryRegistry:
 
     def invalidate(self, session_id: str) -> None:
         self._cache.pop(session_id, None)
+
+    def configure(self, config: Config) -> None:
+        """A reload's time to live, for the directories looked up from now on."""
+        self.ttl_s = config.registry_ttl_s

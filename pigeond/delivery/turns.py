@@ -19,6 +19,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from pigeond.config import DEFAULTS, Config
 from pigeond.delivery.opencode_client import OpencodeError
 
 log = Logger()
@@ -48,23 +49,24 @@ class TurnTracker:
         clock: IReactorTime,
         poller: BusyPoller,
         *,
-        busy_window_s: float = 5.0,
-        turn_timeout_s: float = 600.0,
-        poll_interval_s: float = 1.0,
+        busy_window_s: float = DEFAULTS.busy_window_s,
+        turn_timeout_s: float = DEFAULTS.turn_timeout_s,
+        poll_interval_s: float = DEFAULTS.status_poll_s,
     ) -> None:
         self._clock = clock
         self._poller = poller
-        self.configure(busy_window_s, turn_timeout_s, poll_interval_s)
+        self._busy_window_s = busy_window_s
+        self._turn_timeout_s = turn_timeout_s
+        self._poll_interval_s = poll_interval_s
         self._sessions: dict[str, SessionTurns] = defaultdict(SessionTurns)
         self._waiters: dict[str, list[Deferred[None]]] = defaultdict(list)
         self.stream_connected = False
 
-    def configure(
-        self, busy_window_s: float, turn_timeout_s: float, poll_interval_s: float
-    ) -> None:
-        self._busy_window_s = busy_window_s
-        self._turn_timeout_s = turn_timeout_s
-        self._poll_interval_s = poll_interval_s
+    def configure(self, config: Config) -> None:
+        """A reload's settings, for the waits that start from now on."""
+        self._busy_window_s = config.busy_window_s
+        self._turn_timeout_s = config.turn_timeout_s
+        self._poll_interval_s = config.status_poll_s
 
     # -- what the event stream tells ----------------------------------------
 

@@ -20,6 +20,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from pigeond.config import DEFAULTS, Config
 from pigeond.delivery.opencode_client import (
     OpencodeError,
     SessionNotFound,
@@ -62,8 +63,8 @@ class Verifier:
         client: TranscriptReader,
         clock: IReactorTime,
         *,
-        interval_s: float = 2.0,
-        max_requeues: int = 3,
+        interval_s: float = DEFAULTS.verify_interval_s,
+        max_requeues: int = DEFAULTS.max_requeues,
         on_requeued: Callable[[str], None] = lambda target: None,
         on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
     ) -> None:
@@ -71,7 +72,8 @@ class Verifier:
         self._registry = registry
         self._client = client
         self._clock = clock
-        self.configure(interval_s, max_requeues)
+        self._interval_s = interval_s
+        self._max_requeues = max_requeues
         self._on_requeued = on_requeued
         self._on_transcript = on_transcript
         self._closed = False
@@ -79,9 +81,10 @@ class Verifier:
         self._last_check: dict[str, float] = {}
         self._listing: Deferred[None] | None = None
 
-    def configure(self, interval_s: float, max_requeues: int) -> None:
-        self._interval_s = interval_s
-        self._max_requeues = max_requeues
+    def configure(self, config: Config) -> None:
+        """A reload's settings, from the next check on."""
+        self._interval_s = config.verify_interval_s
+        self._max_requeues = config.max_requeues
 
     def _now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from treq.client import HTTPClient
 from twisted.application.service import MultiService
@@ -20,15 +20,15 @@ from twisted.web.client import Agent, HTTPConnectionPool
 
 from pigeond.api.access import AccessPolicy
 from pigeond.api.flood import FloodGuard
-from pigeond.api.http_limits import LimitedSite
 from pigeond.api.metrics import MetricsRoute
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth, SwarmRoutes
-from pigeond.api.web import JsonApi, configure_site, make_site
+from pigeond.api.web import JsonApi, QuietSite, make_site
 from pigeond.config import Config
 from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.policy import DeliveryPolicy
 from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.delivery.registry import SessionDirectoryRegistry
 from pigeond.delivery.sweeper import ExpirySweeper
@@ -39,7 +39,6 @@ from pigeond.service.listeners import listen_runtime_socket, server_endpoint
 from pigeond.service.parts import (
     access_policy,
     delivery_health_of,
-    delivery_policy,
     describe_address,
     timer_job,
 )
@@ -48,6 +47,12 @@ from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database, open_threaded
 
 log = Logger()
+
+
+class Reconfigurable(Protocol):
+    """A part that takes a reload's settings (it reads what it needs of them)."""
+
+    def configure(self, config: Config) -> None: ...
 
 
 @dataclass
@@ -64,7 +69,7 @@ class DeliveryParts:
 class Daemon:
     config: Config
     db: Database
-    site: LimitedSite
+    site: QuietSite
     arbiter: Arbiter | None
     events: EventStream | None
     pool: HTTPConnectionPool | None
@@ -196,6 +201,15 @@ class Daemon:
             parts.append(f"{health.unrecorded} hand-off(s) not yet recorded (database full?)")
         return ", ".join(parts)
 
+    def reconfigurable(self) -> list[Reconfigurable]:
+        """Every part a reload reaches; each takes the new settings through ``configure``."""
+        parts: list[Reconfigurable] = [self.site, self.routes, self.db, self.pruner]
+        parts += [p for p in (self.flood, self.access, self.arbiter) if p is not None]
+        if self.delivery is not None:
+            d = self.delivery
+            parts += [d.client, d.registry, d.verifier, *([d.turns] if d.turns else [])]
+        return parts
+
     def delivery_health(self) -> DeliveryHealth:
         """What /health and /metrics tell of delivery."""
         client = None if self.delivery is None else self.delivery.client
@@ -220,32 +234,8 @@ class Daemon:
         if new.allow_group != self.config.allow_group:
             # who may send changes now; the runtime socket's file group and mode at restart
             needs_restart.append("allow_group (the runtime socket file's group)")
-        configure_site(
-            self.site, new.max_body_bytes,
-            request_timeout_s=new.request_timeout_s, max_connections=new.max_connections,
-        )  # fmt: skip
-        self.routes.default_ttl_s = new.default_ttl_s
-        self.routes.inbox_max_bytes = new.inbox_max_bytes
-        if self.flood is not None:
-            self.flood.configure(
-                max_queued_per_target=new.max_queued_per_target,
-                sender_rate_per_s=new.sender_rate_per_s, sender_burst=new.sender_burst,
-            )  # fmt: skip
-        if self.access is not None:
-            self.access.configure(
-                new.allow_uids, new.allow_group, new.allow_origins, new.allow_hosts
-            )
-        self.db.set_notice_ttl_ms(new.default_ttl_s * 1000)
-        self.pruner.configure(new.retention_days)
-        if self.arbiter is not None and self.delivery is not None:
-            self.arbiter.set_policy(delivery_policy(new))
-            self.delivery.client.timeout_s = new.handoff_timeout_s
-            self.delivery.registry.ttl_s = new.registry_ttl_s
-            self.delivery.verifier.configure(new.verify_interval_s, new.max_requeues)
-            if self.delivery.turns is not None:
-                self.delivery.turns.configure(
-                    new.busy_window_s, new.turn_timeout_s, new.status_poll_s
-                )
+        for part in self.reconfigurable():
+            part.configure(new)
         kept = {o: getattr(self.config, o) for o in fixed}
         self.config = replace(new, **kept, opencode_auth=self.config.opencode_auth)
         return needs_restart
@@ -259,7 +249,7 @@ def build_daemon(
     nothing yet."""
     if db is None:
         db = open_threaded(config.db, reactor)
-    db.set_notice_ttl_ms(config.default_ttl_s * 1000)
+    db.configure(config)
     try:
         return _wire(config, reactor, http, db)
     except BaseException:
@@ -303,7 +293,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
                 client, reactor, turns.observe, turns.stream_state, on_user_message=modes.observe
             )
         arbiter = Arbiter(
-            db, registry, client, reactor, policy=delivery_policy(config), turns=turns,
+            db, registry, client, reactor, policy=DeliveryPolicy.from_config(config), turns=turns,
             modes=modes, agents=AgentCatalog(client, reactor), database_problem=db_watch.check,
             metrics=metrics,
         )  # fmt: skip

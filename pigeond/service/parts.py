@@ -13,7 +13,7 @@ from pigeond.api.access import AccessPolicy
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth
 from pigeond.config import Config, default_token_path
 from pigeond.credentials import load_or_create_token
-from pigeond.delivery.arbiter import Arbiter, DeliveryPolicy
+from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
 from pigeond.delivery.opencode_client import OpencodeClient
 
@@ -43,14 +43,6 @@ def delivery_health_of(
         in_flight=len(arbiter.in_flight_targets()),
         unrecorded=len(arbiter.unrecorded()),
     )
-
-
-def delivery_policy(config: Config) -> DeliveryPolicy:
-    return DeliveryPolicy(
-        tick_s=config.tick_ms / 1000, max_attempts=config.max_attempts,
-        batch_max=config.batch_max, outage_retry_s=config.outage_retry_s,
-        verify_grace_s=config.verify_grace_s, batch_max_bytes=config.batch_max_bytes,
-    )  # fmt: skip
 
 
 def describe_address(port: IListeningPort) -> str:

@@ -22,6 +22,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 
+from pigeond.config import Config
 from pigeond.storage.database import Database
 from pigeond.storage.errors import StorageUnavailable
 from pigeond.storage.repository import SwarmRepository
@@ -86,10 +87,10 @@ class Pruner:
         if self._pause is not None:
             self._pause.cancel()
 
-    def configure(self, retention_days: float) -> None:
+    def configure(self, config: Config) -> None:
         """A new retention (a config reload), used from the next run on."""
-        if retention_days != self.retention_days:
-            self.retention_days = retention_days
+        if config.retention_days != self.retention_days:
+            self.retention_days = config.retention_days
             log.info("{what}", what=self._describe())
 
     def _describe(self) -> str:

@@ -37,6 +37,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from pigeond.config import Config
 from pigeond.storage.errors import StorageUnavailable
 from pigeond.storage.repository import SwarmRepository
 from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS, connect, open_database
@@ -60,8 +61,9 @@ class Database(Protocol):
     def write(self, call: RepositoryCall[P, R], *args: P.args, **kwargs: P.kwargs) -> Deferred[R]:
         """Run ``call(repo, *args, **kwargs)`` after every write asked before it."""
 
-    def set_notice_ttl_ms(self, ttl_ms: int) -> None:
-        """How long a ``delivery.failed`` notice queued from now on may wait."""
+    def configure(self, config: Config) -> None:
+        """A reload's settings: how long a ``delivery.failed`` notice queued from now on may
+        wait (``default_ttl_s``)."""
 
     def close(self) -> None:
         """Finish the calls already asked, refuse new ones, close the connections."""
@@ -79,8 +81,8 @@ class InlineDatabase:
     def write(self, call: RepositoryCall[P, R], *args: P.args, **kwargs: P.kwargs) -> Deferred[R]:
         return self._run(call, *args, **kwargs)
 
-    def set_notice_ttl_ms(self, ttl_ms: int) -> None:
-        self.repo.notice_ttl_ms = ttl_ms
+    def configure(self, config: Config) -> None:
+        self.repo.notice_ttl_ms = config.default_ttl_s * 1000
 
     def close(self) -> None:
         self.repo.close()
@@ -162,9 +164,9 @@ class ThreadedDatabase:
         pool = self._write_pool
         return deferToThreadPool(self._reactor, pool, call, self._writer, *args, **kwargs)
 
-    def set_notice_ttl_ms(self, ttl_ms: int) -> None:
+    def configure(self, config: Config) -> None:
         # an int attribute: the writer thread reads it whole, before or after
-        self._writer.notice_ttl_ms = ttl_ms
+        self._writer.notice_ttl_ms = config.default_ttl_s * 1000
 
     def close(self) -> None:
         """Refuse new calls, let the calls already asked finish (a write waits at most the
