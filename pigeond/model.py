@@ -31,6 +31,8 @@ class State(StrEnum):
     FAILED = "failed"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
+    # a delivery.failed notice that could not be delivered either: nothing to fix
+    DROPPED = "dropped"
 
 
 # Sent by pigeond itself to a sender whose message ended failed or expired.

@@ -481,14 +481,15 @@ def test_failure_notifies_the_sender(h: Harness) -> None:
     assert "ses_target" in notice.text and "HTTP 400: bad" in notice.text
 
 
-def test_no_notice_about_a_notice(h: Harness) -> None:
-    """When a notice itself fails, nobody is notified."""
+def test_a_notice_nobody_can_take_is_dropped_and_tells_nobody(h: Harness) -> None:
+    """When a notice itself fails (its addressee is no live session) it ends 'dropped', not
+    'failed': the failed count is the one real failure, and nobody is notified."""
     h.send(sender="ses_alice")
     h.registry.gone.update({"ses_target", "ses_alice"})
     h.arbiter.kick("ses_target")
     h.arbiter.tick()
     h.arbiter.tick()
-    assert h.repo.count_by_state() == {"failed": 2}
+    assert h.repo.count_by_state() == {"failed": 1, "dropped": 1}
 
 
 def test_no_notice_for_a_non_session_sender(h: Harness) -> None:

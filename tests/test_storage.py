@@ -461,3 +461,24 @@ def test_inbox_page_walks_the_handoff_index(repo: SwarmRepository) -> None:
     assert plan == [
         "SEARCH swarm_messages USING INDEX idx_swarm_handoff (to_session=? AND handoff_seq>?)"
     ]
+
+
+def test_migration_6_moves_ended_notices_to_dropped(tmp_path: Path) -> None:
+    """A version-5 database's failed and expired notices become 'dropped'; other failed
+    messages stay failed, and the prunable index takes the new state."""
+    path = tmp_path / "v5.db"
+    conn = connect(path)
+    migrate(conn, MIGRATIONS[:5])
+    repo = SwarmRepository(conn)
+    repo.accept(new_message("ses_t", msg_id="msg_real"), NOW)
+    repo.accept(new_message("ses_a", msg_id="msg_notice", kind="delivery.failed"), NOW)
+    for msg_id in ("msg_real", "msg_notice"):
+        conn.execute("UPDATE swarm_messages SET state = 'failed' WHERE msg_id = ?", (msg_id,))
+    conn.close()
+    upgraded = SwarmRepository(open_database(path))
+    try:
+        assert upgraded.count_by_state() == {"failed": 1, "dropped": 1}
+        plan = upgraded.explain_prune(NOW + 1, 10)
+        assert any("idx_swarm_prunable" in step for step in plan), plan
+    finally:
+        upgraded.close()

@@ -5,6 +5,7 @@
       │  └──── not found after the grace period (≤ max requeues) ◀┘
       ├──▶ failed    (attempts used up, permanent error, or never found)
       ├──▶ expired   (its time to live ran out while queued)
+      ├──▶ dropped   (a delivery.failed notice that failed or expired in turn)
       └──▶ cancelled (by an operator; see storage/operator.py, which also requeues)
 
 A message that ends failed or expired queues a ``delivery.failed`` notice to
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pigeond.model import NO_MODE, HandoffMode, StoredMessage
+from pigeond.model import NO_MODE, NOTICE_KIND, HandoffMode, State, StoredMessage
 from pigeond.storage.base import COLUMNS, RepositoryBase, reads, row_to_message
 from pigeond.storage.schema import PRIORITY_RANK_SQL
 
@@ -189,7 +190,12 @@ class DeliveryTransitions(RepositoryBase):
         return [r[0] for r in rows.fetchall()]
 
     def _end(self, msg_id: str, state: str, reason: str, now_ms: int) -> None:
-        """Inside a write: end the message and queue its sender's notice."""
+        """Inside a write: end the message and queue its sender's notice.  A notice that
+        cannot be delivered ends ``dropped`` (and, as a notice, tells nobody)."""
+        message = self._get(self._conn, msg_id)
+        assert message is not None
+        if message.kind == NOTICE_KIND:
+            state = State.DROPPED.value
         self._conn.execute(
             "UPDATE swarm_messages SET state = ?, last_error = ?, next_retry_at = NULL,"
             " verify_by = NULL, updated_at = ? WHERE msg_id = ?",

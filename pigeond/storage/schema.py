@@ -29,13 +29,19 @@ from pigeond.storage.errors import SchemaError
 PRIORITY_RANK_SQL = "(CASE priority WHEN 'urgent' THEN 0 WHEN 'normal' THEN 1 ELSE 2 END)"
 
 # Which rows are done, and so may be pruned once old enough: direct messages
-# verified in their target's transcript, failed, expired or cancelled; and
-# every channel message (stored, never delivered).  Never a queued direct
+# verified in their target's transcript, failed, expired, cancelled or dropped;
+# and every channel message (stored, never delivered).  Never a queued direct
 # message, nor a hand-off still waiting to be verified.  The prunable index is
 # partial on this expression and the pruner's queries say it word for word
 # (SQLite uses a partial index only then), so the two must be the same text;
-# changing it takes a migration that rebuilds the index.
+# changing it takes a migration that rebuilds the index (as migration 6 did).
 PRUNABLE_SQL = (
+    "(channel IS NOT NULL OR state IN ('failed', 'expired', 'cancelled', 'dropped')"
+    " OR (state = 'handed_off' AND verified_at IS NOT NULL))"
+)
+# The expression migration 5 created the index with, kept as it was: a migration
+# must do on an old file exactly what it always did.
+_PRUNABLE_SQL_V5 = (
     "(channel IS NOT NULL OR state IN ('failed', 'expired', 'cancelled')"
     " OR (state = 'handed_off' AND verified_at IS NOT NULL))"
 )
@@ -162,6 +168,20 @@ ALTER TABLE swarm_messages ADD COLUMN handoff_note TEXT;
 _V5_RETENTION = f"""
 CREATE INDEX idx_swarm_prunable
     ON swarm_messages (updated_at)
+    WHERE {_PRUNABLE_SQL_V5};
+"""
+
+# A delivery.failed notice nobody could take (its addressee is no live session, as
+# with `pigeon-send --from ses_me`) is 'dropped', not 'failed': operators have
+# nothing to fix and the failed count stays the count of real failures.  Notices
+# that ended before this migration are moved over; the prunable index learns the
+# new state.
+_V6_DROPPED = f"""
+UPDATE swarm_messages SET state = 'dropped'
+    WHERE kind = 'delivery.failed' AND state IN ('failed', 'expired');
+DROP INDEX idx_swarm_prunable;
+CREATE INDEX idx_swarm_prunable
+    ON swarm_messages (updated_at)
     WHERE {PRUNABLE_SQL};
 """
 
@@ -199,6 +219,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V3_DELIVERY),
     _script(_V4_HANDOFF_MODE),
     _script(_V5_RETENTION),
+    _script(_V6_DROPPED),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # How long a write waits for a lock another process holds before it fails (503 for a send).
