@@ -44,7 +44,7 @@ deb: $(STAMP) system-deps
 # Debian tools the .deb and the unit tests need: dpkg-deb (dpkg), systemd-analyze
 # (systemd), and what the .deb depends on (python3, procps). Installed when missing
 # and running as root (as CI does); otherwise only named.
-SYSTEM_TOOLS := dpkg-deb:dpkg systemd-analyze:systemd /usr/bin/python3:python3 /bin/kill:procps
+SYSTEM_TOOLS := dpkg-deb:dpkg systemd-analyze:systemd /usr/bin/python3:python3 /bin/kill:procps sqlite3:sqlite3
 system-deps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do \
 		tool=$${pair%%:*}; pkg=$${pair##*:}; \

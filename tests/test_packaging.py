@@ -12,6 +12,7 @@ import json
 import os
 import queue
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -32,6 +33,7 @@ import pytest
 
 from pigeond.config import OPTIONS, Config, default_runtime_socket, read_config_file
 from pigeond.delivery import preflight
+from tests import daemon_process
 
 REPO = Path(__file__).resolve().parent.parent
 SYSTEMD_DIR = REPO / "systemd"
@@ -69,6 +71,7 @@ SNAPSHOT_ROOTS = (
     Path("/var/lib/systemd/deb-systemd-user-helper-enabled"),
 )
 RUN_TIMEOUT_S = 120.0
+RELOAD_LOG_TIMEOUT_S = 10.0
 BUILD_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 30.0
 
@@ -128,12 +131,14 @@ def verify(units: Sequence[Path], runtime_dir: Path, *, user: bool = False) -> N
 
 
 def copy_for_verify(unit: Path, dest_dir: Path, exec_start: Path) -> Path:
-    """A copy of ``unit`` whose ExecStart runs ``exec_start`` (verify checks it exists)."""
+    """A copy of ``unit`` whose ExecStart and ExecReload run ``exec_start`` instead of
+    /usr/bin/pigeond (verify checks that every command it names exists)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     text = unit.read_text()
     assert "\nExecStart=/usr/bin/pigeond\n" in text, f"{unit}: ExecStart is not /usr/bin/pigeond"
     dest = dest_dir / unit.name
-    dest.write_text(text.replace("\nExecStart=/usr/bin/pigeond\n", f"\nExecStart={exec_start}\n"))
+    text = text.replace("\nExecStart=/usr/bin/pigeond\n", f"\nExecStart={exec_start}\n")
+    dest.write_text(text.replace("\nExecReload=/usr/bin/pigeond ", f"\nExecReload={exec_start} "))
     return dest
 
 
@@ -359,6 +364,64 @@ def test_system_unit_has_the_required_settings() -> None:
     # no network namespace: opencode and the clients are on the host's loopback
     assert "PrivateNetwork" not in service
     assert values(SYSTEM_UNIT, "Install", "WantedBy") == ["multi-user.target"]
+
+
+@pytest.mark.parametrize("unit", [SYSTEM_UNIT, USER_UNIT], ids=["system", "user"])
+def test_reload_checks_the_configuration_before_the_signal(unit: Path) -> None:
+    """ExecReload= runs ``pigeond --check-config`` first (the same binary as ExecStart, no
+    --config: it reads the file the service reads), and only then sends SIGHUP."""
+    reload = values(unit, "Service", "ExecReload")
+    assert reload == ["/usr/bin/pigeond --check-config", "/bin/kill -HUP $MAINPID"]
+    assert reload[0].split()[0] == values(unit, "Service", "ExecStart")[0]
+
+
+def reload_as_systemd_does(pid: int, env: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
+    """The system unit's ExecReload= commands, run one after the other as systemd runs them
+    ($MAINPID is ``pid``, /usr/bin/pigeond this virtualenv's); the first that fails ends the
+    reload, and so does ``systemctl reload`` (exit 1)."""
+    results = []
+    for line in values(SYSTEM_UNIT, "Service", "ExecReload"):
+        argv = [arg.replace("$MAINPID", str(pid)) for arg in shlex.split(line)]
+        if argv[0] == "/usr/bin/pigeond":
+            argv[0] = str(VENV_PIGEOND)
+        results.append(run(argv, env=env))
+        if results[-1].returncode != 0:
+            break
+    return results
+
+
+def wait_for_output(daemon: daemon_process.DaemonProcess, needle: str) -> str:
+    """The daemon's output once it holds ``needle``; fails after RELOAD_LOG_TIMEOUT_S."""
+    deadline = time.monotonic() + RELOAD_LOG_TIMEOUT_S
+    while needle not in daemon.output():
+        assert time.monotonic() < deadline, f"no {needle!r} in:\n{daemon.output()}"
+        time.sleep(0.05)
+    return daemon.output()
+
+
+@pytest.mark.slow
+def test_reload_with_a_broken_file_fails_and_never_signals_the_daemon(tmp_path: Path) -> None:
+    """A broken config file stops the reload at the check (exit 2, one line naming the
+    key): the daemon gets no SIGHUP, and the next good reload is the only one it sees."""
+    cfg = tmp_path / "pigeond.toml"
+    cfg.write_text('log_level = "info"\n')
+    settings = {"PIGEOND_CONFIG": str(cfg)}
+    env = daemon_process.isolated_env(tmp_path / "home", settings)
+    db = tmp_path / "state" / "pigeond.db"
+    with daemon_process.DaemonProcess(tmp_path, db, opencode_url="", env=settings) as daemon:
+        cfg.write_text('tick_ms = "soon"\n')
+        broken = reload_as_systemd_does(daemon.pid, env)
+        assert [r.returncode for r in broken] == [2]
+        [error] = broken[0].stderr.splitlines()
+        assert error.startswith(f"pigeond: {cfg}: ") and "tick_ms" in error
+        cfg.write_text('log_level = "debug"\n')
+        good = reload_as_systemd_does(daemon.pid, env)
+        assert [r.returncode for r in good] == [0, 0]
+        output = wait_for_output(daemon, "configuration reloaded")
+        # signals arrive in order: had the broken reload signalled, its refusal came first
+        assert "reload refused" not in output
+        assert output.count("configuration reloaded") == 1
+        assert daemon.running
 
 
 def test_system_unit_sees_tmp_and_tells_users_apart() -> None:
@@ -597,8 +660,8 @@ def test_wheel_and_sdist_build(tmp_path: Path) -> None:
     assert {
         "pyproject.toml",
         "README.md",
+        "pigeond/__init__.py",
         "pigeond/service/main.py",
-        "pigeond/config.py",
     } <= members
 
 
@@ -745,6 +808,9 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
     effective = ok(["/usr/bin/pigeond", "--check-config"], env=env, cwd="/")
     assert effective.splitlines()[0] == "# config file: /etc/pigeond/pigeond.toml"
     assert 'listen = "tcp:4097:interface=127.0.0.1"' in effective
+    # asked about the service's file by name, it shows the service's database, not HOME's
+    system = ["/usr/bin/pigeond", "--config", "/etc/pigeond/pigeond.toml", "--check-config"]
+    assert 'db = "/var/lib/pigeond/pigeond.db"' in ok(system, env=env, cwd="/").splitlines()
     daemon = InstalledDaemon(tmp_path)
     try:
         port = daemon.port()

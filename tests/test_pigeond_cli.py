@@ -211,6 +211,84 @@ def test_check_config_reads_discovered_xdg_file(tmp_path: Path) -> None:
     assert tomllib.loads(result.stdout)["tick_ms"] == 4242
 
 
+SYSTEM_CONFIG = "/etc/pigeond/pigeond.toml"
+PACKAGED_CONFIG = Path(__file__).resolve().parent.parent / "packaging" / "pigeond.toml"
+# Run in a private mount namespace: /etc under a throw-away overlay that holds the
+# packaged /etc/pigeond/pigeond.toml and a group pigeond, as the .deb leaves them. The
+# host's /etc is never written.
+WITH_PACKAGED_ETC = """
+set -e
+scratch=$1; packaged=$2; shift 2
+mount -t tmpfs tmpfs "$scratch"
+mkdir "$scratch/upper" "$scratch/work"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$scratch/upper,workdir=$scratch/work" /etc
+mkdir -p /etc/pigeond
+cp "$packaged" /etc/pigeond/pigeond.toml
+grep -q '^pigeond:' /etc/group || echo 'pigeond:x:64999:' >> /etc/group
+exec "$@"
+"""
+
+
+def run_pigeond_with_packaged_etc(
+    tmp_path: Path, args: Sequence[str], env: Mapping[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``python -m pigeond ARGS`` on a machine whose /etc is as the .deb installs it."""
+    scratch = tmp_path / "etc-overlay"
+    scratch.mkdir()
+    unshare = ["unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        unshare.append("--map-root-user")
+    command = [*unshare, "sh", "-c", WITH_PACKAGED_ETC, "sh", str(scratch)]
+    command += [str(PACKAGED_CONFIG), sys.executable, "-m", "pigeond", *args]
+    return subprocess.run(
+        command,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def test_check_config_of_the_system_file_shows_the_service_database(tmp_path: Path) -> None:
+    """Run by hand (root, no $STATE_DIRECTORY) on /etc/pigeond/pigeond.toml, --check-config
+    shows the service's database, token, socket and peers, not the caller's ~/.local/state."""
+    result = run_pigeond_with_packaged_etc(
+        tmp_path, ["--config", SYSTEM_CONFIG, "--check-config"], clean_env(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"# config file: {SYSTEM_CONFIG}"
+    assert lines[1].startswith("# defaults from: pigeond.service, as its packaged unit sets")
+    values = tomllib.loads(result.stdout)
+    assert values["db"] == "/var/lib/pigeond/pigeond.db"
+    assert values["token_file"] == "/var/lib/pigeond/token"
+    assert values["runtime_socket"] == "/run/pigeond/pigeond.sock"
+    assert (values["allow_group"], values["allow_uids"]) == ("pigeond", ["0"])
+
+
+def test_check_config_under_systemd_uses_its_state_directory(tmp_path: Path) -> None:
+    """With $STATE_DIRECTORY set, as in the unit's ExecReload=, the db is in it and the
+    second line says the defaults came from systemd."""
+    cfg = write_config(tmp_path, "tick_ms = 250\n")
+    state = tmp_path / "state"
+    env = clean_env(tmp_path, PIGEOND_CONFIG=str(cfg), STATE_DIRECTORY=str(state))
+    result = run_pigeond(["--check-config"], env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1] == f"# defaults from: systemd (STATE_DIRECTORY={state})"
+    assert tomllib.loads(result.stdout)["db"] == str(state / "pigeond.db")
+
+
+def test_check_config_says_the_defaults_are_the_callers_own(tmp_path: Path) -> None:
+    """A user's --check-config says its defaults came from its own environment."""
+    result = run_pigeond(["--check-config"], clean_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1] == (
+        "# defaults from: this process's environment (no STATE_DIRECTORY: not pigeond.service)"
+    )
+
+
 def test_check_config_never_prints_the_password(tmp_path: Path) -> None:
     """With OPENCODE_SERVER_PASSWORD set, --check-config shows the user, never the password."""
     env = clean_env(tmp_path, OPENCODE_SERVER_PASSWORD=PASSWORD, OPENCODE_SERVER_USERNAME="bob")

@@ -6,7 +6,7 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -21,6 +21,17 @@ EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 STATUS_EVERY_S = 5.0
+
+# The system service's config file, and what systemd gives pigeond.service besides it
+# (StateDirectory=, RuntimeDirectory= and the packaged unit's Environment= lines): the
+# environment ``--check-config`` takes its defaults from when asked about that file.
+SYSTEM_CONFIG_FILE = "/etc/pigeond/pigeond.toml"
+SERVICE_ENVIRONMENT: Mapping[str, str] = {
+    "STATE_DIRECTORY": "/var/lib/pigeond",
+    "RUNTIME_DIRECTORY": "/run/pigeond",
+    "PIGEOND_ALLOW_GROUP": "pigeond",
+    "PIGEOND_ALLOW_UIDS": "0",
+}
 
 log = Logger()
 
@@ -70,13 +81,46 @@ def _check_endpoint(reactor: object, config: Config, *, serving: bool) -> None:
         raise ConfigError(f"listen: not a usable endpoint {config.listen!r}: {e}") from e
 
 
+def check_config_environment(
+    config_flag: str | None, env: Mapping[str, str]
+) -> tuple[dict[str, str], str]:
+    """The environment ``--check-config`` computes defaults in, and a comment line saying
+    whose it is.
+
+    Under systemd (``$STATE_DIRECTORY`` set, as in ``ExecReload=``) and for a user's own
+    pigeond it is the process's own. Asked about the system service's file by name
+    (``--config /etc/pigeond/pigeond.toml``, typically by root) outside systemd, it is the
+    service's: what the process's environment does not set comes from
+    :data:`SERVICE_ENVIRONMENT`, so ``db`` shows ``/var/lib/pigeond/pigeond.db``, not root's
+    ``~/.local/state``.
+    """
+    if env.get("STATE_DIRECTORY"):
+        return dict(env), f"# defaults from: systemd (STATE_DIRECTORY={env['STATE_DIRECTORY']})"
+    named = config_flag if config_flag is not None else env.get("PIGEOND_CONFIG") or None
+    if named is not None and os.path.normpath(os.path.abspath(named)) == SYSTEM_CONFIG_FILE:
+        added = {k: v for k, v in SERVICE_ENVIRONMENT.items() if k not in env}
+        shown = " ".join(f"{k}={v}" for k, v in added.items())
+        return {**env, **added}, (
+            f"# defaults from: pigeond.service, as its packaged unit sets them ({shown});"
+            " drop-ins are not read (systemctl show -p Environment pigeond)"
+        )
+    return dict(env), (
+        "# defaults from: this process's environment (no STATE_DIRECTORY: not pigeond.service)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from twisted.internet import reactor
 
+    env: Mapping[str, str] = os.environ
+    note = ""
+    if args.check_config:
+        env, note = check_config_environment(args.config, os.environ)
+
     def load() -> Config:
         flags = {o.name: getattr(args, o.name) for o in OPTIONS}
-        config = load_config(flags, os.environ, args.config)
+        config = load_config(flags, env, args.config)
         _check_endpoint(reactor, config, serving=not args.check_config)
         return config
 
@@ -85,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         return _fail(str(e), EXIT_USAGE)
     if args.check_config:
-        print(config.render())
+        first, _, rest = config.render().partition("\n")
+        print("\n".join([first, note, rest]))
         return EXIT_OK
     return run(config, reactor, load)
 

@@ -1,0 +1,606 @@
+"""Every shell command and SQL statement the README shows, tried with this machine's tools.
+
+The README's ```sh blocks are split into commands, and each command has exactly one
+verdict in :data:`RULES` (a new command without one fails
+``test_every_readme_command_has_exactly_one_verdict``):
+
+- ``RUN``: run in README order, in one bash session (so ``export PATH=...`` and
+  ``TOKEN=...`` carry over, as in an operator's shell), against a real pigeond that
+  delivers to a fake opencode, in a temporary home; each must exit 0, and every curl
+  answer must be JSON without an ``"error"``.
+- ``SQL``: the ``sqlite3`` commands run with the real sqlite3 CLI, and once more with
+  Python's sqlite3 module standing in for it, on a database made by
+  :func:`pigeond.storage.open_database` holding messages in the states they look for;
+  their effects are asserted, and a running daemon delivers what the requeue queued.
+- ``DROP_IN``: the checkout's user-unit drop-in is written into a temporary home and
+  checked with ``systemd-analyze --user verify`` beside the user unit.
+- ``SYNTAX_ONLY``: needs root, systemd as PID 1, or would run the test suite itself; the
+  rule says why. Every block, these included, passes ``bash -n``.
+
+Two rewrites, both deliberate: ``http://127.0.0.1:4097`` becomes the test daemon's address
+(port 4097 may be taken on a shared machine), and the requeue's ``'msg_...'`` placeholder
+becomes the failed message's id. The clients find the daemon as the README says: over
+``$XDG_RUNTIME_DIR/pigeond/pigeond.sock``, or with the token from ``~/.local/state``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+
+import pytest
+
+from pigeond.storage import SwarmRepository, open_database
+from tests.daemon_process import DaemonProcess, isolated_env
+from tests.fake_opencode import FakeOpencode
+from tests.messages import new_message
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+USER_UNIT = REPO / "systemd" / "user" / "pigeond.service"
+VENV = Path(sys.executable).parent.parent
+SHELL_LANGS = ("sh", "bash", "shell", "console")
+
+README_URL = "http://127.0.0.1:4097"
+README_MSG_ID = "msg_mx61sqct_8cf15ecb"  # the msg_id the README's examples show
+README_SESSIONS = ("ses_TARGET", "ses_B")  # the targets its commands send to
+AGENT_SESSION = "ses_A"  # OPENCODE_SESSION_ID, as the plugin sets it in an agent's shell
+SESSION_TIMEOUT_S = 90.0
+DELIVERY_TIMEOUT_S = 15.0
+DAY_MS = 86_400_000
+
+
+class Verdict(Enum):
+    RUN = "run against a real pigeond"
+    SQL = "run with sqlite3 on a pigeond database"
+    DROP_IN = "written into a temporary home and verified"
+    SYNTAX_ONLY = "syntax-checked only"
+
+
+@dataclass(frozen=True)
+class Rule:
+    pattern: str  # matched at the start of the command
+    verdict: Verdict
+    reason: str = ""
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        r"make (run|test|lint|unit|bench)\b",
+        Verdict.SYNTAX_ONLY,
+        "serves in the foreground until stopped, or runs the test suite this test is part of",
+    ),
+    Rule(r"make venv\b", Verdict.SYNTAX_ONLY, "makes the virtualenv this test runs from"),
+    Rule(
+        r"make deb\b",
+        Verdict.SYNTAX_ONLY,
+        "builds the .deb, as test_packaging.py::test_deb_builds_installs_runs_and_purges does",
+    ),
+    Rule(
+        r"sudo pigeond ",
+        Verdict.SYNTAX_ONLY,
+        "needs the installed /etc/pigeond/pigeond.toml; test_pigeond_cli.py::"
+        "test_check_config_of_the_system_file_shows_the_service_database runs it over an"
+        " overlaid /etc",
+    ),
+    Rule(
+        r"sudo (?!pigeond )",
+        Verdict.SYNTAX_ONLY,
+        "changes the machine as root (package, units, users, /etc) and most need systemd as"
+        " PID 1; tried by hand under a real systemd (../shared/systemd-ns)",
+    ),
+    Rule(r"sudoedit ", Verdict.SYNTAX_ONLY, "opens an editor on the installed package's file"),
+    Rule(r"echo .*\| sudo tee ", Verdict.SYNTAX_ONLY, "writes a secret into root's /etc/pigeond"),
+    Rule(
+        r"(systemctl|journalctl|loginctl) ",
+        Verdict.SYNTAX_ONLY,
+        "needs systemd as PID 1 or a user manager, which the test machine does not run",
+    ),
+    Rule(r"export PATH=", Verdict.RUN),
+    Rule(r"(pigeond|pigeon|pigeon-send|curl) ", Verdict.RUN),
+    Rule(r"TOKEN=", Verdict.RUN),
+    Rule(r"DB=", Verdict.SQL),
+    Rule(r"sqlite3 ", Verdict.SQL),
+    Rule(r"(mkdir -p|cat >) ~/\.config/systemd/user/", Verdict.DROP_IN),
+)
+
+
+# -- reading the README ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    line: int  # README line of the block's first line of code
+    lang: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Command:
+    line: int  # README line where the command starts
+    text: str
+
+    def __str__(self) -> str:
+        return f"README.md:{self.line}: {self.text.splitlines()[0]}"
+
+
+def code_blocks(text: str) -> list[Block]:
+    """Every fenced block (indented ones too, their indent removed), with its language."""
+    blocks: list[Block] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        opening = re.fullmatch(r"( *)```(\w*)\s*", lines[i])
+        if opening is None:
+            i += 1
+            continue
+        indent, lang = len(opening.group(1)), opening.group(2)
+        first_code_line = i + 2  # 1-based number of the line after the fence
+        body: list[str] = []
+        i += 1
+        while lines[i].strip() != "```":
+            body.append(lines[i][indent:])
+            i += 1
+        blocks.append(Block(first_code_line, lang, "\n".join(body) + "\n"))
+        i += 1
+    return blocks
+
+
+def shell_blocks() -> list[Block]:
+    return [b for b in code_blocks(README.read_text(encoding="utf-8")) if b.lang in SHELL_LANGS]
+
+
+def _scan(line: str, quote: str) -> tuple[str, str, str | None]:
+    """Follow one line's quoting: (quote still open, code without the comment, the
+    delimiter of a here-document it opens, if any)."""
+    i = 0
+    code_end = len(line)
+    heredoc = None
+    while i < len(line):
+        ch = line[i]
+        if quote == "'":
+            quote = "" if ch == "'" else quote
+        elif quote == '"':
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                quote = ""
+        elif ch == "#" and (i == 0 or line[i - 1] in " \t;|&("):
+            code_end = i
+            break
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "\\":
+            i += 1
+        elif line.startswith("<<", i) and not line.startswith("<<<", i):
+            match = re.match(r"<<-?\s*(['\"]?)(\w+)\1", line[i:])
+            if match is not None:
+                heredoc = match.group(2)
+        i += 1
+    return quote, line[:code_end], heredoc
+
+
+def split_commands(block: Block) -> list[Command]:
+    """The block's commands: a line continued with ``\\``, an open quote or a
+    here-document belongs to the command it continues; blank and comment lines part them."""
+    commands: list[Command] = []
+    current: list[str] = []
+    start = 0
+    quote = ""
+    heredoc: str | None = None
+    in_heredoc = False
+    for offset, line in enumerate(block.text.splitlines()):
+        if in_heredoc:
+            current.append(line)
+            if line.strip() == heredoc:
+                in_heredoc = False
+                commands.append(Command(start, "\n".join(current)))
+                current = []
+            continue
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if not current:
+            start = block.line + offset
+        current.append(line)
+        quote, code, opened = _scan(line, quote)
+        heredoc = opened or heredoc
+        if quote or code.rstrip().endswith("\\"):
+            continue
+        if opened is not None:
+            in_heredoc = True
+            continue
+        commands.append(Command(start, "\n".join(current)))
+        current = []
+    assert not current, f"README.md:{start}: unterminated command {current!r}"
+    return commands
+
+
+def readme_commands() -> list[Command]:
+    return [c for b in shell_blocks() for c in split_commands(b)]
+
+
+def matching_rules(command: Command) -> list[Rule]:
+    return [r for r in RULES if re.match(r.pattern, command.text)]
+
+
+def commands_with(verdict: Verdict) -> list[Command]:
+    return [c for c in readme_commands() if [r.verdict for r in matching_rules(c)] == [verdict]]
+
+
+# -- running commands in one shell ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    command: Command
+    returncode: int | None  # None: the session was cut before it ran, or ended
+    stdout: str
+    stderr: str
+
+    def describe(self) -> str:
+        return f"{self.command}\n  exit {self.returncode}\n  stdout: {self.stdout!r}\n  " + (
+            f"stderr: {self.stderr!r}"
+        )
+
+
+def run_in_one_shell(
+    commands: Sequence[Command], env: Mapping[str, str], cwd: Path, timeout_s: float
+) -> list[Outcome]:
+    """Run the commands one after the other in a single bash, as an operator types them;
+    each one's exit status and output are kept apart. The whole session is bounded."""
+    out = Path(tempfile.mkdtemp(prefix="readme-out-"))  # never in cwd: it may be the checkout
+    script = []
+    for i, command in enumerate(commands):
+        script.append("{ " + command.text)
+        script.append(f'}} >"{out}/{i}.out" 2>"{out}/{i}.err" </dev/null; echo $? >"{out}/{i}.rc"')
+    proc = subprocess.Popen(
+        ["bash", "-c", "\n".join(script)],
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a command that hangs is killed with its children
+    )
+    try:
+        _, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"the README's commands did not finish within {timeout_s:g} s")
+    assert stderr == "", f"bash itself complained: {stderr}"
+    outcomes = []
+    for i, command in enumerate(commands):
+        rc = out / f"{i}.rc"
+        outcomes.append(
+            Outcome(
+                command,
+                int(rc.read_text()) if rc.exists() else None,
+                (out / f"{i}.out").read_text() if rc.exists() else "",
+                (out / f"{i}.err").read_text() if rc.exists() else "",
+            )
+        )
+    shutil.rmtree(out)
+    return outcomes
+
+
+def without_pigeond_on_path(env: dict[str, str]) -> dict[str, str]:
+    """``env`` whose PATH holds no folder with pigeond's commands: the README's own
+    ``export PATH=...`` line must put them there."""
+    folders = env.get("PATH", os.defpath).split(os.pathsep)
+    kept = [f for f in folders if f and not (Path(f) / "pigeon-send").exists()]
+    return {**env, "PATH": os.pathsep.join(kept)}
+
+
+# -- the README's text -------------------------------------------------------------------
+
+
+def test_every_readme_command_has_exactly_one_verdict() -> None:
+    """Each command of every ```sh block matches one rule: run, SQL, drop-in or syntax only
+    (with its reason), so no snippet goes untried without saying why."""
+    commands = readme_commands()
+    assert len(commands) >= 30, [str(c) for c in commands]
+    ambiguous = {str(c): [r.pattern for r in matching_rules(c)] for c in commands}
+    assert {c: rules for c, rules in ambiguous.items() if len(rules) != 1} == {}
+    assert all(r.reason for r in RULES if r.verdict is Verdict.SYNTAX_ONLY)
+
+
+@pytest.mark.parametrize("block", shell_blocks(), ids=lambda b: f"README.md:{b.line}")
+def test_shell_block_passes_bash_syntax_check(block: Block) -> None:
+    """``bash -n`` accepts the block as written."""
+    result = subprocess.run(
+        ["bash", "-n"], input=block.text, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_sql_the_readme_shows_is_in_a_shell_block_that_runs() -> None:
+    """No ```sql block and no inline SQL statement escape the SQL tests below."""
+    text = README.read_text(encoding="utf-8")
+    assert [b.line for b in code_blocks(text) if b.lang == "sql"] == []
+    outside = re.sub(r"^( *)```.*?^\1```", "", text, flags=re.M | re.S)
+    inline = re.findall(r"`([^`\n]+)`", outside)
+    sql = re.compile(r"\b(SELECT\s+\S+.*\bFROM|UPDATE\s+\w+\s+SET|DELETE\s+FROM|INSERT\s+INTO)\b")
+    assert [s for s in inline if sql.search(s)] == []
+
+
+# -- RUN: against a real pigeond ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class World:
+    """A checkout-like folder with a running pigeond, as the README's reader has."""
+
+    work: Path  # the shell's folder: a `.venv` link to this virtualenv, nothing else
+    home: Path
+    runtime_dir: Path
+    daemon: DaemonProcess
+
+    def env(self) -> dict[str, str]:
+        extra = {"XDG_RUNTIME_DIR": str(self.runtime_dir), "OPENCODE_SESSION_ID": AGENT_SESSION}
+        return without_pigeond_on_path(isolated_env(self.home, extra))
+
+
+def wait_until_handed_off(daemon: DaemonProcess, msg_id: str) -> None:
+    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+    while True:
+        status, body = daemon.request_json("GET", f"/swarm/message/{msg_id}")
+        if status == 200 and body["state"] == "handed_off":
+            return
+        assert time.monotonic() < deadline, f"{msg_id} not handed off: {status} {body}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    """pigeond delivering to a fake opencode that knows the README's sessions, its database
+    and token where the README says, its runtime socket in $XDG_RUNTIME_DIR, and the
+    README's example message already handed off (so `cur_1` and its msg_id exist)."""
+    # under /tmp, short: the runtime socket's path must fit a Unix socket address
+    work = Path(tempfile.mkdtemp(prefix="pgd-readme-", dir="/tmp"))
+    try:
+        home = work / "home"
+        runtime_dir = work / "run"
+        runtime_dir.mkdir(mode=0o700)
+        (work / ".venv").symlink_to(VENV)
+        with FakeOpencode(work) as fake:
+            for session in README_SESSIONS:
+                fake.add_session(session)
+            db = home / ".local" / "state" / "pigeond" / "pigeond.db"
+            env = {"XDG_RUNTIME_DIR": str(runtime_dir)}
+            with DaemonProcess(work, db, opencode_url=fake.url, env=env) as daemon:
+                example = {
+                    "from": "ses_me",
+                    "to": "ses_TARGET",
+                    "payload": "Please review PR 12",
+                    "msg_id": README_MSG_ID,
+                }
+                assert daemon.request_json("POST", "/swarm/send", example)[0] == 202
+                wait_until_handed_off(daemon, README_MSG_ID)
+                yield World(work, home, runtime_dir, daemon)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_runnable_commands_exit_0_against_a_real_daemon(world: World) -> None:
+    """The README's pigeon, pigeon-send, pigeond and curl commands, in its order, in one
+    shell whose PATH is set by its own `export` line: each exits 0, and curl gets JSON
+    answers, never an error."""
+    commands = [
+        Command(c.line, c.text.replace(README_URL, world.daemon.base_url))
+        for c in commands_with(Verdict.RUN)
+    ]
+    assert commands[0].text.startswith("export PATH="), "the quick start must set PATH first"
+    outcomes = run_in_one_shell(commands, world.env(), world.work, SESSION_TIMEOUT_S)
+    failed = [o.describe() for o in outcomes if o.returncode != 0]
+    assert failed == [], "\n".join(failed)
+    bad_answers = []
+    for outcome in outcomes:
+        if outcome.command.text.startswith("curl "):
+            try:
+                answer = json.loads(outcome.stdout)
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict) or "error" in answer:
+                bad_answers.append(outcome.describe())
+    assert bad_answers == [], "\n".join(bad_answers)
+    assert sum(o.command.text.startswith("curl ") for o in outcomes) >= 5
+    assert sum(o.command.text.startswith("pigeon-send ") for o in outcomes) >= 4
+
+
+# -- SQL: the operator queries on a pigeond database -------------------------------------
+
+# sqlite3 [-header] [-column] DB SQL, done by Python's sqlite3 module: a stand-in for a
+# machine without the sqlite3 CLI, and a second SQLite build the queries must suit.
+SQLITE3_STAND_IN = """#!{python}
+import sqlite3, sys
+args = sys.argv[1:]
+db, sql = [a for a in args if not a.startswith("-")]
+conn = sqlite3.connect(db, isolation_level=None)
+cursor = conn.execute(sql)
+if "-header" in args and cursor.description:
+    print("  ".join(d[0] for d in cursor.description))
+for row in cursor.fetchall():
+    print("  ".join("" if v is None else str(v) for v in row))
+"""
+
+
+@dataclass(frozen=True)
+class OperatorDb:
+    home: Path
+    path: Path
+    hour_ago_ms: int
+    failed_id: str = "msg_failed1"
+    failed_error: str = "HTTP 404: session ses_b not found"
+
+
+@pytest.fixture(params=["sqlite3 CLI", "Python sqlite3 module"])
+def sqlite_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """PATH for the SQL commands: the machine's sqlite3, or the Python stand-in first."""
+    path = os.environ.get("PATH", os.defpath)
+    if request.param == "sqlite3 CLI":
+        if shutil.which("sqlite3") is None:
+            pytest.fail("the sqlite3 CLI is missing: `apt-get install sqlite3` (operators use it)")
+        return path
+    stand_in = tmp_path / "stand-in" / "sqlite3"
+    stand_in.parent.mkdir()
+    stand_in.write_text(SQLITE3_STAND_IN.format(python=sys.executable))
+    stand_in.chmod(0o755)
+    return f"{stand_in.parent}{os.pathsep}{path}"
+
+
+@pytest.fixture
+def operator_db(tmp_path: Path) -> OperatorDb:
+    """The README's $DB (~/.local/state/pigeond/pigeond.db, HOME in tmp), made by pigeond's
+    storage: two messages queued for ses_a, one failed to ses_b, one channel message."""
+    home = tmp_path / "home"
+    path = home / ".local" / "state" / "pigeond" / "pigeond.db"
+    made = OperatorDb(home, path, int(time.time() * 1000) - 3_600_000)
+    t0 = made.hour_ago_ms
+    repo = SwarmRepository(open_database(path))
+    try:
+        for i, to in enumerate(("ses_a", "ses_a", "ses_b")):
+            msg_id = made.failed_id if to == "ses_b" else f"msg_queued{i}"
+            message = new_message(to, msg_id=msg_id, sender="operator-test")
+            repo.accept(message, t0 + i * 60_000, expires_at=t0 + i * 60_000 + DAY_MS)
+        repo.accept(new_message(channel="ops", msg_id="msg_channel", sender="operator-test"), t0)
+        assert repo.fail_now([made.failed_id], made.failed_error, t0 + 300_000) == [made.failed_id]
+    finally:
+        repo.close()
+    return made
+
+
+def run_sql_command(db: OperatorDb, path: str, containing: str) -> Outcome:
+    """The README's ``DB=...`` line and its one sqlite3 command containing ``containing``,
+    run in one shell with HOME at the test database's home."""
+    sql = [c for c in commands_with(Verdict.SQL) if c.text.startswith("sqlite3 ")]
+    [command] = [c for c in sql if containing in c.text]
+    [assignment] = [c for c in commands_with(Verdict.SQL) if c.text.startswith("DB=")]
+    command = Command(command.line, command.text.replace("'msg_...'", f"'{db.failed_id}'"))
+    env = {**isolated_env(db.home), "PATH": path}
+    outcomes = run_in_one_shell([assignment, command], env, db.home, SESSION_TIMEOUT_S)
+    assert [o.returncode for o in outcomes] == [0, 0], "\n".join(o.describe() for o in outcomes)
+    return outcomes[1]
+
+
+def rows(output: str) -> list[str]:
+    """The lines of a query's output after its header (and -column's dashes)."""
+    lines = [ln for ln in output.splitlines()[1:] if ln.strip()]
+    return [ln for ln in lines if set(ln) - set("- ")]
+
+
+def utc(ms: int) -> str:
+    """A unix-ms time as SQLite's datetime(ms/1000, 'unixepoch') writes it."""
+    return datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def test_queued_per_target_query_lists_each_target_with_its_oldest(
+    operator_db: OperatorDb, sqlite_path: str
+) -> None:
+    """The "queued per target" query shows ses_a with 2 queued since the first one came;
+    the failed message's target and the channel message are not there."""
+    outcome = run_sql_command(operator_db, sqlite_path, "AS queued")
+    [row] = rows(outcome.stdout)
+    assert row.split()[:2] == ["ses_a", "2"]
+    assert utc(operator_db.hour_ago_ms) in row
+
+
+def test_failed_query_lists_the_failed_message_with_its_reason(
+    operator_db: OperatorDb, sqlite_path: str
+) -> None:
+    """The "failed messages" query shows the failed message, its target and last_error."""
+    outcome = run_sql_command(operator_db, sqlite_path, "state = 'failed' ORDER BY")
+    [row] = rows(outcome.stdout)
+    assert row.split()[:3] == [operator_db.failed_id, "ses_b", "1"]
+    assert operator_db.failed_error in row
+
+
+def test_requeue_sql_makes_a_failed_message_queued_and_due_now(
+    operator_db: OperatorDb, sqlite_path: str
+) -> None:
+    """The requeue UPDATE leaves the message queued, due now, attempts and error cleared,
+    with a fresh time to live as long as its first one (as `pigeon requeue` does)."""
+    before_ms = int(time.time()) * 1000
+    run_sql_command(operator_db, sqlite_path, "UPDATE swarm_messages")
+    after_ms = int(time.time() * 1000)
+    repo = SwarmRepository(open_database(operator_db.path))
+    try:
+        message = repo.get(operator_db.failed_id)
+    finally:
+        repo.close()
+    assert message is not None
+    assert (message.state, message.attempts, message.last_error) == ("queued", 0, None)
+    assert message.next_retry_at is not None
+    assert before_ms <= message.next_retry_at <= after_ms
+    assert message.updated_at == message.next_retry_at
+    assert message.expires_at == message.next_retry_at + DAY_MS
+    assert message.verify_by is None
+
+
+def test_a_message_requeued_by_the_readme_sql_is_delivered(
+    operator_db: OperatorDb, tmp_path: Path
+) -> None:
+    """After the requeue SQL (real sqlite3), a pigeond started on the database hands the
+    message to its target at once."""
+    run_sql_command(operator_db, os.environ.get("PATH", os.defpath), "UPDATE swarm_messages")
+    with FakeOpencode(tmp_path) as fake:
+        fake.add_session("ses_b")
+        with DaemonProcess(tmp_path, operator_db.path, opencode_url=fake.url) as daemon:
+            wait_until_handed_off(daemon, operator_db.failed_id)
+    assert [c.msg_id for c in fake.prompt_calls("ses_b")] == [operator_db.failed_id]
+
+
+# -- DROP_IN: the checkout's user unit ---------------------------------------------------
+
+
+def test_checkout_drop_in_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    """The README's drop-in, written from the checkout, points ExecStart= and both
+    ExecReload= at the checkout's pigeond, and `systemd-analyze --user verify` accepts
+    the user unit with it (a /usr/bin/pigeond left in ExecReload= would fail it)."""
+    home = tmp_path / "home"
+    env = isolated_env(home)
+    outcomes = run_in_one_shell(commands_with(Verdict.DROP_IN), env, REPO, SESSION_TIMEOUT_S)
+    assert [o.returncode for o in outcomes] == [0, 0], "\n".join(o.describe() for o in outcomes)
+    [written] = (home / ".config/systemd/user/pigeond.service.d").glob("*.conf")
+    lines = written.read_text().splitlines()
+    pigeond = f"{REPO}/.venv/bin/pigeond"
+    assert [ln for ln in lines if ln.startswith("Exec")] == [
+        "ExecStart=",
+        f"ExecStart={pigeond}",
+        "ExecReload=",
+        f"ExecReload={pigeond} --check-config",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+    ]
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.fail("systemd-analyze is missing: install Debian's systemd package")
+    unit_dir = tmp_path / "units"
+    (unit_dir / "pigeond.service.d").mkdir(parents=True)
+    shutil.copyfile(USER_UNIT, unit_dir / "pigeond.service")
+    shutil.copyfile(written, unit_dir / "pigeond.service.d" / written.name)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    result = subprocess.run(
+        [analyze, "--user", "verify", "--man=no", str(unit_dir / "pigeond.service")],
+        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime), "SYSTEMD_LOG_COLOR": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert [ln for ln in output.splitlines() if "pigeond" in ln] == []
