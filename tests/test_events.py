@@ -11,13 +11,14 @@ from treq.client import HTTPClient
 from twisted.internet import reactor as global_reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
-from twisted.internet.task import deferLater
+from twisted.internet.task import Clock, deferLater
 from twisted.web import server
 from twisted.web.client import Agent
 from twisted.web.resource import Resource
 
 from pigeond.delivery.events import EventStream, ServerSentEvents, session_status_of
 from pigeond.delivery.opencode_client import OpencodeClient
+from tests.http_helpers import result_of, stub_client
 
 BUSY = {"type": "session.status", "properties": {"sessionID": "ses_a", "status": {"type": "busy"}}}
 IDLE = {"type": "session.idle", "properties": {"sessionID": "ses_a"}}
@@ -127,3 +128,23 @@ async def test_stream_reports_statuses_and_reconnects() -> None:
         for request in source.streams:
             if not request.finished:
                 request.finish()
+
+
+class AnsweringStream(Resource):
+    """A /global/event that answers 200 and an empty stream at once."""
+
+    isLeaf = True
+
+    def render_GET(self, request: server.Request) -> bytes:
+        request.setHeader(b"content-type", b"text/event-stream")
+        return b""
+
+
+def test_a_connected_stream_shows_opencode_reachable() -> None:
+    """Once the event stream's request is answered 200, opencode counts as reachable (the
+    status line no longer says "not contacted yet")."""
+    stream = AnsweringStream()  # type: ignore[no-untyped-call]  # Resource.__init__
+    client = OpencodeClient(stub_client(stream), "http://opencode.test:4096", Clock())
+    assert client.reachable is None
+    result_of(Deferred.fromCoroutine(client.open_event_stream()))
+    assert client.reachable is True

@@ -7,7 +7,7 @@ verdict in :data:`RULES` (a new command without one fails
 - ``RUN``: run in README order, in one bash session (so ``export PATH=...`` and
   ``TOKEN=...`` carry over, as in an operator's shell), against a real pigeond that
   delivers to a fake opencode, in a temporary home; each must exit 0, and every curl
-  answer must be JSON without an ``"error"``.
+  answer must be JSON without an ``"error"`` (``/metrics``: Prometheus samples).
 - ``SQL``: the ``sqlite3`` commands run with the real sqlite3 CLI, and once more with
   Python's sqlite3 module standing in for it, on a database made by
   :func:`pigeond.storage.open_database` holding messages in the states they look for;
@@ -409,7 +409,11 @@ def test_runnable_commands_exit_0_against_a_real_daemon(world: World) -> None:
     assert failed == [], "\n".join(failed)
     bad_answers = []
     for outcome in outcomes:
-        if outcome.command.text.startswith("curl "):
+        if outcome.command.text.startswith("curl ") and "/metrics" in outcome.command.text:
+            # Prometheus' text format: the grep must have found its samples
+            if not outcome.stdout.startswith("pigeond_"):
+                bad_answers.append(outcome.describe())
+        elif outcome.command.text.startswith("curl "):
             try:
                 answer = json.loads(outcome.stdout)
             except ValueError:

@@ -133,6 +133,7 @@ class OpencodeClient:
             "GET", self._base + "/global/event", unbuffered=True,
             headers=Headers({b"accept": [b"text/event-stream"]}), **self.request_options(),
         )  # fmt: skip
+        self.reachable = int(response.code) not in _OUTAGE_STATUSES
         if response.code != 200:
             await response.content()
             raise ConnectionError(f"GET /global/event answered HTTP {response.code}")

@@ -20,7 +20,8 @@ from pigeond.storage import StorageError
 EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
-STATUS_EVERY_S = 5.0
+# systemd's STATUS= follows a change within this long (it is sent only when it changes)
+STATUS_EVERY_S = 1.0
 
 # The system service's config file, and what systemd gives pigeond.service besides it
 # (StateDirectory=, RuntimeDirectory= and the packaged unit's Environment= lines): the
