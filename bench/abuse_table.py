@@ -52,24 +52,11 @@ import tests.fake_opencode as fake_opencode
 from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS
 from tests.daemon_process import DaemonProcess, DaemonStartError
 from tests.fake_opencode import FakeOpencode
+from tests.fault_helpers import TARGET, fill, prompts_per_message, send, states
+from tests.inbox_load import READER, handed_off, inbox_request, stalled_reader, status_line
+from tests.polling import wait_until
+from tests.process_stats import hard_nofile, memory_mib, open_files_limit
 from tests.raw_http import Response, Trickler, health_probe, parse_responses
-from tests.test_connection_limits import hard_nofile, open_files_limit
-from tests.test_delivery_faults import (
-    TARGET,
-    fill,
-    prompts_per_message,
-    send,
-    states,
-    wait_until,
-)
-from tests.test_inbox_memory import (
-    READER,
-    handed_off,
-    inbox_request,
-    memory_mib,
-    stalled_reader,
-    status_line,
-)
 
 T = TypeVar("T")
 

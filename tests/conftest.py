@@ -12,9 +12,7 @@ from zope.interface import implementer
 
 from pigeond.storage import SwarmRepository, open_database
 from tests.daemon_process import DaemonFactory
-
-# A fixed start time (2026-11-01T00:00:00Z), so ids and timestamps are predictable.
-START_S = 1_793_491_200.0
+from tests.fixed_time import START_S
 
 
 @pytest.fixture
@@ -31,6 +29,7 @@ def repo(db_path: Path) -> Iterator[SwarmRepository]:
 
 @pytest.fixture
 def clock() -> Clock:
+    """A fake clock at the fixed start time (tests/fixed_time.py)."""
     c = Clock()
     c.advance(START_S)
     return c

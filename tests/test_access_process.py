@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests import unix_http
 from tests.daemon_process import DaemonFactory, DaemonProcess
 
 pytestmark = pytest.mark.slow
@@ -23,14 +24,12 @@ pytestmark = pytest.mark.slow
 SEND = {"from": "ses_sender", "to": "ses_target", "payload": "hi"}
 OTHER_UID = 65534  # nobody
 
-# Runs as another user: POST one message over a Unix socket, print the status.
+# Runs as another user, who may not read this checkout, with tests/unix_http.py copied
+# beside the socket: POST one message over the socket, print the status (and the error).
 UNIX_SEND = """
-import http.client, json, socket, sys
-class Conn(http.client.HTTPConnection):
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(sys.argv[1])
-conn = Conn("localhost", timeout=10)
+import json, sys
+from unix_http import UnixHTTPConnection
+conn = UnixHTTPConnection(sys.argv[1])
 body = json.dumps({"from": "ses_nobody", "to": "ses_target", "payload": "from another user"})
 conn.request("POST", "/swarm/send", body, {"content-type": "application/json"})
 answer = conn.getresponse()
@@ -110,10 +109,11 @@ def shared_dir() -> Iterator[Path]:
 
 def send_as(uid: int, socket_path: Path) -> str:
     """Run a client as ``uid`` (setpriv) against the socket; its status line."""
+    shutil.copy(unix_http.__file__, socket_path.parent)
     out = subprocess.run(
         ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
          "/usr/bin/python3", "-c", UNIX_SEND, str(socket_path)],
-        capture_output=True, text=True, timeout=30,
+        cwd=socket_path.parent, capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()

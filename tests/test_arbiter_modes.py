@@ -9,7 +9,7 @@ from twisted.internet.task import Clock
 from pigeond.delivery.opencode_client import FailureKind, OpencodeError
 from pigeond.delivery.prompt_mode import DEFAULT_MODE, PromptMode
 from pigeond.storage import SwarmRepository
-from tests.test_arbiter import Harness, make_harness
+from tests.arbiter_harness import Harness, make_harness
 
 PLAN = PromptMode("plan", "fake", "fake-model-2", "high")
 PLAN_FIELDS = {

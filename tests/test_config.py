@@ -69,11 +69,13 @@ PRECEDENCE_CASES = [
     ),
     ("tick_ms", "111", "222", "333", 222, 333),
 ]
+PRECEDENCE_IDS = [case[0] for case in PRECEDENCE_CASES]
 
 
 @pytest.mark.parametrize(
     ("name", "file_literal", "env_value", "flag_value", "env_parsed", "flag_parsed"),
     PRECEDENCE_CASES,
+    ids=PRECEDENCE_IDS,
 )
 def test_flag_beats_env_and_file(
     tmp_path: Path,
@@ -93,6 +95,7 @@ def test_flag_beats_env_and_file(
 @pytest.mark.parametrize(
     ("name", "file_literal", "env_value", "flag_value", "env_parsed", "flag_parsed"),
     PRECEDENCE_CASES,
+    ids=PRECEDENCE_IDS,
 )
 def test_env_beats_file(
     tmp_path: Path,
@@ -116,6 +119,7 @@ def test_env_beats_file(
         ("opencode_url", '"http://file.example:1"', "http://file.example:1"),
         ("tick_ms", "111", 111),
     ],
+    ids=["listen", "opencode_url", "tick_ms"],
 )
 def test_file_beats_default(tmp_path: Path, name: str, literal: str, expected: object) -> None:
     """A key in the TOML file overrides the built-in default."""
@@ -200,39 +204,36 @@ def test_empty_flag_disables_arbiter(tmp_path: Path) -> None:
     assert config.arbiter_enabled is False
 
 
-def test_empty_env_var_for_int_option_is_an_error(tmp_path: Path) -> None:
-    """PIGEOND_TICK_MS="" is set, so it is checked (and rejected), not ignored."""
-    with pytest.raises(ConfigError, match="tick_ms"):
-        load(base_env(tmp_path, PIGEOND_TICK_MS=""))
-
-
 # --- db default -----------------------------------------------------------------
 
 
-def test_db_default_from_state_directory(tmp_path: Path) -> None:
-    """systemd's STATE_DIRECTORY wins: the db is $STATE_DIRECTORY/pigeond.db."""
-    env = base_env(
-        tmp_path, STATE_DIRECTORY=str(tmp_path / "state"), XDG_STATE_HOME=str(tmp_path / "x")
-    )
-    assert load(env).db == str(tmp_path / "state" / "pigeond.db")
-
-
-def test_db_default_uses_first_of_several_state_directories(tmp_path: Path) -> None:
-    """STATE_DIRECTORY may list several folders separated by ':'; the first is used."""
-    env = base_env(tmp_path, STATE_DIRECTORY=f"{tmp_path / 'a'}:{tmp_path / 'b'}")
-    assert load(env).db == str(tmp_path / "a" / "pigeond.db")
-
-
-def test_db_default_from_xdg_state_home(tmp_path: Path) -> None:
-    """Without STATE_DIRECTORY the db is $XDG_STATE_HOME/pigeond/pigeond.db."""
-    env = base_env(tmp_path, XDG_STATE_HOME=str(tmp_path / "xdg-state"))
-    assert load(env).db == str(tmp_path / "xdg-state" / "pigeond" / "pigeond.db")
-
-
-def test_db_default_falls_back_to_home(tmp_path: Path) -> None:
-    """Without STATE_DIRECTORY or XDG_STATE_HOME the db is under ~/.local/state/pigeond."""
-    expected = tmp_path / ".local" / "state" / "pigeond" / "pigeond.db"
-    assert load(base_env(tmp_path)).db == str(expected)
+@pytest.mark.parametrize(
+    ("env", "db"),
+    [
+        pytest.param(
+            {"STATE_DIRECTORY": "/var/lib/pigeond", "XDG_STATE_HOME": "/home/u/xdg-state"},
+            "/var/lib/pigeond/pigeond.db",
+            id="STATE_DIRECTORY-beats-XDG_STATE_HOME",
+        ),
+        pytest.param(
+            {"STATE_DIRECTORY": "/var/lib/a:/var/lib/b"},
+            "/var/lib/a/pigeond.db",
+            id="first-of-several-STATE_DIRECTORY",
+        ),
+        pytest.param(
+            {"XDG_STATE_HOME": "/home/u/xdg-state"},
+            "/home/u/xdg-state/pigeond/pigeond.db",
+            id="XDG_STATE_HOME",
+        ),
+        pytest.param(
+            {"HOME": "/home/u"}, "/home/u/.local/state/pigeond/pigeond.db", id="HOME-alone"
+        ),
+    ],
+)
+def test_db_default_follows_the_state_folders(tmp_path: Path, env: dict[str, str], db: str) -> None:
+    """Without --db the database is in systemd's STATE_DIRECTORY (the first of several),
+    else in $XDG_STATE_HOME/pigeond, else in ~/.local/state/pigeond."""
+    assert load(base_env(tmp_path, **env)).db == db
 
 
 def test_db_flag_beats_state_directory(tmp_path: Path) -> None:
@@ -298,19 +299,18 @@ def test_empty_pigeond_config_disables_discovery(tmp_path: Path) -> None:
     assert config.config_file is None
 
 
-def test_missing_explicit_config_flag_file_is_an_error(tmp_path: Path) -> None:
-    """A --config naming a file that does not exist is an error, not a silent default."""
-    missing = tmp_path / "nope.toml"
+@pytest.mark.parametrize("named_by", ["--config", "PIGEOND_CONFIG"])
+def test_missing_named_config_file_is_an_error(tmp_path: Path, named_by: str) -> None:
+    """A config file named by --config or PIGEOND_CONFIG that does not exist is an error
+    naming the file, not a silent default."""
+    missing = str(tmp_path / "nope.toml")
+    env, config_path = {
+        "--config": (base_env(tmp_path), missing),
+        "PIGEOND_CONFIG": (base_env(tmp_path, PIGEOND_CONFIG=missing), None),
+    }[named_by]
     with pytest.raises(ConfigError, match="not found") as info:
-        load(base_env(tmp_path), config_path=str(missing))
-    assert str(missing) in str(info.value)
-
-
-def test_missing_pigeond_config_file_is_an_error(tmp_path: Path) -> None:
-    """A PIGEOND_CONFIG naming a file that does not exist is an error."""
-    missing = tmp_path / "nope.toml"
-    with pytest.raises(ConfigError, match="not found"):
-        load(base_env(tmp_path, PIGEOND_CONFIG=str(missing)))
+        load(env, config_path=config_path)
+    assert missing in str(info.value)
 
 
 def test_missing_xdg_file_is_not_an_error(tmp_path: Path) -> None:
@@ -324,54 +324,39 @@ def test_missing_xdg_file_is_not_an_error(tmp_path: Path) -> None:
 # --- file errors ---------------------------------------------------------------
 
 
-def test_unknown_key_names_the_key(tmp_path: Path) -> None:
-    """An unknown top-level key is a ConfigError whose one-line text names the key."""
-    cfg = write_toml(tmp_path / "p.toml", "tick_ms = 100\nlisten_port = 4097\n")
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        pytest.param("tick_ms = 100\nlisten_port = 4097\n", "listen_port", id="unknown"),
+        pytest.param('"opencode-url" = "http://h:1"\n', "opencode-url", id="flag-spelling"),
+        pytest.param("[server]\nlisten = 'tcp:1'\n", "server", id="table"),
+    ],
+)
+def test_unknown_key_is_a_one_line_error_naming_it(tmp_path: Path, text: str, key: str) -> None:
+    """A key that is no option (a typo, the flag's '-' spelling, a TOML table) is a
+    ConfigError whose one-line text names the key."""
+    cfg = write_toml(tmp_path / "p.toml", text)
     with pytest.raises(ConfigError) as info:
         load(base_env(tmp_path, PIGEOND_CONFIG=str(cfg)))
-    assert "listen_port" in str(info.value)
+    assert f"unknown key '{key}'" in str(info.value)
     assert "\n" not in str(info.value)
 
 
-def test_dashed_key_is_unknown(tmp_path: Path) -> None:
-    """File keys use '_' (opencode_url); the flag spelling 'opencode-url' is rejected."""
-    cfg = write_toml(tmp_path / "p.toml", '"opencode-url" = "http://h:1"\n')
-    with pytest.raises(ConfigError, match="opencode-url"):
-        load(base_env(tmp_path, PIGEOND_CONFIG=str(cfg)))
-
-
-def test_table_is_an_unknown_key(tmp_path: Path) -> None:
-    """A TOML table is not a known key and is rejected."""
-    cfg = write_toml(tmp_path / "p.toml", "[server]\nlisten = 'tcp:1'\n")
-    with pytest.raises(ConfigError, match="server"):
-        load(base_env(tmp_path, PIGEOND_CONFIG=str(cfg)))
-
-
-def test_string_for_int_option_is_an_error(tmp_path: Path) -> None:
-    """tick_ms = "500" (a string) in the file is a type error naming the key."""
-    cfg = write_toml(tmp_path / "p.toml", 'tick_ms = "500"\n')
-    with pytest.raises(ConfigError, match="tick_ms"):
-        load(base_env(tmp_path, PIGEOND_CONFIG=str(cfg)))
-
-
-def test_bool_for_int_option_is_an_error(tmp_path: Path) -> None:
-    """tick_ms = true is rejected even though bool is an int subclass in Python."""
-    cfg = write_toml(tmp_path / "p.toml", "tick_ms = true\n")
-    with pytest.raises(ConfigError, match="tick_ms"):
-        load(base_env(tmp_path, PIGEOND_CONFIG=str(cfg)))
-
-
-def test_float_for_int_option_is_an_error(tmp_path: Path) -> None:
-    """tick_ms = 500.0 is not an integer and is rejected."""
-    cfg = write_toml(tmp_path / "p.toml", "tick_ms = 500.0\n")
-    with pytest.raises(ConfigError, match="tick_ms"):
-        load(base_env(tmp_path, PIGEOND_CONFIG=str(cfg)))
-
-
-def test_int_for_string_option_is_an_error(tmp_path: Path) -> None:
-    """listen = 4097 (an integer) is rejected: listen must be a string."""
-    cfg = write_toml(tmp_path / "p.toml", "listen = 4097\n")
-    with pytest.raises(ConfigError, match="listen"):
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        pytest.param('tick_ms = "500"', "tick_ms", id="string-for-int"),
+        pytest.param("tick_ms = true", "tick_ms", id="bool-for-int"),
+        pytest.param("tick_ms = 500.0", "tick_ms", id="float-for-int"),
+        pytest.param("listen = 4097", "listen", id="int-for-string"),
+        pytest.param("handoff_timeout_s = true", "handoff_timeout_s", id="bool-for-float"),
+    ],
+)
+def test_file_value_of_the_wrong_toml_type_is_an_error(tmp_path: Path, line: str, key: str) -> None:
+    """A file value whose TOML type is not the option's (a bool is no number, though Python
+    says it is an int) is a ConfigError naming the key."""
+    cfg = write_toml(tmp_path / "p.toml", line + "\n")
+    with pytest.raises(ConfigError, match=f"key '{key}' must be"):
         load(base_env(tmp_path, PIGEOND_CONFIG=str(cfg)))
 
 
@@ -381,13 +366,6 @@ def test_int_accepted_for_float_option(tmp_path: Path) -> None:
     config = load(base_env(tmp_path, PIGEOND_CONFIG=str(cfg)))
     assert config.handoff_timeout_s == 5.0
     assert isinstance(config.handoff_timeout_s, float)
-
-
-def test_bool_for_float_option_is_an_error(tmp_path: Path) -> None:
-    """handoff_timeout_s = true is rejected."""
-    cfg = write_toml(tmp_path / "p.toml", "handoff_timeout_s = true\n")
-    with pytest.raises(ConfigError, match="handoff_timeout_s"):
-        load(base_env(tmp_path, PIGEOND_CONFIG=str(cfg)))
 
 
 def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
@@ -408,7 +386,9 @@ def test_config_path_that_is_a_directory_is_a_config_error(tmp_path: Path) -> No
 # --- value checks --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["0", "9", "60001", "-5"])
+@pytest.mark.parametrize(
+    "value", ["0", "9", "60001", "-5"], ids=["zero", "below-10", "above-60000", "negative"]
+)
 def test_tick_ms_out_of_range_flag_is_an_error(tmp_path: Path, value: str) -> None:
     """tick_ms must be within 10..60000; 0, 9, 60001 and negatives are rejected."""
     with pytest.raises(ConfigError, match="tick_ms"):
@@ -423,7 +403,9 @@ def test_tick_ms_zero_in_file_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["ftp://x", "127.0.0.1:4096", "http://", "http://h:99999", "http://h:1/?q=1"]
+    "url",
+    ["ftp://x", "127.0.0.1:4096", "http://", "http://h:99999", "http://h:1/?q=1"],
+    ids=["ftp", "no-scheme", "no-host", "bad-port", "query"],
 )
 def test_bad_opencode_url_is_an_error(tmp_path: Path, url: str) -> None:
     """opencode_url must be an http(s) URL with a host, a valid port and no query."""
@@ -437,9 +419,12 @@ def test_https_opencode_url_is_accepted(tmp_path: Path) -> None:
     assert config.opencode_url == "https://opencode.internal:8443"
 
 
-@pytest.mark.parametrize("value", ["fast", "1.5", "0x10"])
-def test_non_numeric_env_tick_ms_is_an_error(tmp_path: Path, value: str) -> None:
-    """PIGEOND_TICK_MS that is not an integer is a ConfigError naming the variable."""
+@pytest.mark.parametrize(
+    "value", ["", "fast", "1.5", "0x10"], ids=["empty", "word", "decimal", "hex"]
+)
+def test_non_integer_env_tick_ms_is_an_error(tmp_path: Path, value: str) -> None:
+    """PIGEOND_TICK_MS that is not an integer is a ConfigError naming the variable; set to
+    "" it is set, so it is checked too, not ignored."""
     with pytest.raises(ConfigError, match="PIGEOND_TICK_MS"):
         load(base_env(tmp_path, PIGEOND_TICK_MS=value))
 
@@ -449,13 +434,7 @@ def test_env_int_tolerates_surrounding_whitespace(tmp_path: Path) -> None:
     assert load(base_env(tmp_path, PIGEOND_TICK_MS=" 250 ")).tick_ms == 250
 
 
-def test_non_numeric_flag_float_is_an_error(tmp_path: Path) -> None:
-    """--handoff-timeout-s soon is rejected, naming the flag."""
-    with pytest.raises(ConfigError, match="--handoff-timeout-s"):
-        load(base_env(tmp_path), {"handoff_timeout_s": "soon"})
-
-
-@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"], ids=["nan", "inf", "negative"])
 def test_non_finite_float_is_an_error(tmp_path: Path, value: str) -> None:
     """handoff_timeout_s of nan, inf or a negative number is out of range."""
     with pytest.raises(ConfigError, match="handoff_timeout_s"):
@@ -469,38 +448,68 @@ def test_empty_listen_or_db_is_an_error(tmp_path: Path, name: str) -> None:
         load(base_env(tmp_path, **{f"PIGEOND_{name.upper()}": ""}))
 
 
-def test_config_error_is_a_value_error() -> None:
-    """ConfigError is a ValueError so generic callers can still catch it."""
-    assert issubclass(ConfigError, ValueError)
+def given(
+    tmp_path: Path, source: str, name: str, text: str
+) -> tuple[dict[str, str], dict[str, str | None], str]:
+    """The environment and flags that give option ``name`` the value ``text`` by ``source``
+    (``flag``, ``variable``, or ``file`` as a TOML string), and how errors name the source."""
+    option = next(o for o in OPTIONS if o.name == name)
+    env = base_env(tmp_path)
+    if source == "flag":
+        return env, {name: text}, option.flag
+    if source == "variable":
+        return env | {option.env_var: text}, {}, option.env_var
+    cfg = write_toml(tmp_path / "p.toml", f'{name} = "{text}"\n')
+    return env | {"PIGEOND_CONFIG": str(cfg)}, {}, str(cfg)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"), [("tick_ms", "fast"), ("handoff_timeout_s", "soon")], ids=["int", "float"]
+)
+@pytest.mark.parametrize("source", ["flag", "variable", "file"])
+def test_value_of_the_wrong_type_names_the_option_and_its_source(
+    tmp_path: Path, source: str, name: str, text: str
+) -> None:
+    """A value that is not of the option's type, from a flag, a variable or the file, stops
+    pigeond with one line naming the option, where the value came from, and the value."""
+    env, flags, where = given(tmp_path, source, name, text)
+    with pytest.raises(ConfigError) as info:
+        load(env, flags)
+    message = str(info.value)
+    assert name in message and where in message and repr(text) in message, message
+    assert "\n" not in message
 
 
 # --- auth ------------------------------------------------------------------------
 
 
-def test_no_password_means_no_auth(tmp_path: Path) -> None:
-    """Without OPENCODE_SERVER_PASSWORD requests to opencode carry no auth."""
-    config = load(base_env(tmp_path, OPENCODE_SERVER_USERNAME="alice"))
-    assert config.opencode_auth is None
-
-
-def test_password_gives_basic_auth_with_default_user(tmp_path: Path) -> None:
-    """OPENCODE_SERVER_PASSWORD alone yields Basic auth for user 'opencode'."""
-    config = load(base_env(tmp_path, OPENCODE_SERVER_PASSWORD="s3cret"))
-    assert config.opencode_auth == BasicAuth("opencode", "s3cret")
-
-
-def test_password_and_username_give_basic_auth(tmp_path: Path) -> None:
-    """OPENCODE_SERVER_USERNAME overrides the default user name."""
-    env = base_env(tmp_path, OPENCODE_SERVER_PASSWORD="s3cret", OPENCODE_SERVER_USERNAME="alice")
-    assert load(env).opencode_auth == BasicAuth("alice", "s3cret")
-
-
-def test_empty_username_falls_back_to_opencode(tmp_path: Path) -> None:
-    """An empty OPENCODE_SERVER_USERNAME falls back to 'opencode'."""
-    env = base_env(tmp_path, OPENCODE_SERVER_PASSWORD="s3cret", OPENCODE_SERVER_USERNAME="")
-    auth = load(env).opencode_auth
-    assert auth is not None
-    assert auth.username == "opencode"
+@pytest.mark.parametrize(
+    ("env", "auth"),
+    [
+        pytest.param({"OPENCODE_SERVER_USERNAME": "alice"}, None, id="no-password"),
+        pytest.param(
+            {"OPENCODE_SERVER_PASSWORD": "s3cret"},
+            BasicAuth("opencode", "s3cret"),
+            id="password-alone",
+        ),
+        pytest.param(
+            {"OPENCODE_SERVER_PASSWORD": "s3cret", "OPENCODE_SERVER_USERNAME": "alice"},
+            BasicAuth("alice", "s3cret"),
+            id="password-and-user",
+        ),
+        pytest.param(
+            {"OPENCODE_SERVER_PASSWORD": "s3cret", "OPENCODE_SERVER_USERNAME": ""},
+            BasicAuth("opencode", "s3cret"),
+            id="password-and-empty-user",
+        ),
+    ],
+)
+def test_opencode_auth_follows_opencodes_variables(
+    tmp_path: Path, env: dict[str, str], auth: BasicAuth | None
+) -> None:
+    """OPENCODE_SERVER_PASSWORD turns on Basic auth to opencode, as OPENCODE_SERVER_USERNAME
+    or (unset or empty) 'opencode'; without a password requests carry no auth."""
+    assert load(base_env(tmp_path, **env)).opencode_auth == auth
 
 
 # --- render ------------------------------------------------------------------------
@@ -561,6 +570,7 @@ def test_list_option_takes_a_toml_array(tmp_path: Path) -> None:
         ("auth", '"basic"', "auth must be one of token, none"),
         ("allow_origins", "7", "must be a list of strings"),
     ],
+    ids=["uid-not-numeric", "no-such-group", "host-not-a-word", "unknown-auth", "not-a-list"],
 )
 def test_bad_access_settings_are_one_line_errors(
     tmp_path: Path, key: str, value: str, message: str

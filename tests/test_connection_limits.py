@@ -24,6 +24,7 @@ from pigeond.service.rlimits import UNLIMITED_NOFILE, raise_open_files_limit
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from tests.daemon_process import DaemonFactory, DaemonProcess
+from tests.process_stats import hard_nofile, open_files_limit
 from tests.raw_http import (
     PEER,
     Connection,
@@ -406,18 +407,6 @@ FEW_FDS = 256
 TRICKLERS = 300  # more than FEW_FDS descriptors could hold
 PROBES = 10
 REQUEST_TIMEOUT_S = 2.0
-
-
-def hard_nofile() -> int:
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-
-
-def open_files_limit(pid: int) -> int:
-    """The soft RLIMIT_NOFILE a running process has."""
-    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
-        if line.startswith("Max open files"):
-            return int(line.split()[3])
-    raise AssertionError("no open files line")
 
 
 @pytest.fixture

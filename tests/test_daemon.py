@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
@@ -13,36 +12,14 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.web import server
-from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
 
 from pigeond.config import Config
-from pigeond.credentials import BasicAuth, read_token
+from pigeond.credentials import BasicAuth
 from pigeond.service.daemon import Daemon, stop_later
-from tests.http_helpers import result_of, stub_client
+from tests.http_helpers import daemon_call, result_of, stub_client
+from tests.opencode_stub import RecordingOpencode
 from tests.storage_helpers import clock_daemon, repo_of
-
-API = "http://127.0.0.1:4097"
-
-
-class RecordingOpencode(Resource):
-    """Knows one session; records every request's path and Authorization header."""
-
-    isLeaf = True
-
-    def __init__(self, directory: Path, prompt_status: int = 204) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.directory = str(directory)
-        self.prompt_status = prompt_status
-        self.seen: list[tuple[str, str | None]] = []
-
-    def render(self, request: server.Request) -> bytes:
-        auth = request.getHeader("authorization")
-        self.seen.append(((request.path or b"").decode(), auth))
-        if request.method == b"GET":
-            return json.dumps({"id": "ses_t", "directory": self.directory}).encode()
-        request.setResponseCode(self.prompt_status)
-        return b""
 
 
 def build(tmp_path: Path, clock: Clock, opencode: Resource, **config: Any) -> Daemon:
@@ -55,19 +32,13 @@ def status_of(daemon: Daemon) -> str:
 
 
 def send(daemon: Daemon, body: dict[str, Any]) -> int:
-    """POST as a client of the daemon does: JSON, with the token beside its database."""
-    api = stub_client(daemon.site.resource)
-    token = read_token(Path(daemon.config.db).parent / "token")
-    headers = Headers({"Content-Type": ["application/json"], "Authorization": [f"Bearer {token}"]})
-    response = result_of(
-        api.post(API + "/swarm/send", data=json.dumps(body).encode(), headers=headers)
-    )
-    return int(response.code)
+    """POST /swarm/send as a client of the daemon does; the status."""
+    return daemon_call(daemon, "POST", "/swarm/send", body)[0]
 
 
 def health(daemon: Daemon) -> Any:
-    api = stub_client(daemon.site.resource)
-    return json.loads(result_of(result_of(api.get(API + "/health")).content()))
+    """GET /health without a token, as a monitor does; the JSON answer."""
+    return daemon_call(daemon, "GET", "/health", token=False)[1]
 
 
 def test_send_is_delivered_with_basic_auth(tmp_path: Path, clock: Clock) -> None:

@@ -16,9 +16,9 @@ from twisted.internet.task import deferLater
 
 from pigeond.storage import AcceptOutcome, StorageUnavailable, SwarmRepository
 from pigeond.storage.database import ThreadedDatabase, open_threaded
+from tests.fixed_time import NOW_MS
 from tests.messages import new_message
 
-NOW_MS = 1_793_491_200_000
 reactor: Any = global_reactor
 
 

@@ -3,7 +3,6 @@ and the instance lock holds the database file itself, not only ``<db>.lock``."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -11,25 +10,20 @@ from typing import Any
 import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
-from twisted.logger import (
-    LogLevel,
-)
-from twisted.web.http_headers import Headers
+from twisted.logger import LogLevel
 
 from pigeond.api.web import HttpError
 from pigeond.config import Config
-from pigeond.credentials import read_token
 from pigeond.service.daemon import Daemon
 from pigeond.service.db_watch import DatabaseWatch
 from pigeond.service.systemd import AlreadyRunning, InstanceLock
 from pigeond.storage import SwarmRepository, open_database
-from tests.http_helpers import result_of, stub_client
+from tests.http_helpers import daemon_call, result_of, stub_client
 from tests.messages import new_message
+from tests.opencode_stub import RecordingOpencode
 from tests.storage_helpers import clock_daemon, repo_of
-from tests.test_daemon import RecordingOpencode
 
 TICK_S = 0.5
-API = "http://127.0.0.1:4097"
 
 
 @pytest.fixture
@@ -130,15 +124,6 @@ def daemon_on(tmp_path: Path, clock: Clock, opencode: RecordingOpencode) -> Daem
     return clock_daemon(config, clock, http=stub_client(opencode))
 
 
-def request(daemon: Daemon, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    api = stub_client(daemon.site.resource)
-    token = read_token(Path(daemon.config.db).parent / "token")
-    headers = Headers({"Content-Type": ["application/json"], "Authorization": [f"Bearer {token}"]})
-    data = None if body is None else json.dumps(body).encode()
-    response = result_of(api.request(method, API + path, data=data, headers=headers))
-    return int(response.code), json.loads(result_of(response.content()))
-
-
 def test_daemon_with_a_deleted_database_refuses_and_reports(tmp_path: Path, clock: Clock) -> None:
     """After the database is deleted: sends get 503, /health 503 with ok false, the status
     line says why, the watchdog is not fed, and nothing more is handed off."""
@@ -146,15 +131,15 @@ def test_daemon_with_a_deleted_database_refuses_and_reports(tmp_path: Path, cloc
     daemon = daemon_on(tmp_path, clock, opencode)
     daemon.start_delivery()
     send = {"from": "ses_a", "to": "ses_t", "payload": "hi"}
-    assert request(daemon, "POST", "/swarm/send", send)[0] == 202
+    assert daemon_call(daemon, "POST", "/swarm/send", send)[0] == 202
     prompts = len(opencode.seen)
     (tmp_path / "p.db").unlink()
     clock.advance(TICK_S)
     problem = f"database file {tmp_path / 'p.db'} was deleted (or moved away) while pigeond ran"
-    assert request(daemon, "POST", "/swarm/send", send) == (
+    assert daemon_call(daemon, "POST", "/swarm/send", send) == (
         503, {"error": f"{problem}; nothing stored; restart pigeond"},
     )  # fmt: skip
-    code, health = request(daemon, "GET", "/health")
+    code, health = daemon_call(daemon, "GET", "/health")
     assert (code, health["ok"], health["error"]) == (503, False, f"{problem}; restart pigeond")
     assert result_of(Deferred.fromCoroutine(daemon.status_line())) == f"{problem}; restart pigeond"
     assert not daemon.alive(60)

@@ -4,17 +4,13 @@ short.  Each prompt is an LLM turn, so what is counted is prompts per message.""
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import errno
 import json
 import os
-import re
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +18,10 @@ import pytest
 
 from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
 from tests.fake_opencode import FakeOpencode
+from tests.fault_helpers import TARGET, fill, prompts_per_message, send, states
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.slow
-
-TARGET = "ses_target"
-_MSG_ID = re.compile(r'^<swarm_message [^>]*\bmsg_id="([^"]+)"')
 
 
 @pytest.fixture
@@ -56,66 +51,13 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
             subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def fill(disk: Path) -> Path:
-    """Write a file until the disk has no byte left; returns it (delete it to free space)."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for chunk in (1 << 16, 1 << 12, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * chunk)
-        with pytest.raises(OSError) as full:
-            os.write(fd, b"\0")
-        assert full.value.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
-    return filler
-
-
-def send(daemon: DaemonProcess, payload: str = "hi") -> tuple[int, dict[str, Any]]:
-    """POST /swarm/send over TCP with the daemon's token; the status and JSON answer."""
-    body = json.dumps({"from": "ses_sender", "to": TARGET, "payload": payload}).encode()
-    request = urllib.request.Request(
-        daemon.base_url + "/swarm/send", data=body, headers=daemon.auth_headers
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def health(daemon: DaemonProcess) -> tuple[int, dict[str, Any]]:
+    """GET /health without a token, as a monitor asks; the status and JSON answer."""
     try:
         with urllib.request.urlopen(daemon.base_url + "/health", timeout=10) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
-
-
-def prompts_per_message(opencode: FakeOpencode) -> collections.Counter[str]:
-    """How many prompts opencode took for each msg_id (every envelope of every prompt)."""
-    counts: collections.Counter[str] = collections.Counter()
-    for call in opencode.prompt_calls(TARGET):
-        for part in (call.body or {}).get("parts", []):
-            match = _MSG_ID.match(part.get("text", ""))
-            if match is not None:
-                counts[match.group(1)] += 1
-    return counts
-
-
-def wait_until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.05)
-
-
-def states(daemon: DaemonProcess, msg_ids: list[str]) -> dict[str, str]:
-    by_id = {m.msg_id: m for m in daemon.stored_messages()}
-    return {i: by_id[i].state for i in msg_ids}
 
 
 def test_full_disk_does_not_repeat_prompts(

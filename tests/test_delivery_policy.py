@@ -6,8 +6,8 @@ import pytest
 
 from pigeond.delivery.opencode_client import FailureKind
 from pigeond.delivery.policy import DeliveryPolicy, Next, RetryDecision, decide_retry
+from tests.fixed_time import NOW_MS
 
-NOW_MS = 1_000_000
 POLICY = DeliveryPolicy(max_attempts=4, backoff_schedule=(1, 2, 5), outage_retry_s=30)
 
 

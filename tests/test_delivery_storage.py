@@ -8,15 +8,14 @@ from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
 from pigeond.storage.delivery import QUEUED_FOR_TARGET_SQL
 from pigeond.storage.schema import MIGRATIONS, connect, migrate
 from pigeond.storage.synthetic import add_delivered_history, add_stuck_rows, drop_statistics
+from tests.fixed_time import NOW_MS
 from tests.messages import new_message
-
-NOW = 1_793_491_200_000
 
 
 def accept(repo: SwarmRepository, msg_id: str, **kwargs: object) -> None:
     expires_at = kwargs.pop("expires_at", None)
     assert expires_at is None or isinstance(expires_at, int)
-    repo.accept(new_message(msg_id=msg_id, **kwargs), NOW, expires_at)  # type: ignore[arg-type]
+    repo.accept(new_message(msg_id=msg_id, **kwargs), NOW_MS, expires_at)  # type: ignore[arg-type]
 
 
 def notices(repo: SwarmRepository, to: str) -> list[tuple[str, str, str | None, str]]:
@@ -37,7 +36,7 @@ def test_ready_batch_is_priority_then_fifo(repo: SwarmRepository) -> None:
     """A batch lists due messages most urgent first, accept order within a priority."""
     for msg_id, priority in [("msg_l", "low"), ("msg_n", "normal"), ("msg_u", "urgent")]:
         accept(repo, msg_id, priority=priority)
-    assert [m.msg_id for m in repo.ready_batch("ses_target", NOW, 10)] == [
+    assert [m.msg_id for m in repo.ready_batch("ses_target", NOW_MS, 10)] == [
         "msg_u", "msg_n", "msg_l",
     ]  # fmt: skip
 
@@ -47,45 +46,45 @@ def test_ready_batch_stops_at_a_message_backing_off(repo: SwarmRepository) -> No
     accept(repo, "msg_1")
     accept(repo, "msg_2")
     accept(repo, "msg_3")
-    repo.record_failed_attempt("msg_2", "x", NOW, NOW + 1000)
-    assert [m.msg_id for m in repo.ready_batch("ses_target", NOW, 10)] == ["msg_1"]
+    repo.record_failed_attempt("msg_2", "x", NOW_MS, NOW_MS + 1000)
+    assert [m.msg_id for m in repo.ready_batch("ses_target", NOW_MS, 10)] == ["msg_1"]
 
 
 def test_ready_batch_skips_expired(repo: SwarmRepository) -> None:
     """Expired messages are not in a batch and do not stop it."""
-    accept(repo, "msg_old", expires_at=NOW)
-    accept(repo, "msg_new", expires_at=NOW + 1000)
-    assert [m.msg_id for m in repo.ready_batch("ses_target", NOW, 10)] == ["msg_new"]
+    accept(repo, "msg_old", expires_at=NOW_MS)
+    accept(repo, "msg_new", expires_at=NOW_MS + 1000)
+    assert [m.msg_id for m in repo.ready_batch("ses_target", NOW_MS, 10)] == ["msg_new"]
 
 
 def test_handed_off_batch_keeps_its_order(repo: SwarmRepository) -> None:
     """Each message of a batch takes its own hand-off number, in batch order."""
     for msg_id in ("msg_a", "msg_b", "msg_c"):
         accept(repo, msg_id)
-    assert repo.mark_handed_off_many(["msg_c", "msg_a", "msg_b"], NOW, NOW + 60_000) == [
+    assert repo.mark_handed_off_many(["msg_c", "msg_a", "msg_b"], NOW_MS, NOW_MS + 60_000) == [
         "msg_c", "msg_a", "msg_b",
     ]  # fmt: skip
     seqs = {m: _handoff_seq(repo, m) for m in ("msg_a", "msg_b", "msg_c")}
     assert seqs == {"msg_c": 1, "msg_a": 2, "msg_b": 3}
     stored = repo.get("msg_a")
-    assert stored is not None and stored.verify_by == NOW + 60_000
+    assert stored is not None and stored.verify_by == NOW_MS + 60_000
 
 
 def test_outage_spends_no_attempt(repo: SwarmRepository) -> None:
     """An outage records the reason and the retry time, and leaves attempts alone."""
     accept(repo, "msg_1")
-    repo.record_outage(["msg_1"], "connection refused", NOW, NOW + 30_000)
+    repo.record_outage(["msg_1"], "connection refused", NOW_MS, NOW_MS + 30_000)
     stored = repo.get("msg_1")
     assert stored is not None
     assert (stored.attempts, stored.last_error, stored.next_retry_at) == (
-        0, "connection refused", NOW + 30_000,
+        0, "connection refused", NOW_MS + 30_000,
     )  # fmt: skip
 
 
 def test_fail_now_fails_and_notifies(repo: SwarmRepository) -> None:
     """A permanent failure ends the message and queues a notice to the sender session."""
     accept(repo, "msg_1", sender="ses_alice")
-    assert repo.fail_now(["msg_1"], "HTTP 400: bad part", NOW) == ["msg_1"]
+    assert repo.fail_now(["msg_1"], "HTTP 400: bad part", NOW_MS) == ["msg_1"]
     stored = repo.get("msg_1")
     assert stored is not None and (stored.state, stored.attempts) == ("failed", 1)
     [(kind, sender, reply_to, payload)] = notices(repo, "ses_alice")
@@ -97,45 +96,45 @@ def test_notice_is_due_and_expires(repo: SwarmRepository) -> None:
     """A notice is queued, due at once, and has the notice time to live."""
     repo.notice_ttl_ms = 5000
     accept(repo, "msg_1", sender="ses_alice")
-    repo.fail_now(["msg_1"], "x", NOW)
-    [notice] = repo.ready_batch("ses_alice", NOW, 10)
-    assert (notice.next_retry_at, notice.expires_at) == (NOW, NOW + 5000)
+    repo.fail_now(["msg_1"], "x", NOW_MS)
+    [notice] = repo.ready_batch("ses_alice", NOW_MS, 10)
+    assert (notice.next_retry_at, notice.expires_at) == (NOW_MS, NOW_MS + 5000)
 
 
 def test_last_failed_attempt_notifies(repo: SwarmRepository) -> None:
     """Running out of attempts fails the message and notifies the sender."""
     accept(repo, "msg_1", sender="ses_alice")
-    repo.record_failed_attempt("msg_1", "HTTP 500", NOW, None)
+    repo.record_failed_attempt("msg_1", "HTTP 500", NOW_MS, None)
     assert [n[2] for n in notices(repo, "ses_alice")] == ["msg_1"]
 
 
 def test_expire_due_expires_and_notifies(repo: SwarmRepository) -> None:
     """Queued direct messages past their time to live become expired, with a notice."""
-    accept(repo, "msg_old", sender="ses_alice", expires_at=NOW)
-    accept(repo, "msg_live", expires_at=NOW + 1)
-    assert repo.expire_due(NOW) == ["msg_old"]
+    accept(repo, "msg_old", sender="ses_alice", expires_at=NOW_MS)
+    accept(repo, "msg_live", expires_at=NOW_MS + 1)
+    assert repo.expire_due(NOW_MS) == ["msg_old"]
     old = repo.get("msg_old")
     assert old is not None and old.state == "expired" and old.next_retry_at is None
     [(_, _, reply_to, payload)] = notices(repo, "ses_alice")
     assert reply_to == "msg_old" and "expired" in payload
-    assert repo.expire_due(NOW) == []
+    assert repo.expire_due(NOW_MS) == []
 
 
 def test_channel_messages_never_expire(repo: SwarmRepository) -> None:
     """Channel messages wait for the channels work: no expiry, no notice."""
-    repo.accept(new_message(channel="builds", msg_id="msg_c", sender="ses_alice"), NOW, NOW)
-    assert repo.expire_due(NOW + 10**9) == []
+    repo.accept(new_message(channel="builds", msg_id="msg_c", sender="ses_alice"), NOW_MS, NOW_MS)
+    assert repo.expire_due(NOW_MS + 10**9) == []
 
 
 def test_mark_verified(repo: SwarmRepository) -> None:
     """Verification stamps verified_at once, and clears the deadline."""
     accept(repo, "msg_1")
-    repo.mark_handed_off("msg_1", NOW, NOW + 60_000)
+    repo.mark_handed_off("msg_1", NOW_MS, NOW_MS + 60_000)
     assert repo.verification_targets() == ["ses_target"]
-    assert repo.mark_verified(["msg_1"], NOW + 5) == ["msg_1"]
-    assert repo.mark_verified(["msg_1"], NOW + 9) == []
+    assert repo.mark_verified(["msg_1"], NOW_MS + 5) == ["msg_1"]
+    assert repo.mark_verified(["msg_1"], NOW_MS + 9) == []
     stored = repo.get("msg_1")
-    assert stored is not None and (stored.verified_at, stored.verify_by) == (NOW + 5, None)
+    assert stored is not None and (stored.verified_at, stored.verify_by) == (NOW_MS + 5, None)
     assert repo.verification_targets() == []
 
 
@@ -144,8 +143,8 @@ def test_requeue_unverified_until_the_limit(repo: SwarmRepository) -> None:
     accept(repo, "msg_1", sender="ses_alice")
     outcomes = []
     for round_ in range(4):
-        repo.mark_handed_off("msg_1", NOW + round_, NOW + round_)
-        outcomes.append(repo.requeue_unverified("msg_1", "never seen", NOW + round_, 3))
+        repo.mark_handed_off("msg_1", NOW_MS + round_, NOW_MS + round_)
+        outcomes.append(repo.requeue_unverified("msg_1", "never seen", NOW_MS + round_, 3))
     assert outcomes == ["queued", "queued", "queued", "failed"]
     stored = repo.get("msg_1")
     assert stored is not None and (stored.state, stored.requeue_count) == ("failed", 3)
@@ -156,27 +155,27 @@ def test_requeued_message_is_due_now(repo: SwarmRepository) -> None:
     """A requeued message is due at once and keeps its place by priority and accept order."""
     accept(repo, "msg_1")
     accept(repo, "msg_2")
-    repo.mark_handed_off("msg_1", NOW, NOW)
-    repo.requeue_unverified("msg_1", "never seen", NOW + 7, 3)
-    assert [m.msg_id for m in repo.ready_batch("ses_target", NOW + 7, 10)] == ["msg_1", "msg_2"]
+    repo.mark_handed_off("msg_1", NOW_MS, NOW_MS)
+    repo.requeue_unverified("msg_1", "never seen", NOW_MS + 7, 3)
+    assert [m.msg_id for m in repo.ready_batch("ses_target", NOW_MS + 7, 10)] == ["msg_1", "msg_2"]
 
 
 def test_requeue_of_changed_row_does_nothing(repo: SwarmRepository) -> None:
     """A message verified meanwhile is not requeued."""
     accept(repo, "msg_1")
-    repo.mark_handed_off("msg_1", NOW, NOW)
-    repo.mark_verified(["msg_1"], NOW)
-    assert repo.requeue_unverified("msg_1", "never seen", NOW, 3) is None
+    repo.mark_handed_off("msg_1", NOW_MS, NOW_MS)
+    repo.mark_verified(["msg_1"], NOW_MS)
+    assert repo.requeue_unverified("msg_1", "never seen", NOW_MS, 3) is None
 
 
 def test_rehanded_message_appears_again_in_inbox(repo: SwarmRepository) -> None:
     """A message handed off again appears again at its new place in the inbox."""
     accept(repo, "msg_1")
     accept(repo, "msg_2")
-    repo.mark_handed_off("msg_1", NOW, NOW)
-    repo.mark_handed_off("msg_2", NOW, NOW)
-    repo.requeue_unverified("msg_1", "never seen", NOW, 3)
-    repo.mark_handed_off("msg_1", NOW + 1, NOW + 1)
+    repo.mark_handed_off("msg_1", NOW_MS, NOW_MS)
+    repo.mark_handed_off("msg_2", NOW_MS, NOW_MS)
+    repo.requeue_unverified("msg_1", "never seen", NOW_MS, 3)
+    repo.mark_handed_off("msg_1", NOW_MS + 1, NOW_MS + 1)
     page = repo.inbox_page("ses_target", 0, 10)
     assert [m.msg_id for m in page.messages] == ["msg_2", "msg_1"]
 
@@ -188,9 +187,9 @@ def test_count_queued_for_counts_one_targets_queue_up_to_a_limit(repo: SwarmRepo
     accept(repo, "msg_other", to="ses_other")
     accept(repo, "msg_chan", channel="general")
     accept(repo, "msg_done")
-    repo.mark_handed_off("msg_done", NOW)
+    repo.mark_handed_off("msg_done", NOW_MS)
     accept(repo, "msg_failed", sender="cli-user")
-    repo.fail_now(["msg_failed"], "gone", NOW)
+    repo.fail_now(["msg_failed"], "gone", NOW_MS)
     assert repo.count_queued_for("ses_target") == 4
     assert repo.count_queued_for("ses_target", at_most=2) == 2
     assert repo.count_queued_for("ses_target", at_most=0) == 0
@@ -199,8 +198,8 @@ def test_count_queued_for_counts_one_targets_queue_up_to_a_limit(repo: SwarmRepo
 
 def test_count_queued_for_searches_an_index(repo: SwarmRepository) -> None:
     """With history, ANALYZEd or not, the count is a covering-index SEARCH, never a table SCAN."""
-    add_delivered_history(repo.connection, 20_000, 10, NOW - 10_000)
-    add_stuck_rows(repo.connection, 5_000, 1_000, 10, NOW)
+    add_delivered_history(repo.connection, 20_000, 10, NOW_MS - 10_000)
+    add_stuck_rows(repo.connection, 5_000, 1_000, 10, NOW_MS)
     for analyzed in (True, False):
         if not analyzed:
             drop_statistics(repo.connection)

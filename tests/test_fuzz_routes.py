@@ -31,7 +31,7 @@ from pigeond.api.web import JsonApi, make_site
 from pigeond.model import HandoffMode, NewMessage
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.database import InlineDatabase
-from tests.conftest import START_S
+from tests.fixed_time import START_S
 from tests.fuzz_strategies import (
     MSG_IDS,
     SENDERS,

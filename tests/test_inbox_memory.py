@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -23,14 +22,13 @@ from pathlib import Path
 import pytest
 
 from pigeond.cli.pigeon import main as pigeon
-from pigeond.storage import SwarmRepository, open_database
 from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.messages import new_message
+from tests.inbox_load import READER, handed_off, inbox_request, stalled_reader, status_line
 from tests.plugin_runner import run_tool
+from tests.process_stats import memory_mib
 
 pytestmark = pytest.mark.slow
 
-READER = "ses_readerCCCC"
 BACKLOG = 200
 BACKLOG_PAYLOAD_BYTES = 256 * 1024
 STALLED_CLIENTS = 16
@@ -43,63 +41,12 @@ SMALL_BUDGET = 1024
 READER_PAYLOADS = ["a" * 700, "b" * 40, "c" * 40, "d" * 700, "e" * 2000, "f" * 40]
 
 
-def handed_off(db: Path, payloads: list[str]) -> list[str]:
-    """Messages to READER with these payloads, stored and handed off in this order."""
-    ids = [f"msg_inbox{i:04d}" for i in range(len(payloads))]
-    repo = SwarmRepository(open_database(db))
-    try:
-        now_ms = int(time.time() * 1000)  # now: the pruner leaves the backlog alone
-        for msg_id, payload in zip(ids, payloads, strict=True):
-            repo.accept(new_message(READER, msg_id=msg_id, payload=payload), now_ms)
-        assert repo.mark_handed_off_many(ids, now_ms) == ids
-    finally:
-        repo.close()
-    return ids
-
-
 @pytest.fixture
 def backlogged(daemons: DaemonFactory, tmp_path: Path) -> DaemonProcess:
     """A daemon (no opencode) whose READER has 200 messages of 256 KiB handed off."""
     db = tmp_path / "state" / "pigeond.db"
     handed_off(db, ["x" * BACKLOG_PAYLOAD_BYTES] * BACKLOG)
     return daemons.start(db, opencode_url="")
-
-
-def memory_mib(pid: int, field: str) -> float:
-    """A ``/proc/<pid>/status`` memory field (``VmRSS``, ``VmHWM``) in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
-        name, _, value = line.partition(":")
-        if name == field:
-            return int(value.split()[0]) / 1024
-    raise AssertionError(f"no {field} in /proc/{pid}/status")
-
-
-def inbox_request(daemon: DaemonProcess) -> bytes:
-    return (
-        f"GET /swarm/inbox?session={READER}&limit=1000 HTTP/1.1\r\n"
-        f"Host: 127.0.0.1:{daemon.port}\r\n"
-        f"Authorization: Bearer {daemon.token}\r\n\r\n"
-    ).encode("ascii")
-
-
-def stalled_reader(daemon: DaemonProcess, request: bytes) -> socket.socket:
-    """A connection that sends ``request`` (maybe several, pipelined) and reads nothing."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window
-    sock.settimeout(10)
-    sock.connect(("127.0.0.1", daemon.port))
-    sock.sendall(request)
-    return sock
-
-
-def status_line(sock: socket.socket) -> bytes:
-    """The first 12 bytes of the answer (``HTTP/1.1 200``); the rest stays unread."""
-    data = b""
-    while len(data) < 12:
-        chunk = sock.recv(12 - len(data))
-        assert chunk, "the daemon closed the connection"
-        data += chunk
-    return data
 
 
 def health_latency_s(daemon: DaemonProcess) -> float:

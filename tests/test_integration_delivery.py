@@ -21,17 +21,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from pigeond.model import MSG_ID_RE
 from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
 from tests.fake_opencode import FakeOpencode, PromptCall
+from tests.polling import wait_until
+from tests.unix_http import UnixHTTPConnection
 
 pytestmark = pytest.mark.slow
 
-T = TypeVar("T")
 HTTP_TIMEOUT_S = 10.0
 PRIORITY_RANK = {"urgent": 0, "normal": 1, "low": 2}
 PIGEON_SEND = Path(sys.executable).parent / "pigeon-send"
@@ -40,24 +41,6 @@ Connect = Callable[[], http.client.HTTPConnection]
 
 
 # -- plumbing ------------------------------------------------------------------
-
-
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    """HTTP over an AF_UNIX stream socket."""
-
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._unix_path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._unix_path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
 
 
 class _BearerHTTPConnection(http.client.HTTPConnection):
@@ -78,7 +61,7 @@ def tcp(daemon: DaemonProcess) -> Connect:
 
 
 def unix(path: str) -> Connect:
-    return lambda: _UnixHTTPConnection(path, HTTP_TIMEOUT_S)
+    return lambda: UnixHTTPConnection(path, HTTP_TIMEOUT_S)
 
 
 def call(
@@ -135,18 +118,6 @@ def inbox_ids(connect: Connect, session: str, page_size: int = 25) -> list[str]:
             return ids
         since = page["next_cursor"]
     raise AssertionError("inbox paging did not end after 1000 pages")
-
-
-def wait_until(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """Poll ``check`` every 20 ms until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def delivered_ok(fake: FakeOpencode, session: str | None = None) -> list[PromptCall]:

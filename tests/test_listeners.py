@@ -31,6 +31,7 @@ from pigeond.service.listeners import (
     with_default_mode,
 )
 from tests.daemon_process import DaemonFactory, DaemonProcess
+from tests.unix_http import unix_get
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="giving a folder to another uid needs root")
@@ -50,23 +51,8 @@ def site() -> Site:
     return Site(Hello())
 
 
-def get(path: str | Path, target: str = "/") -> bytes:
-    """A blocking HTTP/1.0 GET over the Unix socket ``path``; the whole answer."""
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    client.settimeout(5)
-    try:
-        client.connect(str(path))
-        client.sendall(f"GET {target} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
-        answer = b""
-        while chunk := client.recv(4096):
-            answer += chunk
-        return answer
-    finally:
-        client.close()
-
-
 async def get_async(path: str | Path, target: str = "/") -> bytes:
-    answer: bytes = await threads.deferToThread(get, path, target)
+    answer: bytes = await threads.deferToThread(unix_get, path, target)
     return answer
 
 
@@ -390,10 +376,6 @@ async def test_a_socket_put_in_its_place_is_not_removed_on_stop(tmp_path: Path) 
 # -- the daemon ----------------------------------------------------------------------------
 
 
-def health_over(path: Path) -> bytes:
-    return get(path, "/health")
-
-
 def wait_for_runtime_socket(proc: DaemonProcess, timeout_s: float = 10) -> None:
     """The runtime socket's line comes after the first "listening on" that start() waits for."""
     deadline = time.monotonic() + timeout_s
@@ -415,7 +397,7 @@ def test_daemon_serves_its_runtime_socket_and_removes_it_on_stop(
     )
     assert proc.address.startswith("tcp:127.0.0.1:")
     wait_for_runtime_socket(proc)
-    assert b'"ok": true' in health_over(path)
+    assert b'"ok": true' in unix_get(path, "/health")
     assert f"also listening on unix:{path} (runtime socket)" in proc.output()
     assert proc.stop() == 0
     assert not path.exists()
@@ -432,7 +414,7 @@ def test_daemon_replaces_the_socket_its_crash_left(tmp_path: Path, daemons: Daem
     assert stat.S_ISSOCK(os.lstat(path).st_mode)
     proc = daemons.start(tmp_path / "p.db", opencode_url="", env=env)
     wait_for_runtime_socket(proc)
-    assert b'"ok": true' in health_over(path)
+    assert b'"ok": true' in unix_get(path, "/health")
     assert "removed the stale runtime socket" in proc.output()
 
 

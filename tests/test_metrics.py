@@ -10,22 +10,18 @@ from twisted.internet.task import Clock
 from twisted.web.http_headers import Headers
 
 from pigeond.config import Config
-from pigeond.credentials import read_token
 from pigeond.service.daemon import Daemon
-from tests.http_helpers import result_of, stub_client
+from tests.fixed_time import now_ms
+from tests.http_helpers import API, client_headers, result_of, stub_client
 from tests.messages import new_message
+from tests.opencode_stub import RecordingOpencode
 from tests.storage_helpers import clock_daemon, repo_of
-from tests.test_daemon import RecordingOpencode
-
-API = "http://127.0.0.1:4097"
 
 
-def scrape(daemon: Daemon, token: str | None = "daemon's") -> tuple[int, str, str]:
-    """GET /metrics: the status, the content type and the text."""
-    headers = Headers()
-    if token is not None:
-        secret = read_token(Path(daemon.config.db).parent / "token")
-        headers.addRawHeader("Authorization", f"Bearer {secret}")
+def scrape(daemon: Daemon, *, with_token: bool = True) -> tuple[int, str, str]:
+    """GET /metrics (with the daemon's token unless told not to): the status, the content
+    type and the text."""
+    headers = client_headers(daemon) if with_token else Headers()
     response = result_of(stub_client(daemon.site.resource).get(API + "/metrics", headers=headers))
     content_type = (response.headers.getRawHeaders("content-type") or [""])[0]
     return int(response.code), content_type, result_of(response.text())
@@ -41,13 +37,13 @@ def sample(text: str, name: str) -> float:
 def test_metrics_need_the_token(tmp_path: Path, clock: Clock) -> None:
     """Without the bearer token /metrics is a 401, like every route but /health."""
     daemon = clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock)
-    assert scrape(daemon, token=None)[0] == 401
+    assert scrape(daemon, with_token=False)[0] == 401
 
 
 def test_messages_by_state_and_the_oldest_queued_age(tmp_path: Path, clock: Clock) -> None:
     """Gauges count direct messages by state and age the oldest queued one by the clock."""
     daemon = clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock)
-    repo_of(daemon).accept(new_message("ses_t"), int(clock.seconds() * 1000))
+    repo_of(daemon).accept(new_message("ses_t"), now_ms(clock))
     clock.advance(30)
     status, content_type, text = scrape(daemon)
     assert status == 200 and content_type.startswith("text/plain")
@@ -63,7 +59,7 @@ def test_a_hand_off_is_counted_with_its_latency(tmp_path: Path, clock: Clock) ->
     opencode = RecordingOpencode(tmp_path)
     config = Config(db=str(tmp_path / "p.db"), delivery="call")
     daemon = clock_daemon(config, clock, http=stub_client(opencode))
-    repo_of(daemon).accept(new_message("ses_t"), int(clock.seconds() * 1000))
+    repo_of(daemon).accept(new_message("ses_t"), now_ms(clock))
     clock.advance(2)
     daemon.start_delivery()
     _, _, text = scrape(daemon)

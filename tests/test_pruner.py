@@ -14,14 +14,10 @@ from pigeond.service.pruner import Pruner, PruneRun
 from pigeond.storage import SwarmRepository, connect, open_database
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.retention import DAY_MS
+from tests.fixed_time import now_ms
 from tests.http_helpers import failure_of, result_of
 from tests.messages import new_message
-from tests.storage_helpers import clock_daemon, repo_of
-from tests.test_retention import add_done_rows
-
-
-def now_ms(clock: Clock) -> int:
-    return int(clock.seconds() * 1000)
+from tests.storage_helpers import add_done_rows, clock_daemon, repo_of
 
 
 def old_rows(repo: SwarmRepository, clock: Clock, count: int, payload_bytes: int = 16) -> None:

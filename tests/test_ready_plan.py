@@ -14,11 +14,11 @@ import pytest
 
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.synthetic import add_delivered_history, drop_statistics
+from tests.fixed_time import NOW_MS
 from tests.messages import new_message
 
 HISTORY_ROWS = 1_000_000
 HISTORY_TARGETS = 100
-NOW_MS = 1_793_491_200_000
 RETRY_IN_MS = 60_000
 
 

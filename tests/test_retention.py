@@ -16,11 +16,12 @@ from pigeond.storage.schema import (
     use_incremental_vacuum,
 )
 from pigeond.storage.synthetic import drop_statistics
+from tests.fixed_time import NOW_MS
 from tests.messages import new_message
+from tests.storage_helpers import add_done_rows
 
-NOW = 1_793_491_200_000
-OLD = NOW - 40 * DAY_MS
-CUTOFF = cutoff_ms(NOW, 30)
+OLD = NOW_MS - 40 * DAY_MS
+CUTOFF = cutoff_ms(NOW_MS, 30)
 
 
 def ids(repo: SwarmRepository) -> set[str]:
@@ -48,38 +49,16 @@ def ended(repo: SwarmRepository, msg_id: str, state: str, at: int) -> None:
 
 def every_kind_of_row(repo: SwarmRepository) -> None:
     """Old and young rows of every state, direct and channel."""
-    repo.accept(new_message("ses_t", msg_id="msg_queued_old"), OLD, NOW + DAY_MS)
+    repo.accept(new_message("ses_t", msg_id="msg_queued_old"), OLD, NOW_MS + DAY_MS)
     delivered(repo, "msg_unverified_old", OLD, verified=False)
     delivered(repo, "msg_verified_old", OLD)
     ended(repo, "msg_failed_old", "failed", OLD)
     ended(repo, "msg_expired_old", "expired", OLD - DAY_MS)
     ended(repo, "msg_cancelled_old", "cancelled", OLD)
     repo.accept(new_message(channel="ops", msg_id="msg_channel_old"), OLD)
-    delivered(repo, "msg_verified_young", NOW - DAY_MS)
-    ended(repo, "msg_failed_young", "failed", NOW - DAY_MS)
-    repo.accept(new_message(channel="ops", msg_id="msg_channel_young"), NOW - DAY_MS)
-
-
-def add_done_rows(conn: sqlite3.Connection, count: int, payload_bytes: int, at: int) -> None:
-    """``count`` verified hand-offs of ``payload_bytes`` each, done at ``at``, in one insert
-    (through the API every one would cost three fsyncs)."""
-    conn.execute("BEGIN IMMEDIATE")
-    accept, handoff = (
-        int(conn.execute("SELECT value FROM swarm_sequences WHERE name = ?", (n,)).fetchone()[0])
-        for n in ("accept", "handoff")
-    )
-    conn.execute(
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :count)"
-        " INSERT INTO swarm_messages (msg_id, from_session, to_session, kind, payload, state,"
-        " created_at, updated_at, handed_off_at, accept_seq, handoff_seq, verified_at)"
-        " SELECT printf('msg_done%08d', :accept + i), 'ses_s', printf('ses_t%d', i % 10), 'chat',"
-        " substr(hex(randomblob(:bytes)), 1, :bytes), 'handed_off', :at, :at, :at,"
-        " :accept + i, :handoff + i, :at FROM n",
-        {"count": count, "bytes": payload_bytes, "at": at, "accept": accept, "handoff": handoff},
-    )
-    conn.execute("UPDATE swarm_sequences SET value = value + ? WHERE name = 'accept'", (count,))
-    conn.execute("UPDATE swarm_sequences SET value = value + ? WHERE name = 'handoff'", (count,))
-    conn.execute("COMMIT")
+    delivered(repo, "msg_verified_young", NOW_MS - DAY_MS)
+    ended(repo, "msg_failed_young", "failed", NOW_MS - DAY_MS)
+    repo.accept(new_message(channel="ops", msg_id="msg_channel_young"), NOW_MS - DAY_MS)
 
 
 def prune_all(repo: SwarmRepository, cutoff: int, batch: int = 500) -> int:
@@ -108,9 +87,9 @@ def test_prune_removes_done_rows_older_than_the_cutoff_only(repo: SwarmRepositor
 
 def test_age_counts_from_when_a_message_became_done(repo: SwarmRepository) -> None:
     """A message accepted long ago but verified recently is kept (age is updated_at)."""
-    repo.accept(new_message("ses_t", msg_id="msg_slow"), OLD, NOW)
-    repo.mark_handed_off("msg_slow", NOW - DAY_MS, verify_by=NOW)
-    repo.mark_verified(["msg_slow"], NOW - DAY_MS)
+    repo.accept(new_message("ses_t", msg_id="msg_slow"), OLD, NOW_MS)
+    repo.mark_handed_off("msg_slow", NOW_MS - DAY_MS, verify_by=NOW_MS)
+    repo.mark_verified(["msg_slow"], NOW_MS - DAY_MS)
     assert not repo.prune_batch(CUTOFF, 100)
     assert repo.get("msg_slow") is not None
 
@@ -156,7 +135,7 @@ def test_inbox_cursors_stay_valid_after_pruning(repo: SwarmRepository) -> None:
     for i in range(1, 4):
         delivered(repo, f"msg_old{i}", OLD)
     for i in range(4, 7):
-        delivered(repo, f"msg_new{i}", NOW - DAY_MS, verified=i != 6)
+        delivered(repo, f"msg_new{i}", NOW_MS - DAY_MS, verified=i != 6)
     assert prune_all(repo, CUTOFF) == 3
     assert repo.last_handoff_seq() == 6
     first = repo.inbox_page("ses_t", 0, 2)
@@ -175,7 +154,7 @@ def test_prune_searches_the_prunable_index(repo: SwarmRepository) -> None:
     """With history, ANALYZEd or not, a batch is a SEARCH of idx_swarm_prunable, never a SCAN."""
     add_done_rows(repo.connection, 5_000, 16, OLD)
     for i in range(200):
-        repo.accept(new_message("ses_q", msg_id=f"msg_q{i}"), OLD, NOW + DAY_MS)
+        repo.accept(new_message("ses_q", msg_id=f"msg_q{i}"), OLD, NOW_MS + DAY_MS)
     repo.connection.execute("ANALYZE")
     for analyzed in (True, False):
         if not analyzed:
@@ -266,7 +245,7 @@ def test_nothing_is_given_back_without_incremental_mode(tmp_path: Path) -> None:
 def test_pruning_shrinks_a_large_database(repo: SwarmRepository, db_path: Path) -> None:
     """20,000 done 1 KiB rows pruned: the file drops below a tenth; undone rows survive."""
     for i in range(20):
-        repo.accept(new_message("ses_q", msg_id=f"msg_q{i}", payload="q" * 1024), OLD, NOW)
+        repo.accept(new_message("ses_q", msg_id=f"msg_q{i}", payload="q" * 1024), OLD, NOW_MS)
         delivered(repo, f"msg_u{i}", OLD, verified=False)
     add_done_rows(repo.connection, 20_000, 1024, OLD)
     before = repo.file_size()

@@ -20,9 +20,8 @@ from pigeond.storage import (
 )
 from pigeond.storage.repository import INBOX_PAGE_SQL, inbox_entry_bytes
 from pigeond.storage.schema import MIGRATIONS
+from tests.fixed_time import NOW_MS
 from tests.messages import new_message
-
-NOW = 1_793_491_200_000
 
 SEED_COLUMNS = [
     # name, type, notnull, default, pk
@@ -128,7 +127,7 @@ def test_seed_database_upgrades_in_place(tmp_path: Path) -> None:
     # msg_b was handed off first (t=500), msg_a later (t=900)
     assert [m.msg_id for m in repo.inbox_page("ses_t", 0, 10).messages] == ["msg_b", "msg_a"]
     assert c.handoff_seq is None
-    assert repo.accept(new_message("ses_t", msg_id="msg_d"), NOW) is AcceptOutcome.STORED
+    assert repo.accept(new_message("ses_t", msg_id="msg_d"), NOW_MS) is AcceptOutcome.STORED
     d = repo.get("msg_d")
     assert d is not None and d.accept_seq == 4
 
@@ -170,27 +169,27 @@ def test_failed_migration_leaves_old_version(tmp_path: Path) -> None:
 
 def test_accept_stores_queued_and_due_now(repo: SwarmRepository) -> None:
     """An accepted message is queued, has no attempts, and is due at once."""
-    assert repo.accept(new_message(msg_id="msg_1"), NOW) is AcceptOutcome.STORED
+    assert repo.accept(new_message(msg_id="msg_1"), NOW_MS) is AcceptOutcome.STORED
     stored = repo.get("msg_1")
     assert stored is not None
-    assert (stored.state, stored.attempts, stored.next_retry_at) == ("queued", 0, NOW)
-    assert (stored.created_at, stored.updated_at, stored.handed_off_at) == (NOW, NOW, None)
+    assert (stored.state, stored.attempts, stored.next_retry_at) == ("queued", 0, NOW_MS)
+    assert (stored.created_at, stored.updated_at, stored.handed_off_at) == (NOW_MS, NOW_MS, None)
 
 
 def test_accept_same_content_is_duplicate(repo: SwarmRepository) -> None:
     """The same msg_id with the same content is a duplicate and writes nothing."""
     message = new_message(msg_id="msg_1")
-    repo.accept(message, NOW)
-    assert repo.accept(message, NOW + 5000) is AcceptOutcome.DUPLICATE
+    repo.accept(message, NOW_MS)
+    assert repo.accept(message, NOW_MS + 5000) is AcceptOutcome.DUPLICATE
     stored = repo.get("msg_1")
-    assert stored is not None and stored.updated_at == NOW
+    assert stored is not None and stored.updated_at == NOW_MS
     assert repo.count_by_state() == {"queued": 1}
 
 
 def test_accept_other_content_is_conflict(repo: SwarmRepository) -> None:
     """The same msg_id with other content is a conflict and changes nothing."""
-    repo.accept(new_message(msg_id="msg_1", payload="one"), NOW)
-    assert repo.accept(new_message(msg_id="msg_1", payload="two"), NOW) is AcceptOutcome.CONFLICT
+    repo.accept(new_message(msg_id="msg_1", payload="one"), NOW_MS)
+    assert repo.accept(new_message(msg_id="msg_1", payload="two"), NOW_MS) is AcceptOutcome.CONFLICT
     stored = repo.get("msg_1")
     assert stored is not None and stored.payload == "one"
 
@@ -198,13 +197,13 @@ def test_accept_other_content_is_conflict(repo: SwarmRepository) -> None:
 def test_accept_order_is_kept_within_a_millisecond(repo: SwarmRepository) -> None:
     """Messages accepted in the same millisecond keep their accept order."""
     for msg_id in ("msg_z", "msg_a", "msg_m"):
-        repo.accept(new_message(msg_id=msg_id), NOW)
+        repo.accept(new_message(msg_id=msg_id), NOW_MS)
     order = []
     for _ in range(3):
         head = repo.queue_head("ses_target")
         assert head is not None
         order.append(head.msg_id)
-        repo.mark_handed_off(head.msg_id, NOW)
+        repo.mark_handed_off(head.msg_id, NOW_MS)
     assert order == ["msg_z", "msg_a", "msg_m"]
 
 
@@ -218,48 +217,48 @@ def test_queue_head_is_priority_then_fifo(repo: SwarmRepository) -> None:
         ("msg_u2", "urgent"),
         ("msg_l2", "low"),
     ]:
-        repo.accept(new_message(msg_id=msg_id, priority=priority), NOW)
+        repo.accept(new_message(msg_id=msg_id, priority=priority), NOW_MS)
     order = []
     while (head := repo.queue_head("ses_target")) is not None:
         order.append(head.msg_id)
-        repo.mark_handed_off(head.msg_id, NOW)
+        repo.mark_handed_off(head.msg_id, NOW_MS)
     assert order == ["msg_u1", "msg_u2", "msg_n1", "msg_n2", "msg_l1", "msg_l2"]
 
 
 def test_mark_handed_off_numbers_hand_offs(repo: SwarmRepository) -> None:
     """Each hand-off takes the next hand-off number and clears the retry time."""
-    repo.accept(new_message(msg_id="msg_1"), NOW)
-    repo.accept(new_message(msg_id="msg_2"), NOW)
-    assert repo.mark_handed_off("msg_2", NOW + 10)
-    assert repo.mark_handed_off("msg_1", NOW + 20)
+    repo.accept(new_message(msg_id="msg_1"), NOW_MS)
+    repo.accept(new_message(msg_id="msg_2"), NOW_MS)
+    assert repo.mark_handed_off("msg_2", NOW_MS + 10)
+    assert repo.mark_handed_off("msg_1", NOW_MS + 20)
     one, two = repo.get("msg_1"), repo.get("msg_2")
     assert one is not None and two is not None
     assert (two.handoff_seq, one.handoff_seq) == (1, 2)
-    assert (one.state, one.handed_off_at, one.next_retry_at) == ("handed_off", NOW + 20, None)
+    assert (one.state, one.handed_off_at, one.next_retry_at) == ("handed_off", NOW_MS + 20, None)
 
 
 def test_mark_handed_off_only_from_queued(repo: SwarmRepository) -> None:
     """A message that is no longer queued is not handed off again."""
-    repo.accept(new_message(msg_id="msg_1"), NOW)
-    assert repo.mark_handed_off("msg_1", NOW)
-    assert not repo.mark_handed_off("msg_1", NOW + 1)
-    assert not repo.mark_handed_off("msg_unknown", NOW)
+    repo.accept(new_message(msg_id="msg_1"), NOW_MS)
+    assert repo.mark_handed_off("msg_1", NOW_MS)
+    assert not repo.mark_handed_off("msg_1", NOW_MS + 1)
+    assert not repo.mark_handed_off("msg_unknown", NOW_MS)
 
 
 def test_failed_attempt_schedules_retry(repo: SwarmRepository) -> None:
     """A failed attempt counts, records why, and sets the next retry time."""
-    repo.accept(new_message(msg_id="msg_1"), NOW)
-    assert repo.record_failed_attempt("msg_1", "HTTP 500", NOW + 1, NOW + 1001)
+    repo.accept(new_message(msg_id="msg_1"), NOW_MS)
+    assert repo.record_failed_attempt("msg_1", "HTTP 500", NOW_MS + 1, NOW_MS + 1001)
     stored = repo.get("msg_1")
     assert stored is not None
     assert (stored.state, stored.attempts, stored.last_error) == ("queued", 1, "HTTP 500")
-    assert (stored.next_retry_at, stored.updated_at) == (NOW + 1001, NOW + 1)
+    assert (stored.next_retry_at, stored.updated_at) == (NOW_MS + 1001, NOW_MS + 1)
 
 
 def test_final_failed_attempt_marks_failed(repo: SwarmRepository) -> None:
     """A failed attempt with no retry time makes the message failed for good."""
-    repo.accept(new_message(msg_id="msg_1"), NOW)
-    repo.record_failed_attempt("msg_1", "gone", NOW, None)
+    repo.accept(new_message(msg_id="msg_1"), NOW_MS)
+    repo.record_failed_attempt("msg_1", "gone", NOW_MS, None)
     stored = repo.get("msg_1")
     assert stored is not None
     assert (stored.state, stored.attempts, stored.next_retry_at) == ("failed", 1, None)
@@ -268,28 +267,28 @@ def test_final_failed_attempt_marks_failed(repo: SwarmRepository) -> None:
 
 def test_ready_targets_only_due_direct_messages(repo: SwarmRepository) -> None:
     """Ready targets have a due queued direct message; channel and waiting ones are not."""
-    repo.accept(new_message("ses_due", msg_id="msg_1"), NOW)
-    repo.accept(new_message("ses_later", msg_id="msg_2"), NOW)
-    repo.record_failed_attempt("msg_2", "x", NOW, NOW + 5000)
-    repo.accept(new_message(channel="builds", msg_id="msg_3"), NOW)
-    repo.accept(new_message("ses_done", msg_id="msg_4"), NOW)
-    repo.mark_handed_off("msg_4", NOW)
-    assert repo.ready_targets(NOW) == ["ses_due"]
-    assert sorted(repo.ready_targets(NOW + 5000)) == ["ses_due", "ses_later"]
+    repo.accept(new_message("ses_due", msg_id="msg_1"), NOW_MS)
+    repo.accept(new_message("ses_later", msg_id="msg_2"), NOW_MS)
+    repo.record_failed_attempt("msg_2", "x", NOW_MS, NOW_MS + 5000)
+    repo.accept(new_message(channel="builds", msg_id="msg_3"), NOW_MS)
+    repo.accept(new_message("ses_done", msg_id="msg_4"), NOW_MS)
+    repo.mark_handed_off("msg_4", NOW_MS)
+    assert repo.ready_targets(NOW_MS) == ["ses_due"]
+    assert sorted(repo.ready_targets(NOW_MS + 5000)) == ["ses_due", "ses_later"]
 
 
 def test_counts_leave_out_channel_messages(repo: SwarmRepository) -> None:
     """Channel messages wait by design and are not counted as queued."""
-    repo.accept(new_message(channel="builds"), NOW)
-    repo.accept(new_message("ses_t"), NOW)
+    repo.accept(new_message(channel="builds"), NOW_MS)
+    repo.accept(new_message("ses_t"), NOW_MS)
     assert repo.count_by_state() == {State.QUEUED: 1}
 
 
 def test_inbox_pages_in_hand_off_order(repo: SwarmRepository) -> None:
     """The inbox returns a session's hand-offs in hand-off order, paged by a cursor."""
     for i in range(5):
-        repo.accept(new_message(msg_id=f"msg_{i}"), NOW)
-        repo.mark_handed_off(f"msg_{i}", NOW + i)
+        repo.accept(new_message(msg_id=f"msg_{i}"), NOW_MS)
+        repo.mark_handed_off(f"msg_{i}", NOW_MS + i)
     first = repo.inbox_page("ses_target", 0, 2)
     assert [m.msg_id for m in first.messages] == ["msg_0", "msg_1"] and first.has_more
     last_seq = first.messages[-1].handoff_seq
@@ -301,14 +300,14 @@ def test_inbox_pages_in_hand_off_order(repo: SwarmRepository) -> None:
 
 def test_inbox_shows_late_hand_off_of_old_message(repo: SwarmRepository) -> None:
     """An older message handed off after a reader's cursor passed is still returned next."""
-    repo.accept(new_message(msg_id="msg_0001_old"), NOW)
-    repo.record_failed_attempt("msg_0001_old", "busy", NOW, NOW + 1000)
-    repo.accept(new_message(msg_id="msg_0002_new"), NOW + 1)
-    repo.mark_handed_off("msg_0002_new", NOW + 2)
+    repo.accept(new_message(msg_id="msg_0001_old"), NOW_MS)
+    repo.record_failed_attempt("msg_0001_old", "busy", NOW_MS, NOW_MS + 1000)
+    repo.accept(new_message(msg_id="msg_0002_new"), NOW_MS + 1)
+    repo.mark_handed_off("msg_0002_new", NOW_MS + 2)
     page = repo.inbox_page("ses_target", 0, 10)
     cursor = page.messages[-1].handoff_seq
     assert cursor is not None
-    repo.mark_handed_off("msg_0001_old", NOW + 1000)
+    repo.mark_handed_off("msg_0001_old", NOW_MS + 1000)
     assert [m.msg_id for m in repo.inbox_page("ses_target", cursor, 10).messages] == [
         "msg_0001_old"
     ]
@@ -316,10 +315,10 @@ def test_inbox_shows_late_hand_off_of_old_message(repo: SwarmRepository) -> None
 
 def test_inbox_is_per_session(repo: SwarmRepository) -> None:
     """A session's inbox holds only messages to that session."""
-    repo.accept(new_message("ses_a", msg_id="msg_a"), NOW)
-    repo.accept(new_message("ses_b", msg_id="msg_b"), NOW)
-    repo.mark_handed_off("msg_a", NOW)
-    repo.mark_handed_off("msg_b", NOW)
+    repo.accept(new_message("ses_a", msg_id="msg_a"), NOW_MS)
+    repo.accept(new_message("ses_b", msg_id="msg_b"), NOW_MS)
+    repo.mark_handed_off("msg_a", NOW_MS)
+    repo.mark_handed_off("msg_b", NOW_MS)
     assert [m.msg_id for m in repo.inbox_page("ses_b", 0, 10).messages] == ["msg_b"]
 
 
@@ -327,7 +326,7 @@ def test_read_only_database_refuses_writes(repo: SwarmRepository) -> None:
     """On a read-only database accept raises StorageUnavailable and stores nothing."""
     repo.connection.execute("PRAGMA query_only = 1")
     with pytest.raises(StorageUnavailable):
-        repo.accept(new_message(msg_id="msg_1"), NOW)
+        repo.accept(new_message(msg_id="msg_1"), NOW_MS)
     repo.connection.execute("PRAGMA query_only = 0")
     assert repo.get("msg_1") is None
 
@@ -339,7 +338,7 @@ def test_full_disk_refuses_writes(repo: SwarmRepository) -> None:
     conn.execute(f"PRAGMA max_page_count = {pages}")
     with pytest.raises(StorageUnavailable):
         for i in range(200):
-            repo.accept(new_message(msg_id=f"msg_{i}", payload="x" * 4000), NOW)
+            repo.accept(new_message(msg_id=f"msg_{i}", payload="x" * 4000), NOW_MS)
     stored = repo.count_by_state().get("queued", 0)
     assert all(repo.get(f"msg_{i}") is not None for i in range(stored))
     assert repo.get(f"msg_{stored}") is None
@@ -353,17 +352,17 @@ def test_locked_database_times_out_as_unavailable(db_path: Path) -> None:
     repo = SwarmRepository(connect(db_path, busy_timeout_ms=50))
     try:
         with pytest.raises(StorageUnavailable):
-            repo.accept(new_message(msg_id="msg_1"), NOW)
+            repo.accept(new_message(msg_id="msg_1"), NOW_MS)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert repo.accept(new_message(msg_id="msg_1"), NOW) is AcceptOutcome.STORED
+    assert repo.accept(new_message(msg_id="msg_1"), NOW_MS) is AcceptOutcome.STORED
     repo.close()
 
 
 def test_committed_row_is_visible_to_a_new_connection(repo: SwarmRepository, db_path: Path) -> None:
     """After accept returns, another connection (another process) sees the row."""
-    repo.accept(new_message(msg_id="msg_1"), NOW)
+    repo.accept(new_message(msg_id="msg_1"), NOW_MS)
     other = SwarmRepository(connect(db_path))
     assert other.get("msg_1") is not None
     other.close()
@@ -376,8 +375,8 @@ def _handed_off(repo: SwarmRepository, payloads: list[str]) -> list[StoredMessag
     """Messages to ses_target with these payloads, handed off in this order."""
     ids = [f"msg_b{i:03d}" for i in range(len(payloads))]
     for msg_id, payload in zip(ids, payloads, strict=True):
-        repo.accept(new_message(msg_id=msg_id, payload=payload), NOW)
-    repo.mark_handed_off_many(ids, NOW)
+        repo.accept(new_message(msg_id=msg_id, payload=payload), NOW_MS)
+    repo.mark_handed_off_many(ids, NOW_MS)
     stored = [repo.get(msg_id) for msg_id in ids]
     assert all(m is not None for m in stored)
     return [m for m in stored if m is not None]
@@ -470,15 +469,15 @@ def test_migration_6_moves_ended_notices_to_dropped(tmp_path: Path) -> None:
     conn = connect(path)
     migrate(conn, MIGRATIONS[:5])
     repo = SwarmRepository(conn)
-    repo.accept(new_message("ses_t", msg_id="msg_real"), NOW)
-    repo.accept(new_message("ses_a", msg_id="msg_notice", kind="delivery.failed"), NOW)
+    repo.accept(new_message("ses_t", msg_id="msg_real"), NOW_MS)
+    repo.accept(new_message("ses_a", msg_id="msg_notice", kind="delivery.failed"), NOW_MS)
     for msg_id in ("msg_real", "msg_notice"):
         conn.execute("UPDATE swarm_messages SET state = 'failed' WHERE msg_id = ?", (msg_id,))
     conn.close()
     upgraded = SwarmRepository(open_database(path))
     try:
         assert upgraded.count_by_state() == {"failed": 1, "dropped": 1}
-        plan = upgraded.explain_prune(NOW + 1, 10)
+        plan = upgraded.explain_prune(NOW_MS + 1, 10)
         assert any("idx_swarm_prunable" in step for step in plan), plan
     finally:
         upgraded.close()

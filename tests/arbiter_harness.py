@@ -1,0 +1,142 @@
+"""The arbiter on a fake clock, with an in-memory opencode whose answers the test controls.
+
+:func:`make_harness` builds an :class:`Arbiter` over a real repository, an
+:class:`InMemoryOpencode` that parks every prompt until the test fires it, and a
+:class:`FakeRegistry` of session directories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+
+from pigeond.delivery.arbiter import AgentChecker, Arbiter, DeliveryPolicy, ModeSource
+from pigeond.delivery.opencode_client import SessionNotFound
+from pigeond.delivery.turns import TurnTracker
+from pigeond.storage import SwarmRepository
+from pigeond.storage.database import InlineDatabase
+from tests.fixed_time import now_ms
+from tests.messages import new_message
+
+TICK_S = 0.5
+OUTAGE_S = 30.0
+
+
+@dataclass
+class Prompt:
+    target: str
+    directory: str
+    texts: list[str]
+    answer: Deferred[None]
+    mode: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.texts)
+
+    def msg_ids(self) -> list[str]:
+        return [t.split('msg_id="')[1].split('"')[0] for t in self.texts]
+
+
+@dataclass
+class InMemoryOpencode:
+    """prompt_async parks on a Deferred per call; the test fires it."""
+
+    prompts: list[Prompt] = field(default_factory=list)
+    in_flight: dict[str, int] = field(default_factory=dict)
+    most_in_flight: dict[str, int] = field(default_factory=dict)
+
+    async def prompt_async(
+        self,
+        session_id: str,
+        directory: str,
+        texts: Sequence[str],
+        mode: Mapping[str, Any] | None = None,
+    ) -> None:
+        prompt = Prompt(session_id, directory, list(texts), Deferred(), dict(mode or {}))
+        self.prompts.append(prompt)
+        self.in_flight[session_id] = self.in_flight.get(session_id, 0) + 1
+        self.most_in_flight[session_id] = max(
+            self.most_in_flight.get(session_id, 0), self.in_flight[session_id]
+        )
+        try:
+            await prompt.answer
+        finally:
+            self.in_flight[session_id] -= 1
+
+    def pending(self) -> list[Prompt]:
+        return [p for p in self.prompts if not p.answer.called]
+
+    def succeed_all(self) -> None:
+        for prompt in self.pending():
+            prompt.answer.callback(None)
+
+    def fail_all(self, error: Exception) -> None:
+        for prompt in self.pending():
+            prompt.answer.errback(error)
+
+
+@dataclass
+class FakeRegistry:
+    directories: dict[str, str] = field(default_factory=dict)
+    invalidated: list[str] = field(default_factory=list)
+    gone: set[str] = field(default_factory=set)
+
+    async def resolve(self, session_id: str) -> str:
+        if session_id in self.gone:
+            raise SessionNotFound(f"GET /session/{session_id}: session not found")
+        return self.directories.get(session_id, f"/work/{session_id}")
+
+    def invalidate(self, session_id: str) -> None:
+        self.invalidated.append(session_id)
+
+
+@dataclass
+class Harness:
+    repo: SwarmRepository
+    clock: Clock
+    opencode: InMemoryOpencode
+    registry: FakeRegistry
+    arbiter: Arbiter
+    turns: TurnTracker | None = None
+
+    def now_ms(self) -> int:
+        return now_ms(self.clock)
+
+    def send(self, to: str = "ses_target", expires_at: int | None = None, **kwargs: str) -> str:
+        message = new_message(to, **kwargs)
+        self.repo.accept(message, self.now_ms(), expires_at)
+        return message.msg_id
+
+    def prompts_to(self, target: str) -> list[Prompt]:
+        return [p for p in self.opencode.prompts if p.target == target]
+
+    def state(self, msg_id: str) -> str:
+        stored = self.repo.get(msg_id)
+        assert stored is not None
+        return stored.state
+
+
+def make_harness(
+    repo: SwarmRepository,
+    clock: Clock,
+    *,
+    batch_max: int = 1,
+    turns: TurnTracker | None = None,
+    missing_dirs: frozenset[str] = frozenset(),
+    modes: ModeSource | None = None,
+    agents: AgentChecker | None = None,
+) -> Harness:
+    opencode, registry = InMemoryOpencode(), FakeRegistry()
+    policy = DeliveryPolicy(tick_s=TICK_S, max_attempts=10, batch_max=batch_max,
+                            outage_retry_s=OUTAGE_S, verify_grace_s=60)  # fmt: skip
+    arbiter = Arbiter(
+        InlineDatabase(repo), registry, opencode, clock, policy=policy, turns=turns,
+        check_directory=lambda d: f"{d} does not exist" if d in missing_dirs else None,
+        modes=modes, agents=agents,
+    )  # fmt: skip
+    return Harness(repo, clock, opencode, registry, arbiter, turns)

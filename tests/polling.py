@@ -1,0 +1,24 @@
+"""Waiting for something a subprocess does: poll, and fail with what was awaited."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(
+    check: Callable[[], T | None], timeout_s: float, what: str, every_s: float = 0.02
+) -> T:
+    """Call ``check`` every ``every_s`` until it returns something truthy, and return that;
+    AssertionError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(every_s)
