@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pigeond.storage import open_database
 from pigeond.storage.synthetic import add_stuck_rows
-from tui.app import PigeonApp
+from pigeond_tui.app import PigeonApp
 
 NOW_MS = 1_793_491_200_000
 TIMEOUT_S = 60.0

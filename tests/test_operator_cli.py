@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from pigeond.cli import pigeon
 from pigeond.cli.pigeon import main
+from pigeond.cli.presentation import LS_COLUMNS
 from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
+from tests.fixed_time import NOW_MS
+from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
 from tests.messages import new_message
-from tests.test_terminal import EVIL, EVIL_SHOWN, raw_controls
 
-NOW = 1_793_491_200_000
+NOW = NOW_MS
 LATER = NOW + 90_000
 EVIL_TARGET = "ses_t\x1b[2J\u202e"
 
@@ -76,7 +77,7 @@ def test_ls_prints_a_table_newest_first(db: Path, capsys: pytest.CaptureFixture[
     code, out, _ = run(capsys, "ls", "--db", str(db))
     lines = out.splitlines()
     assert code == 0
-    assert lines[0].split() == list(pigeon.LS_COLUMNS)
+    assert lines[0].split() == list(LS_COLUMNS)
     assert [line.split()[0] for line in lines[1:]] == ["msg_c", "msg_f", "msg_q"]
     assert "#ops" in lines[1] and "1m" in lines[3]
     assert "…" in lines[2] and "x" * 80 not in out
@@ -160,6 +161,35 @@ def test_retry_now_and_cancel_by_target(db: Path, capsys: pytest.CaptureFixture[
     assert state_of(db, "msg_q") == "cancelled"
     code, out, err = run(capsys, "cancel", "--db", str(db), "--target", "ses_t")
     assert (code, out, err) == (0, "", "pigeon: cancel: no queued messages to ses_t\n")
+
+
+def test_requeue_of_a_delivered_message_is_refused(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """requeue of a handed-off message: one stderr line naming its state, exit 1, unchanged."""
+    repo = SwarmRepository(open_database(db))
+    repo.accept(new_message("ses_t", msg_id="msg_d"), NOW + 4, NOW + 3_600_000)
+    assert repo.mark_handed_off("msg_d", NOW + 5)
+    repo.close()
+    code, out, err = run(capsys, "requeue", "--db", str(db), "msg_d")
+    assert (code, out) == (1, "")
+    assert err == "pigeon: requeue: msg_d is handed_off, not failed or expired\n"
+    assert state_of(db, "msg_d") == "handed_off"
+
+
+def test_stats_shows_when_a_held_target_is_next_tried(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A target whose head an outage holds for 30 s: "in 20s" 10 s later, though a message
+    sent to it meanwhile is due; --json gives the hold's end as next_retry_at."""
+    repo = SwarmRepository(open_database(db))
+    assert repo.record_outage(["msg_q"], "connection refused", LATER - 10_000, LATER + 20_000)
+    repo.accept(new_message("ses_t", msg_id="msg_q2"), LATER - 5_000, NOW + 3_600_000)
+    repo.close()
+    code, out, _ = run(capsys, "stats", "--db", str(db))
+    assert code == 0 and out.splitlines()[-1].split() == ["ses_t", "2", "1m", "in", "20s"]
+    code, out, _ = run(capsys, "stats", "--db", str(db), "--json")
+    assert json.loads(out)["queued_per_target"][0]["next_retry_at"] == LATER + 20_000
 
 
 def test_cancel_by_id_refuses_a_failed_message(
@@ -248,7 +278,7 @@ def test_stats_escapes_target_names(evil_db: Path, capsys: pytest.CaptureFixture
     code, out, _ = run(capsys, "stats", "--db", str(evil_db))
     assert code == 0
     assert raw_controls(out) == set()
-    assert out.splitlines()[-1].split() == ["ses_t\\x1b[2J\\u202e", "1", "1m"]
+    assert out.splitlines()[-1].split() == ["ses_t\\x1b[2J\\u202e", "1", "1m", "now"]
 
 
 def test_stats_json_keeps_the_exact_target(
@@ -283,11 +313,12 @@ def test_stats_json(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_stats_table(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """stats: readable sections with the per-target queue."""
+    """stats: readable sections with the per-target queue and when each target is next tried."""
     code, out, _ = run(capsys, "stats", "--db", str(db))
     assert code == 0
     assert "direct messages:" in out and "channel messages:" in out
-    assert out.splitlines()[-1].split() == ["ses_t", "1", "1m"]
+    assert out.splitlines()[-2].split() == ["target", "queued", "oldest", "next", "retry"]
+    assert out.splitlines()[-1].split() == ["ses_t", "1", "1m", "now"]
 
 
 def test_db_from_environment(db: Path, capsys: pytest.CaptureFixture[str]) -> None:

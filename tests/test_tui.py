@@ -1,124 +1,44 @@
-"""The ``pigeon-tui`` operator TUI, driven by Textual's Pilot against real WAL databases.
-
-The tests are plain sync functions that run the app with ``asyncio.run`` so they
-do not meet pytest-twisted's reactor.
-"""
+"""The ``pigeon-tui`` operator TUI, driven by Textual's Pilot against real WAL databases."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from textual.coordinate import Coordinate
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Label, Static
 
-from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
-from tests.messages import new_message
-from tests.test_terminal import EVIL, EVIL_SHOWN, raw_controls
-from tui.app import ConfirmScreen, HelpScreen, PigeonApp, main
-
-NOW = 1_793_491_200_000
-LATER = NOW + 90_000
-HOUR = 3_600_000
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Path]:
-    """Queued (two targets), failed, delivered and a channel message."""
-    path = tmp_path / "pigeond.db"
-    repo = SwarmRepository(open_database(path))
-    repo.accept(new_message("ses_a", msg_id="msg_q1", payload="alpha <b>"), NOW, NOW + HOUR)
-    repo.accept(new_message("ses_a", msg_id="msg_q2", kind="status.update"), NOW + 1, NOW + HOUR)
-    repo.accept(new_message("ses_b", msg_id="msg_f", sender="cron"), NOW + 2, NOW + HOUR)
-    repo.record_failed_attempt("msg_f", "HTTP 500: boom", NOW + 3, None)
-    repo.accept(new_message("ses_b", msg_id="msg_d"), NOW + 4, NOW + HOUR)
-    assert repo.mark_handed_off("msg_d", NOW + 5)
-    repo.accept(new_message(channel="ops", msg_id="msg_c"), NOW + 6)
-    repo.close()
-    yield path
-
-
-EVIL_ID = "msg_[b]e[/b]" + EVIL  # markup too: it must show as written, not turn bold
-EVIL_ID_SHOWN = "msg_[b]e[/b]" + EVIL_SHOWN
-EVIL_PAYLOAD = "one " + EVIL + "\ntwo [link=https://evil.example]x[/link]"
+from pigeond.storage import SCHEMA_VERSION, open_database
+from pigeond_tui.app import PigeonApp, main
+from pigeond_tui.screens import ConfirmScreen, HelpScreen
+from tests.hostile_text import EVIL_SHOWN, raw_controls
+from tests.tui_support import (
+    EVIL_ID,
+    EVIL_ID_SHOWN,
+    LATER,
+    all_rows,
+    drive,
+    highlight,
+    seed,
+    seed_evil,
+    settle,
+    table_keys,
+)
 
 
 @pytest.fixture
-def evil_db(tmp_path: Path) -> Iterator[Path]:
-    """One queued message written by another tool: escapes, U+202E and markup in every field."""
-    path = tmp_path / "evil.db"
-    repo = SwarmRepository(open_database(path))
-    evil = new_message(
-        "ses_a" + EVIL, msg_id=EVIL_ID, sender="ses_s[b]x[/b]" + EVIL, kind="chat" + EVIL,
-        payload=EVIL_PAYLOAD,
-    )  # fmt: skip
-    repo.accept(evil, NOW, NOW + HOUR)
-    repo.close()
-    yield path
+def db(tmp_path: Path) -> Path:
+    return seed(tmp_path / "pigeond.db")
+
+
+@pytest.fixture
+def evil_db(tmp_path: Path) -> Path:
+    return seed_evil(tmp_path / "evil.db")
 
 
 def row_of(path: Path, msg_id: str) -> tuple[str, int]:
-    conn = sqlite3.connect(path)
-    try:
-        state, updated_at = conn.execute(
-            "SELECT state, updated_at FROM swarm_messages WHERE msg_id = ?", (msg_id,)
-        ).fetchone()
-        return str(state), int(updated_at)
-    finally:
-        conn.close()
-
-
-def all_rows(path: Path) -> dict[str, tuple[str, int]]:
-    conn = sqlite3.connect(path)
-    try:
-        rows = conn.execute("SELECT msg_id, state, updated_at FROM swarm_messages").fetchall()
-        return {str(m): (str(s), int(u)) for m, s, u in rows}
-    finally:
-        conn.close()
-
-
-def drive(
-    path: Path,
-    script: Callable[[PigeonApp, Pilot[None]], Awaitable[None]],
-    *,
-    notifications: bool = False,
-) -> PigeonApp:
-    """Run the app headless (no timer refresh: interval one hour) and play ``script``."""
-    app = PigeonApp(path, clock=lambda: LATER, interval=3600)
-
-    async def run() -> None:
-        async with app.run_test(size=(160, 50), notifications=notifications) as pilot:
-            await settle(app, pilot)
-            await script(app, pilot)
-
-    asyncio.run(run())
-    return app
-
-
-async def settle(app: PigeonApp, pilot: Pilot[None]) -> None:
-    """Let workers finish and their results reach the screen."""
-    for _ in range(3):
-        await pilot.pause()
-        await app.workers.wait_for_complete()
-    await pilot.pause()
-
-
-def table_keys(app: PigeonApp, selector: str) -> list[str]:
-    table = app.query_one(selector, DataTable)
-    return [
-        str(table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value)
-        for i in range(table.row_count)
-    ]
-
-
-async def highlight(app: PigeonApp, pilot: Pilot[None], msg_id: str) -> None:
-    table = app.query_one("#messages", DataTable)
-    table.move_cursor(row=table.get_row_index(msg_id))
-    await pilot.pause()
+    return all_rows(path)[msg_id]
 
 
 def test_overview_counts_match_the_database(db: Path) -> None:
@@ -199,7 +119,7 @@ def test_requeue_a_failed_row_after_confirming(db: Path) -> None:
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
         await settle(app, pilot)
-        assert app.reports[-1] == "msg_f: requeue done"
+        assert app.reports[-1] == "msg_f requeued"
         assert table_keys(app, "#messages") == []
 
     drive(db, script)
@@ -224,7 +144,7 @@ def test_no_in_the_modal_changes_nothing_and_cancel_changes_one_row(db: Path) ->
         await pilot.pause()
         await pilot.click("#yes")
         await settle(app, pilot)
-        assert app.reports[-1] == "msg_q1: cancel done"
+        assert app.reports[-1] == "msg_q1 cancelled"
 
     drive(db, script)
     after = all_rows(db)
@@ -247,7 +167,7 @@ def test_a_stale_write_changes_nothing(db: Path) -> None:
         conn.close()
         await pilot.press("y")
         await settle(app, pilot)
-        assert app.reports[-1] == "msg_q2: changed meanwhile, nothing done"
+        assert app.reports[-1] == "retry-now: msg_q2 changed meanwhile, nothing done"
 
     drive(db, script)
     assert row_of(db, "msg_q2") == ("queued", 7)
@@ -263,7 +183,7 @@ def test_bulk_cancel_for_the_highlighted_target(db: Path) -> None:
         await pilot.pause()
         await pilot.press("y")
         await settle(app, pilot)
-        assert app.reports[-1] == "cancel ses_a: 2 message(s)"
+        assert app.reports[-1] == "ses_a: 2 message(s) cancelled"
         assert table_keys(app, "#messages") == ["msg_c"]
 
     drive(db, script)
@@ -349,7 +269,7 @@ def test_bulk_cancel_of_the_filtered_view(db: Path) -> None:
 
 def test_pages_through_a_window_at_a_time(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The table holds one window; `]` and `[` fetch the next and previous one."""
-    monkeypatch.setattr("tui.data.WINDOW", 2)
+    monkeypatch.setattr("pigeond_tui.data.WINDOW", 2)
 
     async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
         await pilot.press("6")
@@ -372,13 +292,14 @@ def test_pages_through_a_window_at_a_time(db: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_table_cells_show_message_fields_escaped(evil_db: Path) -> None:
-    """Message and per-target table cells show escapes and literal brackets, no raw controls."""
+    """Message and per-target table cells show escapes and literal brackets, no raw controls;
+    a cell too wide is cut between escapes, never inside one."""
 
     async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
         cells = [str(c) for c in app.query_one("#messages", DataTable).get_row(EVIL_ID)]
         assert cells[:5] == [
-            EVIL_ID_SHOWN, "queued", "ses_a" + EVIL_SHOWN, "ses_s[b]x[/b]" + EVIL_SHOWN,
-            "chat" + EVIL_SHOWN,
+            "msg_[b]e[/b]…=\\x07\\u202e", "queued", "ses_a\\x1b[…\\u202e",
+            "ses_s[b]x[…\\u202e", "chat\\x1b…\\u202e",
         ]  # fmt: skip
         queued = [str(c) for c in app.query_one("#queued", DataTable).get_row_at(0)]
         assert queued[0] == "ses_a" + EVIL_SHOWN
@@ -392,7 +313,8 @@ def test_detail_pane_shows_message_fields_escaped(evil_db: Path) -> None:
 
     async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
         detail = str(app.query_one("#detail", Static).render())
-        assert "  from ses_s[b]x[/b]" + EVIL_SHOWN + "\n" in detail
+        assert detail.startswith("msg_id            " + EVIL_ID_SHOWN + "\n")
+        assert "\nfrom_session      ses_s[b]x[/b]" + EVIL_SHOWN + "\n" in detail
         assert "\none " + EVIL_SHOWN + "\ntwo [link=https://evil.example]x[/link]\n" in detail
         assert 'kind="chat' + EVIL_SHOWN + '"' in detail
         assert raw_controls(detail) == set()
@@ -410,9 +332,9 @@ def test_confirmation_and_notification_show_fields_escaped(evil_db: Path) -> Non
         assert question == f"cancel {EVIL_ID_SHOWN} (queued, to ses_a{EVIL_SHOWN})?"
         await pilot.press("y")
         await settle(app, pilot)
-        assert app.reports[-1] == f"{EVIL_ID_SHOWN}: cancel done"
+        assert app.reports[-1] == f"{EVIL_ID_SHOWN} cancelled"
         toasts = [str(toast.render()) for toast in app.screen.query("Toast")]
-        assert toasts == [f"{EVIL_ID_SHOWN}: cancel done"]
+        assert toasts == [f"{EVIL_ID_SHOWN} cancelled"]
         assert raw_controls(question + "".join(toasts)) == set()
 
     drive(evil_db, script, notifications=True)

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from pigeond_tui.app import PigeonApp
+from pigeond_tui.screens import ConfirmScreen
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.fake_opencode import FakeOpencode
-from tests.test_tui import highlight, settle
-from tui.app import ConfirmScreen, PigeonApp
+from tests.tui_support import highlight, settle
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +74,7 @@ def test_requeue_in_the_tui_while_the_daemon_delivers(
         return app
 
     app = asyncio.run(run())
-    assert f"{lost}: requeue done" in app.reports, app.reports
+    assert f"{lost} requeued" in app.reports, app.reports
     wait_until(lambda: any(c.msg_id == lost for c in fake.prompt_calls()), 15, "the delivery")
     wait_until(lambda: len(fake.prompt_calls("ses_busy")) == 20, 15, "the busy deliveries")
     assert "locked" not in daemon.output()

@@ -12,19 +12,20 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
-from tests.test_tui import LATER, db  # noqa: F401 - the seeded database fixture
-from tests.test_tui import settle as settle_app
-from tui.app import PigeonApp
+from pigeond_tui.app import PigeonApp
+from tests.tui_support import LATER, seed, seed_real
+from tests.tui_support import settle as settle_app
 
 SIZE = (140, 36)
 SnapCompare = Callable[..., bool]
 
 
 @pytest.fixture
-def app(db: Path, monkeypatch: pytest.MonkeyPatch) -> PigeonApp:  # noqa: F811
+def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PigeonApp:
     """The app on the seeded database, opened by a relative path so the title is stable."""
-    monkeypatch.chdir(db.parent)
-    return PigeonApp(db.name, clock=lambda: LATER, interval=3600)
+    seed(tmp_path / "pigeond.db")
+    monkeypatch.chdir(tmp_path)
+    return PigeonApp("pigeond.db", clock=lambda: LATER, interval=3600)
 
 
 async def settle(pilot: Pilot[None]) -> None:
@@ -57,3 +58,20 @@ def test_help_screen(app: PigeonApp, snap_compare: SnapCompare) -> None:
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=help_open)
+
+
+def test_all_tab_at_200_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_compare: SnapCompare
+) -> None:
+    """The all tab at 200 columns, real-length ids and a long error: every column shows,
+    age and last_error included, beside the detail pane."""
+    seed_real(tmp_path / "real.db")
+    monkeypatch.chdir(tmp_path)
+    app = PigeonApp("real.db", clock=lambda: LATER, interval=3600)
+
+    async def all_tab(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("6")
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=(200, 40), run_before=all_tab)

@@ -10,6 +10,11 @@ through ``terminal.visible`` (control characters, escape sequences and bidi
 overrides escaped); ``--json`` output is exact.  Exit codes: 0 every named message changed
 (or the read, prune or install worked), 1 any did not, 2 usage or an unusable
 database, 3 the daemon is unreachable (``inbox``).
+
+This module runs the subcommands.  Their options are declared in
+``pigeon_args``; the actions (which states each applies to, their words, the
+conditional writes) in ``actions``; how a message is shown (columns, ages,
+times, the detail view) in ``presentation``, which ``pigeon-tui`` uses too.
 """
 
 from __future__ import annotations
@@ -22,110 +27,46 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import urlencode
 
 from pigeond.cli import install_plugin, pigeon_send
-from pigeond.config import Config, default_db_path
+from pigeond.cli.actions import ACTIONS, outcome_line, queued_per_target, resolve_db
+from pigeond.cli.pigeon_args import build_parser
+from pigeond.cli.presentation import (
+    LS_COLUMNS,
+    QUEUE_COLUMNS,
+    cut,
+    detail,
+    format_time,
+    json_row,
+    message_cells,
+    one_line,
+    queue_cells,
+    state_counts,
+    table_lines,
+)
 from pigeond.credentials import TokenError, client_token, daemon_address
-from pigeond.envelope import render_envelope
-from pigeond.model import StoredMessage
 from pigeond.storage import SchemaError, StorageError, SwarmRepository
 from pigeond.storage.operator import ActionOutcome, open_existing
 from pigeond.storage.retention import FileSize, cutoff_ms
 from pigeond.terminal import json_visible, visible
 
-SYSTEM_DB = "/var/lib/pigeond/pigeond.db"
 EXIT_OK, EXIT_NOT_CHANGED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
-LS_COLUMNS = ("msg_id", "state", "to", "from", "kind", "priority", "attempts", "age", "last_error")
-ERROR_WIDTH = 40
+ERROR_WIDTH = 40  # ls and inbox: last_error and payload cut to this many columns
 # prune: rows per delete transaction and pages per vacuum step, each one short write
 # so that a running daemon's own writes never wait long
 PRUNE_BATCH_ROWS = 500
 PRUNE_VACUUM_PAGES = 1000
-# pigeon does not read pigeond's configuration: prune defaults to its default retention
-DEFAULT_RETENTION_DAYS = Config().retention_days
-TIME_COLUMNS = (
-    "next_retry_at", "created_at", "updated_at", "handed_off_at", "verified_at", "verify_by",
-    "expires_at",
-)  # fmt: skip
 
 
 class UsageError(ValueError):
     pass
 
 
-def resolve_db(given: str | None, env: Mapping[str, str]) -> str:
-    """--db, else $PIGEOND_DB, else the system database when readable, else the user's."""
-    if given:
-        return given
-    if env.get("PIGEOND_DB"):
-        return env["PIGEOND_DB"]
-    if os.path.isfile(SYSTEM_DB) and os.access(SYSTEM_DB, os.R_OK):
-        return SYSTEM_DB
-    return default_db_path(env)
-
-
-def format_age(ms: int) -> str:
-    seconds = max(ms, 0) // 1000
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def format_time(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-
-
-def destination(message: StoredMessage) -> str:
-    return message.to_session if message.to_session is not None else f"#{message.channel}"
-
-
-def ls_row(message: StoredMessage, now_ms: int) -> dict[str, Any]:
-    """One ``ls`` row; in JSON age is whole seconds and last_error is not truncated."""
-    return {
-        "msg_id": message.msg_id,
-        "state": message.state,
-        "to": destination(message),
-        "from": message.from_session,
-        "kind": message.kind,
-        "priority": message.priority,
-        "attempts": message.attempts,
-        "age": max(now_ms - message.created_at, 0) // 1000,
-        "last_error": message.last_error,
-    }
-
-
-def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Aligned columns; every cell is escaped here, so callers pass raw values."""
-    shown = [[visible(cell) for cell in row] for row in [header, *rows]]
-    widths = [max(len(row[i]) for row in shown) for i in range(len(header))]
-    for line in shown:
-        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
-
-
-def truncate(text: str | None, width: int) -> str:
-    """``text`` on one line, cut so that its escaped form fits ``width`` (``…`` marks a cut).
-
-    The cut falls between characters, never inside an escape such as ``\\x1b``.
-    """
-    if not text:
-        return ""
-    flat = " ".join(text.split())
-    if len(visible(flat)) <= width:
-        return flat
-    kept: list[str] = []
-    used = 0
-    for char in flat:
-        used += len(visible(char))
-        if used > width - 1:
-            break
-        kept.append(char)
-    return "".join(kept) + "…"
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str = "") -> None:
+    """Aligned columns; the cells are escaped there, so callers pass raw values."""
+    for line in table_lines(header, rows, indent=indent):
+        print(line)
 
 
 def print_json(value: object) -> None:
@@ -143,19 +84,11 @@ def cmd_ls(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
     messages = repo.list_messages(
         state=args.state, target=args.target, sender=args.sender, limit=args.limit
     )
-    rows = [ls_row(m, now_ms) for m in messages]
     if args.json:
-        print_json(rows)
+        print_json([json_row(m, now_ms) for m in messages])
         return EXIT_OK
-    table = [
-        [
-            *(str(row[c]) for c in LS_COLUMNS[:7]),
-            format_age(now_ms - m.created_at),
-            truncate(m.last_error, ERROR_WIDTH),
-        ]
-        for row, m in zip(rows, messages, strict=True)
-    ]
-    print_table(LS_COLUMNS, table)
+    widths = {"last_error": ERROR_WIDTH}
+    print_table(LS_COLUMNS, [message_cells(m, now_ms, LS_COLUMNS, widths) for m in messages])
     return EXIT_OK
 
 
@@ -164,80 +97,54 @@ def cmd_show(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> in
     if message is None:
         print(f"pigeon: {visible(args.msg_id)}: unknown message", file=sys.stderr)
         return EXIT_NOT_CHANGED
-    columns = dataclasses.asdict(message)
-    envelope = render_envelope(message)
+    shown = detail(message, now_ms)
     if args.json:
-        print_json({**columns, "envelope": envelope})
+        print_json({**dataclasses.asdict(message), "envelope": shown.envelope})
         return EXIT_OK
-    width = max(len(name) for name in columns)
-    for name, value in columns.items():
-        if name == "payload":
-            continue
-        shown = str(value) if value is not None else "-"
-        if name in TIME_COLUMNS:
-            shown = format_time(value)
-        print(f"{name.ljust(width)}  {visible(shown)}")
-    print(f"{'age'.ljust(width)}  {format_age(now_ms - message.created_at)}")
+    for name, value in shown.fields:
+        print(f"{name.ljust(shown.name_width)}  {visible(value)}")
     print("\npayload:")
-    print(visible(message.payload, multiline=True))
+    print(visible(shown.payload, multiline=True))
     print("\nenvelope:")
-    print(visible(envelope, multiline=True))
+    print(visible(shown.envelope, multiline=True))
     return EXIT_OK
 
 
-ONE_ACTIONS: dict[str, Callable[[SwarmRepository, str, int, int | None], ActionOutcome]] = {
-    "requeue": SwarmRepository.requeue,
-    "retry-now": SwarmRepository.retry_now,
-    "cancel": SwarmRepository.cancel,
-}
-TARGET_ACTIONS: dict[str, Callable[[SwarmRepository, str, int], list[str]]] = {
-    "requeue": SwarmRepository.requeue_target,
-    "retry-now": SwarmRepository.retry_now_target,
-    "cancel": SwarmRepository.cancel_target,
-}
-WANTED_STATE = {"requeue": "failed or expired", "retry-now": "queued", "cancel": "queued"}
-DONE_WORD = {"requeue": "requeued", "retry-now": "due now", "cancel": "cancelled"}
-
-
 def cmd_action(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
-    name: str = args.command
+    """requeue, retry-now or cancel: each id that changed on stdout, each that did not
+    on stderr with the reason (exit 1); ``--target``: every matching message."""
+    action = ACTIONS[args.command]
     if bool(args.msg_ids) == (args.target is not None):
-        raise UsageError(f"{name}: give message ids or --target, not both or neither")
+        raise UsageError(f"{action.name}: give message ids or --target, not both or neither")
     if args.target is not None:
-        changed = TARGET_ACTIONS[name](repo, args.target, now_ms)
+        changed = action.apply_to_target(repo, args.target, now_ms)
         for msg_id in changed:
-            print(f"{visible(msg_id)} {DONE_WORD[name]}")
+            print(visible(f"{msg_id} {action.done}"))
         if not changed:
-            print(
-                f"pigeon: {name}: no {WANTED_STATE[name]} messages to {visible(args.target)}",
-                file=sys.stderr,
-            )
+            line = f"{action.name}: no {action.wanted} messages to {args.target}"
+            print(f"pigeon: {visible(line)}", file=sys.stderr)
         return EXIT_OK
     status = EXIT_OK
     for msg_id in args.msg_ids:
         seen = repo.get(msg_id)
-        if seen is None:
-            outcome = ActionOutcome.UNKNOWN
-        else:
-            outcome = ONE_ACTIONS[name](repo, msg_id, now_ms, seen.updated_at)
+        outcome = (
+            ActionOutcome.UNKNOWN
+            if seen is None
+            else action.apply_one(repo, msg_id, now_ms, seen.updated_at)
+        )
+        line = visible(outcome_line(action, msg_id, outcome, None if seen is None else seen.state))
         if outcome is ActionOutcome.CHANGED:
-            print(f"{visible(msg_id)} {DONE_WORD[name]}")
-            continue
-        status = EXIT_NOT_CHANGED
-        if outcome is ActionOutcome.WRONG_STATE and seen is not None:
-            why = f"is {visible(seen.state)}, not {WANTED_STATE[name]}"
-        elif outcome is ActionOutcome.STALE:
-            why = "changed meanwhile; not touched (look again)"
+            print(line)
         else:
-            why = "unknown message"
-        print(f"pigeon: {name}: {visible(msg_id)} {why}", file=sys.stderr)
+            status = EXIT_NOT_CHANGED
+            print(f"pigeon: {line}", file=sys.stderr)
     return status
 
 
 def cmd_stats(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
     direct = repo.count_by_state()
     channel = repo.count_channel_by_state()
-    targets = repo.queued_per_target()
+    targets = queued_per_target(repo, now_ms)
     if args.json:
         print_json(
             {
@@ -258,19 +165,13 @@ def cmd_stats(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> i
         return EXIT_OK
     for title, counts in (("direct messages", direct), ("channel messages", channel)):
         print(f"{title}:")
-        for state, n in sorted(counts.items()):
+        for state, n in state_counts(counts, zeros=False):
             print(f"  {visible(state).ljust(12)} {n}")
         if not counts:
             print("  (none)")
     print("queued per target:")
     if targets:
-        print_table(
-            ("  target", "queued", "oldest"),
-            [
-                ["  " + t.target, str(t.queued), format_age(now_ms - t.oldest_created_at)]
-                for t in targets
-            ],
-        )
+        print_table(QUEUE_COLUMNS, [queue_cells(t, now_ms) for t in targets], indent="  ")
     else:
         print("  (none)")
     return EXIT_OK
@@ -381,7 +282,7 @@ def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             [
                 str(m.get("msg_id")), str(m.get("from")), str(m.get("kind")),
                 str(m.get("priority")), format_time(m.get("handed_off_at")),
-                truncate(str(m.get("payload", "")), ERROR_WIDTH),
+                cut(one_line(str(m.get("payload", ""))), ERROR_WIDTH),
             ]
             for m in messages
             if isinstance(m, dict)
@@ -399,104 +300,13 @@ def cmd_install_plugin(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         raise UsageError(str(e)) from e
 
 
-# -- parsing and dispatch ----------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pigeon",
-        description="Look at and steer pigeond's message queue.",
-        epilog="'pigeon send ...' is exactly pigeon-send (see pigeon send --help).",
-    )
-    db = argparse.ArgumentParser(add_help=False)
-    db.add_argument(
-        "--db",
-        metavar="PATH",
-        help=f"database (default $PIGEOND_DB, else {SYSTEM_DB} when readable,"
-        " else the per-user pigeond.db)",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    ls = sub.add_parser("ls", parents=[db], help="list messages, newest first")
-    ls.add_argument("--state", help="only this state (queued, handed_off, failed, ...)")
-    ls.add_argument("--target", metavar="T", help="only to this session or channel")
-    ls.add_argument("--from", dest="sender", metavar="F", help="only from this sender")
-    ls.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (default 50)")
-    ls.add_argument("--json", action="store_true", help="a JSON list of objects")
-
-    show = sub.add_parser("show", parents=[db], help="every column of one message")
-    show.add_argument("msg_id", metavar="MSG_ID")
-    show.add_argument("--json", action="store_true", help="one JSON object")
-
-    helps = {
-        "requeue": "failed or expired → queued, due now, attempts reset",
-        "retry-now": "make queued messages due now",
-        "cancel": "queued → cancelled (never delivered, no notice)",
-    }
-    for name, text in helps.items():
-        action = sub.add_parser(name, parents=[db], help=text, description=text)
-        action.add_argument("msg_ids", nargs="*", metavar="MSG_ID")
-        action.add_argument("--target", metavar="T", help="every matching message to T")
-
-    stats = sub.add_parser("stats", parents=[db], help="counts by state, queued per target")
-    stats.add_argument("--json", action="store_true", help="one JSON object")
-
-    prune_text = (
-        "delete done messages (verified hand-offs, failed, expired, cancelled; channel"
-        " messages) older than D days, then shrink the file: what pigeond does every minute"
-    )
-    prune = sub.add_parser("prune", parents=[db], help=prune_text, description=prune_text)
-    prune.add_argument(
-        "--older-than-days",
-        type=float,
-        default=DEFAULT_RETENTION_DAYS,
-        metavar="D",
-        help=f"by the time each became done (default {DEFAULT_RETENTION_DAYS:g},"
-        " pigeond's default retention_days)",
-    )
-    prune.add_argument("--dry-run", action="store_true", help="only show what would go")
-    prune.add_argument("--json", action="store_true", help="one JSON object")
-
-    inbox = sub.add_parser("inbox", help="what was handed off to a session (via the daemon)")
-    inbox.add_argument("--session", required=True, metavar="S")
-    inbox.add_argument("--since", metavar="C", help="cursor (next_cursor) or msg_id")
-    inbox.add_argument("--limit", type=int, metavar="N", help="page size, 1-1000 (default 100)")
-    inbox.add_argument(
-        "--url",
-        help="daemon URL (default $PIGEOND_URL, else the user's socket"
-        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {pigeon_send.DEFAULT_URL})",
-    )
-    inbox.add_argument("--timeout", type=float, default=10.0, metavar="S")
-    inbox.add_argument("--json", action="store_true", help="the daemon's JSON answer")
-
-    plugin = sub.add_parser(
-        "install-plugin",
-        help="put the opencode plugin (swarm_send, swarm_read, swarm_status) in place",
-        description="Copy pigeond's opencode plugin where opencode loads it: the user's global"
-        " opencode config (the default) or one project's .opencode folder.",
-    )
-    where = plugin.add_mutually_exclusive_group()
-    where.add_argument(
-        "--global",
-        dest="project",
-        action="store_const",
-        const=None,
-        help="$XDG_CONFIG_HOME/opencode/plugin (default ~/.config/opencode/plugin): every session",
-    )
-    where.add_argument(
-        "--project", metavar="DIR", help="DIR/.opencode/plugin: sessions in DIR and below"
-    )
-
-    sub.add_parser("send", help="send a message: exactly pigeon-send", add_help=False)
-    return parser
+# -- dispatch ----------------------------------------------------------------------
 
 
 DB_COMMANDS: dict[str, Callable[[SwarmRepository, argparse.Namespace, int], int]] = {
     "ls": cmd_ls,
     "show": cmd_show,
-    "requeue": cmd_action,
-    "retry-now": cmd_action,
-    "cancel": cmd_action,
+    **dict.fromkeys(ACTIONS, cmd_action),
     "stats": cmd_stats,
     "prune": cmd_prune,
 }

@@ -1,0 +1,145 @@
+"""What an operator does to the queue, declared once for ``pigeon`` and ``pigeon-tui``.
+
+Which database the tools open, the per-target view of the queue, and the three
+actions (requeue, retry-now, cancel): the states each starts from, its words, and
+how it is applied to one message, a list of messages or a target, always through
+the conditional writes of ``pigeond.storage.operator``.  A front end asks
+:meth:`Action.applies_to` before it offers an action, so it never asks the
+operator to confirm something the storage would refuse, and both tell the
+outcome in the same words (:func:`outcome_line`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from pigeond.config import default_db_path
+from pigeond.storage import SwarmRepository
+from pigeond.storage.operator import (
+    CANCEL_FROM,
+    REQUEUE_FROM,
+    RETRY_NOW_FROM,
+    ActionOutcome,
+    TargetQueue,
+    open_existing,
+)
+
+SYSTEM_DB: Final = "/var/lib/pigeond/pigeond.db"
+
+
+def resolve_db(given: str | None, env: Mapping[str, str]) -> str:
+    """--db, else $PIGEOND_DB, else the system database when readable, else the user's."""
+    if given:
+        return given
+    if env.get("PIGEOND_DB"):
+        return env["PIGEOND_DB"]
+    if os.path.isfile(SYSTEM_DB) and os.access(SYSTEM_DB, os.R_OK):
+        return SYSTEM_DB
+    return default_db_path(env)
+
+
+@contextmanager
+def repository(path: Path | str) -> Iterator[SwarmRepository]:
+    """An existing database of the current schema (else SchemaError), closed afterwards."""
+    repo = SwarmRepository(open_existing(path))
+    try:
+        yield repo
+    finally:
+        repo.close()
+
+
+def queued_per_target(repo: SwarmRepository, now_ms: int) -> list[TargetQueue]:
+    """Queued direct messages per target, with ``next_retry_at`` the time the target is
+    really tried next: that of the head of its queue (priority, then accept order;
+    expired messages skipped, None when only those are left).
+
+    The storage's own ``next_retry_at`` is the earliest of *all* the target's queued
+    messages.  After an outage only the batch handed off is held (``record_outage``),
+    and messages sent meanwhile are due at once; but the arbiter hands off in queue
+    order and a held head holds the messages behind it, so that earliest time said
+    "now" for a target held for another 30 s.
+    """
+    return [
+        dataclasses.replace(queue, next_retry_at=None if head is None else head.next_retry_at)
+        for queue in repo.queued_per_target()
+        for head in [repo.queue_head(queue.target, now_ms)]
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One operator action: where it applies, its words, and its conditional writes."""
+
+    name: str  # as the operator types it: ``pigeon NAME``, the TUI's notices
+    from_states: tuple[str, ...]  # from pigeond.storage.operator: what the writes accept
+    done: str  # "msg_… requeued"
+    summary: str  # ``pigeon --help``
+    one: Callable[[SwarmRepository, str, int, int | None], ActionOutcome]
+    every_to: Callable[[SwarmRepository, str, int], list[str]]
+
+    @property
+    def wanted(self) -> str:
+        """The states it starts from, in words: ``failed or expired``."""
+        return " or ".join(self.from_states)
+
+    def applies_to(self, state: str) -> bool:
+        return state in self.from_states
+
+    def apply_one(
+        self, repo: SwarmRepository, msg_id: str, now_ms: int, seen_updated_at: int | None
+    ) -> ActionOutcome:
+        """Change one message if it is still in a state the action starts from and (when
+        ``seen_updated_at`` is given) unchanged since the operator saw it."""
+        return self.one(repo, msg_id, now_ms, seen_updated_at)
+
+    def apply_many(
+        self, repo: SwarmRepository, seen: Sequence[tuple[str, int]], now_ms: int
+    ) -> Counter[ActionOutcome]:
+        """:meth:`apply_one` for each ``(msg_id, updated_at)`` seen; how many ended each way."""
+        return Counter(self.one(repo, msg_id, now_ms, at) for msg_id, at in seen)
+
+    def apply_to_target(self, repo: SwarmRepository, target: str, now_ms: int) -> list[str]:
+        """Every message to ``target`` in a state the action starts from; their ids."""
+        return self.every_to(repo, target, now_ms)
+
+
+REQUEUE: Final = Action(
+    "requeue", REQUEUE_FROM, "requeued", "failed or expired → queued, due now, attempts reset",
+    SwarmRepository.requeue, SwarmRepository.requeue_target,
+)  # fmt: skip
+RETRY_NOW: Final = Action(
+    "retry-now", RETRY_NOW_FROM, "due now", "make queued messages due now",
+    SwarmRepository.retry_now, SwarmRepository.retry_now_target,
+)  # fmt: skip
+CANCEL: Final = Action(
+    "cancel", CANCEL_FROM, "cancelled", "queued → cancelled (never delivered, no notice)",
+    SwarmRepository.cancel, SwarmRepository.cancel_target,
+)  # fmt: skip
+ACTIONS: Final[Mapping[str, Action]] = {a.name: a for a in (REQUEUE, RETRY_NOW, CANCEL)}
+
+
+def outcome_line(action: Action, msg_id: str, outcome: ActionOutcome, state: str | None) -> str:
+    """What became of one message: ``msg_… requeued``, or the action, the id and why not.
+
+    ``state`` is the message's state as last read (for a wrong-state refusal).  Raw
+    text: the caller escapes it for the terminal.
+    """
+    if outcome is ActionOutcome.CHANGED:
+        return f"{msg_id} {action.done}"
+    if outcome is ActionOutcome.WRONG_STATE:
+        return f"{action.name}: {msg_id} {refusal(action, state)}"
+    if outcome is ActionOutcome.STALE:
+        return f"{action.name}: {msg_id} changed meanwhile, nothing done"
+    return f"{action.name}: {msg_id} unknown message"
+
+
+def refusal(action: Action, state: str | None) -> str:
+    """Why ``action`` does not apply to a message in ``state``."""
+    return f"is {state}, not {action.wanted}" if state else f"is not {action.wanted}"

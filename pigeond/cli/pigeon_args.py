@@ -1,0 +1,102 @@
+"""``pigeon``'s command line: every subcommand, its options and their help.
+
+Declarative only (``pigeon.py`` runs the commands): the actions' names and help
+come from :mod:`pigeond.cli.actions`, the states from :mod:`pigeond.cli.presentation`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pigeond.cli import pigeon_send
+from pigeond.cli.actions import ACTIONS, SYSTEM_DB
+from pigeond.cli.presentation import STATES
+from pigeond.config import Config
+
+# pigeon does not read pigeond's configuration: prune defaults to its default retention
+DEFAULT_RETENTION_DAYS = Config().retention_days
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pigeon",
+        description="Look at and steer pigeond's message queue.",
+        epilog="'pigeon send ...' is exactly pigeon-send (see pigeon send --help).",
+    )
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument(
+        "--db",
+        metavar="PATH",
+        help=f"database (default $PIGEOND_DB, else {SYSTEM_DB} when readable,"
+        " else the per-user pigeond.db)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    ls = sub.add_parser("ls", parents=[db], help="list messages, newest first")
+    ls.add_argument("--state", help=f"only this state ({', '.join(STATES)})")
+    ls.add_argument("--target", metavar="T", help="only to this session or channel")
+    ls.add_argument("--from", dest="sender", metavar="F", help="only from this sender")
+    ls.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (default 50)")
+    ls.add_argument("--json", action="store_true", help="a JSON list of objects")
+
+    show = sub.add_parser("show", parents=[db], help="every column of one message")
+    show.add_argument("msg_id", metavar="MSG_ID")
+    show.add_argument("--json", action="store_true", help="one JSON object")
+
+    for action in ACTIONS.values():
+        text = action.summary
+        one = sub.add_parser(action.name, parents=[db], help=text, description=text)
+        one.add_argument("msg_ids", nargs="*", metavar="MSG_ID")
+        one.add_argument("--target", metavar="T", help="every matching message to T")
+
+    stats = sub.add_parser("stats", parents=[db], help="counts by state, queued per target")
+    stats.add_argument("--json", action="store_true", help="one JSON object")
+
+    prune_text = (
+        "delete done messages (verified hand-offs, failed, expired, cancelled; channel"
+        " messages) older than D days, then shrink the file: what pigeond does every minute"
+    )
+    prune = sub.add_parser("prune", parents=[db], help=prune_text, description=prune_text)
+    prune.add_argument(
+        "--older-than-days",
+        type=float,
+        default=DEFAULT_RETENTION_DAYS,
+        metavar="D",
+        help=f"by the time each became done (default {DEFAULT_RETENTION_DAYS:g},"
+        " pigeond's default retention_days)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="only show what would go")
+    prune.add_argument("--json", action="store_true", help="one JSON object")
+
+    inbox = sub.add_parser("inbox", help="what was handed off to a session (via the daemon)")
+    inbox.add_argument("--session", required=True, metavar="S")
+    inbox.add_argument("--since", metavar="C", help="cursor (next_cursor) or msg_id")
+    inbox.add_argument("--limit", type=int, metavar="N", help="page size, 1-1000 (default 100)")
+    inbox.add_argument(
+        "--url",
+        help="daemon URL (default $PIGEOND_URL, else the user's socket"
+        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {pigeon_send.DEFAULT_URL})",
+    )
+    inbox.add_argument("--timeout", type=float, default=10.0, metavar="S")
+    inbox.add_argument("--json", action="store_true", help="the daemon's JSON answer")
+
+    plugin = sub.add_parser(
+        "install-plugin",
+        help="put the opencode plugin (swarm_send, swarm_read, swarm_status) in place",
+        description="Copy pigeond's opencode plugin where opencode loads it: the user's global"
+        " opencode config (the default) or one project's .opencode folder.",
+    )
+    where = plugin.add_mutually_exclusive_group()
+    where.add_argument(
+        "--global",
+        dest="project",
+        action="store_const",
+        const=None,
+        help="$XDG_CONFIG_HOME/opencode/plugin (default ~/.config/opencode/plugin): every session",
+    )
+    where.add_argument(
+        "--project", metavar="DIR", help="DIR/.opencode/plugin: sessions in DIR and below"
+    )
+
+    sub.add_parser("send", help="send a message: exactly pigeon-send", add_help=False)
+    return parser

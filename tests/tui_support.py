@@ -1,0 +1,134 @@
+"""What the ``pigeon-tui`` tests share: seeded databases, and running the app headless.
+
+The builders are plain functions; each test module wraps the ones it needs in
+its own fixtures.  The app runs under ``asyncio.run`` in plain sync tests, so it
+does not meet pytest-twisted's reactor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from textual.coordinate import Coordinate
+from textual.pilot import Pilot
+from textual.widgets import DataTable
+
+from pigeond.storage import SwarmRepository, open_database
+from pigeond_tui.app import PigeonApp
+from tests.fixed_time import NOW_MS
+from tests.hostile_text import EVIL, EVIL_SHOWN
+from tests.messages import new_message
+
+NOW = NOW_MS
+LATER = NOW + 90_000  # the app's clock: every seeded message is 1m old
+HOUR = 3_600_000
+
+EVIL_ID = "msg_[b]e[/b]" + EVIL  # markup too: it must show as written, not turn bold
+EVIL_ID_SHOWN = "msg_[b]e[/b]" + EVIL_SHOWN
+EVIL_PAYLOAD = "one " + EVIL + "\ntwo [link=https://evil.example]x[/link]"
+
+Script = Callable[[PigeonApp, Pilot[None]], Awaitable[None]]
+
+
+def seed(path: Path) -> Path:
+    """Queued (two to ses_a), failed and delivered (to ses_b), and a channel message."""
+    repo = SwarmRepository(open_database(path))
+    repo.accept(new_message("ses_a", msg_id="msg_q1", payload="alpha <b>"), NOW, NOW + HOUR)
+    repo.accept(new_message("ses_a", msg_id="msg_q2", kind="status.update"), NOW + 1, NOW + HOUR)
+    repo.accept(new_message("ses_b", msg_id="msg_f", sender="cron"), NOW + 2, NOW + HOUR)
+    repo.record_failed_attempt("msg_f", "HTTP 500: boom", NOW + 3, None)
+    repo.accept(new_message("ses_b", msg_id="msg_d"), NOW + 4, NOW + HOUR)
+    assert repo.mark_handed_off("msg_d", NOW + 5)
+    repo.accept(new_message(channel="ops", msg_id="msg_c"), NOW + 6)
+    repo.close()
+    return path
+
+
+def seed_evil(path: Path) -> Path:
+    """One queued message written by another tool: escapes, U+202E and markup in every field."""
+    repo = SwarmRepository(open_database(path))
+    evil = new_message(
+        "ses_a" + EVIL, msg_id=EVIL_ID, sender="ses_s[b]x[/b]" + EVIL, kind="chat" + EVIL,
+        payload=EVIL_PAYLOAD,
+    )  # fmt: skip
+    repo.accept(evil, NOW, NOW + HOUR)
+    repo.close()
+    return path
+
+
+# What real traffic looks like: pigeond's 21-character msg_ids, opencode's
+# 30-character session ids, the longest kind, and an error longer than any screen.
+REAL_TARGET = "ses_6ee0b0c1dffe2ZzJkq2QpW7b9q"
+REAL_SENDER = "ses_6ee0a7f3affeqXkD0cLr1N2s8v"
+LONG_ERROR = "HTTP 500: " + "upstream model provider returned an error; " * 4
+
+
+def seed_real(path: Path) -> Path:
+    """Six messages with real-length ids, names and errors: failed (from cron, so no
+    notice with a random id is queued), queued after a failed attempt, delivered, queued."""
+    repo = SwarmRepository(open_database(path))
+    for i in range(6):
+        message = new_message(
+            REAL_TARGET, msg_id=f"msg_mhfz{i}k3q_9f3a6c1{i}",
+            sender="cron" if i == 0 else REAL_SENDER, kind="clarification.request",
+        )  # fmt: skip
+        repo.accept(message, NOW + i, NOW + HOUR)
+    repo.record_failed_attempt("msg_mhfz0k3q_9f3a6c10", LONG_ERROR, NOW + 10, None)
+    repo.record_failed_attempt("msg_mhfz1k3q_9f3a6c11", LONG_ERROR, NOW + 11, NOW + HOUR)
+    assert repo.mark_handed_off("msg_mhfz2k3q_9f3a6c12", NOW + 12)
+    repo.close()
+    return path
+
+
+def drive(
+    path: Path,
+    script: Script,
+    *,
+    size: tuple[int, int] = (160, 50),
+    notifications: bool = False,
+) -> PigeonApp:
+    """Run the app headless (no timer refresh: interval one hour) and play ``script``."""
+    app = PigeonApp(path, clock=lambda: LATER, interval=3600)
+
+    async def run() -> None:
+        async with app.run_test(size=size, notifications=notifications) as pilot:
+            await settle(app, pilot)
+            await script(app, pilot)
+
+    asyncio.run(run())
+    return app
+
+
+async def settle(app: PigeonApp, pilot: Pilot[None]) -> None:
+    """Let workers finish and their results reach the screen."""
+    for _ in range(3):
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def table_keys(app: PigeonApp, selector: str) -> list[str]:
+    table = app.query_one(selector, DataTable)
+    return [
+        str(table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value)
+        for i in range(table.row_count)
+    ]
+
+
+async def highlight(app: PigeonApp, pilot: Pilot[None], msg_id: str) -> None:
+    table = app.query_one("#messages", DataTable)
+    table.move_cursor(row=table.get_row_index(msg_id))
+    await pilot.pause()
+
+
+def all_rows(path: Path) -> dict[str, tuple[str, int]]:
+    """Every message's (state, updated_at), read behind the app's back."""
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT msg_id, state, updated_at FROM swarm_messages").fetchall()
+        return {str(m): (str(s), int(u)) for m, s, u in rows}
+    finally:
+        conn.close()

@@ -1,1 +1,0 @@
-"""pigeon-tui: the operator terminal UI."""

@@ -1,0 +1,390 @@
+"""``pigeon-tui``: the operator's terminal UI over the same operator calls as ``pigeon``.
+
+What the actions are and where they apply comes from :mod:`pigeond.cli.actions`,
+how a message looks from :mod:`pigeond.cli.presentation`.  Whatever comes from a
+message (ids, names, payloads, errors) is drawn through ``terminal.visible`` and
+as ``Text`` objects or with ``markup=False``, never as markup: a field can
+neither send terminal commands nor style or link the screen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from pathlib import Path
+from typing import ClassVar, Final
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
+from textual.notifications import SeverityLevel
+from textual.widgets import DataTable, Footer, Header, Input, Label, Static, Tab, Tabs
+
+from pigeond.cli.actions import ACTIONS, Action, outcome_line, refusal, repository, resolve_db
+from pigeond.cli.presentation import (
+    FAILED_COLUMNS,
+    QUEUE_COLUMNS,
+    TABLE_COLUMNS,
+    cut,
+    destination,
+    failed_cells,
+    last_column_width,
+    message_cells,
+    queue_cells,
+)
+from pigeond.model import StoredMessage
+from pigeond.storage import SchemaError, StorageError
+from pigeond.storage.operator import ActionOutcome, open_existing
+from pigeond.terminal import visible
+from pigeond_tui import data
+from pigeond_tui.data import TABS, Snapshot, read_snapshot
+from pigeond_tui.keys import KEYS, ROW_ACTIONS, help_keys, row_action
+from pigeond_tui.screens import ConfirmScreen, HelpScreen
+from pigeond_tui.widgets import MessageTable, Rows, counts_text, detail_text, fill_table
+
+EXIT_USAGE = 2
+
+# How the message table can be ordered; ``s`` cycles through them.
+SORTS: dict[str, Callable[[StoredMessage], tuple[object, ...]]] = {
+    "newest": lambda m: (-(m.accept_seq or 0),),
+    "oldest": lambda m: (m.accept_seq or 0,),
+    "target": lambda m: (m.to_session or m.channel or "", -(m.accept_seq or 0)),
+    "attempts": lambda m: (-m.attempts, -(m.accept_seq or 0)),
+}
+# Table cells wider than this are cut (in the middle for ids and names: the detail
+# pane shows them whole), so that at 200 columns every column, last_error
+# included, fits beside the detail pane; last_error takes the room that is left.
+CELL_WIDTHS: Final[Mapping[str, int | None]] = {"msg_id": 24, "to": 20, "from": 20, "kind": 16}
+CELL_GAP = 2  # a DataTable cell's padding, one column each side
+LEAST_ERROR_WIDTH = 12
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PigeonApp(App[None]):
+    """Overview on top, the message table with its detail pane below."""
+
+    CSS_PATH = "pigeon.tcss"
+    TITLE = "pigeon-tui"
+    BINDINGS: ClassVar[list[BindingType]] = list(KEYS)
+
+    def __init__(
+        self, db: Path | str, *, clock: Callable[[], int] = now_ms, interval: float = 1.0
+    ) -> None:
+        super().__init__()
+        self.db = db
+        self.clock = clock
+        self.interval = interval
+        self.state_tab = "queued"
+        self.filter_text = ""
+        self.sort = "newest"
+        self.page = 0
+        self.messages: dict[str, StoredMessage] = {}
+        self.reports: list[str] = []  # every notification shown, for the record (and tests)
+        self.snapshot: Snapshot | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="overview"):
+            yield Static(id="counts")
+            with Vertical(classes="panel"):
+                yield Label("queued per target", classes="panel-title")
+                yield DataTable(id="queued", cursor_type="row", zebra_stripes=True)
+            with Vertical(classes="panel"):
+                yield Label("failed per target", classes="panel-title")
+                yield DataTable(id="failed", cursor_type="row", zebra_stripes=True)
+        yield Tabs(*[Tab(name, id=name) for name in TABS], id="states")
+        yield Input(placeholder="filter: target, sender, kind or text", id="filter")
+        with Horizontal(id="body"):
+            yield MessageTable(self.refuse_key, id="messages")
+            with VerticalScroll(id="detail-scroll"):
+                yield Static(id="detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = str(self.db)
+        self.query_one("#queued", DataTable).add_columns(*QUEUE_COLUMNS)
+        self.query_one("#failed", DataTable).add_columns(*FAILED_COLUMNS)
+        self.query_one("#messages", DataTable).add_columns(*TABLE_COLUMNS)
+        self.query_one("#filter", Input).display = False
+        self.query_one("#messages", DataTable).focus()
+        self.refresh_data()
+        self.set_interval(self.interval, self.refresh_data)
+
+    # -- reading ----------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="read")
+    def refresh_data(self) -> None:
+        """Read one snapshot in a worker thread, then show it on the UI thread."""
+        try:
+            snapshot = read_snapshot(
+                self.db, TABS[self.state_tab], self.filter_text, self.page, self.clock()
+            )
+        except StorageError as e:
+            self.call_from_thread(self.report, f"read failed: {e}", "error")
+            return
+        self.call_from_thread(self.show_snapshot, snapshot)
+
+    def show_snapshot(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        now = self.clock()
+        self.query_one("#counts", Static).update(counts_text(snapshot))
+        queued = [(q.target, queue_cells(q, now)) for q in snapshot.queued]
+        self.fill("#queued", QUEUE_COLUMNS, queued)
+        self.fill("#failed", FAILED_COLUMNS, [(f.target, failed_cells(f)) for f in snapshot.failed])
+        self.messages = {m.msg_id: m for m in snapshot.messages}
+        self.show_messages()
+
+    def show_messages(self) -> None:
+        """The message table in the chosen order, last_error fitted to the room left."""
+        now = self.clock()
+        rows = [
+            (m.msg_id, message_cells(m, now, TABLE_COLUMNS, CELL_WIDTHS))
+            for m in sorted(self.messages.values(), key=SORTS[self.sort])
+        ]
+        table = self.query_one("#messages", DataTable)
+        room = last_column_width(
+            TABLE_COLUMNS, [cells for _, cells in rows],
+            table.size.width - table.styles.scrollbar_size_vertical,
+            gap=CELL_GAP, least=LEAST_ERROR_WIDTH,
+        )  # fmt: skip
+        fitted = [(key, [*cells[:-1], cut(cells[-1], room)]) for key, cells in rows]
+        self.fill("#messages", TABLE_COLUMNS, fitted)
+        self.show_detail()
+        self.refresh_bindings()
+
+    @on(MessageTable.Resized)
+    def table_resized(self) -> None:
+        """last_error takes the room left beside the other columns: measure it again
+        (unless the app is closing and its widgets are going)."""
+        if self.snapshot is not None:
+            with suppress(NoMatches):
+                self.show_messages()
+
+    def fill(self, selector: str, columns: Sequence[str], rows: Rows) -> None:
+        fill_table(self.query_one(selector, DataTable), columns, rows)
+
+    def highlighted(self) -> StoredMessage | None:
+        try:
+            table = self.query_one("#messages", DataTable)
+        except NoMatches:  # asked before the table is there (the footer's first look)
+            return None
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return None if key is None else self.messages.get(key)
+
+    def show_detail(self) -> None:
+        message = self.highlighted()
+        pane = self.query_one("#detail", Static)
+        pane.update(detail_text(message, self.clock()) if message else Text("no message selected"))
+
+    @on(DataTable.RowHighlighted, "#messages")
+    def row_highlighted(self) -> None:
+        self.show_detail()
+        self.refresh_bindings()
+
+    # -- navigation -------------------------------------------------------------
+
+    def action_refresh(self) -> None:
+        self.refresh_data()
+
+    def action_page(self, step: int) -> None:
+        """Move the message window; an empty next page is not entered."""
+        if step > 0 and len(self.messages) < data.WINDOW:
+            self.report("no further messages", "warning")
+            return
+        self.page = max(self.page + step, 0)
+        self.report(f"page {self.page + 1}")
+        self.refresh_data()
+
+    def action_sort(self) -> None:
+        names = list(SORTS)
+        self.sort = names[(names.index(self.sort) + 1) % len(names)]
+        self.report(f"sorted by {self.sort}")
+        self.show_messages()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(help_keys(self)))
+
+    def action_state(self, tab: str) -> None:
+        self.query_one("#states", Tabs).active = tab
+
+    @on(Tabs.TabActivated, "#states")
+    def state_changed(self, event: Tabs.TabActivated) -> None:
+        if event.tab.id and event.tab.id != self.state_tab:
+            self.state_tab = event.tab.id
+            self.page = 0
+            self.refresh_data()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    @on(Input.Submitted, "#filter")
+    def filter_submitted(self, event: Input.Submitted) -> None:
+        self.filter_text = event.value.strip()
+        self.page = 0
+        if not self.filter_text:
+            event.input.display = False
+        self.query_one("#messages", DataTable).focus()
+        self.refresh_data()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.display = False
+        self.query_one("#messages", DataTable).focus()
+        if self.filter_text:
+            self.filter_text = ""
+            self.page = 0
+            self.refresh_data()
+
+    # -- changing ---------------------------------------------------------------
+
+    def report(self, text: str, severity: SeverityLevel = "information") -> None:
+        """Notify (escaped, no markup: the text may carry ids and errors) and keep a record."""
+        shown = visible(text)
+        self.reports.append(shown)
+        self.notify(shown, severity=severity, markup=False)
+
+    def not_offered(self, name: str, action: Action) -> str | None:
+        """Why the row action ``name`` (``one`` or ``target``) is not offered for the
+        highlighted message; None when it is."""
+        message = self.highlighted()
+        if message is None:
+            return "no message highlighted"
+        if not action.applies_to(message.state):
+            return f"{message.msg_id} {refusal(action, message.state)}"
+        if name == "target" and message.to_session is None:
+            return f"{message.msg_id} is a channel message: it has no target session"
+        return None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Row actions are dimmed in the footer (and their keys only say why) when the
+        highlighted message is in a state they do not apply to: no question is ever
+        asked for an action the storage would refuse."""
+        if action in ROW_ACTIONS and parameters:
+            act = ACTIONS.get(str(parameters[0]))
+            if act is not None and self.not_offered(action, act) is not None:
+                return None
+        return True
+
+    def refuse_key(self, key: str) -> bool:
+        """A row action's key where the highlighted row does not allow it: a short
+        notice and True (the key goes no further); False for every other key."""
+        bound = row_action(key)
+        why = None if bound is None else self.not_offered(*bound)
+        if bound is None or why is None:
+            return False
+        self.report(f"{bound[1].name}: {why}", "warning")
+        return True
+
+    def action_one(self, name: str) -> None:
+        action, message = ACTIONS[name], self.highlighted()
+        if message is None or self.not_offered("one", action) is not None:
+            return
+        seen = message.updated_at  # the row as the operator saw it
+        question = f"{action.name} {message.msg_id} ({message.state}, to {destination(message)})?"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.write_one(action, message.msg_id, message.state, seen)
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    def action_target(self, name: str) -> None:
+        action, message = ACTIONS[name], self.highlighted()
+        if message is None or message.to_session is None or self.not_offered("target", action):
+            return
+        target = message.to_session
+        question = f"{action.name} every {action.wanted} message to {target}?"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.write_target(action, target)
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    def action_listed(self, name: str) -> None:
+        """The bulk form for the current view: every listed row the action applies to."""
+        action = ACTIONS[name]
+        seen = [
+            (m.msg_id, m.updated_at) for m in self.messages.values() if action.applies_to(m.state)
+        ]
+        if not seen:
+            self.report(f"{action.name}: no listed message is {action.wanted}", "warning")
+            return
+        question = f"{action.name} the {len(seen)} {action.wanted} message(s) listed?"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.write_many(action, seen)
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    @work(thread=True, group="write")
+    def write_many(self, action: Action, seen: list[tuple[str, int]]) -> None:
+        try:
+            with repository(self.db) as repo:
+                outcomes = action.apply_many(repo, seen, self.clock())
+        except StorageError as e:
+            self.call_from_thread(self.report, f"{action.name}: {e}", "error")
+            return
+        done = outcomes[ActionOutcome.CHANGED]
+        text = f"{action.name}: {done} of {len(seen)} done"
+        if done < len(seen):
+            text += f", {len(seen) - done} changed meanwhile or no longer applicable"
+        self.call_from_thread(self.report, text, "information" if done else "error")
+        self.call_from_thread(self.refresh_data)
+
+    @work(thread=True, group="write")
+    def write_one(self, action: Action, msg_id: str, state: str, seen: int) -> None:
+        try:
+            with repository(self.db) as repo:
+                outcome = action.apply_one(repo, msg_id, self.clock(), seen)
+        except StorageError as e:
+            self.call_from_thread(self.report, f"{action.name} {msg_id}: {e}", "error")
+            return
+        severity = "information" if outcome is ActionOutcome.CHANGED else "error"
+        self.call_from_thread(self.report, outcome_line(action, msg_id, outcome, state), severity)
+        self.call_from_thread(self.refresh_data)
+
+    @work(thread=True, group="write")
+    def write_target(self, action: Action, target: str) -> None:
+        try:
+            with repository(self.db) as repo:
+                changed = action.apply_to_target(repo, target, self.clock())
+        except StorageError as e:
+            self.call_from_thread(self.report, f"{action.name} {target}: {e}", "error")
+            return
+        self.call_from_thread(self.report, f"{target}: {len(changed)} message(s) {action.done}")
+        self.call_from_thread(self.refresh_data)
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    env = os.environ if env is None else env
+    parser = argparse.ArgumentParser(prog="pigeon-tui", description="pigeond operator TUI")
+    parser.add_argument("--db", help="the database (default as for pigeon)")
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as e:
+        return EXIT_USAGE if e.code else 0
+    path = resolve_db(args.db, env)
+    try:
+        open_existing(path).close()
+    except SchemaError as e:
+        print(f"pigeon-tui: {visible(str(e))}", file=sys.stderr)
+        return EXIT_USAGE
+    PigeonApp(path).run()
+    return 0

@@ -1,0 +1,57 @@
+"""What the TUI reads, as a plain function run in a worker thread.
+
+Each read opens its own connection (:func:`pigeond.cli.actions.repository`:
+sqlite connections belong to the thread that made them) and closes it before
+returning, so the UI thread never touches the database.  The writes are the
+operator actions of :mod:`pigeond.cli.actions`, run the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from pigeond.cli.actions import queued_per_target, repository
+from pigeond.model import State, StoredMessage
+from pigeond.storage.operator import FailedTarget, TargetQueue
+
+WINDOW = 500  # messages per page: the table never loads the whole queue
+
+# The state tabs: tab id -> the ``state`` column value (None: every state).
+TABS: Final[dict[str, str | None]] = {
+    "queued": State.QUEUED.value,
+    "failed": State.FAILED.value,
+    "delivered": State.HANDED_OFF.value,
+    "expired": State.EXPIRED.value,
+    "cancelled": State.CANCELLED.value,
+    "all": None,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    direct: dict[str, int]
+    channel: dict[str, int]
+    queued: list[TargetQueue]
+    failed: list[FailedTarget]
+    messages: list[StoredMessage]
+
+
+def read_snapshot(
+    path: Path | str, state: str | None, text: str, page: int, now_ms: int
+) -> Snapshot:
+    """Counts, per-target summaries as of ``now_ms``, and one window (``page``) of the
+    messages the view lists."""
+    with repository(path) as repo:
+        if text:
+            messages = repo.search_messages(state, text, WINDOW, page * WINDOW)
+        else:
+            messages = repo.list_messages(state=state, limit=WINDOW, offset=page * WINDOW)
+        return Snapshot(
+            direct=repo.count_by_state(),
+            channel=repo.count_channel_by_state(),
+            queued=queued_per_target(repo, now_ms),
+            failed=repo.failed_per_target(),
+            messages=messages,
+        )

@@ -1,0 +1,80 @@
+"""Every key of ``pigeon-tui``, declared once.
+
+Each binding carries its footer label (``description``) and its help line
+(``tooltip``, also the footer's hover text); the help screen is made from this
+tuple, and the operator actions' keys take their words and states from
+:mod:`pigeond.cli.actions`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from textual.app import App
+from textual.binding import Binding
+
+from pigeond.cli.actions import ACTIONS, CANCEL, REQUEUE, RETRY_NOW, Action
+from pigeond_tui.data import TABS, WINDOW
+
+# The actions bound to the highlighted row: offered only where the row's state allows.
+ROW_ACTIONS: Final = frozenset({"one", "target"})
+
+
+def on_message(key: str, action: Action) -> Binding:
+    return Binding(
+        key, f"one('{action.name}')", action.name.capitalize(),
+        tooltip=f"{action.name} the highlighted message ({action.wanted})",
+    )  # fmt: skip
+
+
+def on_target(key: str, action: Action) -> Binding:
+    return Binding(
+        key, f"target('{action.name}')", f"{action.name.capitalize()} target",
+        tooltip=f"{action.name} all {action.wanted} messages to the highlighted row's target",
+    )  # fmt: skip
+
+
+def on_listed(key: str, action: Action) -> Binding:
+    return Binding(
+        key, f"listed('{action.name}')", f"{action.name.capitalize()} listed", show=False,
+        tooltip=f"{action.name} the listed {action.wanted} messages (state tab and filter)",
+    )  # fmt: skip
+
+
+KEYS: Final[tuple[Binding, ...]] = (
+    Binding("q", "quit", "Quit", tooltip="quit"),
+    Binding("question_mark", "help", "Help", tooltip="this help"),
+    Binding("r", "refresh", "Refresh", tooltip="refresh now (it also refreshes every second)"),
+    Binding("slash", "filter", "Filter",
+            tooltip="filter by target, channel, sender, kind or payload text (Enter applies)"),
+    Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
+    on_message("u", REQUEUE),
+    on_message("n", RETRY_NOW),
+    on_message("x", CANCEL),
+    on_target("U", REQUEUE),
+    on_target("X", CANCEL),
+    Binding("s", "sort", "Sort", tooltip="sort by: newest, oldest, target, attempts (cycles)"),
+    Binding("right_square_bracket", "page(1)", "Next page", show=False,
+            tooltip=f"next window of {WINDOW} messages (tables never load everything)"),
+    Binding("left_square_bracket", "page(-1)", "Previous page", show=False,
+            tooltip=f"previous window of {WINDOW} messages"),
+    on_listed("R", REQUEUE),
+    on_listed("C", CANCEL),
+    *[Binding(str(i + 1), f"state('{tab}')", tab, show=False, tooltip=f"show the {tab} tab")
+      for i, tab in enumerate(TABS)],
+)  # fmt: skip
+
+
+def row_action(key: str) -> tuple[str, Action] | None:
+    """The row action (``one`` or ``target``) and operator action bound to ``key``, if any."""
+    for binding in KEYS:
+        if key in binding.key.split(","):
+            name, _, argument = binding.action.partition("(")
+            if name in ROW_ACTIONS:
+                return name, ACTIONS[argument.strip("')")]
+    return None
+
+
+def help_keys(app: App[None]) -> list[tuple[str, str]]:
+    """The help screen's lines: every binding, its key as the footer shows it."""
+    return [(app.get_key_display(b), b.tooltip or b.description) for b in KEYS]
