@@ -1,8 +1,5 @@
 """pigeond: the single writer to opencode for messages between agent sessions."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("pigeond")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+# The one declaration of the version: pyproject.toml reads it from here (setuptools'
+# dynamic version), so no command pays for importlib.metadata at start.
+__version__ = "0.1.0"

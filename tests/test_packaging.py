@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from pigeond import __version__
 from pigeond.config import OPTIONS, Config, default_runtime_socket, read_config_file
 from pigeond.delivery import preflight
 from tests import daemon_process
@@ -640,7 +641,7 @@ def test_default_config_file_shows_every_option_with_its_default(tmp_path: Path)
 def test_wheel_and_sdist_build(tmp_path: Path) -> None:
     """``python -m build`` makes an sdist and a wheel carrying every console script."""
     ok([sys.executable, "-m", "build", "--outdir", tmp_path, REPO], timeout=BUILD_TIMEOUT_S)
-    version = PROJECT["version"]
+    version = __version__
     wheel = tmp_path / f"pigeond-{version}-py3-none-any.whl"
     sdist = tmp_path / f"pigeond-{version}.tar.gz"
     assert wheel.is_file() and sdist.is_file(), sorted(p.name for p in tmp_path.iterdir())
@@ -709,7 +710,7 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
     before = snapshot()
     outdir = tmp_path / "out"
     arch = ok(["dpkg", "--print-architecture"]).strip()
-    version = PROJECT["version"]
+    version = __version__
     started = time.monotonic()
     build: list[str | Path] = [sys.executable, BUILD_DEB, "--outdir", outdir]
     build += ["--workdir", tmp_path / "work"]
