@@ -13,6 +13,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel
 
+from pigeond.config import Config
 from pigeond.delivery.arbiter import (
     BACKOFF_SCHEDULE_S,
     Arbiter,
@@ -812,3 +813,16 @@ def test_failures_are_counted_by_class(
     counted = registry.get_sample_value("pigeond_hand_off_failures_total", {"class": failure_class})
     assert counted == 1
     assert registry.get_sample_value("pigeond_hand_offs_total") == 0
+
+
+def test_a_new_tick_interval_applies_to_the_running_tick(h: Harness) -> None:
+    """A reload's tick_ms restarts the running tick at the new interval."""
+    h.arbiter.start()
+    h.arbiter.configure(Config(tick_ms=2000))
+    started = h.clock.seconds()
+    seen = []
+    for _ in range(4):
+        h.clock.advance(1)
+        seen.append(h.arbiter.last_tick_at)
+    assert [None if t is None else t - started for t in seen] == [0.0, 2.0, 2.0, 4.0]
+    assert h.arbiter.running

@@ -5,7 +5,8 @@ two prompts for one session arrive at once, so every prompt to a target goes
 through ``_in_flight[target]``, a single Deferred that drains that target's
 queue.  In ``turn`` delivery the drain also holds the slot until the turn its
 prompt started has ended, so the next prompt never lands in a running turn.
-Different targets drain in parallel.  The tick (a ``LoopingCall``) is the
+Different targets drain in parallel.  The tick (:attr:`Arbiter.ticking_service`, a
+``TimerService`` of its own, started and stopped with the arbiter) is the
 safety net for retries and restarts (the expiry sweep and the verifier are
 jobs of their own); a new message for an idle target is dispatched at once by
 :meth:`kick`.
@@ -28,9 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from twisted.application.internet import TimerService
 from twisted.internet.defer import CancelledError, Deferred, DeferredList, succeed
 from twisted.internet.interfaces import IReactorTime
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -98,8 +99,7 @@ class Arbiter(HandOffOutcomes):
         self._check_directory = check_directory
         self._in_flight: dict[str, Deferred[None]] = {}
         self._turn_waits: set[Deferred[str]] = set()
-        self._loop = LoopingCall(self.tick)
-        self._loop.clock = clock
+        self.ticking_service = self._tick_service(policy.tick_s)
         self._stopping = False
         self._closed = False
         self._database_problem = database_problem
@@ -115,11 +115,12 @@ class Arbiter(HandOffOutcomes):
 
     @property
     def running(self) -> bool:
-        return self._loop.running
+        return bool(self.ticking_service.running)
 
     def start(self) -> None:
         self._stopping = False
-        self._loop.start(self._policy.tick_s, now=True)
+        if not self.ticking_service.running:
+            self.ticking_service.startService()
 
     def stop(self) -> Deferred[None]:
         """Stop ticking and dispatching; fires when the prompts in flight have been answered.
@@ -127,8 +128,8 @@ class Arbiter(HandOffOutcomes):
         Waits for turns to end are cut short: the prompt is already handed off.
         """
         self._stopping = True
-        if self._loop.running:
-            self._loop.stop()
+        if self.ticking_service.running:
+            self.ticking_service.stopService()
         for wait in list(self._turn_waits):
             wait.cancel()
         pending = list(self._in_flight.values())
@@ -173,17 +174,26 @@ class Arbiter(HandOffOutcomes):
         """New settings (a config reload); a new tick interval restarts the loop."""
         old_tick = self._policy.tick_s
         self._policy = policy
-        if policy.tick_s != old_tick and self._loop.running:
-            self._loop.stop()
-            self._loop = LoopingCall(self.tick)
-            self._loop.clock = self._clock
-            self._loop.start(policy.tick_s, now=False)
+        if policy.tick_s != old_tick:
+            service = self.ticking_service
+            was_running = service.running
+            if was_running:
+                service.stopService()
+            service.step = policy.tick_s
+            if was_running:
+                service.startService()
 
     def ticking(self, within_s: float) -> bool:
         """Whether the tick loop runs and has ticked within the last ``within_s`` seconds."""
-        if not self._loop.running or self.last_tick_at is None:
+        if not self.ticking_service.running or self.last_tick_at is None:
             return False
         return self._clock.seconds() - self.last_tick_at <= within_s
+
+    def _tick_service(self, every_s: float) -> TimerService:
+        service = TimerService(every_s, self.tick)
+        service.clock = self._clock
+        service.setName("arbiter tick")
+        return service
 
     def ticking_lately(self) -> bool:
         """Whether it ticked within two tick intervals and a second (a monitor's view)."""
@@ -194,7 +204,7 @@ class Arbiter(HandOffOutcomes):
         due message; nothing at all once the database file is gone, or while the last
         tick's database work is still waited for.
 
-        Never raises: an exception would stop the LoopingCall for good."""
+        Never raises: an exception would stop the ticking service for good."""
         self.last_tick_at = self._clock.seconds()
         if self._closed or self._tick_running or self._database_vanished():
             return
