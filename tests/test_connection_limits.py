@@ -15,8 +15,9 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.web.server import Site
 
-from pigeond.api.http_limits import EVICT_AFTER_S, MIN_REFUSALS_OPEN, RESERVED_FDS, LimitedSite
+from pigeond.api.http_limits import EVICT_AFTER_S, MIN_REFUSALS_OPEN, RESERVED_FDS
 from pigeond.api.routes import SwarmRoutes
+from pigeond.api.site_limits import LimitedSite
 from pigeond.api.web import JsonApi, JsonResponse, configure_site, make_site
 from pigeond.config import Config
 from pigeond.service.listeners import LISTEN_BACKLOG, with_default_backlog

@@ -23,8 +23,8 @@ from twisted.python import failure
 from twisted.web import http, server
 from twisted.web.resource import Resource
 
-from pigeond.api.http_limits import LimitedSite
 from pigeond.api.send_request import InvalidRequest
+from pigeond.api.site_limits import LimitedSite
 from pigeond.config import Config
 from pigeond.storage import StorageError, StorageUnavailable
 
