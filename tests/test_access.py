@@ -31,7 +31,7 @@ BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 def gated_api(repo: SwarmRepository, clock: Clock, **policy: Any) -> JsonApi:
     options: dict[str, Any] = {"own_uid": os.getuid(), "token": TOKEN} | policy
-    routes = SwarmRoutes(InlineDatabase(repo), clock)
+    routes = SwarmRoutes(InlineDatabase(repo), clock, Config())
     return routes.install(JsonApi(gate=AccessPolicy(**options)))
 
 
@@ -163,7 +163,7 @@ def test_loopback_hosts_pass(api: JsonApi, base: str) -> None:
 
 def test_ipv6_loopback_host_passes(repo: SwarmRepository, clock: Clock) -> None:
     """``[::1]:port`` is this daemon's name too."""
-    site = make_site(gated_api(repo, clock), 1024)
+    site = make_site(gated_api(repo, clock), Config(max_body_bytes=1024))
     status, _, _ = raw_exchange(site, b"GET /health HTTP/1.1\r\nHost: [::1]:4097\r\n\r\n")
     assert status == 200
 
@@ -185,7 +185,7 @@ def test_host_name_parsing(header: str, name: str) -> None:
 
 def test_missing_host_is_421(repo: SwarmRepository, clock: Clock) -> None:
     """An HTTP/1.0 request with no Host at all is refused too."""
-    site = make_site(gated_api(repo, clock), 1024)
+    site = make_site(gated_api(repo, clock), Config(max_body_bytes=1024))
     status, _, body = raw_exchange(site, b"GET /health HTTP/1.0\r\n\r\n")
     assert status == 421 and "Host" in json_body(body)["error"]
 
@@ -215,7 +215,7 @@ def socket_pair() -> Iterator[socket.socket]:
 
 
 def unix_exchange(api: JsonApi, sock: socket.socket, request: bytes) -> tuple[int, dict[str, Any]]:
-    site = make_site(api, 64 * 1024)
+    site = make_site(api, Config(max_body_bytes=64 * 1024))
     protocol = site.buildProtocol(UNIXAddress(None))
     assert protocol is not None
     transport = UnixTransport(sock)
@@ -275,7 +275,7 @@ def test_allowed_group_on_a_unix_socket_passes(
 def test_reload_changes_the_allow_lists(repo: SwarmRepository, clock: Clock) -> None:
     """configure() applies new allow lists at once (a SIGHUP reload)."""
     policy = AccessPolicy(own_uid=os.getuid(), token=TOKEN)
-    api = SwarmRoutes(InlineDatabase(repo), clock).install(JsonApi(gate=policy))
+    api = SwarmRoutes(InlineDatabase(repo), clock, Config()).install(JsonApi(gate=policy))
     assert call(api, "GET", "/health", {}, base="http://pigeond.internal")[0] == 421
     policy.configure(Config(allow_hosts=("pigeond.internal",)))
     assert call(api, "GET", "/health", {}, base="http://pigeond.internal")[0] == 200

@@ -414,7 +414,7 @@ class NoBusySessions:
 
 
 def turn_harness(repo: SwarmRepository, clock: Clock, batch_max: int = 10) -> Harness:
-    turns = TurnTracker(clock, NoBusySessions(), busy_window_s=5, turn_timeout_s=600)
+    turns = TurnTracker(clock, NoBusySessions(), Config(busy_window_s=5, turn_timeout_s=600))
     turns.stream_state(True)
     turns.observe("ses_target", "idle")
     return make_harness(repo, clock, batch_max=batch_max, turns=turns)

@@ -48,11 +48,12 @@ def limited_site(
     idle_timeout_s: float = 60,
     max_connections: int = 512,
 ) -> LimitedSite:
-    api = SwarmRoutes(InlineDatabase(repo), clock).install(JsonApi())
-    site = make_site(
-        api, 64 * 1024, idle_timeout_s,
-        request_timeout_s=request_timeout_s, max_connections=max_connections, reactor=clock,
+    api = SwarmRoutes(InlineDatabase(repo), clock, Config()).install(JsonApi())
+    limits = Config(
+        max_body_bytes=64 * 1024, request_timeout_s=request_timeout_s,
+        max_connections=max_connections,
     )  # fmt: skip
+    site = make_site(api, limits, idle_timeout_s, reactor=clock)
     assert isinstance(site, LimitedSite)
     return site
 
@@ -239,7 +240,9 @@ def test_a_connection_being_answered_is_never_cut(clock: Clock) -> None:
         raise AssertionError("unreachable")
 
     api.route("GET", "/slow", never)
-    site = make_site(api, 1024, request_timeout_s=30, max_connections=1, reactor=clock)
+    site = make_site(
+        api, Config(max_body_bytes=1024, request_timeout_s=30, max_connections=1), reactor=clock
+    )
     busy = Connection(site)
     busy.send(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     clock.advance(10 * EVICT_AFTER_S)

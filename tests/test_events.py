@@ -16,6 +16,7 @@ from twisted.web import server
 from twisted.web.client import Agent
 from twisted.web.resource import Resource
 
+from pigeond.config import Config
 from pigeond.delivery.events import EventStream, ServerSentEvents, session_status_of
 from pigeond.delivery.opencode_client import OpencodeClient
 from tests.http_helpers import result_of, stub_client
@@ -98,7 +99,7 @@ async def test_stream_reports_statuses_and_reconnects() -> None:
         server.Site(source)
     )
     url = f"http://127.0.0.1:{port.getHost().port}"
-    client = OpencodeClient(HTTPClient(Agent(global_reactor)), url, global_reactor)
+    client = OpencodeClient(HTTPClient(Agent(global_reactor)), url, global_reactor, Config())
     statuses: list[tuple[str, str]] = []
     connected: list[bool] = []
     got_two: Deferred[None] = Deferred()
@@ -144,7 +145,7 @@ def test_a_connected_stream_shows_opencode_reachable() -> None:
     """Once the event stream's request is answered 200, opencode counts as reachable (the
     status line no longer says "not contacted yet")."""
     stream = AnsweringStream()  # type: ignore[no-untyped-call]  # Resource.__init__
-    client = OpencodeClient(stub_client(stream), "http://opencode.test:4096", Clock())
+    client = OpencodeClient(stub_client(stream), "http://opencode.test:4096", Clock(), Config())
     assert client.reachable is None
     result_of(Deferred.fromCoroutine(client.open_event_stream()))
     assert client.reachable is True

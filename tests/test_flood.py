@@ -311,7 +311,7 @@ class Route:
 
 
 def route(repo: SwarmRepository, clock: Clock, guard: FloodGuard) -> Route:
-    routes = SwarmRoutes(InlineDatabase(repo), clock, send_checks=[guard.check])
+    routes = SwarmRoutes(InlineDatabase(repo), clock, Config(), send_checks=[guard.check])
     return Route(stub_client(routes.install(JsonApi())))
 
 

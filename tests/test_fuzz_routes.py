@@ -28,6 +28,7 @@ from pigeond.api.access import AccessPolicy
 from pigeond.api.flood import FloodGuard
 from pigeond.api.routes import SwarmRoutes
 from pigeond.api.web import JsonApi, make_site
+from pigeond.config import Config
 from pigeond.model import HandoffMode, NewMessage
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.database import InlineDatabase
@@ -94,12 +95,14 @@ def fuzz(tmp_path: Path) -> Iterator[FuzzSite]:
     routes = SwarmRoutes(
         InlineDatabase(repo),
         clock,
+        Config(inbox_max_bytes=4096),
         send_checks=[guard.check],
-        inbox_max_bytes=4096,
     )
     api = routes.install(JsonApi(gate=AccessPolicy(own_uid=os.getuid(), token=TOKEN)))
     seed_messages(repo, clock)
-    yield FuzzSite(make_site(api, MAX_BODY_BYTES, reactor=clock), repo, clock, Counter())
+    yield FuzzSite(
+        make_site(api, Config(max_body_bytes=MAX_BODY_BYTES), reactor=clock), repo, clock, Counter()
+    )
     repo.close()
 
 

@@ -17,6 +17,7 @@ from zope.interface import implementer
 from pigeond.api.http_limits import LINGER_MAX_BYTES, LINGER_S
 from pigeond.api.routes import SwarmRoutes
 from pigeond.api.web import JsonApi, make_site
+from pigeond.config import Config
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from tests.daemon_process import DaemonFactory, DaemonProcess
@@ -130,7 +131,9 @@ HOSTILE = PROTOCOL_ERRORS + HUGE_NUMBERS
 @pytest.fixture
 def site(repo: SwarmRepository, clock: Clock) -> Site:
     return make_site(
-        SwarmRoutes(InlineDatabase(repo), clock).install(JsonApi()), 64 * 1024, reactor=clock
+        SwarmRoutes(InlineDatabase(repo), clock, Config()).install(JsonApi()),
+        Config(max_body_bytes=64 * 1024),
+        reactor=clock,
     )
 
 

@@ -75,10 +75,10 @@ def documented_routes() -> set[tuple[str, str]]:
 
 @pytest.fixture
 def site(repo: SwarmRepository, clock: Clock) -> Site:
-    api = SwarmRoutes(InlineDatabase(repo), clock).install(
+    api = SwarmRoutes(InlineDatabase(repo), clock, Config()).install(
         JsonApi(gate=AccessPolicy(own_uid=os.getuid(), token=TOKEN))
     )
-    return make_site(api, 64 * 1024, reactor=clock)
+    return make_site(api, Config(max_body_bytes=64 * 1024), reactor=clock)
 
 
 def get(site: Site, path: str, token: str | None = TOKEN) -> Response:

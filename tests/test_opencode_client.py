@@ -17,6 +17,7 @@ from twisted.internet.task import Clock
 from twisted.web import server
 from twisted.web.resource import Resource
 
+from pigeond.config import Config
 from pigeond.credentials import BasicAuth
 from pigeond.delivery.opencode_client import (
     FailureKind,
@@ -79,7 +80,7 @@ class FakeOpencodeResource(Resource):
 
 def client_for(resource: Resource, clock: Clock, auth: BasicAuth | None = None) -> OpencodeClient:
     http = stub_client(resource)
-    return OpencodeClient(http, URL + "/", clock, timeout_s=30, auth=auth)
+    return OpencodeClient(http, URL + "/", clock, Config(handoff_timeout_s=30), auth=auth)
 
 
 def run(clock: Clock, coro: Any) -> Deferred[Any]:
@@ -173,7 +174,7 @@ class CountingLookup:
 def test_registry_caches_within_ttl(clock: Clock) -> None:
     """A directory is asked for once and served from cache until the TTL runs out."""
     lookup = CountingLookup()
-    registry = SessionDirectoryRegistry(lookup, clock, ttl_s=300)
+    registry = SessionDirectoryRegistry(lookup, clock, Config(registry_ttl_s=300))
     assert result_of(run(clock, registry.resolve("ses_a"))) == "/srv/a"
     clock.advance(299)
     result_of(run(clock, registry.resolve("ses_a")))
@@ -186,7 +187,7 @@ def test_registry_caches_within_ttl(clock: Clock) -> None:
 def test_registry_404_invalidates(clock: Clock) -> None:
     """A 404 drops the cached entry and is raised to the caller."""
     lookup = CountingLookup()
-    registry = SessionDirectoryRegistry(lookup, clock, ttl_s=300)
+    registry = SessionDirectoryRegistry(lookup, clock, Config(registry_ttl_s=300))
     result_of(run(clock, registry.resolve("ses_a")))
     registry.invalidate("ses_a")
     del lookup.answers["ses_a"]
@@ -199,7 +200,7 @@ def test_registry_404_invalidates(clock: Clock) -> None:
 def test_registry_does_not_cache_errors(clock: Clock) -> None:
     """A failed lookup is not cached: the next resolve asks again."""
     lookup = CountingLookup(error=OpencodeError("refused"))
-    registry = SessionDirectoryRegistry(lookup, clock)
+    registry = SessionDirectoryRegistry(lookup, clock, Config())
     failure_of(run(clock, registry.resolve("ses_a")))
     lookup.error = None
     assert result_of(run(clock, registry.resolve("ses_a"))) == "/srv/a"
@@ -296,7 +297,9 @@ async def test_refused_connection_is_an_outage() -> None:
     port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(Factory())
     number = port.getHost().port
     await port.stopListening()
-    client = OpencodeClient(HTTPClient(Agent(reactor)), f"http://127.0.0.1:{number}", reactor)
+    client = OpencodeClient(
+        HTTPClient(Agent(reactor)), f"http://127.0.0.1:{number}", reactor, Config()
+    )
     with pytest.raises(OpencodeError) as caught:
         await client.prompt_async("ses_a", "/d", ["hi"])
     assert caught.value.kind is FailureKind.OUTAGE

@@ -15,6 +15,7 @@ from twisted.web import server
 from pigeond import __version__
 from pigeond.api.routes import DeliveryHealth, SwarmRoutes
 from pigeond.api.web import JsonApi, JsonResponse, make_site
+from pigeond.config import Config
 from pigeond.model import HandoffMode
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
@@ -54,7 +55,11 @@ class Api:
 def api(repo: SwarmRepository, clock: Clock) -> Api:
     kicked: list[str] = []
     routes = SwarmRoutes(
-        InlineDatabase(repo), clock, on_accepted=kicked.append, delivery_health=lambda: RUNNING
+        InlineDatabase(repo),
+        clock,
+        Config(),
+        on_accepted=kicked.append,
+        delivery_health=lambda: RUNNING,
     )
     return Api(repo, clock, stub_client(routes.install(JsonApi())), kicked)
 
@@ -346,7 +351,10 @@ def test_unexpected_error_is_500_without_traceback() -> None:
 
 
 def _site(repo: SwarmRepository, clock: Clock, limit: int) -> server.Site:
-    return make_site(SwarmRoutes(InlineDatabase(repo), clock).install(JsonApi()), limit)
+    return make_site(
+        SwarmRoutes(InlineDatabase(repo), clock, Config()).install(JsonApi()),
+        Config(max_body_bytes=limit),
+    )
 
 
 def _post_raw(body: bytes, *, chunked: bool = False) -> bytes:
@@ -495,7 +503,7 @@ ANSWER_ENVELOPE_BYTES = 100
 
 
 def _budget_routes(repo: SwarmRepository, clock: Clock) -> tuple[SwarmRoutes, Api]:
-    routes = SwarmRoutes(InlineDatabase(repo), clock, inbox_max_bytes=INBOX_BUDGET)
+    routes = SwarmRoutes(InlineDatabase(repo), clock, Config(inbox_max_bytes=INBOX_BUDGET))
     return routes, Api(repo, clock, stub_client(routes.install(JsonApi())))
 
 
@@ -574,6 +582,9 @@ def test_inbox_byte_bound_can_change_while_running(repo: SwarmRepository, clock:
 
 def test_answers_do_not_name_the_server_software(repo: SwarmRepository, clock: Clock) -> None:
     """The Server header says pigeond, not TwistedWeb and its version."""
-    site = make_site(SwarmRoutes(InlineDatabase(repo), clock).install(JsonApi()), 1024)
+    site = make_site(
+        SwarmRoutes(InlineDatabase(repo), clock, Config()).install(JsonApi()),
+        Config(max_body_bytes=1024),
+    )
     _, headers, _ = raw_exchange(site, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert headers["server"] == "pigeond"

@@ -9,6 +9,7 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
+from pigeond.config import Config
 from pigeond.delivery.opencode_client import FailureKind, OpencodeError
 from pigeond.delivery.turns import TurnTracker
 from tests.http_helpers import failure_of, result_of
@@ -33,7 +34,7 @@ class FakePoller:
 
 
 def tracker(clock: Clock, poller: FakePoller, connected: bool = True) -> TurnTracker:
-    t = TurnTracker(clock, poller, busy_window_s=5, turn_timeout_s=600, poll_interval_s=1)
+    t = TurnTracker(clock, poller, Config(busy_window_s=5, turn_timeout_s=600, status_poll_s=1))
     t.stream_state(connected)
     t.observe(S, "idle")
     return t
@@ -140,7 +141,7 @@ def test_wait_until_idle_waits_for_a_persons_turn(clock: Clock) -> None:
 def test_wait_until_idle_polls_when_status_unknown(clock: Clock) -> None:
     """When nothing is known of the session, its status is polled first."""
     poller = FakePoller()
-    t = TurnTracker(clock, poller)
+    t = TurnTracker(clock, poller, Config())
     t.stream_state(True)
     assert result_of(start(t.wait_until_idle(S, DIR))) == "idle"
     assert poller.polls == 1
@@ -149,7 +150,7 @@ def test_wait_until_idle_polls_when_status_unknown(clock: Clock) -> None:
 def test_wait_until_idle_raises_when_poll_fails(clock: Clock) -> None:
     """An unreachable opencode before a hand-off is an error the arbiter handles."""
     poller = FakePoller(error=OpencodeError("refused", kind=FailureKind.OUTAGE))
-    t = TurnTracker(clock, poller)
+    t = TurnTracker(clock, poller, Config())
     assert failure_of(start(t.wait_until_idle(S, DIR))).check(OpencodeError)
 
 

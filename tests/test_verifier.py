@@ -10,6 +10,7 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
+from pigeond.config import Config
 from pigeond.delivery.opencode_client import (
     FailureKind,
     OpencodeClient,
@@ -83,7 +84,7 @@ def s(repo: SwarmRepository, clock: Clock) -> Setup:
     seen: list[tuple[str, list[dict[str, Any]]]] = []
     verifier = Verifier(
         InlineDatabase(repo), StaticRegistry(), cast(OpencodeClient, transcripts), clock,
-        interval_s=2, max_requeues=3, on_requeued=requeued.append,
+        Config(verify_interval_s=2, max_requeues=3), on_requeued=requeued.append,
         on_transcript=lambda target, infos: seen.append((target, infos)),
     )  # fmt: skip
     return Setup(repo, clock, transcripts, verifier, requeued, seen)

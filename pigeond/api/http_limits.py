@@ -36,6 +36,8 @@ from twisted.internet.interfaces import IDelayedCall, ITransport
 from twisted.logger import Logger
 from twisted.web import http
 
+from pigeond.config import DEFAULTS
+
 if TYPE_CHECKING:
     from pigeond.api.site_limits import LimitedSite
 
@@ -115,7 +117,7 @@ class LimitedChannel(http.HTTPChannel):
 
     site: LimitedSite  # set by Site.buildProtocol
     # the deadline of the request being read: the site's value when the request began
-    request_timeout_s: float = 30.0
+    request_timeout_s: float = DEFAULTS.request_timeout_s
 
     _deadline: IDelayedCall | None = None
     _closer: IDelayedCall | None = None

@@ -20,7 +20,7 @@ from pigeond import __version__
 from pigeond.api.openapi import OPENAPI_PATH, openapi_document
 from pigeond.api.send_request import parse_send_body
 from pigeond.api.web import HttpError, JsonApi, JsonResponse, query_param, read_body
-from pigeond.config import DEFAULTS, Config
+from pigeond.config import Config
 from pigeond.ids import make_msg_id
 from pigeond.model import MSG_ID_RE, SESSION_ID_RE, NewMessage, State
 from pigeond.storage import AcceptOutcome, SwarmRepository
@@ -60,18 +60,15 @@ class SwarmRoutes:
         self,
         db: Database,
         clock: IReactorTime,
+        config: Config,
         *,
         on_accepted: Callable[[str], None] = lambda target: None,
         delivery_health: Callable[[], DeliveryHealth] = lambda: DELIVERY_OFF,
         send_checks: Sequence[SendCheck] = (),
-        default_ttl_s: int = DEFAULTS.default_ttl_s,
-        inbox_max_bytes: int = DEFAULTS.inbox_max_bytes,
         storage_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
-        self.default_ttl_s = default_ttl_s
-        # Bounds an inbox answer in bytes as ``limit`` does in messages: the answer is
-        # built on the reactor thread and buffered whole for a client that does not read.
-        self.inbox_max_bytes = inbox_max_bytes
+        """``config`` gives ``default_ttl_s`` and ``inbox_max_bytes`` (see :meth:`configure`)."""
+        self.configure(config)
         self._db = db
         self._clock = clock
         self._on_accepted = on_accepted
@@ -93,7 +90,9 @@ class SwarmRoutes:
     # -- POST /swarm/send ------------------------------------------------------
 
     def configure(self, config: Config) -> None:
-        """A reload's settings, from the next request on."""
+        """A reload's settings, from the next request on.  ``inbox_max_bytes`` bounds an
+        inbox answer in bytes as ``limit`` does in messages: the answer is built on the
+        reactor thread and buffered whole for a client that does not read."""
         self.default_ttl_s = config.default_ttl_s
         self.inbox_max_bytes = config.inbox_max_bytes
 

@@ -30,6 +30,7 @@ from pigeond.api.http_limits import (
     abort,
     error_response,
 )
+from pigeond.config import DEFAULTS
 
 log = Logger()
 
@@ -86,8 +87,8 @@ class LimitedSite(server.Site):
     # speaks HTTP/1.1 in clear, so the channel class is the protocol itself.
     protocol = LimitedChannel  # type: ignore[assignment]
 
-    request_timeout_s: float = 30.0
-    max_connections: int = 512
+    request_timeout_s: float = DEFAULTS.request_timeout_s
+    max_connections: int = DEFAULTS.max_connections
     open_connections = 0  # LimitedChannel connections
     refusals_open = 0  # TooManyConnections not closed yet
     max_refusals_open: int | None = None  # None: from the open-files limit

@@ -25,10 +25,10 @@ from twisted.web.resource import Resource
 
 from pigeond.api.send_request import InvalidRequest
 from pigeond.api.site_limits import LimitedSite
-from pigeond.config import Config
+from pigeond.config import DEFAULTS, Config
 from pigeond.storage import StorageError, StorageUnavailable
 
-DEFAULT_MAX_BODY_BYTES = 256 * 1024
+DEFAULT_MAX_BODY_BYTES = DEFAULTS.max_body_bytes
 
 log = Logger()
 
@@ -287,28 +287,26 @@ class QuietSite(LimitedSite):
 
 def make_site(
     api: Resource,
-    max_body_bytes: int,
+    config: Config,
     idle_timeout_s: float = 60.0,
     *,
-    request_timeout_s: float = 30.0,
-    max_connections: int = 512,
     reactor: IReactorTime | None = None,
 ) -> QuietSite:
     """The daemon's site: JSON for every answer, bodies bounded, connections bounded (see
-    :mod:`pigeond.api.http_limits`); ``idle_timeout_s`` closes a kept-alive connection that
-    sends no next request.  ``reactor`` runs the timers (the global one when None)."""
+    :mod:`pigeond.api.http_limits`): ``config`` gives ``max_body_bytes``,
+    ``request_timeout_s`` and ``max_connections``.  ``idle_timeout_s`` closes a kept-alive
+    connection that sends no next request.  ``reactor`` runs the timers (the global one
+    when None)."""
     site = QuietSite(  # type: ignore[no-untyped-call]
         api,
-        requestFactory=bounded_request_factory(max_body_bytes),
+        requestFactory=bounded_request_factory(config.max_body_bytes),
         # the API takes JSON only: a form or multipart body is never parsed into args
         parsePOSTFormSubmission=False,
         reactor=reactor,
     )
     site.displayTracebacks = False
     site.timeOut = idle_timeout_s
-    configure_site(
-        site, max_body_bytes, request_timeout_s=request_timeout_s, max_connections=max_connections
-    )
+    site.configure(config)
     return site
 
 

@@ -22,7 +22,7 @@ from twisted.web.client import RequestTransmissionFailed, ResponseNeverReceived
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IResponse
 
-from pigeond.config import DEFAULTS, Config
+from pigeond.config import Config
 from pigeond.credentials import BasicAuth
 
 T = TypeVar("T")
@@ -106,14 +106,15 @@ class OpencodeClient:
         http: HTTPClient,
         base_url: str,
         clock: IReactorTime,
+        config: Config,
         *,
-        timeout_s: float = DEFAULTS.handoff_timeout_s,
         auth: BasicAuth | None = None,
     ) -> None:
+        """``config`` gives ``handoff_timeout_s``, each call's deadline (see :meth:`configure`)."""
         self._http = http
         self._base = base_url.rstrip("/")
         self._clock = clock
-        self.timeout_s = timeout_s
+        self.configure(config)
         self._auth = auth
         self.reachable: bool | None = None  # what the last call showed; None before any
 

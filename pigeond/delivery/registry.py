@@ -11,7 +11,7 @@ from typing import Protocol
 
 from twisted.internet.interfaces import IReactorTime
 
-from pigeond.config import DEFAULTS, Config
+from pigeond.config import Config
 from pigeond.delivery.opencode_client import SessionNotFound
 
 
@@ -28,12 +28,11 @@ class DirectoryResolver(Protocol):
 
 
 class SessionDirectoryRegistry:
-    def __init__(
-        self, lookup: DirectoryLookup, clock: IReactorTime, ttl_s: float = DEFAULTS.registry_ttl_s
-    ) -> None:
+    def __init__(self, lookup: DirectoryLookup, clock: IReactorTime, config: Config) -> None:
+        """``config`` gives ``registry_ttl_s`` (see :meth:`configure`)."""
         self._lookup = lookup
         self._clock = clock
-        self.ttl_s = ttl_s
+        self.configure(config)
         self._cache: dict[str, tuple[str, float]] = {}
 
     async def resolve(self, session_id: str) -> str:

@@ -19,7 +19,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from pigeond.config import DEFAULTS, Config
+from pigeond.config import Config
 from pigeond.delivery.opencode_client import OpencodeError
 
 log = Logger()
@@ -48,16 +48,12 @@ class TurnTracker:
         self,
         clock: IReactorTime,
         poller: BusyPoller,
-        *,
-        busy_window_s: float = DEFAULTS.busy_window_s,
-        turn_timeout_s: float = DEFAULTS.turn_timeout_s,
-        poll_interval_s: float = DEFAULTS.status_poll_s,
+        config: Config,
     ) -> None:
+        """``config`` gives ``busy_window_s``, ``turn_timeout_s``, ``status_poll_s``."""
         self._clock = clock
         self._poller = poller
-        self._busy_window_s = busy_window_s
-        self._turn_timeout_s = turn_timeout_s
-        self._poll_interval_s = poll_interval_s
+        self.configure(config)
         self._sessions: dict[str, SessionTurns] = defaultdict(SessionTurns)
         self._waiters: dict[str, list[Deferred[None]]] = defaultdict(list)
         self.stream_connected = False

@@ -20,7 +20,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from pigeond.config import DEFAULTS, Config
+from pigeond.config import Config
 from pigeond.delivery.opencode_client import (
     OpencodeError,
     SessionNotFound,
@@ -62,18 +62,17 @@ class Verifier:
         registry: DirectoryResolver,
         client: TranscriptReader,
         clock: IReactorTime,
+        config: Config,
         *,
-        interval_s: float = DEFAULTS.verify_interval_s,
-        max_requeues: int = DEFAULTS.max_requeues,
         on_requeued: Callable[[str], None] = lambda target: None,
         on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
     ) -> None:
+        """``config`` gives ``verify_interval_s`` and ``max_requeues``."""
         self._db = db
         self._registry = registry
         self._client = client
         self._clock = clock
-        self._interval_s = interval_s
-        self._max_requeues = max_requeues
+        self.configure(config)
         self._on_requeued = on_requeued
         self._on_transcript = on_transcript
         self._closed = False

@@ -274,16 +274,10 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             connect_timeout = min(10.0, config.handoff_timeout_s)
             http = HTTPClient(Agent(reactor, pool=pool, connectTimeout=connect_timeout))
         client = OpencodeClient(
-            http, config.opencode_url, reactor,
-            timeout_s=config.handoff_timeout_s, auth=config.opencode_auth,
-        )  # fmt: skip
-        registry = SessionDirectoryRegistry(client, reactor, ttl_s=config.registry_ttl_s)
-        turns = None
-        if config.delivery == "turn":
-            turns = TurnTracker(
-                reactor, client, busy_window_s=config.busy_window_s,
-                turn_timeout_s=config.turn_timeout_s, poll_interval_s=config.status_poll_s,
-            )  # fmt: skip
+            http, config.opencode_url, reactor, config, auth=config.opencode_auth
+        )
+        registry = SessionDirectoryRegistry(client, reactor, config)
+        turns = TurnTracker(reactor, client, config) if config.delivery == "turn" else None
         # each target's own agent and model, from the events and transcripts read anyway
         modes = ModeTracker(
             client, stream_connected=lambda: events is not None and events.connected
@@ -298,9 +292,8 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             metrics=metrics,
         )  # fmt: skip
         verifier = Verifier(
-            db, registry, client, reactor, interval_s=config.verify_interval_s,
-            max_requeues=config.max_requeues, on_requeued=arbiter.kick,
-            on_transcript=modes.observe_transcript,
+            db, registry, client, reactor, config,
+            on_requeued=arbiter.kick, on_transcript=modes.observe_transcript,
         )  # fmt: skip
 
         def verify() -> None:
@@ -316,23 +309,18 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     routes = SwarmRoutes(
         db,
         reactor,
+        config,
         on_accepted=arbiter.kick if arbiter is not None else (lambda target: None),
         delivery_health=functools.partial(
             delivery_health_of, arbiter, None if delivery is None else delivery.client, events
         ),
         send_checks=[db_watch.refuse_send, flood.check],
-        default_ttl_s=config.default_ttl_s,
-        inbox_max_bytes=config.inbox_max_bytes,
         storage_problem=db_watch.check,
     )
     access, notes = access_policy(config)
     api = routes.install(JsonApi(gate=access))
     MetricsRoute(db, reactor, metrics.registry, routes.delivery_health).install(api)
-    site = make_site(
-        api, config.max_body_bytes,
-        request_timeout_s=config.request_timeout_s, max_connections=config.max_connections,
-        reactor=reactor,
-    )  # fmt: skip
+    site = make_site(api, config, reactor=reactor)
     pruner = Pruner(db, reactor, retention_days=config.retention_days)
     return Daemon(
         config=config, db=db, site=site, arbiter=arbiter, events=events, pool=pool,
