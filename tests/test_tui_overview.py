@@ -34,12 +34,16 @@ def held_db(tmp_path: Path) -> Path:
 
 
 def test_a_held_target_is_not_due_although_a_message_of_it_is(held_db: Path) -> None:
-    """Why "now" was wrong: the earliest next_retry_at of the target's messages is past,
-    yet nothing is handed off before the head's hold ends."""
+    """Why the earliest next_retry_at would be wrong: a message behind the held head is
+    due, yet nothing is handed off before the head's hold ends, which is what the
+    per-target next retry says."""
     repo = SwarmRepository(open_database(held_db))
     try:
-        [queue] = repo.queued_per_target()
-        assert queue.next_retry_at is not None and queue.next_retry_at <= LATER
+        behind = repo.get("msg_behind")
+        assert behind is not None and behind.next_retry_at is not None
+        assert behind.next_retry_at <= LATER
+        [queue] = repo.queued_per_target(LATER)
+        assert queue.next_retry_at == HELD_UNTIL
         assert repo.ready_batch("ses_h", LATER, 10) == []
         assert [m.msg_id for m in repo.ready_batch("ses_h", HELD_UNTIL, 10)] == [
             "msg_head",

@@ -11,7 +11,6 @@ outcome in the same words (:func:`outcome_line`).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -66,11 +65,7 @@ def queued_per_target(repo: SwarmRepository, now_ms: int) -> list[TargetQueue]:
     order and a held head holds the messages behind it, so that earliest time said
     "now" for a target held for another 30 s.
     """
-    return [
-        dataclasses.replace(queue, next_retry_at=None if head is None else head.next_retry_at)
-        for queue in repo.queued_per_target()
-        for head in [repo.queue_head(queue.target, now_ms)]
-    ]
+    return repo.queued_per_target(now_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from pigeond.model import State, StoredMessage
 from pigeond.storage.base import COLUMNS, RepositoryBase, reads, row_to_message
 from pigeond.storage.errors import SchemaError
-from pigeond.storage.schema import SCHEMA_VERSION, connect
+from pigeond.storage.schema import PRIORITY_RANK_SQL, SCHEMA_VERSION, connect
 
 # Which states each action starts from.
 REQUEUE_FROM = (State.FAILED.value, State.EXPIRED.value)
@@ -173,12 +173,25 @@ class OperatorActions(RepositoryBase):
         return {str(state): int(n) for state, n in rows}
 
     @reads
-    def queued_per_target(self) -> list[TargetQueue]:
-        """Queued direct messages per target, the target with the oldest first."""
+    def queued_per_target(self, now_ms: int) -> list[TargetQueue]:
+        """Queued direct messages per target, the target with the oldest first, in one query.
+
+        ``next_retry_at`` is when the target is really tried next: that of the head of its
+        queue (priority, then accept order; expired messages skipped; None when only those
+        are left).  Not the earliest of all its messages: the arbiter hands off in queue
+        order, so a head held by an outage or a backoff holds the messages behind it, even
+        those sent later and due at once.  The head is found on idx_swarm_target_head.
+        """
         rows = self._conn.execute(
-            "SELECT to_session, COUNT(*), MIN(created_at), MIN(next_retry_at)"
-            " FROM swarm_messages WHERE state = 'queued' AND to_session IS NOT NULL"
-            " GROUP BY to_session ORDER BY MIN(created_at), to_session"
+            "SELECT q.to_session, COUNT(*), MIN(q.created_at),"
+            # the inner table unaliased, so the ORDER BY says the index's expression as is
+            " (SELECT next_retry_at FROM swarm_messages"
+            "   WHERE to_session = q.to_session AND state = 'queued'"
+            "   AND (expires_at IS NULL OR expires_at > :now)"
+            f"  ORDER BY {PRIORITY_RANK_SQL}, accept_seq LIMIT 1)"
+            " FROM swarm_messages q WHERE q.state = 'queued' AND q.to_session IS NOT NULL"
+            " GROUP BY q.to_session ORDER BY MIN(q.created_at), q.to_session",
+            {"now": now_ms},
         ).fetchall()
         return [TargetQueue(str(t), int(n), int(oldest), nxt) for t, n, oldest, nxt in rows]
 
