@@ -25,6 +25,7 @@ from pigeond.ids import make_msg_id
 from pigeond.model import MSG_ID_RE, SESSION_ID_RE, NewMessage, State
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import Database
+from pigeond.storage.repository import Accept
 
 MESSAGE_PREFIX = "/swarm/message/"
 DEFAULT_INBOX_LIMIT = 100
@@ -107,7 +108,7 @@ class SwarmRoutes:
         expires_at = None
         if message.to_session is not None:  # channel messages do not expire yet
             expires_at = now_ms + 1000 * (send.ttl_s or self.default_ttl_s)
-        outcome = await self._db.write(SwarmRepository.accept, message, now_ms, expires_at)
+        outcome = await self._db.accept(Accept(message, now_ms, expires_at))
         if outcome is AcceptOutcome.CONFLICT:
             raise HttpError(
                 409,

@@ -9,6 +9,8 @@ stopped everything, ``/health`` included.  So the daemon never calls
 - **writes** run on one writer thread with one connection, in the order
   asked: SQLite lets one writer in at a time anyway, and one thread keeps
   transactions from queueing on the file lock against each other;
+- **sends** are writes too, but grouped: sends that queue up while the writer is
+  busy share one transaction and one fsync (:mod:`pigeond.storage.group_commit`);
 - **reads** run on a few reader threads, each with its own read-only
   connection.  In WAL mode a read never waits for a writer, so a lock held
   by another process delays only the writes (and what waits on them); a
@@ -39,7 +41,8 @@ from twisted.python.threadpool import ThreadPool
 
 from pigeond.config import Config
 from pigeond.storage.errors import StorageUnavailable
-from pigeond.storage.repository import SwarmRepository
+from pigeond.storage.group_commit import GroupCommit
+from pigeond.storage.repository import Accept, AcceptOutcome, SwarmRepository
 from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS, connect, open_database
 
 P = ParamSpec("P")
@@ -61,6 +64,9 @@ class Database(Protocol):
     def write(self, call: RepositoryCall[P, R], *args: P.args, **kwargs: P.kwargs) -> Deferred[R]:
         """Run ``call(repo, *args, **kwargs)`` after every write asked before it."""
 
+    def accept(self, accept: Accept) -> Deferred[AcceptOutcome]:
+        """Store a send; sends close together share one commit (see group_commit)."""
+
     def configure(self, config: Config) -> None:
         """A reload's settings: how long a ``delivery.failed`` notice queued from now on may
         wait (``default_ttl_s``)."""
@@ -80,6 +86,9 @@ class InlineDatabase:
 
     def write(self, call: RepositoryCall[P, R], *args: P.args, **kwargs: P.kwargs) -> Deferred[R]:
         return self._run(call, *args, **kwargs)
+
+    def accept(self, accept: Accept) -> Deferred[AcceptOutcome]:
+        return self._run(SwarmRepository.accept_many, [accept]).addCallback(lambda o: o[0])
 
     def configure(self, config: Config) -> None:
         self.repo.notice_ttl_ms = config.default_ttl_s * 1000
@@ -144,6 +153,7 @@ class ThreadedDatabase:
         self._closed = False
         self._write_pool.start()
         self._read_pool.start()
+        self.group_commit = GroupCommit(reactor, self._write_pool, self._writer)
 
     def read(self, call: RepositoryCall[P, R], *args: P.args, **kwargs: P.kwargs) -> Deferred[R]:
         if self._closed:
@@ -163,6 +173,11 @@ class ThreadedDatabase:
             return fail(StorageUnavailable("the database is closed (pigeond is stopping)"))
         pool = self._write_pool
         return deferToThreadPool(self._reactor, pool, call, self._writer, *args, **kwargs)
+
+    def accept(self, accept: Accept) -> Deferred[AcceptOutcome]:
+        if self._closed:
+            return fail(StorageUnavailable("the database is closed (pigeond is stopping)"))
+        return self.group_commit.accept(accept)
 
     def configure(self, config: Config) -> None:
         # an int attribute: the writer thread reads it whole, before or after

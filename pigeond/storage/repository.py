@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -19,6 +20,15 @@ from pigeond.storage.base import COLUMNS, reads, row_to_message
 from pigeond.storage.delivery import DEFAULT_NOTICE_TTL_MS, DeliveryTransitions
 from pigeond.storage.operator import OperatorActions
 from pigeond.storage.retention import Retention
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    """One send to store: the message, when it came, and when it expires (None: never)."""
+
+    message: NewMessage
+    now_ms: int
+    expires_at: int | None = None
 
 
 class AcceptOutcome(Enum):
@@ -74,19 +84,30 @@ class SwarmRepository(DeliveryTransitions, OperatorActions, Retention):
         The same msg_id with the same content is a retried send (DUPLICATE,
         nothing written); with other content it is a CONFLICT.
         """
+        return self.accept_many([Accept(message, now_ms, expires_at)])[0]
+
+    def accept_many(self, accepts: Sequence[Accept]) -> list[AcceptOutcome]:
+        """:meth:`accept` for each, in order, in one transaction (one fsync): a group
+        commit.  Each outcome is what that accept alone would have given, a msg_id twice
+        in the group included (the second sees the first); if the commit fails, nothing
+        of the group is stored and StorageUnavailable is raised for all of it."""
         with self._write() as conn:
-            existing = self._get(conn, message.msg_id)
-            if existing is not None:
-                if message.same_content(existing):
-                    return AcceptOutcome.DUPLICATE
-                return AcceptOutcome.CONFLICT
-            self._insert(
-                conn, msg_id=message.msg_id, from_session=message.from_session,
-                to_session=message.to_session, channel=message.channel, kind=message.kind,
-                priority=message.priority, reply_to=message.reply_to, payload=message.payload,
-                now_ms=now_ms, expires_at=expires_at,
-            )  # fmt: skip
-            return AcceptOutcome.STORED
+            return [self._accept_one(conn, accept) for accept in accepts]
+
+    def _accept_one(self, conn: sqlite3.Connection, accept: Accept) -> AcceptOutcome:
+        message = accept.message
+        existing = self._get(conn, message.msg_id)
+        if existing is not None:
+            if message.same_content(existing):
+                return AcceptOutcome.DUPLICATE
+            return AcceptOutcome.CONFLICT
+        self._insert(
+            conn, msg_id=message.msg_id, from_session=message.from_session,
+            to_session=message.to_session, channel=message.channel, kind=message.kind,
+            priority=message.priority, reply_to=message.reply_to, payload=message.payload,
+            now_ms=accept.now_ms, expires_at=accept.expires_at,
+        )  # fmt: skip
+        return AcceptOutcome.STORED
 
     # -- reading -----------------------------------------------------------
 
