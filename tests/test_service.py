@@ -142,3 +142,14 @@ def test_factory_chatter_is_dropped_and_the_rest_kept() -> None:
         observer({"log_level": LogLevel.info, "log_namespace": "n", "log_format": text,
                   "factory": "F"})  # fmt: skip
     assert out.getvalue() == "info n: kept F\n"
+
+
+def test_text_line_does_not_repeat_an_error_already_in_its_text() -> None:
+    """The ids always end the line; other fields only when the text does not say them."""
+    event = {"log_level": LogLevel.info, "log_namespace": "pigeond.delivery.events",
+             "log_format": "event stream down ({reason})", "reason": "refused",
+             "target": "ses_t"}  # fmt: skip
+    assert (
+        format_text(event)
+        == "info pigeond.delivery.events: event stream down (refused) target=ses_t"
+    )

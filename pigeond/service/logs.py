@@ -30,6 +30,7 @@ from zope.interface import implementer
 LEVELS = {"debug": LogLevel.debug, "info": LogLevel.info, "warn": LogLevel.warn,
           "error": LogLevel.error}  # fmt: skip
 FIELDS = ("msg_id", "msg_ids", "target", "attempts", "error", "reason")
+ALWAYS = frozenset({"msg_id", "msg_ids", "target"})
 
 
 def _fields(event: dict[str, Any]) -> dict[str, Any]:
@@ -44,7 +45,10 @@ def format_text(event: dict[str, Any]) -> str:
     level = event.get("log_level", LogLevel.info).name
     namespace = event.get("log_namespace", "-")
     line = f"{level} {namespace}: {formatEvent(event)}"
-    extras = " ".join(f"{k}={v}" for k, v in _fields(event).items())
+    # the ids always (so grep finds a message's story); the rest only if the text lacks it
+    extras = " ".join(
+        f"{k}={v}" for k, v in _fields(event).items() if k in ALWAYS or f"{v}" not in line
+    )
     if extras:
         line += " " + extras
     failure = event.get("log_failure")
