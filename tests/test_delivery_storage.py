@@ -232,3 +232,16 @@ def test_version_2_database_upgrades(tmp_path: Path) -> None:
     stored = repo.get("msg_1")
     assert stored is not None and (stored.requeue_count, stored.expires_at) == (0, None)
     assert repo.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_send_facts_tell_a_retry_and_the_targets_count_in_one_read(
+    repo: SwarmRepository,
+) -> None:
+    """send_facts: a stored msg_id is a retry (no count needed); a new one gets the
+    target's queued count, capped; no target, no count."""
+    for i in range(3):
+        repo.accept(new_message("ses_t", msg_id=f"msg_{i}"), NOW_MS)
+    assert repo.send_facts("msg_0", "ses_t", 10) == (True, 0)
+    assert repo.send_facts("msg_new", "ses_t", 10) == (False, 3)
+    assert repo.send_facts("msg_new", "ses_t", 2) == (False, 2)
+    assert repo.send_facts("msg_new", None, 10) == (False, 0)

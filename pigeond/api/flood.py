@@ -16,12 +16,13 @@ A retried send whose msg_id is already stored passes untouched: the repository
 answers it as a duplicate (or a conflict) and stores nothing, and refusing it
 would make a client that lost a 202 believe its message was never taken.
 
-Order: the bucket is looked at first (in memory, so a flooding sender costs no
-count query), then the per-target count, and only a send that passes both
-spends a token, so a send refused because its target is full costs the sender
-nothing.  The database is read off the reactor thread, so the bucket is
-looked at again when the count comes: two sends of one sender that waited
-for the database together cannot spend the same token.
+Order: one read off the reactor thread (``send_facts``: is the msg_id stored,
+and the target's count, both at once: each trip to a database thread costs the
+send path more than the queries), then the bucket, then the count, and only a
+send that passes both spends a token, so a send refused because its target is
+full costs the sender nothing.  The bucket is looked at only after the read,
+all on the reactor thread with no wait in between: two sends of one sender
+cannot spend the same token.
 
 The ``from`` field is self-declared: the sender limit stops a loop, not an
 adversary who varies its name; the per-target cap is what bounds storage.
@@ -121,14 +122,17 @@ class FloodGuard:
         capped_target = message.to_session if self.max_queued_per_target > 0 else None
         if not self._sender_limited and capped_target is None:
             return  # no limit applies: not even the msg_id lookup
-        if await self._db.read(SwarmRepository.get, message.msg_id) is not None:
+        cap = self.max_queued_per_target
+        stored, queued = await self._db.read(
+            SwarmRepository.send_facts, message.msg_id, capped_target, cap
+        )
+        if stored:
             return  # a retry: accept() stores nothing and answers it
         if self._sender_limited:
-            self._spendable_token(message.from_session)
-        if capped_target is not None:
-            await self._check_target(capped_target)
+            tokens, now = self._spendable_token(message.from_session)
+        if capped_target is not None and queued >= cap:
+            self._refuse_target(capped_target)
         if self._sender_limited:
-            tokens, now = self._spendable_token(message.from_session)  # again, after the wait
             self._buckets[message.from_session] = (tokens - 1, now)
             self._buckets.move_to_end(message.from_session)
             while len(self._buckets) > MAX_TRACKED_SENDERS:
@@ -178,16 +182,14 @@ class FloodGuard:
 
     # -- the target's queue ---------------------------------------------------------
 
-    async def _check_target(self, target: str) -> None:
-        """Counted no further than the cap, so a longer queue costs no more."""
+    def _refuse_target(self, target: str) -> NoReturn:
         cap = self.max_queued_per_target
-        if await self._db.read(SwarmRepository.count_queued_for, target, at_most=cap) >= cap:
-            raise _too_many(
-                f"target {target!r} already has {cap} queued messages, the most allowed"
-                f" (option max_queued_per_target); nothing stored, retry in"
-                f" {TARGET_FULL_RETRY_AFTER_S} s as its queue drains",
-                TARGET_FULL_RETRY_AFTER_S,
-            )
+        raise _too_many(
+            f"target {target!r} already has {cap} queued messages, the most allowed"
+            f" (option max_queued_per_target); nothing stored, retry in"
+            f" {TARGET_FULL_RETRY_AFTER_S} s as its queue drains",
+            TARGET_FULL_RETRY_AFTER_S,
+        )
 
 
 def _too_many(message: str, retry_after_s: int) -> HttpError:

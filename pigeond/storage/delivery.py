@@ -58,6 +58,18 @@ class DeliveryTransitions(RepositoryBase):
         row = self._conn.execute(QUEUED_FOR_TARGET_SQL, (target, limit)).fetchone()
         return int(row[0])
 
+    @reads
+    def send_facts(self, msg_id: str, target: str | None, at_most: int) -> tuple[bool, int]:
+        """What the flood guard asks of a send, in one read: whether ``msg_id`` is stored
+        (a retry), and how many messages are queued for ``target``, counted no further
+        than ``at_most`` (0 without a target)."""
+        stored = self._conn.execute(
+            "SELECT 1 FROM swarm_messages WHERE msg_id = ?", (msg_id,)
+        ).fetchone()
+        if stored is not None or target is None:
+            return stored is not None, 0
+        return False, self.count_queued_for(target, at_most)
+
     def _queue_order(self, target: str, now_ms: int | None, limit: int) -> list[StoredMessage]:
         """Queued messages in hand-off order; expired ones left out when ``now_ms`` is given."""
         rows = self._conn.execute(
