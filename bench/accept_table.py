@@ -70,7 +70,7 @@ sys.path.insert(0, str(ROOT))
 from loadgen import DRAIN_S, PAYLOAD_BYTES, SENDERS, TARGETS, request_bodies  # noqa: E402 (bench/)
 from twisted.web import resource, server  # noqa: E402
 
-from tests.daemon_process import DaemonProcess  # noqa: E402
+from tests.daemon_process import DaemonProcess, stop_process  # noqa: E402
 
 LOADGEN = ROOT / "bench" / "loadgen.py"
 CONNECTIONS = 64
@@ -247,16 +247,6 @@ def thread_ticks(pid: int) -> dict[int, int]:
             fields = stat[stat.rindex(")") + 2 :].split()
             ticks[int(tid)] = int(fields[11]) + int(fields[12])
     return ticks
-
-
-def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=timeout_s)
 
 
 def read_port(stdout: IO[str], timeout_s: float) -> int:

@@ -71,6 +71,17 @@ def client_token_file(home: Path) -> Path:
     return home / ".local" / "state" / "pigeond" / "token"
 
 
+def stop_process(proc: subprocess.Popen[Any], timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+    """SIGTERM and wait; SIGKILL if it does not exit within ``timeout_s``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout_s)
+
+
 class DaemonStartError(RuntimeError):
     """The daemon exited, or did not log its listening address, in time."""
 
@@ -187,13 +198,7 @@ class DaemonProcess:
         proc = self._proc
         if proc is None:
             raise RuntimeError("the daemon was never started")
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=timeout_s)
+        stop_process(proc, timeout_s)
         self._finish()
         return proc.returncode
 
