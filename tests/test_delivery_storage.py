@@ -234,14 +234,8 @@ def test_version_2_database_upgrades(tmp_path: Path) -> None:
     assert repo.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def test_send_facts_tell_a_retry_and_the_targets_count_in_one_read(
-    repo: SwarmRepository,
-) -> None:
-    """send_facts: a stored msg_id is a retry (no count needed); a new one gets the
-    target's queued count, capped; no target, no count."""
-    for i in range(3):
-        repo.accept(new_message("ses_t", msg_id=f"msg_{i}"), NOW_MS)
-    assert repo.send_facts("msg_0", "ses_t", 10) == (True, 0)
-    assert repo.send_facts("msg_new", "ses_t", 10) == (False, 3)
-    assert repo.send_facts("msg_new", "ses_t", 2) == (False, 2)
-    assert repo.send_facts("msg_new", None, 10) == (False, 0)
+def test_is_stored_tells_a_retry(repo: SwarmRepository) -> None:
+    """is_stored: true for a stored msg_id in any state, false for a new one."""
+    repo.accept(new_message("ses_t", msg_id="msg_0"), NOW_MS)
+    assert repo.mark_handed_off("msg_0", NOW_MS)
+    assert repo.is_stored("msg_0") and not repo.is_stored("msg_new")

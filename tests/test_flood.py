@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 from treq.client import HTTPClient
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
-from twisted.web import server
 from twisted.web.http_headers import Headers
-from twisted.web.test.requesthelper import DummyChannel
 
 from pigeond.api import flood
 from pigeond.api.flood import TARGET_FULL_RETRY_AFTER_S, FloodGuard
@@ -22,11 +21,12 @@ from pigeond.config import Config
 from pigeond.model import NewMessage
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from pigeond.storage.errors import StorageUnavailable
+from pigeond.storage.repository import Accept
 from tests.http_helpers import result_of, stub_client
 from tests.messages import new_message
 
 BASE = "http://pigeond.test"
-REQUEST = server.Request(DummyChannel())
 JSON_HEADERS = Headers({"Content-Type": ["application/json"]})
 NO_LIMITS = {"max_queued_per_target": 0, "sender_rate_per_s": 0.0, "sender_burst": 0}
 
@@ -50,19 +50,32 @@ def make_guard(repo: SwarmRepository, clock: Clock) -> MakeGuard:
     return make
 
 
+def admit(
+    guard: FloodGuard, repo: SwarmRepository, clock: Clock, message: NewMessage
+) -> AcceptOutcome:
+    """What the send route does: the guard around the store; raises the guard's HttpError."""
+    db = InlineDatabase(repo)
+
+    def store(queue_cap: int) -> Deferred[AcceptOutcome]:
+        return db.accept(Accept(message, int(clock.seconds() * 1000), None, queue_cap))
+
+    return result_of(Deferred.fromCoroutine(guard.admit(message, store)))
+
+
 def offer(guard: FloodGuard, repo: SwarmRepository, clock: Clock, message: NewMessage) -> int:
-    """What the send route does: check, then store; the status a client would see."""
+    """The status a client would see for ``message``: 202 (stored or a retry) or the 429."""
     try:
-        result_of(guard.check(REQUEST, message))
+        admit(guard, repo, clock, message)
     except HttpError as e:
         return e.status
-    repo.accept(message, int(clock.seconds() * 1000))
     return 202
 
 
-def refusal(guard: FloodGuard, message: NewMessage) -> HttpError:
+def refusal(
+    guard: FloodGuard, repo: SwarmRepository, clock: Clock, message: NewMessage
+) -> HttpError:
     with pytest.raises(HttpError) as caught:
-        result_of(guard.check(REQUEST, message))
+        admit(guard, repo, clock, message)
     return caught.value
 
 
@@ -82,7 +95,7 @@ def test_cap_refuses_the_message_past_it(
     guard = make_guard(max_queued_per_target=3)
     assert offer_many(guard, repo, clock, 3) == [202] * 3
     extra = new_message(msg_id="msg_extra")
-    error = refusal(guard, extra)
+    error = refusal(guard, repo, clock, extra)
     assert error.status == 429
     assert "max_queued_per_target" in error.message and "ses_target" in error.message
     assert error.extra == {"retry_after_s": TARGET_FULL_RETRY_AFTER_S}
@@ -128,7 +141,7 @@ def test_cap_refusal_spends_no_sender_token(
     guard = make_guard(max_queued_per_target=1, sender_rate_per_s=1.0, sender_burst=2)
     assert offer_many(guard, repo, clock, 3, to="ses_full") == [202, 429, 429]
     assert offer_many(guard, repo, clock, 2, to="ses_other") == [202, 429]
-    assert "sender_rate_per_s" in refusal(guard, new_message("ses_third")).message
+    assert "sender_rate_per_s" in refusal(guard, repo, clock, new_message("ses_third")).message
 
 
 # -- the per-sender bucket ----------------------------------------------------------
@@ -139,7 +152,7 @@ def test_burst_then_refuse(make_guard: MakeGuard, repo: SwarmRepository, clock: 
     guard = make_guard(sender_rate_per_s=1.0, sender_burst=3)
     assert offer_many(guard, repo, clock, 3) == [202] * 3
     extra = new_message(msg_id="msg_extra")
-    error = refusal(guard, extra)
+    error = refusal(guard, repo, clock, extra)
     assert error.status == 429
     assert "sender_rate_per_s" in error.message and "sender_burst" in error.message
     assert "ses_sender" in error.message
@@ -167,7 +180,7 @@ def test_retry_after_is_whole_seconds_until_a_token(
     waits = []
     for step in (0.0, 1.5, 0.5, 1.9):
         clock.advance(step)
-        error = refusal(guard, new_message())
+        error = refusal(guard, repo, clock, new_message())
         assert error.headers == {"Retry-After": str(error.extra["retry_after_s"])}
         waits.append(error.extra["retry_after_s"])
     assert waits == [4, 3, 2, 1]  # 4 s, 2.5 s, 2 s and 0.1 s to go
@@ -181,7 +194,7 @@ def test_retry_after_is_at_least_one_second(
     """A fast rate still answers Retry-After: 1, never 0."""
     guard = make_guard(sender_rate_per_s=100.0, sender_burst=1)
     assert offer(guard, repo, clock, new_message()) == 202
-    assert refusal(guard, new_message()).headers == {"Retry-After": "1"}
+    assert refusal(guard, repo, clock, new_message()).headers == {"Retry-After": "1"}
 
 
 def test_senders_are_independent(
@@ -217,10 +230,34 @@ def test_zero_rate_or_burst_means_no_sender_limit(
 def test_all_guards_off_reads_nothing(
     make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
 ) -> None:
-    """With every limit at 0 the check does not touch the database (benchmarks set this)."""
+    """With every limit at 0 the guard reads nothing and asks the store for no cap."""
     guard = make_guard()
     repo.close()  # any read would now raise
-    result_of(guard.check(REQUEST, new_message()))
+    caps: list[int] = []
+
+    def store(queue_cap: int) -> Deferred[AcceptOutcome]:
+        caps.append(queue_cap)
+        return succeed(AcceptOutcome.STORED)
+
+    outcome = result_of(Deferred.fromCoroutine(guard.admit(new_message(), store)))
+    assert (outcome, caps) == (AcceptOutcome.STORED, [0])
+
+
+def test_with_sender_tokens_left_the_guard_reads_nothing(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """A sender with tokens costs no database read: only the store, with the cap, is asked."""
+    guard = make_guard(max_queued_per_target=5, sender_rate_per_s=1.0, sender_burst=2)
+    repo.close()  # any read would now raise
+    caps: list[int] = []
+
+    def store(queue_cap: int) -> Deferred[AcceptOutcome]:
+        caps.append(queue_cap)
+        return succeed(AcceptOutcome.STORED)
+
+    for _ in range(2):
+        result_of(Deferred.fromCoroutine(guard.admit(new_message(), store)))
+    assert caps == [5, 5]
 
 
 # -- retries of stored messages -----------------------------------------------------
@@ -233,10 +270,34 @@ def test_retry_of_a_stored_msg_id_passes_over_the_limits(
     guard = make_guard(max_queued_per_target=1, sender_rate_per_s=1.0, sender_burst=1)
     stored = new_message(msg_id="msg_once")
     assert offer(guard, repo, clock, stored) == 202
-    assert refusal(guard, new_message()).status == 429
-    result_of(guard.check(REQUEST, stored))
-    assert repo.accept(stored, int(clock.seconds() * 1000)) is AcceptOutcome.DUPLICATE
+    assert refusal(guard, repo, clock, new_message()).status == 429
+    assert admit(guard, repo, clock, stored) is AcceptOutcome.DUPLICATE
     assert repo.count_queued_for("ses_target") == 1
+
+
+def test_a_retry_costs_the_sender_no_token(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """A re-sent msg_id, answered as a duplicate, gives back the token it took."""
+    guard = make_guard(sender_rate_per_s=1.0, sender_burst=2)
+    first = new_message(msg_id="msg_first")
+    assert offer(guard, repo, clock, first) == 202
+    assert admit(guard, repo, clock, first) is AcceptOutcome.DUPLICATE
+    assert offer_many(guard, repo, clock, 2) == [202, 429]
+
+
+def test_a_failed_store_costs_the_sender_no_token(
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
+) -> None:
+    """A store that fails (a 503 for the client) gives back the sender's token."""
+    guard = make_guard(sender_rate_per_s=1.0, sender_burst=1)
+
+    def failing(queue_cap: int) -> Deferred[AcceptOutcome]:
+        return fail(StorageUnavailable("disk gone"))
+
+    with pytest.raises(StorageUnavailable):
+        result_of(Deferred.fromCoroutine(guard.admit(new_message(), failing)))
+    assert offer(guard, repo, clock, new_message()) == 202
 
 
 # -- memory -----------------------------------------------------------------------------
@@ -248,27 +309,25 @@ def test_refilled_buckets_are_forgotten(
     """Only senders seen within burst/rate seconds keep a bucket, however many names pass."""
     guard = make_guard(sender_rate_per_s=10.0, sender_burst=5)  # full again after 0.5 s
     for i in range(1000):
-        result_of(guard.check(REQUEST, new_message(sender=f"ses_name{i}")))
+        admit(guard, repo, clock, new_message(sender=f"ses_name{i}"))
         clock.advance(0.01)
         assert guard.tracked_senders <= 51
     clock.advance(0.5)
-    result_of(guard.check(REQUEST, new_message(sender="ses_last")))
+    admit(guard, repo, clock, new_message(sender="ses_last"))
     assert guard.tracked_senders == 1
 
 
 def test_tracked_senders_never_exceed_the_hard_bound(
-    make_guard: MakeGuard, clock: Clock, monkeypatch: pytest.MonkeyPatch
+    make_guard: MakeGuard, repo: SwarmRepository, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Distinct names at one instant stop at MAX_TRACKED_SENDERS, the oldest forgotten."""
     monkeypatch.setattr(flood, "MAX_TRACKED_SENDERS", 100)
     guard = make_guard(sender_rate_per_s=1.0, sender_burst=1)
     for i in range(500):
-        result_of(guard.check(REQUEST, new_message(sender=f"ses_name{i}")))
+        admit(guard, repo, clock, new_message(sender=f"ses_name{i}"))
     assert guard.tracked_senders == 100
-    assert refusal(guard, new_message(sender="ses_name499")).status == 429
-    result_of(
-        guard.check(REQUEST, new_message(sender="ses_name0"))
-    )  # forgotten: a full bucket again
+    assert refusal(guard, repo, clock, new_message(sender="ses_name499")).status == 429
+    admit(guard, repo, clock, new_message(sender="ses_name0"))  # forgotten: a full bucket again
 
 
 # -- reloads ---------------------------------------------------------------------------
@@ -311,7 +370,7 @@ class Route:
 
 
 def route(repo: SwarmRepository, clock: Clock, guard: FloodGuard) -> Route:
-    routes = SwarmRoutes(InlineDatabase(repo), clock, Config(), send_checks=[guard.check])
+    routes = SwarmRoutes(InlineDatabase(repo), clock, Config(), admission=guard)
     return Route(stub_client(routes.install(JsonApi())))
 
 

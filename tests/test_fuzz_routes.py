@@ -96,7 +96,7 @@ def fuzz(tmp_path: Path) -> Iterator[FuzzSite]:
         InlineDatabase(repo),
         clock,
         Config(inbox_max_bytes=4096),
-        send_checks=[guard.check],
+        admission=guard,
     )
     api = routes.install(JsonApi(gate=AccessPolicy(own_uid=os.getuid(), token=TOKEN)))
     seed_messages(repo, clock)

@@ -91,6 +91,27 @@ async def test_a_msg_id_twice_in_one_group_is_answered_as_if_apart(
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_group_never_pushes_a_target_past_its_cap(db: ThreadedDatabase) -> None:
+    """Five sends to one target with room for two, all in one group: two stored, three
+    TARGET_FULL, counted in the transaction itself; a retry of a stored one stays a
+    duplicate; another target is not held back."""
+    await db.accept(Accept(new_message(msg_id="msg_old"), NOW_MS))
+    release = hold_the_writer(db)
+    capped = [Accept(new_message(msg_id=f"msg_{i}"), NOW_MS, None, 3) for i in range(5)]
+    retry = Accept(new_message(msg_id="msg_old"), NOW_MS, None, 3)
+    other = Accept(new_message("ses_other", msg_id="msg_other"), NOW_MS, None, 3)
+    answers = [db.accept(a) for a in [*capped, retry, other]]
+    release.set()
+    full = AcceptOutcome.TARGET_FULL
+    assert await all_of(answers) == [
+        AcceptOutcome.STORED, AcceptOutcome.STORED, full, full, full,
+        AcceptOutcome.DUPLICATE, AcceptOutcome.STORED,
+    ]  # fmt: skip
+    assert db.group_commit.largest_group == 7
+    assert await db.read(SwarmRepository.count_queued_for, "ses_target") == 3
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_failed_group_commit_fails_every_send_and_stores_none(
     db: ThreadedDatabase, db_path: Path
 ) -> None:

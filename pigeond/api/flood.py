@@ -1,4 +1,4 @@
-"""The flood guard: a send check that bounds what a runaway agent loop can queue.
+"""The flood guard: the admission around the store that bounds what a runaway agent loop can queue.
 
 Every accepted message becomes a prompt in its target's session, so a loop that
 sends without pause would bury that session and fill the disk.  Two limits,
@@ -16,13 +16,17 @@ A retried send whose msg_id is already stored passes untouched: the repository
 answers it as a duplicate (or a conflict) and stores nothing, and refusing it
 would make a client that lost a 202 believe its message was never taken.
 
-Order: one read off the reactor thread (``send_facts``: is the msg_id stored,
-and the target's count, both at once: each trip to a database thread costs the
-send path more than the queries), then the bucket, then the count, and only a
-send that passes both spends a token, so a send refused because its target is
-full costs the sender nothing.  The bucket is looked at only after the read,
-all on the reactor thread with no wait in between: two sends of one sender
-cannot spend the same token.
+How, at the cost of nothing but a dict lookup for a send that passes (no trip to a
+database thread): the sender's token is spent on the reactor thread before the store,
+so two sends of one sender cannot spend the same token, and given back when the store
+did not store (a retry, a conflict, a full target, a failed commit).  The target's
+count is taken by the store itself, in the transaction that would insert the row
+(:attr:`Accept.queue_cap <pigeond.storage.repository.Accept>`), after its msg_id
+check: a retry is answered as before, and concurrent sends can never push a target
+past its cap.  Only a sender without a token waits for a read, to learn whether its
+send is a retry of a stored msg_id.  While a send's store is under way its token is
+spent, so a second send of the same sender at the very edge of its bucket may be
+refused though the first then stores nothing: the guard errs on the side of the cap.
 
 The ``from`` field is self-declared: the sender limit stops a loop, not an
 adversary who varies its name; the per-target cap is what bounds storage.
@@ -32,17 +36,19 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
-from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
-from twisted.web import server
 
 from pigeond.api.web import HttpError
 from pigeond.config import Config
 from pigeond.model import NewMessage
-from pigeond.storage import SwarmRepository
+from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import Database
+
+# Stores a send with the given cap on its target's queue (0: none); see FloodGuard.admit.
+Store = Callable[[int], Awaitable[AcceptOutcome]]
 
 # A full target's queue drains one turn at a time (seconds to minutes); 5 s
 # lets a sender see room soon after it appears without polling hot.
@@ -58,7 +64,7 @@ _ROUNDING_SLACK_S = 1e-3
 
 
 class FloodGuard:
-    """A :data:`pigeond.api.routes.SendCheck`; :meth:`configure` applies a reload's limits live.
+    """An :class:`pigeond.api.routes.Admission`; :meth:`configure` applies a reload's limits live.
 
     Memory: only senders that spent a token in the last ``burst / rate`` seconds
     (10 s with the defaults) keep a bucket, since an older one has refilled and
@@ -111,41 +117,59 @@ class FloodGuard:
     def _sender_limited(self) -> bool:
         return self.sender_rate_per_s > 0 and self.sender_burst > 0
 
-    def check(self, request: server.Request, message: NewMessage) -> Deferred[None]:
-        """A :data:`pigeond.api.routes.SendCheck`: fails with a 429 :class:`HttpError` when
-        ``message``'s sender or its target is over a limit."""
-        return Deferred.fromCoroutine(self.admit(message))
+    def queue_cap(self, message: NewMessage) -> int:
+        """The cap the store applies to ``message``'s target (0: none; channels have none)."""
+        return self.max_queued_per_target if message.to_session is not None else 0
 
-    async def admit(self, message: NewMessage) -> None:
-        """Raise a 429 :class:`HttpError` when ``message``'s sender or target is over a
-        limit; otherwise spend one of the sender's tokens."""
-        capped_target = message.to_session if self.max_queued_per_target > 0 else None
-        if not self._sender_limited and capped_target is None:
-            return  # no limit applies: not even the msg_id lookup
-        cap = self.max_queued_per_target
-        stored, queued = await self._db.read(
-            SwarmRepository.send_facts, message.msg_id, capped_target, cap
-        )
-        if stored:
-            return  # a retry: accept() stores nothing and answers it
-        if self._sender_limited:
-            tokens, now = self._spendable_token(message.from_session)
-        if capped_target is not None and queued >= cap:
-            self._refuse_target(capped_target)
-        if self._sender_limited:
-            self._buckets[message.from_session] = (tokens - 1, now)
-            self._buckets.move_to_end(message.from_session)
-            while len(self._buckets) > MAX_TRACKED_SENDERS:
-                self._buckets.popitem(last=False)
+    async def admit(self, message: NewMessage, store: Store) -> AcceptOutcome:
+        """Store ``message`` through ``store`` if its sender and target are within their
+        limits; otherwise raise a 429 :class:`HttpError` and store nothing."""
+        if not self._sender_limited:
+            return self._outcome(message, await store(self.queue_cap(message)))
+        spent = await self._spend_token(message)
+        try:
+            outcome = await store(self.queue_cap(message))
+        except BaseException:
+            if spent:
+                self._give_back(message.from_session)
+            raise
+        if spent and outcome is not AcceptOutcome.STORED:
+            self._give_back(message.from_session)
+        return self._outcome(message, outcome)
 
-    def _spendable_token(self, sender: str) -> tuple[float, float]:
-        """The sender's tokens now and the time, or a 429 when it has not one whole token."""
+    async def _spend_token(self, message: NewMessage) -> bool:
+        """Spend one of the sender's tokens (True), or let a retry of a stored msg_id
+        through without one (False); a 429 when the sender has no token for a new send."""
+        sender = message.from_session
         now = self._clock.seconds()
         self._forget_refilled(now)
         tokens = self._tokens(sender, now)
         if tokens < 1:
-            self._refuse_sender(sender, tokens)
-        return tokens, now
+            if await self._db.read(SwarmRepository.is_stored, message.msg_id):
+                return False  # a retry: the store answers it and stores nothing
+            now = self._clock.seconds()  # the read took time: the bucket may have refilled
+            tokens = self._tokens(sender, now)
+            if tokens < 1:
+                self._refuse_sender(sender, tokens)
+        self._buckets[sender] = (tokens - 1, now)
+        self._buckets.move_to_end(sender)
+        while len(self._buckets) > MAX_TRACKED_SENDERS:
+            self._buckets.popitem(last=False)
+        return True
+
+    def _give_back(self, sender: str) -> None:
+        """Return a token spent on a send that stored nothing (a bucket forgotten since
+        was full, which is the same as getting it back)."""
+        bucket = self._buckets.get(sender)
+        if bucket is not None:
+            left, spent_at = bucket
+            self._buckets[sender] = (min(float(self.sender_burst), left + 1), spent_at)
+
+    def _outcome(self, message: NewMessage, outcome: AcceptOutcome) -> AcceptOutcome:
+        if outcome is AcceptOutcome.TARGET_FULL:
+            assert message.to_session is not None
+            self._refuse_target(message.to_session)
+        return outcome
 
     # -- the sender's bucket ------------------------------------------------------
 

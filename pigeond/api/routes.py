@@ -1,9 +1,10 @@
 """The swarm routes, wired to the repository and the arbiter.
 
-The send path is ``parse → check → store → kick``: the checks are the
-database watch and the flood guard (:data:`SendCheck`).  Every database call
-goes through a :class:`~pigeond.storage.Database`, off the reactor thread, so
-a handler waits for its own call while the reactor serves others.
+The send path is ``parse → check → admit and store → kick``: the check is the
+database watch (:data:`SendCheck`), the admission the flood guard
+(:class:`Admission`).  Every database call goes through a
+:class:`~pigeond.storage.Database`, off the reactor thread, so a handler waits
+for its own call while the reactor serves others.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -35,6 +37,17 @@ _CURSOR_RE = re.compile(r"^cur_([0-9]{1,18})$")
 
 # A check on a parsed send before it is stored; raises HttpError to refuse it.
 SendCheck = Callable[[server.Request, NewMessage], Awaitable[None] | None]
+
+
+class Admission(Protocol):
+    """Decides, around the store itself, whether a send may be stored (the flood guard):
+    some limits can only be judged in the store's own transaction (a target's count)."""
+
+    async def admit(
+        self, message: NewMessage, store: Callable[[int], Awaitable[AcceptOutcome]]
+    ) -> AcceptOutcome:
+        """Store ``message`` through ``store(queue_cap)`` or raise a 4xx HttpError."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +79,7 @@ class SwarmRoutes:
         on_accepted: Callable[[str], None] = lambda target: None,
         delivery_health: Callable[[], DeliveryHealth] = lambda: DELIVERY_OFF,
         send_checks: Sequence[SendCheck] = (),
+        admission: Admission | None = None,
         storage_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         """``config`` gives ``default_ttl_s`` and ``inbox_max_bytes`` (see :meth:`configure`)."""
@@ -75,6 +89,7 @@ class SwarmRoutes:
         self._on_accepted = on_accepted
         self.delivery_health = delivery_health
         self._send_checks = tuple(send_checks)
+        self._admission = admission
         self._storage_problem = storage_problem
 
     def install(self, api: JsonApi) -> JsonApi:
@@ -108,7 +123,14 @@ class SwarmRoutes:
         expires_at = None
         if message.to_session is not None:  # channel messages do not expire yet
             expires_at = now_ms + 1000 * (send.ttl_s or self.default_ttl_s)
-        outcome = await self._db.accept(Accept(message, now_ms, expires_at))
+
+        def store(queue_cap: int) -> Awaitable[AcceptOutcome]:
+            return self._db.accept(Accept(message, now_ms, expires_at, queue_cap))
+
+        if self._admission is None:
+            outcome = await store(0)
+        else:
+            outcome = await self._admission.admit(message, store)
         if outcome is AcceptOutcome.CONFLICT:
             raise HttpError(
                 409,

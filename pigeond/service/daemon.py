@@ -314,7 +314,8 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         delivery_health=functools.partial(
             delivery_health_of, arbiter, None if delivery is None else delivery.client, events
         ),
-        send_checks=[db_watch.refuse_send, flood.check],
+        send_checks=[db_watch.refuse_send],
+        admission=flood,
         storage_problem=db_watch.check,
     )
     access, notes = access_policy(config)

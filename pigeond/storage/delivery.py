@@ -14,6 +14,7 @@ its sender in the same transaction, so a crash cannot lose the notice.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 
 from pigeond.model import NO_MODE, NOTICE_KIND, HandoffMode, State, StoredMessage
@@ -24,8 +25,8 @@ READY_TARGETS_SQL = (
     "SELECT DISTINCT to_session FROM swarm_messages"
     " WHERE state = 'queued' AND next_retry_at <= ? AND to_session IS NOT NULL"
 )
-# How many messages wait for one target, counted no further than a limit: the
-# flood guard asks on every send, so the cost must not grow with the queue
+# How many messages wait for one target, counted no further than a limit: every
+# accept with a queue cap counts inside its transaction, so the cost must not grow with the queue
 # (a cap lowered by a reload, notices and requeues can leave it longer).  The
 # plan is a SEARCH on a (to_session, state, ...) covering index.
 QUEUED_FOR_TARGET_SQL = (
@@ -54,21 +55,19 @@ class DeliveryTransitions(RepositoryBase):
     @reads
     def count_queued_for(self, target: str, at_most: int | None = None) -> int:
         """Queued messages for ``target``, counted up to ``at_most`` (None: all of them)."""
-        limit = -1 if at_most is None else max(at_most, 0)
-        row = self._conn.execute(QUEUED_FOR_TARGET_SQL, (target, limit)).fetchone()
-        return int(row[0])
+        return self._queued_for(self._conn, target, -1 if at_most is None else max(at_most, 0))
+
+    @staticmethod
+    def _queued_for(conn: sqlite3.Connection, target: str, limit: int) -> int:
+        """Queued messages for ``target``, counted no further than ``limit`` (-1: all):
+        a walk of at most ``limit`` index entries, whatever the queue's length."""
+        return int(conn.execute(QUEUED_FOR_TARGET_SQL, (target, limit)).fetchone()[0])
 
     @reads
-    def send_facts(self, msg_id: str, target: str | None, at_most: int) -> tuple[bool, int]:
-        """What the flood guard asks of a send, in one read: whether ``msg_id`` is stored
-        (a retry), and how many messages are queued for ``target``, counted no further
-        than ``at_most`` (0 without a target)."""
-        stored = self._conn.execute(
-            "SELECT 1 FROM swarm_messages WHERE msg_id = ?", (msg_id,)
-        ).fetchone()
-        if stored is not None or target is None:
-            return stored is not None, 0
-        return False, self.count_queued_for(target, at_most)
+    def is_stored(self, msg_id: str) -> bool:
+        """Whether a message with ``msg_id`` is stored, in any state (a retried send)."""
+        row = self._conn.execute("SELECT 1 FROM swarm_messages WHERE msg_id = ?", (msg_id,))
+        return row.fetchone() is not None
 
     def _queue_order(self, target: str, now_ms: int | None, limit: int) -> list[StoredMessage]:
         """Queued messages in hand-off order; expired ones left out when ``now_ms`` is given."""

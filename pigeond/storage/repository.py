@@ -24,17 +24,20 @@ from pigeond.storage.retention import Retention
 
 @dataclass(frozen=True, slots=True)
 class Accept:
-    """One send to store: the message, when it came, and when it expires (None: never)."""
+    """One send to store: the message, when it came, when it expires (None: never), and
+    the most queued messages its target may hold (0: no cap; see :meth:`accept_many`)."""
 
     message: NewMessage
     now_ms: int
     expires_at: int | None = None
+    queue_cap: int = 0
 
 
 class AcceptOutcome(Enum):
     STORED = "stored"
     DUPLICATE = "duplicate"
     CONFLICT = "conflict"
+    TARGET_FULL = "target_full"  # the target already holds queue_cap queued messages
 
 
 # The most bytes of messages one inbox page holds unless the caller says otherwise.
@@ -90,7 +93,12 @@ class SwarmRepository(DeliveryTransitions, OperatorActions, Retention):
         """:meth:`accept` for each, in order, in one transaction (one fsync): a group
         commit.  Each outcome is what that accept alone would have given, a msg_id twice
         in the group included (the second sees the first); if the commit fails, nothing
-        of the group is stored and StorageUnavailable is raised for all of it."""
+        of the group is stored and StorageUnavailable is raised for all of it.
+
+        An accept with a ``queue_cap`` whose target already holds that many queued
+        messages is TARGET_FULL and stores nothing.  The count is taken in the same
+        transaction as the insert, so concurrent sends can never push a target past its
+        cap, and it comes after the msg_id check: a retried send is answered as before."""
         with self._write() as conn:
             return [self._accept_one(conn, accept) for accept in accepts]
 
@@ -101,6 +109,9 @@ class SwarmRepository(DeliveryTransitions, OperatorActions, Retention):
             if message.same_content(existing):
                 return AcceptOutcome.DUPLICATE
             return AcceptOutcome.CONFLICT
+        target, cap = message.to_session, accept.queue_cap
+        if cap > 0 and target is not None and self._queued_for(conn, target, cap) >= cap:
+            return AcceptOutcome.TARGET_FULL
         self._insert(
             conn, msg_id=message.msg_id, from_session=message.from_session,
             to_session=message.to_session, channel=message.channel, kind=message.kind,
