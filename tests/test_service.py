@@ -10,10 +10,16 @@ from pathlib import Path
 import pytest
 from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
-from twisted.logger import FilteringLogObserver, LogLevel
+from twisted.logger import FilteringLogObserver, LogLevel, formatEvent
 from twisted.python.failure import Failure
 
-from pigeond.service.logs import LineObserver, format_json, format_text, without_factory_chatter
+from pigeond.service.logs import (
+    LineObserver,
+    event_text,
+    format_json,
+    format_text,
+    without_factory_chatter,
+)
 from pigeond.service.systemd import (
     AlreadyRunning,
     InstanceLock,
@@ -114,6 +120,25 @@ def test_text_line_of_a_failure_is_one_line() -> None:
     line = format_text(event)
     assert "\n" not in line and "(ValueError: bad\\nthing)" in line
     assert "Traceback (most recent call last):\\n" in line and "test_service.py" in line
+
+
+@pytest.mark.parametrize(
+    "log_format",
+    [
+        "accepted {msg_id} from {sender}",  # the hot path
+        "{msg_id!r} at {when:>6}",  # conversion and format spec
+        "{thing.real} and {items[0]}",  # attribute and index
+        "{call()} called",  # Twisted's call syntax
+        "{missing} field",  # unformattable: Twisted says so
+        "{unclosed",  # a broken format
+        "no fields at all",
+    ],
+)
+def test_event_text_writes_what_twisted_would(log_format: str) -> None:
+    """The fast message formatting agrees with twisted.logger.formatEvent for any format."""
+    event = {"log_format": log_format, "msg_id": "msg_1", "sender": "ses_a", "when": 5,
+             "thing": 3, "items": ["x"], "call": lambda: "yes"}  # fmt: skip
+    assert event_text(event) == formatEvent(event)
 
 
 def test_json_line_carries_fields() -> None:
