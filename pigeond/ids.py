@@ -5,6 +5,7 @@ Ids are names, not order; accept order is kept by ``accept_seq``.
 
 from __future__ import annotations
 
+import functools
 import secrets
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -22,5 +23,11 @@ def base36(n: int) -> str:
     return "".join(reversed(out))
 
 
+@functools.lru_cache(maxsize=1)
+def _stamp(now_ms: int) -> str:
+    """``base36(now_ms)``, kept for the sends that come in the same millisecond."""
+    return base36(now_ms)
+
+
 def make_msg_id(now_ms: int) -> str:
-    return f"msg_{base36(now_ms)}_{secrets.token_hex(4)}"
+    return f"msg_{_stamp(now_ms)}_{secrets.token_hex(4)}"

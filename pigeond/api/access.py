@@ -17,6 +17,7 @@ as its user, so the gate refuses, in this order:
 
 from __future__ import annotations
 
+import functools
 import grp
 import hmac
 import ipaddress
@@ -86,7 +87,11 @@ def host_name(header: str) -> str:
     return value.rstrip(".")
 
 
+@functools.lru_cache(maxsize=64)
 def is_loopback_name(name: str) -> bool:
+    """Whether ``name`` is localhost or a loopback address.  Remembered for the few names
+    clients use, since parsing an address on every request costs more than the rest of the
+    Host check; bounded, so a client inventing names only churns the cache."""
     if name == "localhost":
         return True
     try:
