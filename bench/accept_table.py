@@ -217,6 +217,7 @@ class Server:
     port: int
     pid: int
     token: str | None = None
+    unix: str | None = None  # load it over this Unix socket instead of the port
 
 
 def machine_cpus() -> Cpus:
@@ -292,20 +293,32 @@ def source_env(src: Path | None) -> dict[str, str]:
 
 
 def pigeond_daemon(
-    workdir: Path, *, guard: bool, env: dict[str, str] | None = None
+    workdir: Path,
+    *,
+    guard: bool,
+    env: dict[str, str] | None = None,
+    auth: str = "token",
+    unix: Path | None = None,
 ) -> DaemonProcess:
-    extra = () if guard else GUARD_OFF
+    """A pigeond for one run: flood guard on or off, ``auth`` as given, listening on
+    127.0.0.1 or, with ``unix``, on that Unix socket only (peer credentials checked)."""
+    extra = [*(() if guard else GUARD_OFF), "--auth", auth]
+    listen = "tcp:0:interface=127.0.0.1" if unix is None else f"unix:{unix}"
     return DaemonProcess(
-        workdir, workdir / "pigeond.db", opencode_url="", tick_ms=500, extra_args=extra, env=env
-    )
+        workdir, workdir / "pigeond.db", opencode_url="", tick_ms=500, extra_args=extra,
+        env=env, listen=listen,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
-def pigeond_server(daemon: DaemonProcess, cpus: Cpus) -> Iterator[Server]:
+def pigeond_server(daemon: DaemonProcess, cpus: Cpus, unix: Path | None = None) -> Iterator[Server]:
     daemon.start(SERVER_START_TIMEOUT_S)
     try:
         pin_tasks(daemon.pid, cpus.server)
-        yield Server(daemon.port, daemon.pid, daemon.token)
+        if unix is not None:  # the socket stands in for the token
+            yield Server(0, daemon.pid, None, str(unix))
+        else:
+            yield Server(daemon.port, daemon.pid, daemon.token)
     finally:
         daemon.stop()
 
@@ -326,7 +339,8 @@ def start_generator(
     server: Server, connections: int, size: Size, cpus: Cpus, start_at: float
 ) -> subprocess.Popen[str]:
     """One bench/loadgen.py process on the generator's CPUs; its JSON result on stdout."""
-    args = [sys.executable, str(LOADGEN), "--port", str(server.port),
+    where = ["--unix", server.unix] if server.unix else ["--port", str(server.port)]
+    args = [sys.executable, str(LOADGEN), *where,
             "--connections", str(connections), "--duration", str(size.duration_s),
             "--warmup", str(size.warmup_s), "--start-at", repr(start_at),
             "--max-requests", str(MAX_REQUESTS * connections // CONNECTIONS)]  # fmt: skip
@@ -465,9 +479,15 @@ def http_setups(src: Path | None) -> list[Setup]:
     def tiny(kind: str) -> Callable[[Path, Cpus], contextlib.AbstractContextManager[Server]]:
         return lambda workdir, cpus: tiny_server(kind, workdir, cpus)
 
-    def daemon(guard: bool) -> Callable[[Path, Cpus], contextlib.AbstractContextManager[Server]]:
+    def daemon(
+        guard: bool, auth: str = "token", over_unix: bool = False
+    ) -> Callable[[Path, Cpus], contextlib.AbstractContextManager[Server]]:
         def start(workdir: Path, cpus: Cpus) -> contextlib.AbstractContextManager[Server]:
-            return pigeond_server(pigeond_daemon(workdir, guard=guard, env=source_env(src)), cpus)
+            unix = workdir / "pigeond.sock" if over_unix else None
+            process = pigeond_daemon(
+                workdir, guard=guard, env=source_env(src), auth=auth, unix=unix
+            )
+            return pigeond_server(process, cpus, unix)
 
         return start
 
@@ -489,6 +509,16 @@ def http_setups(src: Path | None) -> list[Setup]:
             "guarded",
             "pigeond `POST /swarm/send`, flood guard at defaults (not triggered)",
             daemon(True),
+        ),
+        Setup(
+            "noauth",
+            "pigeond, flood guard off, `auth = none` (no token check)",
+            daemon(False, auth="none"),
+        ),
+        Setup(
+            "unix",
+            "pigeond, flood guard off, over its Unix socket (peer credentials checked)",
+            daemon(False, over_unix=True),
         ),
     ]
 
@@ -628,6 +658,14 @@ RATIOS = [
     Ratio("pigeond (guard defaults) / bare", "guarded", "bare", 0.75),
     Ratio("pigeond (guard defaults) / naive", "guarded", "naive", 3.0),
     Ratio("flood guard cost: guard defaults / guard off", "guarded", "pigeond", 0.95),
+    Ratio("token check cost: token / `auth = none` (guard off)", "pigeond", "noauth", 0.95),
+    Ratio(
+        "peer-credential check: Unix socket / TCP with `auth = none`",
+        "unix",
+        "noauth",
+        0.95,
+        "the transports differ too",
+    ),
     Ratio("naive / bare", "naive", "bare", None, "what one FULL commit per request costs"),
     Ratio(
         "pigeond (guard off) / raw commits/s",
@@ -812,7 +850,7 @@ BREAKDOWN = [
      "parse_send_body", False),
     ("  of which json.loads", "json/__init__.py", "loads", False),
     ("msg_id minting (make_msg_id)", "pigeond/ids.py", "make_msg_id", False),
-    ("flood guard on the reactor (admit; its reads run on reader threads)",
+    ("flood guard (admit: the sender's bucket; the target is counted in the commit)",
      "pigeond/api/flood.py", "admit", False),
     ("hand-offs to the db threads (deferToThreadPool)", "twisted/internet/threads.py",
      "deferToThreadPool", False),

@@ -1,7 +1,7 @@
 """A bounded HTTP/1.1 load generator for the benchmarks, on 127.0.0.1 only.
 
     .venv/bin/python bench/loadgen.py --port 4097 --connections 64 --duration 10 \\
-        [--warmup 1] [--max-requests N] [--token T] [--start-at EPOCH_S]
+        [--warmup 1] [--max-requests N] [--token T] [--start-at EPOCH_S] [--unix PATH]
 
 Opens ``--connections`` keep-alive connections (asyncio, raw HTTP/1.1, no
 pipelining: each connection sends its next request only after the whole answer
@@ -20,6 +20,9 @@ Prints one JSON object on stdout (see :class:`Result`): answers by status, the
 rate in the window, latency percentiles, and the generator's own CPU seconds
 (``resource.getrusage``), so a caller can show the generator was not the
 bottleneck.
+
+``--unix PATH`` connects to that Unix socket instead of ``127.0.0.1:PORT`` (pigeond's
+own socket, where the peer's credentials stand in for the token).
 """
 
 from __future__ import annotations
@@ -58,11 +61,11 @@ def request_bodies(count: int) -> list[bytes]:
     return bodies
 
 
-def http_request(port: int, body: bytes, token: str | None) -> bytes:
-    """One keep-alive ``POST`` of ``body`` as raw bytes."""
+def http_request(port: int | None, body: bytes, token: str | None) -> bytes:
+    """One keep-alive ``POST`` of ``body`` as raw bytes (port None: over a Unix socket)."""
     lines = [
         f"POST {PATH} HTTP/1.1",
-        f"Host: {HOST}:{port}",
+        f"Host: {HOST}:{port}" if port is not None else "Host: localhost",
         "Content-Type: application/json",
         f"Content-Length: {len(body)}",
     ]
@@ -232,16 +235,19 @@ class _Client(asyncio.Protocol):
             self._done.set_result(None)
 
 
-async def _connection(shared: _Shared, port: int) -> None:
+async def _connection(shared: _Shared, port: int | None, unix: str | None) -> None:
     """Run one connection until its bounds; reconnect when the server closes it early."""
     loop = asyncio.get_running_loop()
     while shared.more_allowed():
         done: asyncio.Future[None] = loop.create_future()
+        factory = functools.partial(_Client, shared, done)
+        if unix is not None:
+            connecting = loop.create_unix_connection(factory, unix)
+        else:
+            assert port is not None  # one of --port and --unix is required
+            connecting = loop.create_connection(factory, HOST, port)
         try:
-            _transport, client = await asyncio.wait_for(
-                loop.create_connection(functools.partial(_Client, shared, done), HOST, port),
-                CONNECT_TIMEOUT_S,
-            )
+            _transport, client = await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S)
         except (TimeoutError, OSError):
             shared.connection_errors += 1
             await asyncio.sleep(0.01)
@@ -265,9 +271,10 @@ async def _cpu_in_window(shared: _Shared) -> float:
 
 
 async def _generate(args: argparse.Namespace) -> Result:
-    requests = [http_request(args.port, b, args.token) for b in request_bodies(args.bodies)]
+    port = None if args.unix else args.port
+    requests = [http_request(port, b, args.token) for b in request_bodies(args.bodies)]
     shared = _Shared(args, requests)
-    connections = [_connection(shared, args.port) for _ in range(args.connections)]
+    connections = [_connection(shared, port, args.unix) for _ in range(args.connections)]
     cpu_window = asyncio.ensure_future(_cpu_in_window(shared))
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(
@@ -305,7 +312,9 @@ def _percentiles(latencies: list[float]) -> dict[str, float]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
-    parser.add_argument("--port", type=int, required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", type=int, help="the server's TCP port on 127.0.0.1")
+    where.add_argument("--unix", help="the server's Unix socket, instead of a port")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--duration", type=float, default=10.0, help="measuring window, s")
     parser.add_argument("--warmup", type=float, default=1.0, help="s before the window")
