@@ -83,6 +83,15 @@ class RepositoryBase:
         ).fetchone()
         return int(row[0])
 
+    def _sequence_value(self, conn: sqlite3.Connection, name: str) -> int:
+        """The last number ``name`` gave out; with :meth:`_set_sequence`, inside one write
+        transaction, a group of inserts numbers its rows with two statements, not one each."""
+        row = conn.execute("SELECT value FROM swarm_sequences WHERE name = ?", (name,)).fetchone()
+        return int(row[0])
+
+    def _set_sequence(self, conn: sqlite3.Connection, name: str, value: int) -> None:
+        conn.execute("UPDATE swarm_sequences SET value = ? WHERE name = ?", (value, name))
+
     def _get(self, conn: sqlite3.Connection, msg_id: str) -> StoredMessage | None:
         row = conn.execute(
             f"SELECT {COLUMNS} FROM swarm_messages WHERE msg_id = ?", (msg_id,)
@@ -103,8 +112,11 @@ class RepositoryBase:
         payload: str,
         now_ms: int,
         expires_at: int | None,
+        seq: int | None = None,
     ) -> None:
-        seq = self._next_sequence(conn, "accept")
+        """Insert a queued message numbered ``seq`` (None: the accept sequence's next)."""
+        if seq is None:
+            seq = self._next_sequence(conn, "accept")
         conn.execute(
             "INSERT INTO swarm_messages (msg_id, from_session, to_session, channel, kind,"
             " priority, reply_to, payload, state, attempts, next_retry_at, created_at,"

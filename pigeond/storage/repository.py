@@ -100,9 +100,18 @@ class SwarmRepository(DeliveryTransitions, OperatorActions, Retention):
         transaction as the insert, so concurrent sends can never push a target past its
         cap, and it comes after the msg_id check: a retried send is answered as before."""
         with self._write() as conn:
-            return [self._accept_one(conn, accept) for accept in accepts]
+            last_seq = self._sequence_value(conn, "accept")
+            outcomes = []
+            for accept in accepts:
+                outcome = self._accept_one(conn, accept, last_seq + 1)
+                if outcome is AcceptOutcome.STORED:
+                    last_seq += 1
+                outcomes.append(outcome)
+            self._set_sequence(conn, "accept", last_seq)
+            return outcomes
 
-    def _accept_one(self, conn: sqlite3.Connection, accept: Accept) -> AcceptOutcome:
+    def _accept_one(self, conn: sqlite3.Connection, accept: Accept, seq: int) -> AcceptOutcome:
+        """Store ``accept`` numbered ``seq``, unless its msg_id is taken or its target full."""
         message = accept.message
         existing = self._get(conn, message.msg_id)
         if existing is not None:
@@ -116,7 +125,7 @@ class SwarmRepository(DeliveryTransitions, OperatorActions, Retention):
             conn, msg_id=message.msg_id, from_session=message.from_session,
             to_session=message.to_session, channel=message.channel, kind=message.kind,
             priority=message.priority, reply_to=message.reply_to, payload=message.payload,
-            now_ms=accept.now_ms, expires_at=accept.expires_at,
+            now_ms=accept.now_ms, expires_at=accept.expires_at, seq=seq,
         )  # fmt: skip
         return AcceptOutcome.STORED
 
