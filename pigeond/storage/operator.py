@@ -156,10 +156,16 @@ class OperatorActions(RepositoryBase):
         """Failed direct messages per target, with the last_error of the latest one.
 
         SQLite takes the bare ``last_error`` from the row holding ``MAX(updated_at)``.
+
+        Failed rows are found by their state (idx_swarm_direct_state), not by reading every
+        direct message: ``unlikely()`` tells the planner that failed rows are few (retention
+        prunes them; delivered history is the bulk), which ANALYZE statistics cannot say,
+        since they average the rows per state (with them, the plan walked every direct
+        message: 0.2 s with a million delivered, against 5 ms).
         """
         rows = self._conn.execute(
             "SELECT to_session, COUNT(*), MAX(updated_at), last_error FROM swarm_messages"
-            " WHERE state = 'failed' AND to_session IS NOT NULL"
+            " WHERE unlikely(state = 'failed') AND to_session IS NOT NULL"
             " GROUP BY to_session ORDER BY MAX(updated_at) DESC, to_session"
         ).fetchall()
         return [FailedTarget(str(t), int(n), int(at), err) for t, n, at, err in rows]

@@ -1,0 +1,202 @@
+"""The reads that meet the delivered history keep plans whose cost does not grow with it.
+
+Issue 13 asks that a million delivered rows slow nothing: the arbiter tick, an inbox
+page, ``GET /swarm/message/<id>``, the TUI's first screen (and ``/health``, which counts
+like the TUI).  ``bench/history_table.py`` times them; these tests check the plans SQLite
+chooses for the SQL each storage call really runs, caught with a trace callback (so a
+reworded query is checked as it is, not as a copy here says it), without ANALYZE
+statistics (as the daemon leaves its file: the planner's defaults do not depend on the
+table's size, so a small table shows the plan of a large one) and, in the slow tests, on
+a million delivered rows with and without statistics.  No timings here.  Two plans
+that do not meet the history but fall short anyway are strict xfails (see KNOWN).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from pigeond.storage import SwarmRepository, open_database
+from pigeond.storage.synthetic import add_delivered_history, add_stuck_rows, drop_statistics
+from tests.fixed_time import NOW_MS
+from tests.messages import new_message
+
+Plans = dict[str, list[str]]
+Check = Callable[[Plans], None]
+
+
+def executed_plans(repo: SwarmRepository, call: Callable[[SwarmRepository], object]) -> Plans:
+    """The query plan of every SELECT that ``call`` runs on ``repo``, keyed by its SQL
+    (parameters filled in by SQLite's trace)."""
+    statements: list[str] = []
+    conn = repo.connection
+    conn.set_trace_callback(statements.append)
+    try:
+        call(repo)
+    finally:
+        conn.set_trace_callback(None)
+    selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    assert selects, f"the call ran no SELECT: {statements}"
+    return {
+        sql: [str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall()]
+        for sql in selects
+    }
+
+
+def steps(plans: Plans) -> list[str]:
+    return [step for plan in plans.values() for step in plan]
+
+
+def no_scan(plans: Plans) -> None:
+    """Every table access is a SEARCH: nothing walks the whole table or an index of it."""
+    assert not any(step.startswith("SCAN") for step in steps(plans)), plans
+
+
+def searches(fragment: str) -> Check:
+    """Some step SEARCHes with ``fragment`` (an index and its terms), and nothing scans."""
+
+    def check(plans: Plans) -> None:
+        assert any(s.startswith("SEARCH") and fragment in s for s in steps(plans)), plans
+        no_scan(plans)
+
+    return check
+
+
+def unsorted_page(plans: Plans) -> None:
+    """The inbox walks idx_swarm_handoff from the cursor, in order: no sort, so it stops
+    after one page however long the target's history."""
+    searches("idx_swarm_handoff (to_session=? AND handoff_seq>?)")(plans)
+    assert not any("TEMP B-TREE" in step for step in steps(plans)), plans
+
+
+def counts_in_state_order(plans: Plans) -> None:
+    """Direct messages are counted by walking idx_swarm_direct_state in state order, not by
+    sorting every direct message into a temporary b-tree (6x slower with a million)."""
+    for plan in plans.values():
+        assert any("idx_swarm_direct_state" in step for step in plan), plans
+    assert not any("TEMP B-TREE" in step for step in steps(plans)), plans
+
+
+def failed_by_state(plans: Plans) -> None:
+    """Failed messages are found by their state (idx_swarm_direct_state, or a skip-scan
+    of idx_swarm_target_state once ANALYZE knows the targets are few), never by reading
+    every direct message."""
+    searches("state=?")(plans)
+
+
+# What each storage call that meets the history must keep, by the figure it serves.
+CALLS: dict[str, tuple[Callable[[SwarmRepository], object], Check]] = {
+    "arbiter tick": (lambda r: r.ready_targets(NOW_MS), searches("idx_swarm_ready")),
+    "inbox page": (lambda r: r.inbox_page("ses_t7", 5_000, 100), unsorted_page),
+    "GET /swarm/message": (
+        lambda r: r.get("msg_anything"),
+        searches("sqlite_autoindex_swarm_messages_1 (msg_id=?)"),
+    ),
+    "TUI and /metrics: counts": (lambda r: r.count_by_state(), counts_in_state_order),
+    "/health and the status line: open counts": (
+        lambda r: r.count_open(),
+        searches("idx_swarm_direct_state (state=?)"),
+    ),
+    "TUI: failed per target": (lambda r: r.failed_per_target(), failed_by_state),
+    "TUI: queued per target": (lambda r: r.queued_per_target(NOW_MS), no_scan),
+    "expiry sweep": (lambda r: r.expire_due(NOW_MS), searches("idx_swarm_expiry")),
+}
+# Two weaknesses outside the history, found on the way: their fixes belong to
+# pigeond/storage/delivery.py.  Strict: once one is fixed, its mark must go.
+#
+# The sweeper runs at the tick's interval; its query searches idx_swarm_ready (state=?) and
+# reads every queued row (0.8 ms with 5,000 stuck, against 5 us on idx_swarm_expiry): an
+# equality on state outweighs the expiry range for the planner without statistics.  The
+# fix: ``INDEXED BY idx_swarm_expiry`` in _expired_ids.
+SWEEP = pytest.mark.xfail(strict=True, reason="the expiry sweep reads every queued row")
+# With ANALYZE statistics and 5,000 queued messages waiting out a backoff, ready_targets
+# walks idx_swarm_target_head (every queued row and its table row: 3.6 ms a tick instead of
+# 20 us), to spare the DISTINCT its sort.  pigeond never runs ANALYZE, so the daemon's file
+# keeps the good plan.  The fix: ``unlikely(next_retry_at <= ?)`` in READY_TARGETS_SQL.
+ANALYZED_TICK = pytest.mark.xfail(
+    strict=True, reason="ready_targets walks idx_swarm_target_head once ANALYZEd"
+)
+KNOWN = {
+    ("small_repo", "expiry sweep"): [SWEEP],
+    ("plain_million", "expiry sweep"): [SWEEP],
+    ("analyzed_million", "arbiter tick"): [ANALYZED_TICK],
+}
+
+
+def fill(repo: SwarmRepository, history: int) -> None:
+    """Delivered history, stuck rows on top, and queued messages due now."""
+    add_delivered_history(repo.connection, history, 20, NOW_MS - 60_000)
+    add_stuck_rows(repo.connection, 5_000, 5_000, 100, NOW_MS)
+    for target in ("ses_due_a", "ses_due_b"):
+        repo.accept(new_message(target), NOW_MS - 1_000)
+
+
+@pytest.fixture(scope="module")
+def small_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwarmRepository]:
+    """A small history without statistics: the plans the daemon's own file gets at any size."""
+    repo = SwarmRepository(open_database(tmp_path_factory.mktemp("plans") / "p.db"))
+    fill(repo, 20_000)
+    drop_statistics(repo.connection)
+    yield repo
+    repo.close()
+
+
+@pytest.mark.parametrize(
+    "figure", [pytest.param(f, marks=KNOWN.get(("small_repo", f), [])) for f in CALLS]
+)
+def test_plan_without_statistics(small_repo: SwarmRepository, figure: str) -> None:
+    """Each call's plan on the daemon's own kind of file: no statistics."""
+    call, check = CALLS[figure]
+    check(executed_plans(small_repo, call))
+
+
+def test_migration_7_made_the_direct_state_index(small_repo: SwarmRepository) -> None:
+    """The counts' index is partial on direct messages, the term their queries say."""
+    row = small_repo.connection.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'idx_swarm_direct_state'"
+    ).fetchone()
+    assert row is not None and "WHERE to_session IS NOT NULL" in row[0]
+
+
+@pytest.fixture(scope="module")
+def analyzed_million(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwarmRepository]:
+    """A million delivered rows and 10,000 stuck ones, ANALYZEd."""
+    repo = SwarmRepository(open_database(tmp_path_factory.mktemp("million") / "p.db"))
+    fill(repo, 1_000_000)
+    repo.connection.execute("ANALYZE")
+    yield repo
+    repo.close()
+
+
+@pytest.fixture(scope="module")
+def plain_million(
+    analyzed_million: SwarmRepository, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SwarmRepository]:
+    """The same without statistics, as the daemon leaves its file (a copy: a connection
+    cannot hand back an EXPLAIN prepared before the statistics went)."""
+    copy = sqlite3.connect(str(tmp_path_factory.mktemp("plain") / "p.db"), isolation_level=None)
+    analyzed_million.connection.backup(copy)
+    drop_statistics(copy)
+    yield SwarmRepository(copy)
+    copy.close()
+
+
+MILLION_CASES = [
+    pytest.param(variant, figure, marks=KNOWN.get((variant, figure), []))
+    for variant in ("analyzed_million", "plain_million")
+    for figure in CALLS
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("variant", "figure"), MILLION_CASES)
+def test_plan_with_a_million_delivered_rows(
+    request: pytest.FixtureRequest, variant: str, figure: str
+) -> None:
+    """The same plans on a million delivered rows and 10,000 stuck ones, with ANALYZE
+    statistics and without."""
+    repo: SwarmRepository = request.getfixturevalue(variant)
+    call, check = CALLS[figure]
+    check(executed_plans(repo, call))
