@@ -6,6 +6,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pigeond.model import State, StoredMessage
 from pigeond.storage import (
@@ -18,7 +20,11 @@ from pigeond.storage import (
     migrate,
     open_database,
 )
-from pigeond.storage.repository import INBOX_PAGE_SQL, inbox_entry_bytes
+from pigeond.storage.repository import (
+    INBOX_PAGE_SQL,
+    inbox_entry_bytes,
+    inbox_entry_bytes_at_most,
+)
 from pigeond.storage.schema import MIGRATIONS
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
@@ -481,3 +487,33 @@ def test_migration_6_moves_ended_notices_to_dropped(tmp_path: Path) -> None:
         assert any("idx_swarm_prunable" in step for step in plan), plan
     finally:
         upgraded.close()
+
+
+def test_count_open_counts_only_queued_and_failed_direct_messages(repo: SwarmRepository) -> None:
+    """count_open: queued and failed direct messages; delivered, channel ones left out."""
+    for i in range(3):
+        repo.accept(new_message("ses_t", msg_id=f"msg_{i}"), NOW_MS)
+    repo.accept(new_message(channel="general", msg_id="msg_chan"), NOW_MS)
+    assert repo.mark_handed_off("msg_0", NOW_MS)
+    assert repo.fail_now(["msg_1"], "gone", NOW_MS) == ["msg_1"]  # queues its sender a notice
+    assert repo.count_open() == {"queued": 2, "failed": 1}
+    assert repo.count_by_state() == {"queued": 2, "failed": 1, "handed_off": 1}
+
+
+@given(
+    payload=st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=300),
+    sender=st.text(alphabet=st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=40),
+    stamp=st.integers(min_value=0, max_value=2**63 - 1),
+)
+def test_an_inbox_entry_never_encodes_larger_than_its_bound(
+    payload: str, sender: str, stamp: int
+) -> None:
+    """inbox_entry_bytes_at_most bounds the exact size, for any text and any time."""
+    message = StoredMessage(
+        msg_id="msg_x", from_session=sender, to_session="ses_t", channel=None, kind="chat",
+        priority="normal", reply_to=None, payload=payload, state="handed_off", attempts=0,
+        next_retry_at=None, created_at=stamp, updated_at=stamp, handed_off_at=stamp,
+        last_error=None, accept_seq=1, handoff_seq=1, verified_at=None, verify_by=None,
+        requeue_count=0, expires_at=None,
+    )  # fmt: skip
+    assert inbox_entry_bytes(message) <= inbox_entry_bytes_at_most(message)

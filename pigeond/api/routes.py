@@ -257,7 +257,7 @@ class SwarmRoutes:
                 {"ok": False, "version": __version__, "arbiter": False,
                  "error": f"{problem}; restart pigeond"},
             )  # fmt: skip
-        counts = await self._db.read(SwarmRepository.count_by_state)
+        counts = await self._db.read(SwarmRepository.count_open)
         delivery = self.delivery_health()
         return JsonResponse(
             200,
