@@ -13,6 +13,7 @@ from textual.widgets import DataTable
 from pigeond.cli.presentation import TABLE_COLUMNS
 from pigeond.storage import SwarmRepository, open_database
 from pigeond_tui.app import PigeonApp
+from pigeond_tui.widgets import MessageTable
 from tests.messages import new_message
 from tests.tui_support import HOUR, LATER, LONG_ERROR, NOW, drive, seed_real, settle
 
@@ -130,3 +131,31 @@ def test_a_wider_terminal_gives_last_error_more_room(tmp_path: Path) -> None:
     drive(db, script, size=(200, 50))
     narrow, wide = errors
     assert len(wide) > len(narrow) and LONG_ERROR.startswith(wide[:-1])
+
+
+def test_a_resize_that_keeps_the_width_does_not_refill_the_table(tmp_path: Path) -> None:
+    """Only a new width changes last_error's room: a resize event at the width the table
+    was filled at (at start, one comes after the first snapshot is shown) refills nothing,
+    since refilling 500 rows is most of what the first screen costs; a new width does."""
+    db = seed_real(tmp_path / "real.db")
+    fills: dict[str, int] = {}
+
+    async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
+        fill = app.show_messages
+        count = [0]
+
+        def counted() -> None:
+            count[0] += 1
+            fill()
+
+        app.show_messages = counted  # type: ignore[method-assign]
+        table = app.query_one("#messages", MessageTable)
+        table.post_message(MessageTable.Resized())
+        await settle(app, pilot)
+        fills["same width"] = count[0]
+        await pilot.resize_terminal(240, 50)
+        await settle(app, pilot)
+        fills["wider"] = count[0] - fills["same width"]
+
+    drive(db, script, size=(200, 50))
+    assert fills == {"same width": 0, "wider": 1}

@@ -91,6 +91,7 @@ class PigeonApp(App[None]):
         self.messages: dict[str, StoredMessage] = {}
         self.reports: list[str] = []  # every notification shown, for the record (and tests)
         self.snapshot: Snapshot | None = None
+        self.shown_width = -1  # the message table's width when it was last filled
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -152,6 +153,7 @@ class PigeonApp(App[None]):
             for m in sorted(self.messages.values(), key=SORTS[self.sort])
         ]
         table = self.query_one("#messages", DataTable)
+        self.shown_width = table.size.width
         room = last_column_width(
             TABLE_COLUMNS, [cells for _, cells in rows],
             table.size.width - table.styles.scrollbar_size_vertical,
@@ -165,10 +167,13 @@ class PigeonApp(App[None]):
     @on(MessageTable.Resized)
     def table_resized(self) -> None:
         """last_error takes the room left beside the other columns: measure it again
-        (unless the app is closing and its widgets are going)."""
+        (unless the app is closing and its widgets are going).  Only a new width changes
+        that room, and refilling 500 rows is most of what the first screen costs, so a
+        resize that keeps the width (a scrollbar appearing, a new height) refills nothing."""
         if self.snapshot is not None:
             with suppress(NoMatches):
-                self.show_messages()
+                if self.query_one("#messages", DataTable).size.width != self.shown_width:
+                    self.show_messages()
 
     def fill(self, selector: str, columns: Sequence[str], rows: Rows) -> None:
         fill_table(self.query_one(selector, DataTable), columns, rows)
