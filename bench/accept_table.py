@@ -9,12 +9,17 @@ Measures, each figure the median of ``--runs`` (at least 3) runs with its range:
    body and answers 202 ``{"accepted": true}``, storing nothing;
 2. **naive**: the same route plus one ``INSERT`` and its commit per request on the
    reactor thread, in a SQLite file in WAL mode with ``synchronous=FULL``;
-3. **raw sqlite**: a plain loop of insert + commit (WAL, FULL) in this process: the
+3. **grouped**: the bare route plus the cheapest group commit: the requests of one
+   reactor turn inserted in one transaction and committed on the reactor thread, then
+   answered; no validation, auth, log or thread: the ceiling of any design that stores;
+4. **raw sqlite**: a plain loop of insert + commit (WAL, FULL) in this process: the
    commits per second this disk allows;
-4. **pigeond**: a real pigeond (tests/daemon_process.py, ``opencode_url=""`` so nothing is
+5. **pigeond**: a real pigeond (tests/daemon_process.py, ``opencode_url=""`` so nothing is
    delivered, the token sent as a client would) taking ``POST /swarm/send``, once with
    the flood guard off (``--sender-rate-per-s 0 --sender-burst 0
-   --max-queued-per-target 0``) and once at its defaults, not triggered.
+   --max-queued-per-target 0``) and once at its defaults, not triggered; then with
+   ``auth = none`` (what the token check costs) and over its Unix socket (what the
+   peer-credential check costs, against ``auth = none`` on TCP).
 
 The load comes from bench/loadgen.py: 64 keep-alive connections on 127.0.0.1, no
 pipelining, bodies with a 500-byte payload from 2,048 senders to 1,024 targets,
@@ -183,6 +188,46 @@ class JsonRoute(resource.Resource):
         return b'{"accepted": true}'
 
 
+class GroupedRoute(resource.Resource):
+    """The bare route plus group commit in its cheapest form: the requests parsed in one
+    reactor turn are inserted in one transaction, committed (FULL) on the reactor thread at
+    the end of the turn, then answered.  Nothing else: no validation, auth, log or thread.
+    What any design that stores each send before its 202 can at best reach here."""
+
+    isLeaf = True
+
+    def __init__(self, conn: sqlite3.Connection, reactor: Any) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.conn = conn
+        self.reactor = reactor
+        self.count = 0
+        self.waiting: list[tuple[server.Request, tuple[str, str, str, str, int]]] = []
+
+    def render_POST(self, request: server.Request) -> int | bytes:
+        assert request.content is not None
+        body = json.loads(request.content.read())
+        if not isinstance(body, dict):
+            request.setResponseCode(400)
+            return b'{"error": "body must be a JSON object"}'
+        self.count += 1
+        row = (f"msg_grouped_{self.count}", body["from"], body["to"], body["payload"])
+        if not self.waiting:
+            self.reactor.callLater(0, self.commit)
+        self.waiting.append((request, (*row, int(time.time() * 1000))))
+        return server.NOT_DONE_YET
+
+    def commit(self) -> None:
+        group, self.waiting = self.waiting, []
+        with self.conn:  # one transaction, one fsync
+            self.conn.executemany(NAIVE_INSERT, [row for _, row in group])
+        for request, _ in group:
+            request.setResponseCode(202)
+            request.setHeader(b"content-type", b"application/json")
+            request.setHeader(b"content-length", b"18")
+            request.write(b'{"accepted": true}')
+            request.finish()
+
+
 class QuietSite(server.Site):
     def log(self, request: Any) -> None:
         """No access log, as pigeond's own site."""
@@ -193,8 +238,14 @@ def serve(kind: str, db: str) -> None:
     from twisted.internet import reactor as installed
 
     reactor: Any = installed
-    conn = open_naive_db(db) if kind == "naive" else None
-    site = QuietSite(JsonRoute(conn))  # type: ignore[no-untyped-call]
+    route: resource.Resource
+    if kind == "grouped":
+        conn = open_naive_db(db)
+        conn.isolation_level = "IMMEDIATE"  # transactions, not autocommit
+        route = GroupedRoute(conn, reactor)
+    else:
+        route = JsonRoute(open_naive_db(db) if kind == "naive" else None)
+    site = QuietSite(route)  # type: ignore[no-untyped-call]
     port = reactor.listenTCP(0, site, interface="127.0.0.1")
     print(f"listening on {port.getHost().port}", flush=True)
     reactor.run()
@@ -311,14 +362,18 @@ def pigeond_daemon(
 
 
 @contextlib.contextmanager
-def pigeond_server(daemon: DaemonProcess, cpus: Cpus, unix: Path | None = None) -> Iterator[Server]:
+def pigeond_server(
+    daemon: DaemonProcess, cpus: Cpus, unix: Path | None = None, *, token: bool = True
+) -> Iterator[Server]:
+    """``daemon`` started and pinned; loaded over ``unix`` if given (the socket stands in
+    for the token), else over TCP with its token (none with ``auth = none``)."""
     daemon.start(SERVER_START_TIMEOUT_S)
     try:
         pin_tasks(daemon.pid, cpus.server)
-        if unix is not None:  # the socket stands in for the token
+        if unix is not None:
             yield Server(0, daemon.pid, None, str(unix))
         else:
-            yield Server(daemon.port, daemon.pid, daemon.token)
+            yield Server(daemon.port, daemon.pid, daemon.token if token else None)
     finally:
         daemon.stop()
 
@@ -487,7 +542,7 @@ def http_setups(src: Path | None) -> list[Setup]:
             process = pigeond_daemon(
                 workdir, guard=guard, env=source_env(src), auth=auth, unix=unix
             )
-            return pigeond_server(process, cpus, unix)
+            return pigeond_server(process, cpus, unix, token=auth == "token")
 
         return start
 
@@ -503,6 +558,11 @@ def http_setups(src: Path | None) -> list[Setup]:
             "naive",
             "naive: bare + 1 INSERT + commit per request (WAL, FULL), on the reactor",
             tiny("naive"),
+        ),
+        Setup(
+            "grouped",
+            "bare + the requests of one reactor turn in one transaction (FULL), on the reactor",
+            tiny("grouped"),
         ),
         Setup("pigeond", "pigeond `POST /swarm/send`, flood guard off", daemon(False)),
         Setup(
@@ -667,6 +727,13 @@ RATIOS = [
         "the transports differ too",
     ),
     Ratio("naive / bare", "naive", "bare", None, "what one FULL commit per request costs"),
+    Ratio(
+        "grouped / bare",
+        "grouped",
+        "bare",
+        None,
+        "the most any design that stores each send can reach here",
+    ),
     Ratio(
         "pigeond (guard off) / raw commits/s",
         "pigeond",
@@ -947,7 +1014,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--pigeond-src", type=Path, help="run pigeond from this source tree (e.g. a git archive)"
     )
     parser.add_argument("--profile-dir", type=Path, help="with --profile: keep the .prof files")
-    parser.add_argument("--serve", choices=["bare", "naive"], help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=["bare", "naive", "grouped"], help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.runs < 3:
