@@ -103,26 +103,11 @@ CALLS: dict[str, tuple[Callable[[SwarmRepository], object], Check]] = {
     "TUI: queued per target": (lambda r: r.queued_per_target(NOW_MS), no_scan),
     "expiry sweep": (lambda r: r.expire_due(NOW_MS), searches("idx_swarm_expiry")),
 }
-# Two weaknesses outside the history, found on the way: their fixes belong to
-# pigeond/storage/delivery.py.  Strict: once one is fixed, its mark must go.
-#
-# The sweeper runs at the tick's interval; its query searches idx_swarm_ready (state=?) and
-# reads every queued row (0.8 ms with 5,000 stuck, against 5 us on idx_swarm_expiry): an
-# equality on state outweighs the expiry range for the planner without statistics.  The
-# fix: ``INDEXED BY idx_swarm_expiry`` in _expired_ids.
-SWEEP = pytest.mark.xfail(strict=True, reason="the expiry sweep reads every queued row")
-# With ANALYZE statistics and 5,000 queued messages waiting out a backoff, ready_targets
-# walks idx_swarm_target_head (every queued row and its table row: 3.6 ms a tick instead of
-# 20 us), to spare the DISTINCT its sort.  pigeond never runs ANALYZE, so the daemon's file
-# keeps the good plan.  The fix: ``unlikely(next_retry_at <= ?)`` in READY_TARGETS_SQL.
-ANALYZED_TICK = pytest.mark.xfail(
-    strict=True, reason="ready_targets walks idx_swarm_target_head once ANALYZEd"
-)
-KNOWN = {
-    ("small_repo", "expiry sweep"): [SWEEP],
-    ("plain_million", "expiry sweep"): [SWEEP],
-    ("analyzed_million", "arbiter tick"): [ANALYZED_TICK],
-}
+# Two plans that once fell short outside the history, fixed in pigeond/storage/delivery.py:
+# the sweep names idx_swarm_expiry (without statistics the planner read every queued row),
+# and the tick says unlikely(next_retry_at <= ?) (with statistics it walked
+# idx_swarm_target_head whole); both are checked here like the rest.
+KNOWN: dict[tuple[str, str], list[pytest.MarkDecorator]] = {}
 
 
 def fill(repo: SwarmRepository, history: int) -> None:
