@@ -48,6 +48,8 @@ from typing import Any, Generic, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from machine import cpu_model
+
 import tests.fake_opencode as fake_opencode
 from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS
 from tests.daemon_process import DaemonProcess, DaemonStartError
@@ -790,14 +792,8 @@ def row_sigterm(size: Size) -> Row:
 
 
 def machine() -> str:
-    model = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
     return (
-        f"{os.cpu_count()} cores, {model}; Linux {platform.release()}, Python"
+        f"{os.cpu_count()} cores, {cpu_model()}; Linux {platform.release()}, Python"
         f" {platform.python_version()}; open-files hard limit {hard_nofile()}"
     )
 

@@ -73,6 +73,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from loadgen import DRAIN_S, PAYLOAD_BYTES, SENDERS, TARGETS, request_bodies  # noqa: E402 (bench/)
+from machine import cpu_model, load_average  # noqa: E402 (bench/)
 from twisted.web import resource, server  # noqa: E402
 
 from tests.daemon_process import DaemonProcess, stop_process  # noqa: E402
@@ -618,12 +619,6 @@ def progress(text: str) -> None:
 
 
 def machine_lines(cpus: Cpus, load_at_start: str, src: Path | None) -> list[str]:
-    model = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
     placement = (
         f"server pinned to CPU {sorted(cpus.server)}, load generator and this script"
         f" to CPU {sorted(cpus.generator)}"
@@ -631,16 +626,12 @@ def machine_lines(cpus: Cpus, load_at_start: str, src: Path | None) -> list[str]
         else "one CPU only: server and generator share it (not pinned)"
     )
     return [
-        f"- machine: {os.cpu_count()} cores, {model}, Python {platform.python_version()},"
+        f"- machine: {os.cpu_count()} cores, {cpu_model()}, Python {platform.python_version()},"
         f" Linux {platform.release()}",
         f"- {placement}",
         f"- load average (1/5/15 min) at start: {load_at_start}; at end: {load_average()}",
         f"- pigeond: {describe_source(src)}",
     ]
-
-
-def load_average() -> str:
-    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def describe_source(src: Path | None) -> str:

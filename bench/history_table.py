@@ -61,6 +61,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from history_http import Client, bare_route, pigeond_on  # noqa: E402 (bench/)
+from machine import cpu_model, load_average  # noqa: E402 (bench/)
 from ready_targets import calls_per_slice, time_calls  # noqa: E402 (bench/)
 from tui_first_screen import first_screen  # noqa: E402 (bench/)
 
@@ -314,20 +315,10 @@ def row(figure: Figure) -> str:
 
 
 def machine() -> str:
-    model = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
     return (
-        f"{os.cpu_count()} cores, {model}; Python {platform.python_version()}, SQLite"
+        f"{os.cpu_count()} cores, {cpu_model()}; Python {platform.python_version()}, SQLite"
         f" {sqlite3.sqlite_version}, Linux {platform.release()}"
     )
-
-
-def load_average() -> str:
-    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def table(figures: list[Figure], bare: list[float], rows: int, runs: int, load: str) -> str:
