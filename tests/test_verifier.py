@@ -17,7 +17,7 @@ from pigeond.delivery.opencode_client import (
     OpencodeError,
     SessionNotFound,
 )
-from pigeond.delivery.verifier import Verifier, envelope_ids
+from pigeond.delivery.verifier import CHECKS_AT_ONCE, Verifier, envelope_ids
 from pigeond.envelope import render_envelope
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.database import InlineDatabase
@@ -179,6 +179,43 @@ def test_tick_checks_each_target_once_per_interval(s: Setup) -> None:
     s.clock.advance(0.1)
     s.verifier.tick()
     assert len(s.transcripts.reads) == 2
+
+
+@dataclass
+class ParkedTranscripts:
+    """Every transcript read waits until the test answers it."""
+
+    reads: list[tuple[str, Deferred[list[dict[str, Any]]]]] = field(default_factory=list)
+
+    async def messages(
+        self, session_id: str, directory: str, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        read: Deferred[list[dict[str, Any]]] = Deferred()
+        self.reads.append((session_id, read))
+        return await read
+
+
+def test_a_few_transcripts_are_read_at_once_and_every_due_target_is_checked(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """Ten targets due in one tick: CHECKS_AT_ONCE reads at a time, the next starting as
+    one ends, until all ten were read."""
+    transcripts = ParkedTranscripts()
+    verifier = Verifier(
+        InlineDatabase(repo), StaticRegistry(), cast(OpencodeClient, transcripts), clock,
+        Config(verify_interval_s=2, max_requeues=3),
+    )  # fmt: skip
+    targets = [f"ses_t{i}" for i in range(10)]
+    for i, target in enumerate(targets):
+        repo.accept(new_message(target, msg_id=f"msg_{i}"), int(clock.seconds() * 1000))
+        now_ms = int(clock.seconds() * 1000)
+        repo.mark_handed_off(f"msg_{i}", now_ms, now_ms + GRACE_MS)
+    verifier.tick()
+    assert len(transcripts.reads) == CHECKS_AT_ONCE
+    for answered in range(len(targets)):
+        transcripts.reads[answered][1].callback([])
+        assert len(transcripts.reads) == min(CHECKS_AT_ONCE + answered + 1, len(targets))
+    assert sorted(target for target, _ in transcripts.reads) == sorted(targets)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ message still missing after the grace period goes back to the queue (at most
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -35,6 +36,11 @@ log = Logger()
 
 _OPENING_MSG_ID = re.compile(r'^<swarm_message [^>]*\bmsg_id="([^"]*)"')
 RECENT_MESSAGES = 50
+# Transcripts read at once.  Every target with hand-offs falls due in the same tick, so
+# unbounded, a hundred targets meant a hundred transcripts (and their unverified rows)
+# in memory together every interval: a burst that delayed hand-offs and set the
+# process's memory high-water mark.  The rest wait their turn, each started as one ends.
+CHECKS_AT_ONCE = 4
 
 
 def envelope_ids(texts: Iterable[str]) -> set[str]:
@@ -77,6 +83,7 @@ class Verifier:
         self._on_transcript = on_transcript
         self._closed = False
         self._checking: dict[str, Deferred[None]] = {}
+        self._waiting: deque[str] = deque()  # due targets waiting for one of CHECKS_AT_ONCE
         self._last_check: dict[str, float] = {}
         self._listing: Deferred[None] | None = None
 
@@ -117,6 +124,14 @@ class Verifier:
             if target in self._checking or now - self._last_check.get(target, 0) < self._interval_s:
                 continue
             self._last_check[target] = now
+            if target not in self._waiting:
+                self._waiting.append(target)
+        self._start_checks()
+
+    def _start_checks(self) -> None:
+        """Start waiting checks while fewer than CHECKS_AT_ONCE run."""
+        while self._waiting and len(self._checking) < CHECKS_AT_ONCE and not self.is_closed():
+            target = self._waiting.popleft()
             check = Deferred.fromCoroutine(self.check(target))
             check.addErrback(self._log_failure, target)
             if not check.called:
@@ -128,6 +143,7 @@ class Verifier:
 
     def _done(self, result: object, target: str) -> object:
         self._checking.pop(target, None)
+        self._start_checks()
         return result
 
     async def check(self, target: str) -> None:
