@@ -447,8 +447,39 @@ def test_turn_mode_batches_what_came_during_the_turn(repo: SwarmRepository, cloc
     h.opencode.succeed_all()
     turns.observe("ses_target", "busy")
     later = [h.send(priority=p) for p in ("low", "urgent", "normal")]
+    h.arbiter.kick("ses_target")  # as every accepted send does
     turns.observe("ses_target", "idle")
     assert h.opencode.pending()[0].msg_ids() == [later[1], later[2], later[0]]
+
+
+def test_queue_read_again_only_when_something_may_be_due(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """After a hand-off the drain reads the queue again only if the target was kicked
+    meanwhile or a bound cut the batch; a row stored without a kick (another process)
+    goes with the next tick."""
+    h = turn_harness(repo, clock, batch_max=2)
+    turns = h.turns
+    assert turns is not None
+    h.send(msg_id="msg_1")
+    h.arbiter.kick("ses_target")
+    h.send(msg_id="msg_2")  # no kick
+    h.opencode.succeed_all()
+    turns.observe("ses_target", "busy")
+    turns.observe("ses_target", "idle")
+    assert [p.msg_ids() for p in h.opencode.prompts] == [["msg_1"]]
+    h.arbiter.tick()
+    assert [p.msg_ids() for p in h.opencode.prompts] == [["msg_1"], ["msg_2"]]
+    for i in (3, 4, 5):  # a full batch: the rest is read at once, kicked or not
+        h.send(msg_id=f"msg_{i}")
+    h.opencode.succeed_all()
+    turns.observe("ses_target", "busy")
+    turns.observe("ses_target", "idle")
+    h.arbiter.tick()
+    h.opencode.succeed_all()
+    turns.observe("ses_target", "busy")
+    turns.observe("ses_target", "idle")
+    assert [p.msg_ids() for p in h.opencode.prompts][2:] == [["msg_3", "msg_4"], ["msg_5"]]
 
 
 def test_turn_mode_waits_for_a_persons_turn(repo: SwarmRepository, clock: Clock) -> None:

@@ -22,7 +22,11 @@ replaced under pigeond stops delivery at once, and after :meth:`Arbiter.close`
 The database is a :class:`~pigeond.storage.database.Database`: every call is
 answered later, off the reactor thread.  A tick whose database work has not
 finished (a write waiting for a lock another process holds) makes the next
-tick do nothing, so ticks never pile up behind a lock.
+tick do nothing, so ticks never pile up behind a lock.  Under load, the reads of
+many targets' next batches share one trip to a reader thread, and their hand-off
+records one transaction (:mod:`pigeond.delivery.grouping`); alone, each goes at
+once.  After a hand-off the queue is read again only if something may be due: a
+bound cut the batch, or the target was kicked meanwhile.
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.config import Config
+from pigeond.delivery.grouping import (
+    Grouped,
+    HandOffRecord,
+    ReadyAsk,
+    ready_batches,
+    record_hand_offs,
+)
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import FailureKind, OpencodeError
 from pigeond.delivery.outcomes import HandOffOutcomes
@@ -55,7 +66,7 @@ from pigeond.delivery.prompting import (
     handoff_mode,
 )
 from pigeond.delivery.registry import DirectoryResolver
-from pigeond.delivery.turns import TurnMark, TurnTracker
+from pigeond.delivery.turns import TURN_ENDED, TurnMark, TurnTracker
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
@@ -90,6 +101,13 @@ class Arbiter(HandOffOutcomes):
         """``database_problem`` says why the database file is no longer the one opened
         (None while it is); see :class:`pigeond.service.db_watch.DatabaseWatch`."""
         self._db = db
+        # every target's next batch, and every hand-off record, made together under load
+        self._ready_reads: Grouped[ReadyAsk, list[StoredMessage]] = Grouped(
+            lambda asks: db.read(ready_batches, asks)
+        )
+        self._hand_off_writes: Grouped[HandOffRecord, list[str]] = Grouped(
+            lambda records: db.write(record_hand_offs, records)
+        )
         self.metrics = metrics if metrics is not None else DeliveryMetrics()
         self._registry = registry
         self._prompter = ModeAwarePrompter(opencode, modes, agents)
@@ -98,6 +116,8 @@ class Arbiter(HandOffOutcomes):
         self._turns = turns
         self._check_directory = check_directory
         self._in_flight: dict[str, Deferred[None]] = {}
+        # targets kicked while their drain was under way: it reads their queue once more
+        self._kicked_in_flight: set[str] = set()
         self._turn_waits: set[Deferred[str]] = set()
         self.ticking_service = self._tick_service(policy.tick_s)
         self._stopping = False
@@ -256,7 +276,10 @@ class Arbiter(HandOffOutcomes):
         """Start draining ``target`` unless a hand-off to it is already in flight, or its
         last failure could not be recorded and is waited out.  A hand-off still to be
         recorded is recorded first; until it is, the drain sends nothing."""
-        if self._stopping or target in self._in_flight or self._database_vanished():
+        if target in self._in_flight:
+            self._kicked_in_flight.add(target)
+            return
+        if self._stopping or self._database_vanished():
             return
         if self._held_until_ms.get(target, 0) > self._now_ms():
             return
@@ -273,6 +296,7 @@ class Arbiter(HandOffOutcomes):
 
     def _release(self, result: object, target: str) -> object:
         self._in_flight.pop(target, None)
+        self._kicked_in_flight.discard(target)
         return result
 
     def _log_drain_failure(self, failure: Failure, target: str) -> None:
@@ -280,12 +304,14 @@ class Arbiter(HandOffOutcomes):
 
     # -- one target ---------------------------------------------------------------
 
-    async def _next_batch(self, target: str) -> tuple[list[StoredMessage], list[str]]:
-        """The due head of the queue, bounded by ``batch_max`` and ``batch_max_bytes``."""
-        batch = await self._db.read(
-            SwarmRepository.ready_batch, target, self._now_ms(), self._policy.batch_max
-        )
-        return within_bytes(batch, self._policy.batch_max_bytes)
+    async def _next_batch(self, target: str) -> tuple[list[StoredMessage], list[str], bool]:
+        """The due head of the queue, bounded by ``batch_max`` and ``batch_max_bytes``, and
+        whether more may be due behind it (a bound cut the batch)."""
+        self._kicked_in_flight.discard(target)  # this read sees what was kicked so far
+        ask = ReadyAsk(target, self._now_ms(), self._policy.batch_max)
+        due = await self._ready_reads(ask)
+        batch, texts = within_bytes(due, self._policy.batch_max_bytes)
+        return batch, texts, len(due) >= self._policy.batch_max or len(batch) < len(due)
 
     async def _drain(self, target: str) -> None:
         """Hand off ``target``'s due messages, a batch at a time, until none is due or one
@@ -299,10 +325,15 @@ class Arbiter(HandOffOutcomes):
                                target=target, error=str(e))  # fmt: skip
 
     async def _drain_batches(self, target: str) -> None:
+        """The queue is read again after a hand-off only if something may be due there:
+        a bound cut the batch, or the target was kicked meanwhile (a send, a requeue, the
+        tick); otherwise that read would find nothing.  (What comes without a kick, from
+        another process, waits for the tick.)"""
         if target in self._unrecorded and not await self._retry_record(target):
             return
-        while not self._stopping:
-            batch, texts = await self._next_batch(target)
+        more = True
+        while more and not self._stopping:
+            batch, texts, more = await self._next_batch(target)
             if not batch:
                 return
             try:
@@ -312,16 +343,18 @@ class Arbiter(HandOffOutcomes):
                     raise OpencodeError(problem, kind=FailureKind.OUTAGE)
                 if self._turns is not None:
                     waited_from = self._clock.seconds()
+                    known_idle = self._turns.known_idle(target)
                     why = await self._turns.wait_until_idle(target, directory)
                     self.metrics.turn_wait.observe(self._clock.seconds() - waited_from)
                     if why != "idle":
                         log.warn("{target}: {why}", target=target, why=why)
                     if self.stopping:
                         return
-                    # messages may have come (more urgent ones too) while we waited
-                    batch, texts = await self._next_batch(target)
-                    if not batch:
-                        return
+                    if not known_idle:
+                        # messages may have come (more urgent ones too) while we waited
+                        batch, texts, more = await self._next_batch(target)
+                        if not batch:
+                            return
                 mode, note = await self._prompter.mode(target, directory)
                 if self.stopping or self._database_vanished():
                     return  # nothing was sent; the messages stay queued
@@ -347,6 +380,7 @@ class Arbiter(HandOffOutcomes):
                 return
             if self._turns is not None and mark is not None:
                 await self._wait_turn_end(target, directory, mark)
+            more = more or target in self._kicked_in_flight
 
     async def _wait_turn_end(self, target: str, directory: str, mark: TurnMark) -> None:
         assert self._turns is not None
@@ -358,4 +392,7 @@ class Arbiter(HandOffOutcomes):
             return
         finally:
             self._turn_waits.discard(wait)
-        log.info("{target}: {why}", target=target, why=why)
+        # the usual end is a debug line (one per hand-off, the hand-off's own line says
+        # enough); a wait cut short by a timeout explains a delay: info
+        level = log.debug if why == TURN_ENDED else log.info
+        level("{target}: {why}", target=target, why=why)

@@ -24,6 +24,9 @@ log = Logger()
 
 RECONNECT_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 _MAX_LINE = 4 * 1024 * 1024
+# The event types read here; any other event (most of them: a turn streams its text as
+# message.part.* deltas) is dropped before it is parsed as JSON.
+_WANTED = ('"session.status"', '"session.idle"', '"message.updated"')
 
 
 def session_status_of(event: Any) -> tuple[str, str] | None:
@@ -204,6 +207,8 @@ class EventStream:
                 log.info("event stream connected: {url}/global/event", url=self._client.base_url)
 
     def _handle(self, data: str) -> None:
+        if not any(kind in data for kind in _WANTED):
+            return
         try:
             event = json.loads(data)
         except ValueError:

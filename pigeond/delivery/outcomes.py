@@ -14,6 +14,7 @@ from __future__ import annotations
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from pigeond.delivery.grouping import Grouped, HandOffRecord
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import FailureKind, OpencodeError, SessionNotFound
 from pigeond.delivery.policy import (
@@ -36,6 +37,7 @@ class HandOffOutcomes:
     """Recording a hand-off's outcome; mixed into the Arbiter, which sets these."""
 
     _db: Database
+    _hand_off_writes: Grouped[HandOffRecord, list[str]]
     _policy: DeliveryPolicy
     _registry: DirectoryResolver
     _unrecorded: dict[str, UnrecordedHandOff]
@@ -75,7 +77,7 @@ class HandOffOutcomes:
         verify_by = now_ms + int(self._policy.verify_grace_s * 1000)
         ids = [m.msg_id for m in batch]
         try:
-            await self._db.write(SwarmRepository.mark_handed_off_many, ids, now_ms, verify_by, mode)
+            await self._hand_off_writes(HandOffRecord(tuple(ids), now_ms, verify_by, mode))
         except StorageError as e:
             self._unrecorded[target] = UnrecordedHandOff(
                 target, tuple(ids), now_ms, verify_by, mode, str(e)

@@ -24,6 +24,8 @@ from pigeond.delivery.opencode_client import OpencodeError
 
 log = Logger()
 
+TURN_ENDED = "turn ended"  # what wait_turn_end returns when the turn it waited for ended
+
 
 class BusyPoller(Protocol):
     async def busy_sessions(self, directory: str) -> dict[str, str]: ...
@@ -88,6 +90,11 @@ class TurnTracker:
     def is_busy(self, session: str) -> bool | None:
         return self._sessions[session].busy
 
+    def known_idle(self, session: str) -> bool:
+        """Whether :meth:`wait_until_idle` would return at once, without waiting or asking
+        opencode: the event stream runs and last said the session is idle."""
+        return self.stream_connected and self._sessions[session].busy is False
+
     def mark(self, session: str) -> TurnMark:
         return TurnMark(self._sessions[session].busy_seen, self._clock.seconds())
 
@@ -145,7 +152,7 @@ class TurnTracker:
             now = self._clock.seconds()
             started = state.busy_seen > mark.busy_seen
             if started and state.busy is False:
-                return "turn ended"
+                return TURN_ENDED
             if not started and now >= no_turn_by:
                 return f"no busy status within {self._busy_window_s:g} s; taken as ended"
             if now >= give_up_at:

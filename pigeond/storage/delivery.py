@@ -37,6 +37,8 @@ QUEUED_FOR_TARGET_SQL = (
     " WHERE to_session = ? AND state = 'queued' LIMIT ?)"
 )
 DEFAULT_NOTICE_TTL_MS = 24 * 3600 * 1000
+# One prompt's hand-off: its msg_ids, when, verify by when, and the mode it named.
+HandOffGroup = tuple[Sequence[str], int, int | None, HandoffMode]
 
 
 class DeliveryTransitions(RepositoryBase):
@@ -118,22 +120,39 @@ class DeliveryTransitions(RepositoryBase):
     ) -> list[str]:
         """queued → handed_off, each taking the next hand-off number, in the order given;
         ``mode`` records the agent and model the prompt named (and a note when it fell back)."""
-        done = []
         with self._write() as conn:
-            for msg_id in msg_ids:
-                if not self._is_queued(msg_id):
-                    continue
-                seq = self._next_sequence(conn, "handoff")
-                conn.execute(
-                    "UPDATE swarm_messages SET state = 'handed_off', handed_off_at = ?,"
-                    " updated_at = ?, next_retry_at = NULL, last_error = NULL,"
-                    " handoff_seq = ?, verified_at = NULL, verify_by = ?, handoff_agent = ?,"
-                    " handoff_provider = ?, handoff_model = ?, handoff_variant = ?,"
-                    " handoff_note = ? WHERE msg_id = ?",
-                    (now_ms, now_ms, seq, verify_by, mode.agent, mode.provider, mode.model,
-                     mode.variant, mode.note, msg_id),
-                )  # fmt: skip
-                done.append(msg_id)
+            return self._hand_off(conn, msg_ids, now_ms, verify_by, mode)
+
+    def mark_handed_off_groups(self, groups: Sequence[HandOffGroup]) -> list[list[str]]:
+        """:meth:`mark_handed_off_many` for several prompts (of different targets) in one
+        transaction: under load the arbiter records many targets' hand-offs with one
+        commit, one fsync.  All or nothing, like one group."""
+        with self._write() as conn:
+            return [self._hand_off(conn, *group) for group in groups]
+
+    def _hand_off(
+        self,
+        conn: sqlite3.Connection,
+        msg_ids: Sequence[str],
+        now_ms: int,
+        verify_by: int | None,
+        mode: HandoffMode,
+    ) -> list[str]:
+        done = []
+        for msg_id in msg_ids:
+            if not self._is_queued(msg_id):
+                continue
+            seq = self._next_sequence(conn, "handoff")
+            conn.execute(
+                "UPDATE swarm_messages SET state = 'handed_off', handed_off_at = ?,"
+                " updated_at = ?, next_retry_at = NULL, last_error = NULL,"
+                " handoff_seq = ?, verified_at = NULL, verify_by = ?, handoff_agent = ?,"
+                " handoff_provider = ?, handoff_model = ?, handoff_variant = ?,"
+                " handoff_note = ? WHERE msg_id = ?",
+                (now_ms, now_ms, seq, verify_by, mode.agent, mode.provider, mode.model,
+                 mode.variant, mode.note, msg_id),
+            )  # fmt: skip
+            done.append(msg_id)
         return done
 
     def record_failed_attempt(
