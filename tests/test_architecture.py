@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import tomllib
 from pathlib import Path
 
@@ -27,3 +28,39 @@ def test_the_layers_contract_keeps_storage_at_the_bottom() -> None:
     assert layers["layers"] == [
         "pigeond.service", "pigeond.api | pigeond.delivery", "pigeond.storage",
     ]  # fmt: skip
+
+
+def private_imports(path: Path) -> list[str]:
+    """The ``module:name`` of each import in ``path`` of a library's private module or name
+    (a component starting with ``_``, dunders aside), such as ``twisted.web._newclient``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [a.name for a in node.names]
+            modules = [node.module]
+        elif isinstance(node, ast.Import):
+            names, modules = [], [a.name for a in node.names]
+        else:
+            continue
+        root = modules[0].split(".")[0]
+        if root in FIRST_PARTY:
+            continue
+        parts = [p for m in modules for p in m.split(".")] + names
+        if any(p.startswith("_") and not p.startswith("__") for p in parts):
+            found.append(f"{path.relative_to(REPO)}: {modules[0]}:{','.join(names)}")
+    return found
+
+
+FIRST_PARTY = {"pigeond", "pigeond_tui", "tests", "bench", "packaging", "tui"}
+
+
+def test_no_code_imports_a_library_s_private_names() -> None:
+    """Code depends on libraries' public names only (Twisted's ``_newclient`` and the like
+    change without notice)."""
+    files = [
+        p
+        for d in ("pigeond", "tui", "tests", "bench", "packaging")
+        for p in (REPO / d).rglob("*.py")
+    ]
+    found = [hit for path in files for hit in private_imports(path)]
+    assert found == []

@@ -26,6 +26,7 @@ from pigeond.api.web import JsonApi, QuietSite, make_site
 from pigeond.config import Config
 from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
+from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import OpencodeClient
 from pigeond.delivery.policy import DeliveryPolicy
@@ -156,6 +157,7 @@ class Daemon:
             await self.jobs.stopService()
         if self.delivery is not None:
             self.delivery.verifier.close()
+            self.delivery.client.close()
         if self.db_watch is not None:
             self.db_watch.stop()
         if self.pool is not None:
@@ -189,7 +191,7 @@ class Daemon:
         problem = self.database_problem()
         if problem is not None:
             return f"{problem}; restart pigeond"
-        counts = await self.db.read(SwarmRepository.count_by_state)
+        counts = await self.db.read(SwarmRepository.count_open)
         parts = [f"queued {counts.get('queued', 0)}", f"failed {counts.get('failed', 0)}"]
         health = self.delivery_health()
         if health is DELIVERY_OFF:
@@ -268,14 +270,21 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     pool: HTTPConnectionPool | None = None
     delivery: DeliveryParts | None = None
     if config.arbiter_enabled:
+        exchange = None
         if http is None:
             pool = HTTPConnectionPool(reactor, persistent=True)
             pool.maxPersistentPerHost = 16
             connect_timeout = min(10.0, config.handoff_timeout_s)
             http = HTTPClient(Agent(reactor, pool=pool, connectTimeout=connect_timeout))
+            if config.opencode_url.startswith("http://"):  # the calls; treq keeps the stream
+                exchange = HttpExchange(
+                    reactor, config.opencode_url, connect_timeout_s=connect_timeout,
+                    auth=config.opencode_auth,
+                )  # fmt: skip
         client = OpencodeClient(
-            http, config.opencode_url, reactor, config, auth=config.opencode_auth
-        )
+            http, config.opencode_url, reactor, config, auth=config.opencode_auth,
+            exchange=exchange,
+        )  # fmt: skip
         registry = SessionDirectoryRegistry(client, reactor, config)
         turns = TurnTracker(reactor, client, config) if config.delivery == "turn" else None
         # each target's own agent and model, from the events and transcripts read anyway
