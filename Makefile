@@ -65,6 +65,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/history_table.py
 	$(BIN)/python bench/abuse_table.py
 	$(BIN)/python bench/accept_table.py
+	$(BIN)/python bench/handoff_table.py
+	$(BIN)/python bench/memory_table.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -73,7 +73,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from loadgen import DRAIN_S, PAYLOAD_BYTES, SENDERS, TARGETS, request_bodies  # noqa: E402 (bench/)
-from machine import cpu_model, load_average  # noqa: E402 (bench/)
+from machine import Cpus, cpu_model, load_average, machine_cpus, pin_tasks, scratch_dir  # noqa: E402 (bench/)
 from twisted.web import resource, server  # noqa: E402
 
 from tests.daemon_process import DaemonProcess, stop_process  # noqa: E402
@@ -114,16 +114,6 @@ class Size:
 
 
 QUICK = Size(runs=3, duration_s=3.0, warmup_s=0.5, raw_s=1.0)
-
-
-@dataclass(frozen=True)
-class Cpus:
-    server: set[int]
-    generator: set[int]
-
-    @property
-    def pinned(self) -> bool:
-        return not self.server & self.generator
 
 
 @dataclass
@@ -272,20 +262,6 @@ class Server:
     unix: str | None = None  # load it over this Unix socket instead of the port
 
 
-def machine_cpus() -> Cpus:
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return Cpus(set(cpus), set(cpus))
-    return Cpus({cpus[0]}, set(cpus[1:]))
-
-
-def pin_tasks(pid: int, cpus: set[int]) -> None:
-    """Pin every thread of ``pid`` (threads it makes later inherit its main thread's CPUs)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(ProcessLookupError):
-            os.sched_setaffinity(int(tid), cpus)
-
-
 def pinning(cpus: set[int]) -> Callable[[], None]:
     """A ``preexec_fn`` that pins the child before it runs anything."""
     return lambda: os.sched_setaffinity(0, cpus)
@@ -328,7 +304,7 @@ def tiny_server(kind: str, workdir: Path, cpus: Cpus) -> Iterator[Server]:
             stderr=log,
             text=True,
             cwd=workdir,
-            preexec_fn=pinning(cpus.server),
+            preexec_fn=pinning(cpus.daemon),
         )
         try:
             assert proc.stdout is not None
@@ -370,22 +346,13 @@ def pigeond_server(
     for the token), else over TCP with its token (none with ``auth = none``)."""
     daemon.start(SERVER_START_TIMEOUT_S)
     try:
-        pin_tasks(daemon.pid, cpus.server)
+        pin_tasks(daemon.pid, cpus.daemon)
         if unix is not None:
             yield Server(0, daemon.pid, None, str(unix))
         else:
             yield Server(daemon.port, daemon.pid, daemon.token if token else None)
     finally:
         daemon.stop()
-
-
-@contextlib.contextmanager
-def scratch_dir(prefix: str) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix=f"accept-{prefix}-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 # -- one run under load --------------------------------------------------------------------
@@ -403,7 +370,7 @@ def start_generator(
     if server.token:
         args.append(f"--token={server.token}")  # "=": a token may start with "-"
     return subprocess.Popen(
-        args, stdout=subprocess.PIPE, text=True, preexec_fn=pinning(cpus.generator)
+        args, stdout=subprocess.PIPE, text=True, preexec_fn=pinning(cpus.others)
     )
 
 
@@ -434,7 +401,7 @@ def measure(
         for _ in range(generators):
             procs.append(start_generator(server, CONNECTIONS // generators, size, cpus, start_at))
         sleep_until(start_at)
-        pin_tasks(server.pid, cpus.server)  # threads made since the start, if any
+        pin_tasks(server.pid, cpus.daemon)  # threads made since the start, if any
         sleep_until(start_at + size.warmup_s)
         before = thread_ticks(server.pid)
         if window is not None:
@@ -448,7 +415,7 @@ def measure(
     finally:
         for proc in procs:
             stop_process(proc, 5)
-    return combine(results, before, after, server.pid, size.duration_s, len(cpus.generator))
+    return combine(results, before, after, server.pid, size.duration_s, len(cpus.others))
 
 
 def combine(
@@ -497,7 +464,7 @@ def raw_commits(workdir: Path, seconds: float, cpus: Cpus) -> Run:
     rows = [json.loads(b) for b in request_bodies(1024)]
     conn = open_naive_db(str(workdir / "raw.db"))
     try:
-        with pinned_here(cpus.server):
+        with pinned_here(cpus.daemon):
             n = 0
             started = time.perf_counter()
             while (elapsed := time.perf_counter() - started) < seconds:
@@ -620,8 +587,8 @@ def progress(text: str) -> None:
 
 def machine_lines(cpus: Cpus, load_at_start: str, src: Path | None) -> list[str]:
     placement = (
-        f"server pinned to CPU {sorted(cpus.server)}, load generator and this script"
-        f" to CPU {sorted(cpus.generator)}"
+        f"server pinned to CPU {sorted(cpus.daemon)}, load generator and this script"
+        f" to CPU {sorted(cpus.others)}"
         if cpus.pinned
         else "one CPU only: server and generator share it (not pinned)"
     )
@@ -1023,7 +990,7 @@ def main(argv: list[str] | None = None) -> None:
     # SIGTERM stops this script as Ctrl-C does: the finally blocks stop every process
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     cpus = machine_cpus()
-    os.sched_setaffinity(0, cpus.generator)  # this script stays off the server's CPU
+    os.sched_setaffinity(0, cpus.others)  # this script stays off the server's CPU
     load_at_start = load_average()
     src = args.pigeond_src.resolve() if args.pigeond_src else None
     figures = measure_all(size, cpus, src)
