@@ -47,6 +47,27 @@ def is_reserved_sender(name: str) -> bool:
     return RESERVED_SENDER_RE.fullmatch(name) is not None
 
 
+# The receipt chain of a direct message, in order, and what each stage means.
+RECEIPT_MEANINGS: Final = {
+    "accepted": "stored by pigeond",
+    "handed_off": "opencode took the prompt",
+    "seen": "its envelope is in the target's transcript",
+    "answered": "the turn that read it ended with the target's reply",
+}
+RECEIPT_STAGES: Final = tuple(RECEIPT_MEANINGS)
+
+
+def receipt_stage(state: str, verified_at: int | None, answered_at: int | None) -> str:
+    """The last stage of :data:`RECEIPT_STAGES` a message in ``state`` has reached.  Only a
+    hand-off has gone past ``accepted``: a message queued again (never seen), failed or
+    expired is back at, or stopped at, the first stage; its state says the rest."""
+    if state != State.HANDED_OFF:
+        return RECEIPT_STAGES[0]
+    if answered_at is not None:
+        return RECEIPT_STAGES[3]
+    return RECEIPT_STAGES[2] if verified_at is not None else RECEIPT_STAGES[1]
+
+
 @dataclass(frozen=True, slots=True)
 class HandoffMode:
     """What a hand-off's prompt named: agent, model (provider and id) and variant, each
@@ -110,6 +131,18 @@ class StoredMessage(NewMessage):
     handoff_model: str | None = None
     handoff_variant: str | None = None
     handoff_note: str | None = None
+    # set while a hand-off may be under way: written (committed) before the call to opencode,
+    # cleared when its outcome is recorded; a queued message that still has it after a
+    # crash is looked for in the target's transcript before it is sent again
+    handoff_intent_at: int | None = None
+    # when the turn that consumed it ended with the target's assistant's reply, and
+    # opencode's id of that assistant message (see pigeond/delivery/answers.py)
+    answered_at: int | None = None
+    answer_message_id: str | None = None
+
+    def receipt(self) -> str:
+        """How far along :data:`RECEIPT_STAGES` a direct message has come."""
+        return receipt_stage(self.state, self.verified_at, self.answered_at)
 
     def handed_to(self) -> dict[str, object] | None:
         """The agent and model a message was handed to, as ``GET /swarm/message`` shows it."""
@@ -140,3 +173,90 @@ class StoredMessage(NewMessage):
             "handed_off_at": self.handed_off_at,
             "verified_at": self.verified_at,
         }
+
+
+# -- owed replies ------------------------------------------------------------------------
+# Kinds that expect a reply unless the send says otherwise (the seed's two questions).
+REPLY_EXPECTED_KINDS: Final = ("task.assign", "clarification.request")
+# pigeond's own messages about an owed reply: to the debtor once, then to the creditor.
+REMINDER_KIND: Final = "reply.reminder"
+OVERDUE_KIND: Final = "reply.overdue"
+# The kinds only pigeond sends (no sender may: they are not in KINDS); undeliverable,
+# one ends dropped, not failed, and tells nobody.
+PIGEOND_KINDS: Final = (NOTICE_KIND, REMINDER_KIND, OVERDUE_KIND)
+
+
+class Owed(StrEnum):
+    """An obligation's state: ``open`` until reminded, ``overdue`` once the creditor was
+    told; ``met`` by the debtor's reply, ``cancelled`` when the original failed, expired
+    or was cancelled (nobody can answer what never arrived)."""
+
+    OPEN = "open"
+    REMINDED = "reminded"
+    OVERDUE = "overdue"
+    MET = "met"
+    CANCELLED = "cancelled"
+
+
+# Still owed: what ``GET /swarm/owed``, ``pigeon owed`` and the TUI list.
+OUTSTANDING: Final = (Owed.OPEN, Owed.REMINDED, Owed.OVERDUE)
+
+
+@dataclass(frozen=True, slots=True)
+class Obligation:
+    """A reply ``debtor`` owes ``creditor`` for message ``msg_id``, with what of that
+    message the views quote (its kind, first line and hand-off time)."""
+
+    msg_id: str
+    debtor: str
+    creditor: str
+    within_ms: int
+    state: str
+    created_at: int
+    updated_at: int
+    reminded_at: int | None
+    overdue_at: int | None
+    met_at: int | None
+    met_by: str | None
+    kind: str
+    first_line: str
+    handed_off_at: int | None
+
+    @property
+    def due_at(self) -> int | None:
+        """When the next step falls due: the reminder ``within_ms`` after the hand-off,
+        the creditor's notice ``within_ms`` after the reminder; None when none is due
+        (not handed off yet, or past both steps)."""
+        if self.state == Owed.OPEN and self.handed_off_at is not None:
+            return self.handed_off_at + self.within_ms
+        if self.state == Owed.REMINDED and self.reminded_at is not None:
+            return self.reminded_at + self.within_ms
+        return None
+
+    def view(self) -> dict[str, object]:
+        """The fields ``GET /swarm/owed`` shows for one obligation."""
+        return {
+            "msg_id": self.msg_id,
+            "debtor": self.debtor,
+            "creditor": self.creditor,
+            "kind": self.kind,
+            "first_line": self.first_line,
+            "state": self.state,
+            "reply_within_s": self.within_ms / 1000,
+            "created_at": self.created_at,
+            "handed_off_at": self.handed_off_at,
+            "due_at": self.due_at,
+            "reminded_at": self.reminded_at,
+            "overdue_at": self.overdue_at,
+            "met_at": self.met_at,
+            "met_by": self.met_by,
+        }
+
+
+def first_line(payload: str, limit: int = 200) -> str:
+    """A payload's first non-empty line, cut to ``limit`` characters: what a reminder quotes."""
+    for line in payload.splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""

@@ -2,7 +2,10 @@
 
 :func:`make_harness` builds an :class:`Arbiter` over a real repository, an
 :class:`InMemoryOpencode` that parks every prompt until the test fires it, and a
-:class:`FakeRegistry` of session directories.
+:class:`FakeRegistry` of session directories.  The in-memory opencode also has
+transcripts, filled only when the test says a prompt reached one (:meth:`take`);
+:func:`restarted` is the same database, clock and opencode under a new arbiter, as after
+a ``kill -9`` and a restart.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from pigeond.delivery.arbiter import AgentChecker, Arbiter, DeliveryPolicy, ModeSource
-from pigeond.delivery.opencode_client import SessionNotFound
+from pigeond.delivery.opencode_client import OpencodeError, SessionNotFound
 from pigeond.delivery.turns import TurnTracker
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
@@ -49,6 +52,10 @@ class InMemoryOpencode:
     prompts: list[Prompt] = field(default_factory=list)
     in_flight: dict[str, int] = field(default_factory=dict)
     most_in_flight: dict[str, int] = field(default_factory=dict)
+    # each session's user messages, one list of text parts per prompt that reached it
+    transcripts: dict[str, list[list[str]]] = field(default_factory=dict)
+    transcript_error: OpencodeError | None = None  # raised by every transcript read
+    transcript_reads: list[tuple[str, int | None]] = field(default_factory=list)
 
     async def prompt_async(
         self,
@@ -67,6 +74,24 @@ class InMemoryOpencode:
             await prompt.answer
         finally:
             self.in_flight[session_id] -= 1
+
+    def take(self, prompt: Prompt) -> None:
+        """The prompt reached its target's transcript (opencode took it)."""
+        self.transcripts.setdefault(prompt.target, []).append(list(prompt.texts))
+
+    async def messages(
+        self, session_id: str, directory: str, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """``GET /session/<id>/message``: the user messages :meth:`take` put there."""
+        self.transcript_reads.append((session_id, limit))
+        if self.transcript_error is not None:
+            raise self.transcript_error
+        messages = [
+            {"info": {"role": "user", "id": f"msg{n:04d}"},
+             "parts": [{"type": "text", "text": text} for text in texts]}
+            for n, texts in enumerate(self.transcripts.get(session_id, []))
+        ]  # fmt: skip
+        return messages if limit is None else messages[-limit:]
 
     def pending(self) -> list[Prompt]:
         return [p for p in self.prompts if not p.answer.called]
@@ -130,13 +155,25 @@ def make_harness(
     missing_dirs: frozenset[str] = frozenset(),
     modes: ModeSource | None = None,
     agents: AgentChecker | None = None,
+    transcripts: bool = False,
+    opencode: InMemoryOpencode | None = None,
 ) -> Harness:
-    opencode, registry = InMemoryOpencode(), FakeRegistry()
+    """``transcripts``: the arbiter reads the in-memory opencode's transcripts (to end a
+    doubt, see pigeond/delivery/recovery.py); ``opencode``: an existing one (a restart)."""
+    opencode, registry = opencode or InMemoryOpencode(), FakeRegistry()
     policy = DeliveryPolicy(tick_s=TICK_S, max_attempts=10, batch_max=batch_max,
                             outage_retry_s=OUTAGE_S, verify_grace_s=60)  # fmt: skip
     arbiter = Arbiter(
         InlineDatabase(repo), registry, opencode, clock, policy=policy, turns=turns,
         check_directory=lambda d: f"{d} does not exist" if d in missing_dirs else None,
-        modes=modes, agents=agents,
+        modes=modes, agents=agents, transcripts=opencode if transcripts else None,
     )  # fmt: skip
     return Harness(repo, clock, opencode, registry, arbiter, turns)
+
+
+def restarted(h: Harness, *, batch_max: int = 1, turns: TurnTracker | None = None) -> Harness:
+    """A new arbiter on the same database, clock and opencode: pigeond after a ``kill -9``
+    (the old arbiter is dropped as it was, its prompts left unanswered) and a restart."""
+    return make_harness(
+        h.repo, h.clock, batch_max=batch_max, turns=turns, transcripts=True, opencode=h.opencode
+    )

@@ -297,6 +297,11 @@ class FakeOpencode:
             self._sessions[session_id] = directory
         return directory
 
+    def remove_session(self, session_id: str) -> None:
+        """Forget a session, as opencode does once it is deleted (its lookups get 404)."""
+        with self._lock:
+            self._sessions.pop(session_id, None)
+
     def directory_of(self, session_id: str) -> Path | None:
         """The session's directory, or None for an unknown session."""
         with self._lock:

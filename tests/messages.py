@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from pigeond.model import NewMessage
 
@@ -30,3 +31,39 @@ def new_message(
         reply_to=reply_to,
         payload=payload,
     )
+
+
+def user_entry(message_id: str, *texts: str) -> dict[str, Any]:
+    """One user message of a ``GET /session/<id>/message`` answer, one text part per text,
+    shaped as opencode 1.18.33 writes it."""
+    return {
+        "info": {"id": message_id, "role": "user", "agent": "build", "time": {"created": 1}},
+        "parts": [{"type": "text", "text": text} for text in texts],
+    }
+
+
+def assistant_entry(
+    message_id: str,
+    parent_id: str,
+    text: str | None = "ACK",
+    *,
+    finish: str | None = "stop",
+    completed: bool = True,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One assistant message (one step of a turn) answering ``parent_id``, as opencode
+    1.18.33 writes it: ``text`` None writes no text part (a tool step)."""
+    info: dict[str, Any] = {
+        "id": message_id, "role": "assistant", "parentID": parent_id, "agent": "build",
+        "time": {"created": 2, **({"completed": 3} if completed else {})},
+    }  # fmt: skip
+    if finish is not None:
+        info["finish"] = finish
+    if error is not None:
+        info["error"] = error
+    parts: list[dict[str, Any]] = [{"type": "step-start"}]
+    if text is not None:
+        parts.append({"type": "text", "text": text})
+    if finish is not None:
+        parts.append({"type": "step-finish", "reason": finish})
+    return {"info": info, "parts": parts}

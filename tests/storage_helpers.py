@@ -13,6 +13,7 @@ from pigeond.config import Config
 from pigeond.service.daemon import Daemon, build_daemon
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.database import InlineDatabase
+from tests.messages import new_message
 
 
 def inline_database(path: Path) -> InlineDatabase:
@@ -52,3 +53,10 @@ def add_done_rows(conn: sqlite3.Connection, count: int, payload_bytes: int, at: 
     conn.execute("UPDATE swarm_sequences SET value = value + ? WHERE name = 'accept'", (count,))
     conn.execute("UPDATE swarm_sequences SET value = value + ? WHERE name = 'handoff'", (count,))
     conn.execute("COMMIT")
+
+
+def seen_message(repo: SwarmRepository, msg_id: str, at: int, to: str = "ses_target") -> None:
+    """Store ``msg_id`` for ``to`` as a hand-off seen in its transcript, all at ``at``."""
+    repo.accept(new_message(to, msg_id=msg_id), at)
+    repo.mark_handed_off(msg_id, at, at + 60_000)
+    assert repo.mark_verified([msg_id], at) == [msg_id]

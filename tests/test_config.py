@@ -150,6 +150,7 @@ def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
         "max_requeues": ("0", "1", "2"),
         "outage_retry_s": ("3", "4", "5"),
         "default_ttl_s": ("60", "120", "180"),
+        "reply_within_s": ("30", "90", "600"),
         "stop_timeout_s": ("1", "2", "3"),
         "log_level": ("debug", "warn", "error"),
         "log_format": ("json", "text", "json"),

@@ -80,9 +80,13 @@ def test_full_disk_does_not_repeat_prompts(
     filler.unlink()
     wait_until(lambda: set(states(daemon, full_ids).values()) == {"handed_off"}, 20, "late records")
     after = prompts_per_message(opencode)
-    assert "could not record it" in daemon.output()
+    # the disk fills either before the first one's intent is written (nothing is sent) or
+    # after it (sent once, and its hand-off recorded late or at once, as the WAL has room)
+    output = daemon.output()
+    assert "could not record it" in output or "paused: database write failed" in output
+    assert output.count("paused: database write failed") <= 1, "logged once, not every tick"
     assert [healthy[i] for i in healthy_ids] == [1, 1, 1]
-    assert [during[i] for i in full_ids] == [1, 0, 0]
+    assert during[full_ids[0]] <= 1 and [during[i] for i in full_ids[1:]] == [0, 0]
     assert all(after[i] <= max(healthy.values()) + 1 for i in full_ids), after
     assert [after[i] for i in full_ids] == [1, 1, 1]
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
 from pigeond.storage.delivery import QUEUED_FOR_TARGET_SQL
-from pigeond.storage.schema import MIGRATIONS, connect, migrate
+from pigeond.storage.migrations import MIGRATIONS
+from pigeond.storage.schema import connect, migrate
 from pigeond.storage.synthetic import add_delivered_history, add_stuck_rows, drop_statistics
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message

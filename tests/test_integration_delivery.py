@@ -577,8 +577,13 @@ def test_pigeon_send_wait_returns_once_handed_off(
 def test_pigeon_send_wait_reports_a_failure(
     tmp_path: Path, fake: FakeOpencode, daemons: DaemonFactory
 ) -> None:
-    """pigeon-send --wait exits 1 with the reason when the message fails for good."""
+    """pigeon-send --wait exits 1 with the reason when the message fails for good: here a
+    session deleted after pigeond looked it up (a send to one it never had gets 404 at once)."""
+    fake.add_session("ses_nobody")
     daemon = daemons.start(tmp_path / "p.db", opencode_url=fake.url)
+    send(tcp(daemon), "ses_nobody", "while it was there")  # pigeond caches it as existing
+    wait_until(lambda: delivered_ok(fake, "ses_nobody"), 10, "the first hand-off")
+    fake.remove_session("ses_nobody")
     cli = subprocess.run(
         [str(PIGEON_SEND), "--url", daemon.base_url, "--from", "ses_a", "--wait",
          "--timeout", "20", "ses_nobody", "hello"],

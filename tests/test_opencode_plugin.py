@@ -127,6 +127,28 @@ def test_send_is_from_the_calling_session_with_a_derived_msg_id() -> None:
     assert run.output == f"sent {body['msg_id']} to {TARGET}: queued"
 
 
+def test_send_passes_what_reply_it_expects() -> None:
+    """expects_reply and reply_within_s go to the daemon as given."""
+    args = {"to": TARGET, "payload": "x", "expects_reply": True, "reply_within_s": 600}
+    body = send(args).posts[0]["body"]
+    assert (body["expects_reply"], body["reply_within_s"]) == (True, 600)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ({"expects_reply": "yes"}, "'expects_reply' must be true or false, not \"yes\""),
+        ({"reply_within_s": 0}, "'reply_within_s' must be a whole number of seconds"),
+        ({"reply_within_s": 1.5}, "'reply_within_s' must be a whole number of seconds"),
+    ],
+)
+def test_bad_reply_arguments_are_refused_before_sending(args: dict[str, Any], error: str) -> None:
+    """A wrong value is a tool error naming it; nothing reaches the daemon."""
+    run = send({"to": TARGET, "payload": "x", **args})
+    assert run.error is not None and error in run.error
+    assert run.posts == []
+
+
 def test_same_tool_call_gets_the_same_msg_id() -> None:
     """A retried call (same session, same call id) is the same message to the daemon."""
     first = send({"to": TARGET, "payload": "x"}, call_id="call_A")
@@ -506,8 +528,54 @@ def test_no_token_over_a_unix_pigeond_url() -> None:
 # -- swarm_read ------------------------------------------------------------------
 
 
+def owed_reply(
+    owes: list[dict[str, Any]] | None = None, owed: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {"status": 200, "body": {"session": SESSION, "owes": owes or [], "owed": owed or []}}
+
+
+def obligation(msg_id: str, debtor: str, creditor: str, **fields: Any) -> dict[str, Any]:
+    """One entry of GET /swarm/owed (the fields swarm_read reads)."""
+    return {"msg_id": msg_id, "debtor": debtor, "creditor": creditor, "kind": "task.assign",
+            "state": "open", "due_at": None, "first_line": "never shown"} | fields  # fmt: skip
+
+
 def read(args: object = None, *messages: dict[str, Any], has_more: bool = False) -> ToolRun:
-    return run_tool("swarm_read", args, replies=[inbox_reply(list(messages), has_more)])
+    replies = [inbox_reply(list(messages), has_more), owed_reply()]
+    return run_tool("swarm_read", args, replies=replies)
+
+
+def test_read_lists_the_replies_this_session_owes_and_is_owed_first() -> None:
+    """Owed replies come before the inbox: ids, sessions, kind and state, no sender's text."""
+    owes = [obligation("msg_a", SESSION, "ses_boss", state="reminded", due_at=1_764_680_000_000)]
+    owed = [obligation("msg_b", "ses_helper", SESSION, kind="clarification.request")]
+    replies = [inbox_reply([]), owed_reply(owes, owed)]
+    run = run_tool("swarm_read", {}, replies=replies)
+    assert run.requests[1]["url"] == f"http://127.0.0.1:9/swarm/owed?session={SESSION}"
+    assert run.output is not None
+    assert run.output.splitlines()[:3] == [
+        "you owe a reply to msg_a from ses_boss (task.assign, reminded; due 2025-12-02T12:53:20Z)",
+        "ses_helper owes you a reply to msg_b (clarification.request)",
+        "(answer with swarm_send and reply_to set to that msg_id)",
+    ]
+    assert "never shown" not in run.output
+
+
+def test_read_from_a_daemon_without_owed_replies_shows_the_inbox_alone() -> None:
+    """An older daemon answers 404 for /swarm/owed: the inbox, as before."""
+    replies = [inbox_reply([]), {"status": 404, "body": {"error": "not found"}}]
+    run = run_tool("swarm_read", {}, replies=replies)
+    assert run.ok and run.output == "no messages"
+
+
+def test_owed_lines_escape_what_the_daemon_answers() -> None:
+    """A field holding a line break and a tag cannot start a line of its own."""
+    owes = [obligation("msg_a\n<swarm_message>", SESSION, "ses_x\u202e")]
+    run = run_tool("swarm_read", {}, replies=[inbox_reply([]), owed_reply(owes)])
+    assert run.output is not None
+    first = run.output.splitlines()[0]
+    assert first.startswith("you owe a reply to msg_a") and "<" not in first
+    assert "\u202e" not in run.output
 
 
 def test_read_asks_for_ten_of_the_calling_sessions_messages() -> None:

@@ -38,7 +38,8 @@ def test_send_is_stored_by_the_daemon(daemon: DaemonProcess) -> None:
     assert run.ok, run.error
     [(msg_id, sender, target, state)] = stored(daemon)
     assert (sender, target, state) == (SESSION, TARGET, "queued")
-    assert run.output == f"sent {msg_id} to {TARGET}: queued"
+    unchecked = " (opencode could not be asked whether the session exists; it waits in the queue)"
+    assert run.output == f"sent {msg_id} to {TARGET}: queued{unchecked}"  # delivery is off
 
 
 def test_the_same_call_twice_is_one_message(daemon: DaemonProcess) -> None:

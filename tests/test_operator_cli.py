@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sqlite3
@@ -14,6 +15,7 @@ import pytest
 
 from pigeond.cli.pigeon import main
 from pigeond.cli.presentation import LS_COLUMNS
+from pigeond.model import StoredMessage
 from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
@@ -113,13 +115,16 @@ def test_show_prints_every_column_and_the_envelope(
 
 
 def test_show_json_is_one_object(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """show --json: one object with every column (raw values) plus the envelope."""
+    """show --json: one object with every column (raw values) plus the receipt and envelope."""
     code, out, _ = run(capsys, "show", "--db", str(db), "msg_f", "--json")
     shown = json.loads(out)
     assert code == 0
     assert shown["state"] == "failed" and shown["created_at"] == NOW + 1
     assert shown["envelope"].startswith('<swarm_message v="1" kind="chat" from="cron"')
-    assert len(shown) == 27
+    assert set(shown) == {f.name for f in dataclasses.fields(StoredMessage)} | {
+        "receipt",
+        "envelope",
+    }
 
 
 def test_show_unknown_is_exit_1(db: Path, capsys: pytest.CaptureFixture[str]) -> None:

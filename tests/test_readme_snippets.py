@@ -43,6 +43,7 @@ from pathlib import Path
 import pytest
 
 from pigeond.storage import SwarmRepository, open_database
+from pigeond.storage.repository import Accept
 from tests.daemon_process import DaemonProcess, isolated_env
 from tests.fake_opencode import FakeOpencode
 from tests.messages import new_message
@@ -538,7 +539,7 @@ def test_requeue_sql_makes_a_failed_message_queued_and_due_now(
     """The requeue UPDATE leaves the message queued, due now, attempts and error cleared,
     with a fresh time to live as long as its first one (as `pigeon requeue` does)."""
     before_ms = int(time.time()) * 1000
-    run_sql_command(operator_db, sqlite_path, "UPDATE swarm_messages")
+    run_sql_command(operator_db, sqlite_path, "SET state = 'queued'")
     after_ms = int(time.time() * 1000)
     repo = SwarmRepository(open_database(operator_db.path))
     try:
@@ -559,12 +560,64 @@ def test_a_message_requeued_by_the_readme_sql_is_delivered(
 ) -> None:
     """After the requeue SQL (real sqlite3), a pigeond started on the database hands the
     message to its target at once."""
-    run_sql_command(operator_db, os.environ.get("PATH", os.defpath), "UPDATE swarm_messages")
+    run_sql_command(operator_db, os.environ.get("PATH", os.defpath), "SET state = 'queued'")
     with FakeOpencode(tmp_path) as fake:
         fake.add_session("ses_b")
         with DaemonProcess(tmp_path, operator_db.path, opencode_url=fake.url) as daemon:
             wait_until_handed_off(daemon, operator_db.failed_id)
     assert [c.msg_id for c in fake.prompt_calls("ses_b")] == [operator_db.failed_id]
+
+
+def test_in_doubt_query_lists_a_message_whose_hand_off_was_not_recorded(
+    operator_db: OperatorDb, sqlite_path: str
+) -> None:
+    """The "messages in doubt" query shows a queued message with an intent, and only it."""
+    repo = SwarmRepository(open_database(operator_db.path))
+    try:
+        repo.mark_handoff_intents([(["msg_queued0"], operator_db.hour_ago_ms)])
+    finally:
+        repo.close()
+    outcome = run_sql_command(operator_db, sqlite_path, "handoff_intent_at IS NOT NULL")
+    [row] = rows(outcome.stdout)
+    assert row.split()[:2] == ["msg_queued0", "ses_a"]
+    assert utc(operator_db.hour_ago_ms) in row
+
+
+def test_who_owes_whom_query_lists_outstanding_obligations(
+    operator_db: OperatorDb, sqlite_path: str
+) -> None:
+    """The "who owes whom" query shows ses_a owing operator-test a reply, and only that."""
+    repo = SwarmRepository(open_database(operator_db.path))
+    try:
+        ask = new_message("ses_a", msg_id="msg_ask", sender="ses_boss", kind="task.assign")
+        repo.accept_many([Accept(ask, operator_db.hour_ago_ms, reply_within_ms=60_000)])
+        repo.mark_handed_off_many(["msg_ask"], operator_db.hour_ago_ms)
+    finally:
+        repo.close()
+    outcome = run_sql_command(operator_db, sqlite_path, "FROM swarm_obligations o")
+    [row] = rows(outcome.stdout)
+    assert row.split()[:5] == ["ses_a", "msg_ask", "ses_boss", "open", "task.assign"]
+    assert utc(operator_db.hour_ago_ms) in row
+
+
+def test_send_again_sql_clears_the_intent_of_a_message_in_doubt(
+    operator_db: OperatorDb, sqlite_path: str
+) -> None:
+    """The "send it again without looking" UPDATE leaves the message queued, not in doubt."""
+    repo = SwarmRepository(open_database(operator_db.path))
+    try:
+        repo.requeue(operator_db.failed_id, operator_db.hour_ago_ms)
+        repo.mark_handoff_intents([([operator_db.failed_id], operator_db.hour_ago_ms)])
+    finally:
+        repo.close()
+    run_sql_command(operator_db, sqlite_path, "SET handoff_intent_at = NULL")
+    repo = SwarmRepository(open_database(operator_db.path))
+    try:
+        message = repo.get(operator_db.failed_id)
+    finally:
+        repo.close()
+    assert message is not None
+    assert (message.state, message.handoff_intent_at) == ("queued", None)
 
 
 # -- DROP_IN: the checkout's user unit ---------------------------------------------------

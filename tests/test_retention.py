@@ -8,10 +8,10 @@ from pathlib import Path
 from twisted.logger import Logger
 
 from pigeond.storage import SwarmRepository, connect, open_database
+from pigeond.storage.migrations import MIGRATIONS
 from pigeond.storage.retention import DAY_MS, cutoff_ms
 from pigeond.storage.schema import (
     AUTO_VACUUM_INCREMENTAL,
-    MIGRATIONS,
     migrate,
     use_incremental_vacuum,
 )

@@ -67,7 +67,9 @@ def api(repo: SwarmRepository, clock: Clock) -> Api:
 def test_send_accepts_and_stores(api: Api) -> None:
     """A valid send answers 202 with the msg_id, and the row is stored queued."""
     status, body = api.send(msg_id="msg_abc")
-    assert (status, body) == (202, {"accepted": True, "msg_id": "msg_abc"})
+    assert (status, body) == (
+        202, {"accepted": True, "msg_id": "msg_abc", "target_checked": False}
+    )  # fmt: skip
     stored = api.repo.get("msg_abc")
     assert stored is not None and stored.state == "queued" and stored.payload == "hi"
 
@@ -431,6 +433,20 @@ def test_inbox_shows_verified_at(api: Api) -> None:
     api.repo.mark_verified([sent["msg_id"]], 1234)
     _, body = api.call("GET", "/swarm/inbox?session=ses_target")
     assert body["messages"][0]["verified_at"] == 1234
+
+
+def test_message_status_carries_the_receipt_chain(api: Api) -> None:
+    """answered_at is null until the reply is found; receipt says the stage reached."""
+    assert api.send(msg_id="msg_1")[0] == 202
+    api.repo.mark_handed_off("msg_1", 1000, verify_by=61_000)
+    api.repo.mark_verified(["msg_1"], 1234)
+    _, body = api.call("GET", "/swarm/message/msg_1")
+    assert (body["receipt"], body["answered_at"], body["answer_message_id"]) == ("seen", None, None)
+    api.repo.mark_answered({"msg_1": "msg_reply1"}, 5678)
+    _, body = api.call("GET", "/swarm/message/msg_1")
+    assert (body["receipt"], body["answered_at"], body["answer_message_id"]) == (
+        "answered", 5678, "msg_reply1",
+    )  # fmt: skip
 
 
 def test_message_status(api: Api) -> None:

@@ -233,6 +233,36 @@ def test_bad_ttl_is_usage_error(
     assert fake.requests == []
 
 
+@pytest.mark.parametrize(
+    ("flags", "sent"),
+    [
+        (["--expects-reply"], {"expects_reply": True}),
+        (["--no-expects-reply"], {"expects_reply": False}),
+        (["--reply-within", "600"], {"reply_within_s": 600}),
+        ([], {}),
+    ],
+)
+def test_reply_flags_are_sent_as_given(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str], flags: list[str], sent: dict[str, object]
+) -> None:
+    """--expects-reply / --no-expects-reply / --reply-within become the body's fields."""
+    code, _, _ = send(capsys, ["--url", fake.url, "--from", SESSION, *flags, TARGET, "x"])
+    body = fake.last.json()
+    assert code == 0
+    assert {k: v for k, v in body.items() if k in ("expects_reply", "reply_within_s")} == sent
+
+
+@pytest.mark.parametrize("within", ["0", "-5", "soon"])
+def test_bad_reply_within_is_usage_error(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str], within: str
+) -> None:
+    """--reply-within must be a positive whole number of seconds; nothing is sent otherwise."""
+    argv = ["--url", fake.url, "--from", SESSION, "--reply-within", within, TARGET, "x"]
+    code, _, err = send(capsys, argv)
+    assert code == 2 and "Traceback" not in err
+    assert fake.requests == []
+
+
 def test_url_path_prefix_is_kept(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
     """A --url with a path prefix posts to PREFIX/swarm/send."""
     send(capsys, ["--url", fake.url + "/pigeon/", "--from", SESSION, TARGET, "x"])

@@ -20,12 +20,12 @@ from pigeond.storage import (
     migrate,
     open_database,
 )
+from pigeond.storage.migrations import MIGRATIONS
 from pigeond.storage.repository import (
     INBOX_PAGE_SQL,
     inbox_entry_bytes,
     inbox_entry_bytes_at_most,
 )
-from pigeond.storage.schema import MIGRATIONS
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
 
@@ -92,6 +92,7 @@ def test_added_columns(repo: SwarmRepository) -> None:
         "last_error", "accept_seq", "handoff_seq",
         "verified_at", "verify_by", "requeue_count", "expires_at",
         "handoff_agent", "handoff_provider", "handoff_model", "handoff_variant", "handoff_note",
+        "handoff_intent_at", "answered_at", "answer_message_id",
     ]  # fmt: skip
 
 
@@ -474,11 +475,17 @@ def test_migration_6_moves_ended_notices_to_dropped(tmp_path: Path) -> None:
     path = tmp_path / "v5.db"
     conn = connect(path)
     migrate(conn, MIGRATIONS[:5])
-    repo = SwarmRepository(conn)
-    repo.accept(new_message("ses_t", msg_id="msg_real"), NOW_MS)
-    repo.accept(new_message("ses_a", msg_id="msg_notice", kind="delivery.failed"), NOW_MS)
-    for msg_id in ("msg_real", "msg_notice"):
-        conn.execute("UPDATE swarm_messages SET state = 'failed' WHERE msg_id = ?", (msg_id,))
+    # rows as a version-5 pigeond wrote them (today's repository reads newer columns)
+    for msg_id, to, kind in (
+        ("msg_real", "ses_t", "chat"),
+        ("msg_notice", "ses_a", "delivery.failed"),
+    ):
+        conn.execute(
+            "INSERT INTO swarm_messages (msg_id, from_session, to_session, kind, payload, state,"
+            " created_at, updated_at, accept_seq) VALUES (?, 'ses_s', ?, ?, 'hi', 'failed', ?, ?,"
+            " (SELECT COUNT(*) FROM swarm_messages))",
+            (msg_id, to, kind, NOW_MS, NOW_MS),
+        )
     conn.close()
     upgraded = SwarmRepository(open_database(path))
     try:

@@ -313,8 +313,8 @@ def test_detail_pane_shows_message_fields_escaped(evil_db: Path) -> None:
 
     async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
         detail = str(app.query_one("#detail", Static).render())
-        assert detail.startswith("msg_id            " + EVIL_ID_SHOWN + "\n")
-        assert "\nfrom_session      ses_s[b]x[/b]" + EVIL_SHOWN + "\n" in detail
+        assert detail.startswith("msg_id             " + EVIL_ID_SHOWN + "\n")
+        assert "\nfrom_session       ses_s[b]x[/b]" + EVIL_SHOWN + "\n" in detail
         assert "\none " + EVIL_SHOWN + "\ntwo [link=https://evil.example]x[/link]\n" in detail
         assert 'kind="chat' + EVIL_SHOWN + '"' in detail
         assert raw_controls(detail) == set()

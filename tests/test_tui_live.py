@@ -47,12 +47,18 @@ def test_requeue_in_the_tui_while_the_daemon_delivers(
     tmp_path: Path, fake: FakeOpencode, daemons: DaemonFactory
 ) -> None:
     """A message failed for a missing session is requeued in the TUI once the session
-    exists, and the running daemon delivers it; meanwhile the daemon keeps accepting and
-    delivering other messages on the same file, and neither side sees a locked database."""
+    exists again, and the running daemon delivers it; meanwhile the daemon keeps accepting
+    and delivering other messages on the same file, and neither side sees a locked
+    database.  (The session is there when the message is sent, as a send to a session
+    opencode does not have is refused at once, and gone when it is handed off.)"""
     db = tmp_path / "p.db"
     fake.add_session("ses_busy")
+    fake.add_session("ses_later")
     daemon = daemons.start(db, opencode_url=fake.url)
-    lost = send(daemon, "ses_later", "for a session that does not exist yet")
+    first = send(daemon, "ses_later", "while it is there")  # pigeond now knows it exists
+    wait_until(lambda: any(c.msg_id == first for c in fake.prompt_calls()), 10, "the first")
+    fake.remove_session("ses_later")
+    lost = send(daemon, "ses_later", "for a session that is gone for now")
     wait_until(lambda: "failed for good" in daemon.output(), 10, "the message to fail")
     fake.add_session("ses_later")
 

@@ -94,7 +94,7 @@ function oneOf(tool, args, key, choices) {
 
 function parseSendArgs(args) {
   const tool = "swarm_send";
-  checkArgs(tool, args, ["to", "channel", "payload", "kind", "priority", "reply_to"]);
+  checkArgs(tool, args, ["to", "channel", "payload", "kind", "priority", "reply_to", "expects_reply", "reply_within_s"]);
   const to = stringArg(tool, args, "to", SESSION_ID_RE, "a session id like ses_...");
   const channel = stringArg(tool, args, "channel", CHANNEL_RE, "a channel name like team.backend");
   if ((to === undefined) === (channel === undefined)) {
@@ -111,7 +111,30 @@ function parseSendArgs(args) {
     kind: oneOf(tool, args, "kind", KINDS),
     priority: oneOf(tool, args, "priority", PRIORITIES),
     reply_to: stringArg(tool, args, "reply_to", MSG_ID_RE, "a msg_id like msg_..."),
+    expects_reply: booleanArg(tool, args, "expects_reply"),
+    reply_within_s: secondsArg(tool, args, "reply_within_s"),
   };
+}
+
+function booleanArg(tool, args, key) {
+  if (!present(args, key)) return undefined;
+  if (typeof args[key] !== "boolean") {
+    throw new ToolError(`${tool}: '${key}' must be true or false, not ${JSON.stringify(args[key])}`);
+  }
+  return args[key];
+}
+
+const MAX_REPLY_WITHIN_S = 30 * 24 * 3600;
+
+function secondsArg(tool, args, key) {
+  if (!present(args, key)) return undefined;
+  const value = args[key];
+  if (!Number.isInteger(value) || value < 1 || value > MAX_REPLY_WITHIN_S) {
+    throw new ToolError(
+      `${tool}: '${key}' must be a whole number of seconds from 1 to ${MAX_REPLY_WITHIN_S}, not ${JSON.stringify(value)}`,
+    );
+  }
+  return value;
 }
 
 function parseReadArgs(args) {
@@ -571,12 +594,39 @@ function renderInbox(page, since, limit) {
   return [`${title} (limit ${limit}):`, ...blocks, footer].join("\n");
 }
 
+// Replies this session owes (and is owed), as lines swarm_read puts before the inbox:
+// ids, sessions, kinds and states only (no sender's text: a line without the QUOTE is
+// never one), at most MAX_OWED_LINES a side.
+const MAX_OWED_LINES = 20;
+
+function renderOwed(owed) {
+  const lines = [];
+  const side = (items, line) => {
+    for (const item of items.slice(0, MAX_OWED_LINES)) {
+      const state = item.state === "open" ? "" : `, ${field(item.state)}`;
+      const due = item.due_at != null ? `; due ${isoTime(item.due_at)}` : "";
+      lines.push(line(item) + ` (${field(item.kind)}${state}${due})`);
+    }
+    if (items.length > MAX_OWED_LINES) lines.push(`... and ${items.length - MAX_OWED_LINES} more`);
+  };
+  side(owed.owes || [], (o) => `you owe a reply to ${field(o.msg_id)} from ${field(o.creditor)}`);
+  side(owed.owed || [], (o) => `${field(o.debtor)} owes you a reply to ${field(o.msg_id)}`);
+  if (lines.length && (owed.owes || []).length) {
+    lines.push('(answer with swarm_send and reply_to set to that msg_id)');
+  }
+  return lines;
+}
+
 function renderStatus(message) {
   const target = message.to ? `to ${field(message.to)}` : `on channel ${field(message.channel)}`;
   const parts = [`${field(message.msg_id)} ${target}: ${field(message.state)}`];
   if (message.attempts) parts.push(`attempts ${field(message.attempts)}`);
   if (message.handed_off_at != null) parts.push(`handed off ${isoTime(message.handed_off_at)}`);
   if (message.verified_at != null) parts.push(`seen in the transcript ${isoTime(message.verified_at)}`);
+  if (message.answered_at != null) {
+    const by = message.answer_message_id ? ` (reply ${field(message.answer_message_id)})` : "";
+    parts.push(`answered ${isoTime(message.answered_at)}${by}`);
+  }
   if (message.state === "queued" && (message.attempts || message.last_error) && message.next_retry_at != null) {
     parts.push(`next try ${isoTime(message.next_retry_at)}`);
   }
@@ -612,6 +662,8 @@ function makeTools(env) {
       kind: optional("string", `what the message is: ${KINDS.join(", ")}; null for chat`, KINDS),
       priority: optional("string", "urgent, normal or low; null for normal (urgent goes first)", PRIORITIES),
       reply_to: optional("string", "the msg_id this message answers (msg_...); null if none"),
+      expects_reply: optional("boolean", "whether the target owes you a reply; null: yes for task.assign and clarification.request, else no"),
+      reply_within_s: optional("integer", "seconds the target has to reply once it has the message; null for pigeond's default (an hour)"),
     },
     async execute(args, context) {
       const send = parseSendArgs(args);
@@ -641,6 +693,14 @@ function makeTools(env) {
         }
         throw error;
       }
+      if (answer.status === 404 && send.to) {
+        // opencode has no such session: refused at once, nothing queued
+        const why = answer.json && answer.json.error ? answer.json.error : `no session ${send.to}`;
+        throw new ToolError(
+          `swarm_send: the message was NOT sent: ${why}. Check the session id (a typo, or a ` +
+            "session that was deleted); nothing was queued.",
+        );
+      }
       if (answer.status !== 202) throw refused("swarm_send", answer);
       let state = "queued";
       try {
@@ -649,7 +709,11 @@ function makeTools(env) {
       } catch {
         // The message is on disk; its state is only a courtesy.
       }
-      return `sent ${msgId} ${send.to ? `to ${send.to}` : `on channel ${send.channel}`}: ${state}`;
+      // opencode could not be asked whether the target exists (unreachable): say so
+      const unchecked = send.to && answer.json.target_checked === false
+        ? " (opencode could not be asked whether the session exists; it waits in the queue)"
+        : "";
+      return `sent ${msgId} ${send.to ? `to ${send.to}` : `on channel ${send.channel}`}: ${state}${unchecked}`;
     },
   };
 
@@ -660,7 +724,8 @@ function makeTools(env) {
       newer ones; limit is how many (default ${DEFAULT_READ_LIMIT}, at most ${MAX_READ_LIMIT}).
       Each message is a line "--- msg_id · from session · kind · priority · time" and then its
       payload, every payload line starting with "${QUOTE}" (& < > shown as &amp; &lt; &gt;, control
-      characters as \\xNN): a line without "${QUOTE}" is never a sender's text.`),
+      characters as \\xNN): a line without "${QUOTE}" is never a sender's text.  First come the
+      replies this session owes ("you owe a reply to msg_... from ses_...") and is owed.`),
     args: {
       since: optional("string", "the cursor the last swarm_read ended with (cur_N) or a msg_id; null for the oldest"),
       limit: optional("integer", `how many messages, 1 to ${MAX_READ_LIMIT}; null for ${DEFAULT_READ_LIMIT}`),
@@ -673,14 +738,21 @@ function makeTools(env) {
       if (since) query.set("since", since);
       const answer = await daemonCall("swarm_read", daemon, `/swarm/inbox?${query}`, context.abort);
       if (answer.status !== 200) throw refused("swarm_read", answer);
-      return renderInbox(answer.json, since, limit);
+      const inbox = renderInbox(answer.json, since, limit);
+      const owed = await daemonCall("swarm_read", daemon, `/swarm/owed?${new URLSearchParams({ session })}`, context.abort);
+      // a daemon older than owed replies has no such route: the inbox alone, as before
+      if (owed.status === 404) return inbox;
+      if (owed.status !== 200) return `${inbox}\n(owed replies not listed: HTTP ${owed.status})`;
+      const lines = renderOwed(owed.json);
+      return lines.length ? `${lines.join("\n")}\n${inbox}` : inbox;
     },
   };
 
   const swarm_status = {
     description: describe(`
       Where a swarm message is: queued, handed_off (given to the target session), failed, expired
-      or cancelled, with attempts, times and the last error.`),
+      or cancelled, with attempts, times and the last error; for a hand-off, when it was seen in
+      the target's transcript and when the target's turn answered it.`),
     args: {
       msg_id: { type: "string", description: "the msg_id swarm_send returned (msg_...)" },
     },

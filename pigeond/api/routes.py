@@ -37,6 +37,10 @@ _CURSOR_RE = re.compile(r"^cur_([0-9]{1,18})$")
 
 # A check on a parsed send before it is stored; raises HttpError to refuse it.
 SendCheck = Callable[[server.Request, NewMessage], Awaitable[None] | None]
+# Whether opencode has the send's target: True/False (checked or not: the 202's
+# ``target_checked``), at once when it knows, else awaited; raises a 404 HttpError for a
+# target opencode does not have (see pigeond.api.target_check).
+TargetCheck = Callable[[NewMessage], bool | Awaitable[bool]]
 
 
 class Admission(Protocol):
@@ -60,6 +64,7 @@ class DeliveryHealth:
     event_stream: str  # connected, down, off (delivery=call needs none)
     in_flight: int  # targets with a hand-off in flight
     unrecorded: int  # hand-offs opencode took that the database has not recorded yet
+    problem: str | None = None  # what is wrong with opencode, in a sentence (its API...)
 
 
 DELIVERY_OFF = DeliveryHealth(False, False, "off", "off", 0, 0)
@@ -81,6 +86,7 @@ class SwarmRoutes:
         send_checks: Sequence[SendCheck] = (),
         admission: Admission | None = None,
         storage_problem: Callable[[], str | None] = lambda: None,
+        target_check: TargetCheck | None = None,
     ) -> None:
         """``config`` gives ``default_ttl_s`` and ``inbox_max_bytes`` (see :meth:`configure`)."""
         self.configure(config)
@@ -91,6 +97,7 @@ class SwarmRoutes:
         self._send_checks = tuple(send_checks)
         self._admission = admission
         self._storage_problem = storage_problem
+        self._target_check = target_check
 
     def install(self, api: JsonApi) -> JsonApi:
         api.route("POST", "/swarm/send", self.send)
@@ -110,6 +117,7 @@ class SwarmRoutes:
         inbox answer in bytes as ``limit`` does in messages: the answer is built on the
         reactor thread and buffered whole for a client that does not read."""
         self.default_ttl_s = config.default_ttl_s
+        self.reply_within_s = config.reply_within_s
         self.inbox_max_bytes = config.inbox_max_bytes
 
     async def send(self, request: server.Request) -> JsonResponse:
@@ -120,12 +128,19 @@ class SwarmRoutes:
             waiting = check(request, message)
             if waiting is not None:
                 await waiting
+        target_checked = False  # no opencode to ask (delivery off)
+        if self._target_check is not None:  # before the flood guard spends a token
+            checked = self._target_check(message)
+            target_checked = checked if isinstance(checked, bool) else await checked
         expires_at = None
         if message.to_session is not None:  # channel messages do not expire yet
             expires_at = now_ms + 1000 * (send.ttl_s or self.default_ttl_s)
+        reply_within_ms = 0
+        if send.expects_reply:
+            reply_within_ms = 1000 * (send.reply_within_s or self.reply_within_s)
 
         def store(queue_cap: int) -> Awaitable[AcceptOutcome]:
-            return self._db.accept(Accept(message, now_ms, expires_at, queue_cap))
+            return self._db.accept(Accept(message, now_ms, expires_at, queue_cap, reply_within_ms))
 
         if self._admission is None:
             outcome = await store(0)
@@ -146,7 +161,9 @@ class SwarmRoutes:
             )
             if message.to_session is not None:
                 self._on_accepted(message.to_session)
-        return JsonResponse(202, {"accepted": True, "msg_id": message.msg_id})
+        return JsonResponse(
+            202, {"accepted": True, "msg_id": message.msg_id, "target_checked": target_checked}
+        )
 
     # -- GET /swarm/inbox ------------------------------------------------------
 
@@ -240,6 +257,9 @@ class SwarmRoutes:
                 "next_retry_at": stored.next_retry_at,
                 "expires_at": stored.expires_at,
                 "handed_to": stored.handed_to(),
+                "receipt": stored.receipt(),
+                "answered_at": stored.answered_at,
+                "answer_message_id": stored.answer_message_id,
             },
         )
 
@@ -272,7 +292,8 @@ class SwarmRoutes:
                 "unrecorded": delivery.unrecorded,
                 "queued": counts.get(State.QUEUED, 0),
                 "failed": counts.get(State.FAILED, 0),
-            },
+            }
+            | ({} if delivery.problem is None else {"opencode_problem": delivery.problem}),
         )
 
     # -- GET /openapi.json ---------------------------------------------------------

@@ -15,6 +15,7 @@ from pigeond.model import (
     KINDS,
     MSG_ID_RE,
     PRIORITIES,
+    REPLY_EXPECTED_KINDS,
     SENDER_RE,
     SESSION_ID_RE,
     NewMessage,
@@ -32,6 +33,29 @@ class InvalidRequest(ValueError):
 class SendRequest:
     message: NewMessage
     ttl_s: int | None  # None: the daemon's default
+    # whether the target owes a reply (the kind's default unless the send says), and
+    # within how long of the hand-off (None: the daemon's ``reply_within_s``)
+    expects_reply: bool = False
+    reply_within_s: int | None = None
+
+
+def _reply_expectation(body: dict[str, Any], kind: str, direct: bool) -> tuple[bool, int | None]:
+    """``expects_reply`` (default: the kind is one of REPLY_EXPECTED_KINDS, for a direct
+    send) and ``reply_within_s``; a channel message owes nobody a reply."""
+    asked = body.get("expects_reply")
+    if asked is not None and not isinstance(asked, bool):
+        raise InvalidRequest("field 'expects_reply' must be true or false")
+    within = body.get("reply_within_s")
+    if within is not None and (
+        isinstance(within, bool) or not isinstance(within, int) or not 1 <= within <= MAX_TTL_S
+    ):
+        raise InvalidRequest(f"field 'reply_within_s' must be an integer from 1 to {MAX_TTL_S}")
+    if not direct:
+        if asked or within is not None:
+            raise InvalidRequest("fields 'expects_reply' and 'reply_within_s' need field 'to'")
+        return False, None
+    expects = asked if asked is not None else (within is not None or kind in REPLY_EXPECTED_KINDS)
+    return expects, within
 
 
 def _optional_ttl(body: dict[str, Any]) -> int | None:
@@ -151,4 +175,5 @@ def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> SendRequest:
         reply_to=reply_to,
         payload=payload,
     )
-    return SendRequest(message, ttl_s)
+    expects_reply, reply_within_s = _reply_expectation(body, message.kind, to_session is not None)
+    return SendRequest(message, ttl_s, expects_reply, reply_within_s)

@@ -34,6 +34,7 @@ from pigeond.cli.actions import ACTIONS, outcome_line, queued_per_target, resolv
 from pigeond.cli.pigeon_args import build_parser
 from pigeond.cli.presentation import (
     LS_COLUMNS,
+    OWED_COLUMNS,
     QUEUE_COLUMNS,
     cut,
     detail,
@@ -41,6 +42,7 @@ from pigeond.cli.presentation import (
     json_row,
     message_cells,
     one_line,
+    owed_cells,
     queue_cells,
     state_counts,
     table_lines,
@@ -99,7 +101,8 @@ def cmd_show(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> in
         return EXIT_NOT_CHANGED
     shown = detail(message, now_ms)
     if args.json:
-        print_json({**dataclasses.asdict(message), "envelope": shown.envelope})
+        extra = {"receipt": message.receipt(), "envelope": shown.envelope}
+        print_json({**dataclasses.asdict(message), **extra})
         return EXIT_OK
     for name, value in shown.fields:
         print(f"{name.ljust(shown.name_width)}  {visible(value)}")
@@ -240,6 +243,20 @@ def cmd_prune(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> i
     return EXIT_OK
 
 
+def cmd_owed(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
+    """Outstanding obligations (all, or those of ``--session`` as debtor or creditor)."""
+    if args.session is None:
+        obligations = repo.outstanding_obligations()
+    else:
+        listed = repo.owed(args.session)
+        obligations = sorted(listed.owes + listed.owed, key=lambda o: o.created_at)
+    if args.json:
+        print_json([o.view() for o in obligations])
+        return EXIT_OK
+    print_table(OWED_COLUMNS, [owed_cells(o, now_ms) for o in obligations])
+    return EXIT_OK
+
+
 def _size(size: FileSize) -> str:
     return f"{size.total_bytes / 2**20:.1f} MiB"
 
@@ -309,6 +326,7 @@ DB_COMMANDS: dict[str, Callable[[SwarmRepository, argparse.Namespace, int], int]
     **dict.fromkeys(ACTIONS, cmd_action),
     "stats": cmd_stats,
     "prune": cmd_prune,
+    "owed": cmd_owed,
 }
 
 

@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--dry-run", action="store_true", help="only show what would go")
     prune.add_argument("--json", action="store_true", help="one JSON object")
 
+    owed = sub.add_parser(
+        "owed", parents=[db], help="who owes whom a reply: outstanding obligations, oldest first"
+    )
+    owed.add_argument("--session", metavar="S", help="only what S owes or is owed")
+    owed.add_argument("--json", action="store_true", help="a JSON list of objects")
+
     inbox = sub.add_parser("inbox", help="what was handed off to a session (via the daemon)")
     inbox.add_argument("--session", required=True, metavar="S")
     inbox.add_argument("--since", metavar="C", help="cursor (next_cursor) or msg_id")

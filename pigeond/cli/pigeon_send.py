@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from pigeond.credentials import DEFAULT_URL, TokenError, client_token, daemon_address
 from pigeond.ids import make_msg_id
-from pigeond.model import KINDS, PRIORITIES
+from pigeond.model import KINDS, PRIORITIES, RECEIPT_MEANINGS, RECEIPT_STAGES, receipt_stage
 
 __all__ = ["DEFAULT_URL", "DaemonAnswer", "UsageError", "call_daemon", "entry", "main"]
 
@@ -35,9 +35,14 @@ DEFAULT_RETRY_FOR_S = 30.0
 TOO_MANY = 429
 DEFAULT_WAIT_S = 300.0
 WAIT_POLL_S = 0.5
-DELIVERED = ("handed_off",)
+# What --wait can wait for: a stage of the receipt chain past "accepted" (the 202 is that).
+UNTIL_STAGES = RECEIPT_STAGES[1:]
+DEFAULT_UNTIL = "handed_off"
 ENDED = ("failed", "expired", "cancelled")
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+UNTIL_HELP = "; ".join(f"{stage}: {RECEIPT_MEANINGS[stage]}" for stage in UNTIL_STAGES)
 
 
 class UsageError(ValueError):
@@ -146,6 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds the message may wait before it expires (default: the daemon's, 24 h)",
     )  # fmt: skip
     parser.add_argument(
+        "--expects-reply", action=argparse.BooleanOptionalAction, default=None,
+        help="the target owes a reply (default: yes for task.assign and clarification.request)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--reply-within", type=int, metavar="S",
+        help="seconds the target has to reply, from the hand-off (default: the daemon's, 1 h);"
+        " implies --expects-reply",
+    )  # fmt: skip
+    parser.add_argument(
         "--url",
         help="daemon URL (default $PIGEOND_URL, else the user's socket"
         f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {DEFAULT_URL})",
@@ -165,7 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--wait", action="store_true",
-        help="after acceptance, wait until the message is handed off (exit 0) or fails (exit 1)",
+        help="after acceptance, wait until the message reaches --until's stage (exit 0) or"
+        " fails (exit 1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--until", choices=UNTIL_STAGES, metavar="|".join(UNTIL_STAGES),
+        help=f"with --wait, the stage to wait for (default {DEFAULT_UNTIL}): {UNTIL_HELP}",
     )  # fmt: skip
     parser.add_argument("--channel", metavar="NAME", help="send to a channel instead of a session")
     parser.add_argument(
@@ -205,6 +224,8 @@ def build_request(
         ("reply_to", args.reply_to),
         ("msg_id", args.msg_id),
         ("ttl_s", args.ttl),
+        ("expects_reply", args.expects_reply),
+        ("reply_within_s", args.reply_within),
     ):
         if value is not None:
             body[key] = value
@@ -229,8 +250,12 @@ def main(
             raise UsageError("--timeout must be positive")
         if args.ttl is not None and args.ttl <= 0:
             raise UsageError("--ttl must be a positive number of seconds")
+        if args.reply_within is not None and args.reply_within <= 0:
+            raise UsageError("--reply-within must be a positive number of seconds")
         if not 0 <= args.retry_for <= 3600:
             raise UsageError("--retry-for must be from 0 to 3600 seconds")
+        if args.until is not None and not args.wait:
+            raise UsageError("--until goes with --wait")
         token = client_token(env)
         request_timeout = min(args.timeout or DEFAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S)
         answer = send_with_retries(url, body, request_timeout, token, args.retry_for)
@@ -249,8 +274,9 @@ def main(
         print(msg_id, flush=True)
         if args.wait:
             return wait_for_delivery(
-                url, msg_id, args.timeout or DEFAULT_WAIT_S, request_timeout, token
-            )
+                url, msg_id, args.timeout or DEFAULT_WAIT_S, request_timeout, token,
+                until=args.until or DEFAULT_UNTIL,
+            )  # fmt: skip
         return EXIT_ACCEPTED
     if answer.status == TOO_MANY:
         print(
@@ -285,11 +311,17 @@ def send_with_retries(
 
 
 def wait_for_delivery(
-    url: str, msg_id: str, limit_s: float, request_timeout: float, token: str | None = None
+    url: str,
+    msg_id: str,
+    limit_s: float,
+    request_timeout: float,
+    token: str | None = None,
+    *,
+    until: str = DEFAULT_UNTIL,
 ) -> int:
-    """Poll ``GET /swarm/message/<id>`` until it is handed off (0), ends (1) or time is up (3)."""
+    """Poll ``GET /swarm/message/<id>`` until its receipt reaches ``until`` (0), it ends (1)
+    or time is up (3).  A hand-off queued again on the way (never seen) is waited for."""
     deadline = time.monotonic() + limit_s
-    state = "queued"
     while True:
         try:
             answer = call_daemon(
@@ -299,7 +331,8 @@ def wait_for_delivery(
             print(f"pigeon-send: lost the daemon while waiting: {e}", file=sys.stderr)
             return EXIT_UNAVAILABLE
         state = str(answer.body.get("state", ""))
-        if answer.status == 200 and state in DELIVERED:
+        stage = receipt_stage(state, answer.body.get("verified_at"), answer.body.get("answered_at"))
+        if answer.status == 200 and RECEIPT_STAGES.index(stage) >= RECEIPT_STAGES.index(until):
             return EXIT_ACCEPTED
         if answer.status == 200 and state in ENDED:
             reason = answer.body.get("last_error") or state
@@ -309,7 +342,8 @@ def wait_for_delivery(
             print(f"pigeon-send: cannot follow {msg_id}: HTTP {answer.status}", file=sys.stderr)
             return EXIT_UNAVAILABLE
         if time.monotonic() >= deadline:
-            print(f"pigeon-send: {msg_id} still {state} after {limit_s:g} s", file=sys.stderr)
+            print(f"pigeon-send: {msg_id} not {until} after {limit_s:g} s (still {stage})",
+                  file=sys.stderr)  # fmt: skip
             return EXIT_UNAVAILABLE
         time.sleep(min(WAIT_POLL_S, max(deadline - time.monotonic(), 0)))
 

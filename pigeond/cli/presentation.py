@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from pigeond.envelope import render_envelope
-from pigeond.model import State, StoredMessage
+from pigeond.model import Obligation, Owed, State, StoredMessage
 from pigeond.storage.operator import FailedTarget, TargetQueue
 from pigeond.terminal import visible
 
@@ -34,11 +34,21 @@ MIDDLE_CUT: Final = frozenset({"msg_id", "to", "from", "kind"})
 # Columns of ``swarm_messages`` holding unix milliseconds, shown as UTC times.
 TIME_COLUMNS: Final = frozenset(
     {"next_retry_at", "created_at", "updated_at", "handed_off_at", "verified_at", "verify_by",
-     "expires_at"}
+     "expires_at", "answered_at", "handoff_intent_at"}
 )  # fmt: skip
 # The per-target summaries: ``pigeon stats`` and the TUI's overview.
 QUEUE_COLUMNS: Final = ("target", "queued", "oldest", "next retry")
 FAILED_COLUMNS: Final = ("target", "failed", "latest error")
+# Who owes whom a reply: ``pigeon owed`` and the TUI's owed view.
+OWED_COLUMNS: Final = (
+    "debtor",
+    "owes reply to",
+    "creditor",
+    "kind",
+    "state",
+    "next step",
+    "first line",
+)
 ELLIPSIS: Final = "…"
 
 
@@ -170,6 +180,18 @@ def queue_cells(queue: TargetQueue, now_ms: int) -> list[str]:
     ]  # fmt: skip
 
 
+def owed_cells(obligation: Obligation, now_ms: int) -> list[str]:
+    """One outstanding obligation: who owes which message to whom, and what comes next
+    (the reminder, then the overdue notice; ``-`` before the hand-off and once overdue)."""
+    due = obligation.due_at
+    step = {Owed.OPEN: "reminder ", Owed.REMINDED: "overdue "}.get(Owed(obligation.state), "")
+    return [
+        obligation.debtor, obligation.msg_id, obligation.creditor, obligation.kind,
+        obligation.state, "-" if due is None else step + next_retry(due, now_ms),
+        obligation.first_line,
+    ]  # fmt: skip
+
+
 def failed_cells(failed: FailedTarget) -> list[str]:
     return [failed.target, str(failed.failed), one_line(failed.latest_error)]
 
@@ -193,7 +215,8 @@ def json_row(message: StoredMessage, now_ms: int) -> dict[str, object]:
 class Detail:
     """One message as ``pigeon show`` and the TUI's detail pane show it."""
 
-    fields: list[tuple[str, str]]  # every column but the payload (times as UTC), then age
+    # every column but the payload (times as UTC), then the receipt stage, then age
+    fields: list[tuple[str, str]]
     payload: str
     envelope: str  # exactly what the target receives
 
@@ -211,6 +234,7 @@ def detail(message: StoredMessage, now_ms: int) -> Detail:
             fields.append((name, format_time(value)))
         else:
             fields.append((name, "-" if value is None else str(value)))
+    fields.append(("receipt", message.receipt()))
     fields.append(("age", format_age(now_ms - message.created_at)))
     return Detail(fields, message.payload, render_envelope(message))
 

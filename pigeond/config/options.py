@@ -110,6 +110,12 @@ class Config:
     default_ttl_s: int = option(
         24 * 3600, "time to live of a message without ttl_s, in seconds", between(1, 30 * 86_400)
     )
+    reply_within_s: int = option(
+        3600,
+        "time a target has to reply to a send that expects one without reply_within_s,"
+        " counted from the hand-off; a reminder, then the sender is told",
+        between(1, 30 * 86_400),
+    )
     stop_timeout_s: float = option(
         10.0, "longest wait for hand-offs in flight when stopping", between(0, 600)
     )

@@ -27,6 +27,8 @@ many targets' next batches share one trip to a reader thread, and their hand-off
 records one transaction (:mod:`pigeond.delivery.grouping`); alone, each goes at
 once.  After a hand-off the queue is read again only if something may be due: a
 bound cut the batch, or the target was kicked meanwhile.
+The intent to hand off is committed before each call, so a crash never sends a prompt
+twice (:mod:`pigeond.delivery.recovery`).
 """
 
 from __future__ import annotations
@@ -65,8 +67,10 @@ from pigeond.delivery.prompting import (
     PromptSender,
     handoff_mode,
 )
+from pigeond.delivery.recovery import HandOffRecovery
 from pigeond.delivery.registry import DirectoryResolver
 from pigeond.delivery.turns import TURN_ENDED, TurnMark, TurnTracker
+from pigeond.delivery.verifier import TranscriptReader
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
@@ -97,9 +101,11 @@ class Arbiter(HandOffOutcomes):
         agents: AgentChecker | None = None,
         database_problem: Callable[[], str | None] = lambda: None,
         metrics: DeliveryMetrics | None = None,
+        transcripts: TranscriptReader | None = None,
     ) -> None:
         """``database_problem`` says why the database file is no longer the one opened
-        (None while it is); see :class:`pigeond.service.db_watch.DatabaseWatch`."""
+        (None while it is); see :class:`pigeond.service.db_watch.DatabaseWatch`.
+        ``transcripts`` is where a message in doubt is looked for (see recovery)."""
         self._db = db
         # every target's next batch, and every hand-off record, made together under load
         self._ready_reads: Grouped[ReadyAsk, list[StoredMessage]] = Grouped(
@@ -110,6 +116,7 @@ class Arbiter(HandOffOutcomes):
         )
         self.metrics = metrics if metrics is not None else DeliveryMetrics()
         self._registry = registry
+        self._recovery = HandOffRecovery(db, registry, transcripts, clock)
         self._prompter = ModeAwarePrompter(opencode, modes, agents)
         self._clock = clock
         self._policy = policy
@@ -128,6 +135,7 @@ class Arbiter(HandOffOutcomes):
         # targets whose failure could not be recorded either: held in memory until then
         self._held_until_ms: dict[str, int] = {}
         self._step_errors: dict[str, str] = {}
+        self._paused: dict[str, str] = {}  # a drain's database error, logged once per target
         self._tick_running = False
         self.last_tick_at: float | None = None
 
@@ -169,7 +177,7 @@ class Arbiter(HandOffOutcomes):
         for lost in self._unrecorded.values():
             log.warn(
                 "{msg_ids} were handed off to {target} but never recorded ({error});"
-                " they stay queued and are handed off again after the restart (at-least-once)",
+                " they stay queued and in doubt: looked for in the transcript after the restart",
                 msg_ids=list(lost.msg_ids), target=lost.target, error=lost.error,
             )  # fmt: skip
         self._closed = True
@@ -308,8 +316,12 @@ class Arbiter(HandOffOutcomes):
         """The due head of the queue, bounded by ``batch_max`` and ``batch_max_bytes``, and
         whether more may be due behind it (a bound cut the batch)."""
         self._kicked_in_flight.discard(target)  # this read sees what was kicked so far
-        ask = ReadyAsk(target, self._now_ms(), self._policy.batch_max)
-        due = await self._ready_reads(ask)
+
+        def read() -> Deferred[list[StoredMessage]]:
+            return self._ready_reads(ReadyAsk(target, self._now_ms(), self._policy.batch_max))
+
+        # a message in doubt (a crash during its hand-off) is looked for in the transcript
+        due = await self._recovery.settled(target, await read(), read, self._policy.outage_retry_s)
         batch, texts = within_bytes(due, self._policy.batch_max_bytes)
         return batch, texts, len(due) >= self._policy.batch_max or len(batch) < len(due)
 
@@ -320,9 +332,13 @@ class Arbiter(HandOffOutcomes):
         try:
             await self._drain_batches(target)
         except StorageError as e:
-            if not self._closed:
-                log.error("delivery to {target} paused: {error}; trying again next tick",
+            # a full disk fails every tick's intent write: say so once, not twenty times a second
+            if not self._closed and self._paused.get(target) != str(e):
+                log.error("delivery to {target} paused: {error}; trying again every tick",
                                target=target, error=str(e))  # fmt: skip
+            self._paused[target] = str(e)
+        else:
+            self._paused.pop(target, None)
 
     async def _drain_batches(self, target: str) -> None:
         """The queue is read again after a hand-off only if something may be due there:
@@ -358,6 +374,9 @@ class Arbiter(HandOffOutcomes):
                 mode, note = await self._prompter.mode(target, directory)
                 if self.stopping or self._database_vanished():
                     return  # nothing was sent; the messages stay queued
+                batch, texts = await self._recovery.record(batch, texts)  # before the call
+                if not batch:
+                    continue  # cancelled meanwhile
                 mark = self._turns.mark(target) if self._turns is not None else None
                 mode, note = await self._prompter.send(target, directory, texts, mode, note)
             except OpencodeError as e:

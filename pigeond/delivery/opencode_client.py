@@ -24,6 +24,7 @@ from twisted.web.iweb import IResponse
 
 from pigeond.config import Config
 from pigeond.credentials import BasicAuth
+from pigeond.delivery.api_support import PROBE_PATH, ApiSupport, is_html, missing_route
 from pigeond.delivery.http_exchange import HttpExchange
 
 T = TypeVar("T")
@@ -59,6 +60,14 @@ class OpencodeError(Exception):
 
 class DeadlineExceeded(OpencodeError):
     """No complete answer within the deadline; never retried at once."""
+
+
+class UnsupportedApi(OpencodeError):
+    """opencode answers without its v1 routes (2.x?): held as an outage, never retried
+    another way (see :mod:`pigeond.delivery.api_support`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind=FailureKind.OUTAGE)
 
 
 class SessionNotFound(OpencodeError):
@@ -123,6 +132,7 @@ class OpencodeClient:
         self._auth = auth
         self._lean = exchange
         self.reachable: bool | None = None  # what the last call showed; None before any
+        self.api = ApiSupport(self._base, self._probe_api)  # is v1 there (see api_support)
 
     def configure(self, config: Config) -> None:
         """A reload's deadline, for the calls made from now on."""
@@ -141,9 +151,11 @@ class OpencodeClient:
             headers=Headers({b"accept": [b"text/event-stream"]}), **self.request_options(),
         )  # fmt: skip
         self.reachable = int(response.code) not in _OUTAGE_STATUSES
-        if response.code != 200:
-            await response.content()
+        content_type = b"".join(response.headers.getRawHeaders(b"content-type", []))
+        if response.code != 200 or b"text/html" in content_type.lower():
+            await self._refuse_missing_route(int(response.code), await response.content())
             raise ConnectionError(f"GET /global/event answered HTTP {response.code}")
+        self.api.saw_v1()
         stream: IResponse = response
         return stream
 
@@ -248,14 +260,35 @@ class OpencodeClient:
         if directory is not None:
             headers["x-opencode-directory"] = directory
         status, body = await self._call(what, "GET", path, headers)
+        await self._refuse_missing_route(status, body)
         if status == 404 and names_session:
             raise SessionNotFound(f"{what}: session not found")
         if not 200 <= status < 300:
             raise _status_error(what, status, body)
         try:
-            return json.loads(body)
+            answer = json.loads(body)
         except ValueError as e:
             raise OpencodeError(f"{what}: not JSON: {_short(body)}") from e
+        self.api.saw_v1()
+        return answer
+
+    async def _probe_api(self) -> tuple[int, bytes] | None:
+        """``GET /session/status``, a v1 route every 1.x answers with a JSON object; None
+        when it got no answer."""
+        try:
+            return await self._call(
+                "GET " + PROBE_PATH, "GET", PROBE_PATH, {"accept": "application/json"}
+            )
+        except OpencodeError:
+            return None
+
+    async def _refuse_missing_route(self, status: int, body: bytes) -> None:
+        """An answer as if the v1 route were not there: UnsupportedApi once a probe
+        finds v1 gone (else the answer is judged as usual)."""
+        if missing_route(status, body):
+            problem = await self.api.verdict()
+            if problem is not None:
+                raise UnsupportedApi(problem)
 
     async def session_directory(self, session_id: str) -> str:
         """The directory opencode stored for the session (``GET /session/<id>``)."""
@@ -280,10 +313,14 @@ class OpencodeClient:
         headers = {"x-opencode-directory": directory, "accept": "application/json"}
         path = f"/session/{session_id}/prompt_async"
         status, answer = await self._call(what, "POST", path, headers, body)
+        await self._refuse_missing_route(status, answer)
         if status == 404:
             raise SessionNotFound(f"{what}: HTTP 404: {_short(answer)}")
         if not 200 <= status < 300:
             raise _status_error(what, status, answer)
+        if is_html(answer):  # a web page is no hand-off, whatever the status
+            raise OpencodeError(f"{what}: HTTP {status}: a web page, not opencode's API")
+        self.api.saw_v1()
 
     async def busy_sessions(self, directory: str) -> dict[str, str]:
         """``GET /session/status`` for one directory: busy (or retrying) sessions only."""

@@ -7,6 +7,10 @@ The database may refuse to record it (disk full): a prompt opencode took is then
 in memory as an :class:`UnrecordedHandOff` and its target held, so the same messages
 are never prompted again while the record is missing; a failure that cannot be written
 holds its target for the wait it would have had.
+
+Every outcome written clears the hand-off's intent (see :mod:`pigeond.delivery.recovery`),
+but one: a prompt that got no answer within the deadline may have been taken, so its
+retry looks for it in the transcript first.
 """
 
 from __future__ import annotations
@@ -16,7 +20,12 @@ from twisted.logger import Logger
 
 from pigeond.delivery.grouping import Grouped, HandOffRecord
 from pigeond.delivery.metrics import DeliveryMetrics
-from pigeond.delivery.opencode_client import FailureKind, OpencodeError, SessionNotFound
+from pigeond.delivery.opencode_client import (
+    DeadlineExceeded,
+    FailureKind,
+    OpencodeError,
+    SessionNotFound,
+)
 from pigeond.delivery.policy import (
     DeliveryPolicy,
     Next,
@@ -136,7 +145,9 @@ class HandOffOutcomes:
         now_ms = self._now_ms()
         decisions = [decide_retry(kind, m.attempts, now_ms, self._policy) for m in batch]
         try:
-            await self._write_failure(target, batch, kind, text, decisions)
+            await self._write_failure(
+                target, batch, kind, text, decisions, isinstance(error, DeadlineExceeded)
+            )
         except StorageError as e:
             hold_until = min(d.retry_at_ms or now_ms for d in decisions)
             self._held_until_ms[target] = hold_until
@@ -162,6 +173,7 @@ class HandOffOutcomes:
         kind: FailureKind,
         text: str,
         decisions: list[RetryDecision],
+        may_have_arrived: bool = False,
     ) -> None:
         now_ms = self._now_ms()
         ids = [m.msg_id for m in batch]
@@ -181,8 +193,9 @@ class HandOffOutcomes:
         for message, decision in zip(batch, decisions, strict=True):
             retry_at = decision.retry_at_ms if decision.next is Next.RETRY else None
             await self._db.write(
-                SwarmRepository.record_failed_attempt, message.msg_id, text, now_ms, retry_at
-            )
+                SwarmRepository.record_failed_attempt, message.msg_id, text, now_ms, retry_at,
+                may_have_arrived=may_have_arrived,
+            )  # fmt: skip
             log.info("{msg_id} to {target}: attempt {attempts} failed ({error}); {next}",
                           msg_id=message.msg_id, target=target, attempts=message.attempts + 1,
                           error=text, next="failed for good" if retry_at is None

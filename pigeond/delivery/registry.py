@@ -3,16 +3,24 @@
 Senders never pass a directory: pigeond asks opencode once, caches the answer
 for a while, and sends every prompt for that session with the same
 ``x-opencode-directory`` header.  A 404 drops the cached entry.
+
+The cache also tells a send, at no cost, that its target exists
+(:meth:`SessionDirectoryRegistry.cached`); a target not in it is looked up once
+(:meth:`~SessionDirectoryRegistry.exists`), and the answer cached for the
+hand-off that follows.  Lookups of one session under way at once share one
+request: a burst of sends to a new target asks opencode once.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
 
 from pigeond.config import Config
-from pigeond.delivery.opencode_client import SessionNotFound
+from pigeond.delivery.opencode_client import OpencodeError, SessionNotFound
 
 
 class DirectoryLookup(Protocol):
@@ -34,19 +42,57 @@ class SessionDirectoryRegistry:
         self._clock = clock
         self.configure(config)
         self._cache: dict[str, tuple[str, float]] = {}
+        # sessions being looked up -> the callers waiting for that same lookup
+        self._looking_up: dict[str, list[Deferred[str]]] = {}
 
     async def resolve(self, session_id: str) -> str:
         cached = self._cache.get(session_id)
         now = self._clock.seconds()
         if cached is not None and cached[1] > now:
             return cached[0]
+        waiters = self._looking_up.get(session_id)
+        if waiters is not None:  # a lookup is under way: share its answer
+            waiter: Deferred[str] = Deferred()
+            waiters.append(waiter)
+            return await waiter
+        self._looking_up[session_id] = []
         try:
             directory = await self._lookup.session_directory(session_id)
         except SessionNotFound:
             self.invalidate(session_id)
+            self._answer_waiters(session_id, Failure())
+            raise
+        except Exception:
+            self._answer_waiters(session_id, Failure())
             raise
         self._cache[session_id] = (directory, self._clock.seconds() + self.ttl_s)
+        self._answer_waiters(session_id, directory)
         return directory
+
+    def _answer_waiters(self, session_id: str, result: str | Failure) -> None:
+        for waiter in self._looking_up.pop(session_id, []):
+            if isinstance(result, Failure):
+                waiter.errback(result)
+            else:
+                waiter.callback(result)
+
+    def cached(self, session_id: str) -> bool:
+        """Whether opencode said, within ``registry_ttl_s``, that the session exists: a
+        send to it needs no lookup, and awaits nothing."""
+        entry = self._cache.get(session_id)
+        return entry is not None and entry[1] > self._clock.seconds()
+
+    async def exists(self, session_id: str) -> bool | None:
+        """Whether opencode has the session: True (its directory is cached now), False
+        (opencode answered 404), None (no clear answer: opencode unreachable, speaking an
+        API pigeond does not, or failing)."""
+        try:
+            await self.resolve(session_id)
+        except SessionNotFound:
+            return False
+        except OpencodeError:
+            return None
+        return True
 
     def invalidate(self, session_id: str) -> None:
         self._cache.pop(session_id, None)

@@ -25,6 +25,9 @@ from pigeond.delivery.opencode_client import OpencodeError
 log = Logger()
 
 TURN_ENDED = "turn ended"  # what wait_turn_end returns when the turn it waited for ended
+# (connections of the event stream so far, a session's turn ends seen on the current one):
+# when it changes, a turn of that session may have ended since it was last taken.
+TurnCount = tuple[int, int]
 
 
 class BusyPoller(Protocol):
@@ -35,6 +38,7 @@ class BusyPoller(Protocol):
 class SessionTurns:
     busy: bool | None = None  # None: not known (never seen, or the event stream dropped)
     busy_seen: int = 0  # how many busy observations so far
+    ended: int = 0  # how many times it went idle from busy (or from not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,7 @@ class TurnTracker:
         self._sessions: dict[str, SessionTurns] = defaultdict(SessionTurns)
         self._waiters: dict[str, list[Deferred[None]]] = defaultdict(list)
         self.stream_connected = False
+        self._connections = 0
 
     def configure(self, config: Config) -> None:
         """A reload's settings, for the waits that start from now on."""
@@ -74,6 +79,8 @@ class TurnTracker:
         if status in ("busy", "retry"):
             state.busy, state.busy_seen = True, state.busy_seen + 1
         elif status == "idle":
+            if state.busy is not False:
+                state.ended += 1
             state.busy = False
         else:
             return
@@ -84,6 +91,8 @@ class TurnTracker:
     def stream_state(self, connected: bool) -> None:
         """Events may have been missed while the stream was down: forget what we knew."""
         self.stream_connected = connected
+        if connected:
+            self._connections += 1  # events of the time it was down are lost: a new count
         for state in self._sessions.values():
             state.busy = None
 
@@ -94,6 +103,14 @@ class TurnTracker:
         """Whether :meth:`wait_until_idle` would return at once, without waiting or asking
         opencode: the event stream runs and last said the session is idle."""
         return self.stream_connected and self._sessions[session].busy is False
+
+    def turns_ended(self, session: str) -> TurnCount | None:
+        """A count that changes whenever a turn of ``session`` may have ended: the verifier
+        looks for answers again only then.  None while the event stream is down (polling
+        sees no turn end between two polls, so any moment may have ended one)."""
+        if not self.stream_connected:
+            return None
+        return self._connections, self._sessions[session].ended
 
     def mark(self, session: str) -> TurnMark:
         return TurnMark(self._sessions[session].busy_seen, self._clock.seconds())

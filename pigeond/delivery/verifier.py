@@ -7,6 +7,14 @@ carrying its msg_id; a payload that merely mentions the id does not count,
 because the payload is escaped and can never begin a part with a tag.  A
 message still missing after the grace period goes back to the queue (at most
 ``max_requeues`` times), then fails.
+
+The same reads carry the receipt chain to its end: a seen message is *answered* once the
+turn that consumed it ended with the assistant's reply (:mod:`pigeond.delivery.answers`).
+Those looks are bounded, or an unanswered message would cost its target a transcript
+read every interval forever: a message is looked for only ``turn_timeout_s`` after it was
+seen (pigeond already takes a turn running longer as over, and goes ahead), and, while
+the event stream runs, only after a turn of its target ended since the last look (an
+answer is written when a turn ends); while the stream is down, every interval.
 """
 
 from __future__ import annotations
@@ -22,12 +30,14 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.config import Config
+from pigeond.delivery.answers import answers_in
 from pigeond.delivery.opencode_client import (
     OpencodeError,
     SessionNotFound,
     user_texts_of,
 )
 from pigeond.delivery.registry import DirectoryResolver
+from pigeond.delivery.turns import TurnCount
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
@@ -53,6 +63,29 @@ def envelope_ids(texts: Iterable[str]) -> set[str]:
     return ids
 
 
+def envelope_homes(messages: Iterable[dict[str, Any]]) -> dict[str, str | None]:
+    """msg_id → opencode's id of the user message with a part that begins with its
+    ``<swarm_message ...>`` opening tag (see :func:`envelope_ids`); None when it has none."""
+    homes: dict[str, str | None] = {}
+    for message in messages:
+        home = message.get("info", {}).get("id")
+        found = envelope_ids(user_texts_of([message]))
+        homes.update(dict.fromkeys(found, home if isinstance(home, str) else None))
+    return homes
+
+
+def _targets(repo: SwarmRepository, since_ms: int) -> tuple[list[str], list[str]]:
+    """Targets with hand-offs not seen yet, and with seen messages awaiting an answer."""
+    return repo.verification_targets(), repo.unanswered_targets(since_ms)
+
+
+def _awaiting(
+    repo: SwarmRepository, target: str, since_ms: int
+) -> tuple[list[StoredMessage], list[StoredMessage]]:
+    """``target``'s hand-offs not seen yet, and its seen messages awaiting an answer."""
+    return repo.awaiting_verification(target), repo.awaiting_answer(target, since_ms)
+
+
 class TranscriptReader(Protocol):
     """What the verifier reads (:class:`~pigeond.delivery.opencode_client.OpencodeClient`)."""
 
@@ -72,8 +105,11 @@ class Verifier:
         *,
         on_requeued: Callable[[str], None] = lambda target: None,
         on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
+        turns_ended: Callable[[str], TurnCount | None] = lambda target: None,
     ) -> None:
-        """``config`` gives ``verify_interval_s`` and ``max_requeues``."""
+        """``config`` gives ``verify_interval_s``, ``max_requeues`` and ``turn_timeout_s``;
+        ``turns_ended`` (:meth:`~pigeond.delivery.turns.TurnTracker.turns_ended`) changes
+        when a target's turn may have ended (None: it cannot tell)."""
         self._db = db
         self._registry = registry
         self._client = client
@@ -81,6 +117,11 @@ class Verifier:
         self.configure(config)
         self._on_requeued = on_requeued
         self._on_transcript = on_transcript
+        self._turns_ended = turns_ended
+        self._turns_at_look: dict[str, TurnCount | None] = {}  # when answers were looked for
+        # target → msg_id → the user message its envelope came in, for the seen messages
+        # awaiting an answer: a long turn can push that message out of the newest ones read
+        self._homes: dict[str, dict[str, str]] = {}
         self._closed = False
         self._checking: dict[str, Deferred[None]] = {}
         self._waiting: deque[str] = deque()  # due targets waiting for one of CHECKS_AT_ONCE
@@ -91,12 +132,18 @@ class Verifier:
         """A reload's settings, from the next check on."""
         self._interval_s = config.verify_interval_s
         self._max_requeues = config.max_requeues
+        self._answer_window_ms = int(config.turn_timeout_s * 1000)
 
     def _now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)
 
+    def _answers_since_ms(self) -> int:
+        """Seen messages seen before this are no longer looked at for an answer."""
+        return self._now_ms() - self._answer_window_ms
+
     def tick(self) -> None:
-        """Start a check for each target with unverified hand-offs, at most once per interval;
+        """Start a check for each target with unverified hand-offs, and for each with seen
+        messages awaiting an answer whose turn may have ended, at most once per interval;
         nothing while the last tick's list of targets is still being read."""
         if self._listing is not None or self.is_closed():
             return
@@ -118,15 +165,29 @@ class Verifier:
             log.failure("listing hand-offs to verify failed", failure)
 
     async def _check_targets(self) -> None:
-        targets = await self._db.read(SwarmRepository.verification_targets)
+        unseen, unanswered = await self._db.read(_targets, self._answers_since_ms())
         now = self._clock.seconds()
-        for target in targets:
+        listed = {*unseen, *unanswered}
+        for forget in (self._turns_at_look, self._homes):
+            for gone in [target for target in forget if target not in listed]:
+                del forget[gone]
+        unseen_set = set(unseen)
+        answers_only = [t for t in unanswered if t not in unseen_set and self._turn_ended(t)]
+        for target in [*unseen, *answers_only]:
             if target in self._checking or now - self._last_check.get(target, 0) < self._interval_s:
                 continue
             self._last_check[target] = now
             if target not in self._waiting:
                 self._waiting.append(target)
         self._start_checks()
+
+    def _turn_ended(self, target: str) -> bool:
+        """Whether a turn of ``target`` may have ended since its answers were last looked
+        for (always, when that cannot be told)."""
+        ended = self._turns_ended(target)
+        if ended is None or target not in self._turns_at_look:
+            return True
+        return ended != self._turns_at_look[target]
 
     def _start_checks(self) -> None:
         """Start waiting checks while fewer than CHECKS_AT_ONCE run."""
@@ -149,37 +210,52 @@ class Verifier:
     async def check(self, target: str) -> None:
         if self.is_closed():
             return
+        # taken before the read: a turn that ends while it runs is looked at again
+        self._turns_at_look[target] = self._turns_ended(target)
         try:
-            waiting = await self._db.read(SwarmRepository.awaiting_verification, target)
+            waiting, unanswered = await self._db.read(_awaiting, target, self._answers_since_ms())
         except StorageError as e:
             log.error("cannot read {target}'s hand-offs to verify yet: {error}",
                       target=target, error=str(e))  # fmt: skip
+            self._look_again(target)
             return
-        if not waiting:
+        if not waiting and not unanswered:
             return
         now_ms = self._now_ms()
         overdue = any(m.verify_by is not None and m.verify_by <= now_ms for m in waiting)
         try:
             directory = await self._registry.resolve(target)
             # the newest messages first; the whole transcript only before giving up
-            limit = None if overdue else max(RECENT_MESSAGES, 4 * len(waiting))
+            # (an answer is among the newest: the turn that wrote it ended last)
+            limit = (
+                None if overdue else max(RECENT_MESSAGES, 4 * len(waiting) + 2 * len(unanswered))
+            )
             messages = await self._client.messages(target, directory, limit)
-            found = envelope_ids(user_texts_of(messages))
+            homes = envelope_homes(messages)
             # what the transcript says of the target's agent and model, for the next hand-off
             self._on_transcript(target, [m["info"] for m in messages])
         except SessionNotFound:
-            found = set()
+            messages, homes = [], {}
         except OpencodeError as e:
             log.info("cannot read {target}'s transcript yet: {error}", target=target, error=str(e))
+            self._look_again(target)
             return
         if self.is_closed():
             return  # the database closed while the transcript was read (shutdown)
         try:
-            await self._record(target, waiting, found)
+            seen = await self._record(target, waiting, set(homes))
+            await self._record_answers(target, [*(m.msg_id for m in unanswered), *seen],
+                                       messages, homes)  # fmt: skip
         except StorageError as e:
             # a full or locked disk: nothing is lost, the same check runs again next interval
             log.error("cannot record what {target}'s transcript shows yet: {error}",
                       target=target, error=str(e))  # fmt: skip
+            self._look_again(target)
+
+    def _look_again(self, target: str) -> None:
+        """A look that could not finish: the next interval looks for answers again, even
+        if no turn ends meanwhile."""
+        self._turns_at_look.pop(target, None)
 
     def close(self) -> None:
         """The database is about to close: a check that ends later writes nothing."""
@@ -188,7 +264,27 @@ class Verifier:
     def is_closed(self) -> bool:
         return self._closed
 
-    async def _record(self, target: str, waiting: list[StoredMessage], found: set[str]) -> None:
+    async def _record_answers(
+        self, target: str, awaiting: list[str], messages: list[dict[str, Any]],
+        homes: dict[str, str | None],
+    ) -> None:  # fmt: skip
+        """Record the answers ``messages`` show to the ``awaiting`` msg_ids; remember where
+        the others' envelopes are for the next look."""
+        known = self._homes.get(target, {})
+        where = {m: h for m in awaiting if (h := homes.get(m) or known.get(m)) is not None}
+        answers = answers_in(messages, where)
+        if answers:
+            answered = await self._db.write(SwarmRepository.mark_answered, answers, self._now_ms())
+            for msg_id in answered:
+                log.info("{msg_id} answered in {target}'s transcript by {answer}",
+                         msg_id=msg_id, target=target, answer=answers[msg_id])  # fmt: skip
+        self._homes[target] = {m: h for m, h in where.items() if m not in answers}
+
+    async def _record(
+        self, target: str, waiting: list[StoredMessage], found: set[str]
+    ) -> list[str]:
+        """Record what was seen, and requeue (or fail) the overdue rest; returns the
+        msg_ids seen now."""
         now_ms = self._now_ms()
         verified = await self._db.write(
             SwarmRepository.mark_verified, [m.msg_id for m in waiting if m.msg_id in found], now_ms
@@ -219,3 +315,4 @@ class Verifier:
             requeued = requeued or outcome == "queued"
         if requeued:
             self._on_requeued(target)
+        return verified

@@ -21,7 +21,9 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from pigeond.api.access import AccessPolicy
 from pigeond.api.flood import FloodGuard
 from pigeond.api.metrics import MetricsRoute
+from pigeond.api.owed import OwedRoute
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth, SwarmRoutes
+from pigeond.api.target_check import TargetCheck
 from pigeond.api.web import JsonApi, QuietSite, make_site
 from pigeond.config import Config
 from pigeond.delivery.arbiter import Arbiter
@@ -32,6 +34,7 @@ from pigeond.delivery.opencode_client import OpencodeClient
 from pigeond.delivery.policy import DeliveryPolicy
 from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.delivery.registry import SessionDirectoryRegistry
+from pigeond.delivery.reminders import ReminderSweep
 from pigeond.delivery.sweeper import ExpirySweeper
 from pigeond.delivery.turns import TurnTracker
 from pigeond.delivery.verifier import Verifier
@@ -196,7 +199,7 @@ class Daemon:
         health = self.delivery_health()
         if health is DELIVERY_OFF:
             return ", ".join([*parts, "delivery off"])
-        parts += [f"in flight {health.in_flight}", f"opencode {health.opencode}"]
+        parts += [f"in flight {health.in_flight}", health.problem or f"opencode {health.opencode}"]
         if health.event_stream == "down":
             parts.append("event stream down")
         if health.unrecorded:
@@ -215,7 +218,7 @@ class Daemon:
     def delivery_health(self) -> DeliveryHealth:
         """What /health and /metrics tell of delivery."""
         client = None if self.delivery is None else self.delivery.client
-        return delivery_health_of(self.arbiter, client, self.events)
+        return _delivery_health(self.arbiter, client, self.events)
 
     def alive(self, within_s: float) -> bool:
         """For the watchdog: the arbiter ticks (or, with delivery off, timers run at all) and
@@ -259,6 +262,11 @@ def build_daemon(
         raise
 
 
+def _no_kick(target: str) -> None:
+    """With delivery off nothing is handed off: a queued reminder waits for a daemon that
+    delivers."""
+
+
 def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -> Daemon:
     db_watch = DatabaseWatch(config.db, reactor, interval_s=config.tick_ms / 1000)
     metrics = DeliveryMetrics()  # its registry also holds /metrics' gauges
@@ -298,11 +306,12 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         arbiter = Arbiter(
             db, registry, client, reactor, policy=DeliveryPolicy.from_config(config), turns=turns,
             modes=modes, agents=AgentCatalog(client, reactor), database_problem=db_watch.check,
-            metrics=metrics,
+            metrics=metrics, transcripts=client,
         )  # fmt: skip
         verifier = Verifier(
             db, registry, client, reactor, config,
             on_requeued=arbiter.kick, on_transcript=modes.observe_transcript,
+            turns_ended=turns.turns_ended if turns is not None else lambda target: None,
         )  # fmt: skip
 
         def verify() -> None:
@@ -311,6 +320,9 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
 
         timer_job("verify", config.tick_ms / 1000, verify, reactor).setServiceParent(jobs)
         delivery = DeliveryParts(client, registry, verifier, turns)
+    # owed replies: reminders and overdue notices, kicked at once when delivery runs
+    reminders = ReminderSweep(db, reactor, arbiter.kick if arbiter is not None else _no_kick)
+    timer_job("reminders", config.tick_ms / 1000, reminders.sweep, reactor).setServiceParent(jobs)
     flood = FloodGuard(
         db, reactor, max_queued_per_target=config.max_queued_per_target,
         sender_rate_per_s=config.sender_rate_per_s, sender_burst=config.sender_burst,
@@ -321,15 +333,20 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         config,
         on_accepted=arbiter.kick if arbiter is not None else (lambda target: None),
         delivery_health=functools.partial(
-            delivery_health_of, arbiter, None if delivery is None else delivery.client, events
+            _delivery_health, arbiter, None if delivery is None else delivery.client, events
         ),
         send_checks=[db_watch.refuse_send],
         admission=flood,
         storage_problem=db_watch.check,
+        # unknown targets refused at send; with delivery off there is no opencode to ask
+        target_check=None
+        if delivery is None
+        else TargetCheck(delivery.registry, config.opencode_url, reactor, db),
     )
     access, notes = access_policy(config)
     api = routes.install(JsonApi(gate=access))
     MetricsRoute(db, reactor, metrics.registry, routes.delivery_health).install(api)
+    OwedRoute(db).install(api)
     site = make_site(api, config, reactor=reactor)
     pruner = Pruner(db, reactor, retention_days=config.retention_days)
     return Daemon(
@@ -337,6 +354,16 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
         notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs,
     )  # fmt: skip
+
+
+def _delivery_health(
+    arbiter: Arbiter | None, client: OpencodeClient | None, events: EventStream | None
+) -> DeliveryHealth:
+    """:func:`delivery_health_of`, and an opencode whose API pigeond does not speak."""
+    health = delivery_health_of(arbiter, client, events)
+    if client is None or client.api.problem is None or health is DELIVERY_OFF:
+        return health
+    return replace(health, opencode="unsupported", problem=client.api.problem)
 
 
 def stop_later(daemon: Daemon) -> Deferred[None]:

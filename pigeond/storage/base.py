@@ -21,7 +21,8 @@ COLUMNS = (
     "msg_id, from_session, to_session, channel, kind, priority, reply_to, payload, state,"
     " attempts, next_retry_at, created_at, updated_at, handed_off_at, last_error,"
     " accept_seq, handoff_seq, verified_at, verify_by, requeue_count, expires_at,"
-    " handoff_agent, handoff_provider, handoff_model, handoff_variant, handoff_note"
+    " handoff_agent, handoff_provider, handoff_model, handoff_variant, handoff_note,"
+    " handoff_intent_at, answered_at, answer_message_id"
 )
 
 P = ParamSpec("P")

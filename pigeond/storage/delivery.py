@@ -5,11 +5,17 @@
       │  └──── not found after the grace period (≤ max requeues) ◀┘
       ├──▶ failed    (attempts used up, permanent error, or never found)
       ├──▶ expired   (its time to live ran out while queued)
-      ├──▶ dropped   (a delivery.failed notice that failed or expired in turn)
+      ├──▶ dropped   (pigeond's own notice or reminder that failed or expired in turn)
       └──▶ cancelled (by an operator; see storage/operator.py, which also requeues)
 
 A message that ends failed or expired queues a ``delivery.failed`` notice to
 its sender in the same transaction, so a crash cannot lose the notice.
+
+Before its prompt goes to opencode a queued message gets ``handoff_intent_at``
+(committed before the call, see storage/intents.py); the hand-off's outcome clears it.
+A queued message that still has it after a crash is *in doubt*: it may be in its
+target's transcript already.  It stays queued and is never expired while in doubt (it
+may have arrived); the transcript ends the doubt (storage/intents.py).
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from pigeond.model import NO_MODE, NOTICE_KIND, HandoffMode, State, StoredMessage
+from pigeond.model import NO_MODE, PIGEOND_KINDS, HandoffMode, State, StoredMessage
 from pigeond.storage.base import COLUMNS, RepositoryBase, reads, row_to_message
-from pigeond.storage.schema import PRIORITY_RANK_SQL
+from pigeond.storage.migrations import PRIORITY_RANK_SQL
 
 # unlikely(): with ANALYZE statistics and thousands of queued messages waiting out a
 # backoff, SQLite would rather walk idx_swarm_target_head whole (3.6 ms a tick) to spare
@@ -79,7 +85,9 @@ class DeliveryTransitions(RepositoryBase):
         rows = self._conn.execute(
             f"SELECT {COLUMNS} FROM swarm_messages"
             " WHERE to_session = :target AND state = 'queued'"
-            " AND (:now IS NULL OR expires_at IS NULL OR expires_at > :now)"
+            " AND (:now IS NULL OR expires_at IS NULL OR expires_at > :now"
+            # a message in doubt is looked for in the transcript first, even past its expiry
+            " OR handoff_intent_at IS NOT NULL)"
             f" ORDER BY {PRIORITY_RANK_SQL}, accept_seq LIMIT :limit",
             {"target": target, "now": now_ms, "limit": limit},
         ).fetchall()
@@ -148,7 +156,7 @@ class DeliveryTransitions(RepositoryBase):
                 " updated_at = ?, next_retry_at = NULL, last_error = NULL,"
                 " handoff_seq = ?, verified_at = NULL, verify_by = ?, handoff_agent = ?,"
                 " handoff_provider = ?, handoff_model = ?, handoff_variant = ?,"
-                " handoff_note = ? WHERE msg_id = ?",
+                " handoff_note = ?, handoff_intent_at = NULL WHERE msg_id = ?",
                 (now_ms, now_ms, seq, verify_by, mode.agent, mode.provider, mode.model,
                  mode.variant, mode.note, msg_id),
             )  # fmt: skip
@@ -156,16 +164,25 @@ class DeliveryTransitions(RepositoryBase):
         return done
 
     def record_failed_attempt(
-        self, msg_id: str, error: str, now_ms: int, retry_at_ms: int | None
+        self,
+        msg_id: str,
+        error: str,
+        now_ms: int,
+        retry_at_ms: int | None,
+        *,
+        may_have_arrived: bool = False,
     ) -> bool:
-        """Count one failed attempt; retry at ``retry_at_ms``, or fail for good when None."""
+        """Count one failed attempt; retry at ``retry_at_ms``, or fail for good when None.
+        The hand-off's intent is cleared, unless the prompt ``may_have_arrived`` (no answer
+        within the deadline): the retry then looks for it in the transcript first."""
         with self._write() as conn:
             if not self._is_queued(msg_id):
                 return False
             conn.execute(
                 "UPDATE swarm_messages SET attempts = attempts + 1, last_error = ?,"
-                " next_retry_at = ?, updated_at = ? WHERE msg_id = ?",
-                (error, retry_at_ms, now_ms, msg_id),
+                " next_retry_at = ?, updated_at = ?,"
+                " handoff_intent_at = CASE WHEN ? THEN handoff_intent_at END WHERE msg_id = ?",
+                (error, retry_at_ms, now_ms, may_have_arrived, msg_id),
             )
             if retry_at_ms is None:
                 self._end(msg_id, "failed", error, now_ms)
@@ -174,14 +191,15 @@ class DeliveryTransitions(RepositoryBase):
     def record_outage(
         self, msg_ids: Sequence[str], error: str, now_ms: int, retry_at_ms: int
     ) -> list[str]:
-        """opencode is unreachable: retry later without spending an attempt."""
+        """opencode is unreachable: retry later without spending an attempt (the prompt
+        never reached it: the hand-off's intent is cleared)."""
         done = []
         with self._write() as conn:
             for msg_id in msg_ids:
                 if self._is_queued(msg_id):
                     conn.execute(
                         "UPDATE swarm_messages SET last_error = ?, next_retry_at = ?,"
-                        " updated_at = ? WHERE msg_id = ?",
+                        " updated_at = ?, handoff_intent_at = NULL WHERE msg_id = ?",
                         (error, retry_at_ms, now_ms, msg_id),
                     )
                     done.append(msg_id)
@@ -220,21 +238,24 @@ class DeliveryTransitions(RepositoryBase):
         and reads every queued row (0.8 ms a sweep with 5,000 stuck, against 5 us)."""
         rows = self._conn.execute(
             "SELECT msg_id FROM swarm_messages INDEXED BY idx_swarm_expiry WHERE state = 'queued'"
-            " AND to_session IS NOT NULL AND expires_at IS NOT NULL AND expires_at <= ?",
+            " AND to_session IS NOT NULL AND expires_at IS NOT NULL AND expires_at <= ?"
+            # in doubt (it may have arrived): expired only once the transcript says it did not
+            " AND handoff_intent_at IS NULL",
             (now_ms,),
         )
         return [r[0] for r in rows.fetchall()]
 
     def _end(self, msg_id: str, state: str, reason: str, now_ms: int) -> None:
-        """Inside a write: end the message and queue its sender's notice.  A notice that
-        cannot be delivered ends ``dropped`` (and, as a notice, tells nobody)."""
+        """Inside a write: end the message and queue its sender's notice.  A message of
+        pigeond's own (a notice, a reply reminder) that cannot be delivered ends
+        ``dropped`` (and tells nobody)."""
         message = self._get(self._conn, msg_id)
         assert message is not None
-        if message.kind == NOTICE_KIND:
+        if message.kind in PIGEOND_KINDS:
             state = State.DROPPED.value
         self._conn.execute(
             "UPDATE swarm_messages SET state = ?, last_error = ?, next_retry_at = NULL,"
-            " verify_by = NULL, updated_at = ? WHERE msg_id = ?",
+            " verify_by = NULL, updated_at = ?, handoff_intent_at = NULL WHERE msg_id = ?",
             (state, reason, now_ms, msg_id),
         )
         ended = self._get(self._conn, msg_id)

@@ -17,7 +17,8 @@ from pathlib import Path
 from pigeond.model import State, StoredMessage
 from pigeond.storage.base import COLUMNS, RepositoryBase, reads, row_to_message
 from pigeond.storage.errors import SchemaError
-from pigeond.storage.schema import PRIORITY_RANK_SQL, SCHEMA_VERSION, connect
+from pigeond.storage.migrations import PRIORITY_RANK_SQL
+from pigeond.storage.schema import SCHEMA_VERSION, connect
 
 # Which states each action starts from.
 REQUEUE_FROM = (State.FAILED.value, State.EXPIRED.value)
@@ -29,10 +30,13 @@ CANCEL_FROM = (State.QUEUED.value,)
 # expired message again at once).
 _REQUEUE_SET = (
     "state = 'queued', attempts = 0, next_retry_at = :now, last_error = NULL,"
-    " verify_by = NULL, updated_at = :now,"
+    " verify_by = NULL, updated_at = :now, handoff_intent_at = NULL,"
     " expires_at = CASE WHEN expires_at IS NULL THEN NULL"
     " ELSE :now + MAX(expires_at - created_at, 0) END"
 )
+# A message in doubt (storage/intents.py) made due now is looked for in the transcript
+# now; cancelled, it is never sent again and keeps its handoff_intent_at, which says that
+# it may have reached the transcript before the cancel.
 _RETRY_NOW_SET = "next_retry_at = :now, updated_at = :now"
 _CANCEL_SET = "state = 'cancelled', next_retry_at = NULL, verify_by = NULL, updated_at = :now"
 

@@ -18,19 +18,24 @@ from enum import Enum
 from pigeond.model import NewMessage, StoredMessage
 from pigeond.storage.base import COLUMNS, reads, row_to_message
 from pigeond.storage.delivery import DEFAULT_NOTICE_TTL_MS, DeliveryTransitions
+from pigeond.storage.intents import HandOffIntents
+from pigeond.storage.obligations import Obligations
 from pigeond.storage.operator import OperatorActions
+from pigeond.storage.receipts import Receipts
 from pigeond.storage.retention import Retention
 
 
 @dataclass(frozen=True, slots=True)
 class Accept:
-    """One send to store: the message, when it came, when it expires (None: never), and
-    the most queued messages its target may hold (0: no cap; see :meth:`accept_many`)."""
+    """One send to store: the message, when it came, when it expires (None: never), the
+    most queued messages its target may hold (0: no cap; see :meth:`accept_many`), and
+    the time its target has to reply after the hand-off (0: no reply expected)."""
 
     message: NewMessage
     now_ms: int
     expires_at: int | None = None
     queue_cap: int = 0
+    reply_within_ms: int = 0
 
 
 class AcceptOutcome(Enum):
@@ -81,7 +86,9 @@ def inbox_entry_bytes_at_most(message: StoredMessage) -> int:
     return bound
 
 
-class SwarmRepository(DeliveryTransitions, OperatorActions, Retention):
+class SwarmRepository(
+    DeliveryTransitions, HandOffIntents, OperatorActions, Retention, Receipts, Obligations
+):
     def __init__(
         self, conn: sqlite3.Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS
     ) -> None:
@@ -138,6 +145,10 @@ class SwarmRepository(DeliveryTransitions, OperatorActions, Retention):
             priority=message.priority, reply_to=message.reply_to, payload=message.payload,
             now_ms=accept.now_ms, expires_at=accept.expires_at, seq=seq,
         )  # fmt: skip
+        if accept.reply_within_ms > 0 and message.to_session is not None:
+            self._owe(conn, message, accept.reply_within_ms, accept.now_ms)
+        if message.reply_to is not None:
+            self._meet(conn, message, accept.now_ms)
         return AcceptOutcome.STORED
 
     # -- reading -----------------------------------------------------------

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from pigeond.storage.base import RepositoryBase, reads
 from pigeond.storage.errors import StorageUnavailable
-from pigeond.storage.schema import AUTO_VACUUM_INCREMENTAL, PRUNABLE_SQL
+from pigeond.storage.migrations import PRUNABLE_SQL
+from pigeond.storage.schema import AUTO_VACUUM_INCREMENTAL
 
 DAY_MS = 24 * 3600 * 1000
 

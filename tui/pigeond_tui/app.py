@@ -10,6 +10,7 @@ neither send terminal commands nor style or link the screen.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -39,6 +40,7 @@ from pigeond.cli.presentation import (
     message_cells,
     queue_cells,
 )
+from pigeond.credentials import DEFAULT_URL, daemon_address
 from pigeond.model import StoredMessage
 from pigeond.storage import SchemaError, StorageError
 from pigeond.storage.operator import ActionOutcome, open_existing
@@ -46,6 +48,7 @@ from pigeond.terminal import visible
 from pigeond_tui import data
 from pigeond_tui.data import TABS, Snapshot, read_snapshot
 from pigeond_tui.keys import KEYS, ROW_ACTIONS, help_keys, row_action
+from pigeond_tui.owed import OwedScreen
 from pigeond_tui.screens import ConfirmScreen, HelpScreen
 from pigeond_tui.widgets import MessageTable, Rows, counts_text, detail_text, fill_table
 
@@ -78,9 +81,12 @@ class PigeonApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = list(KEYS)
 
     def __init__(
-        self, db: Path | str, *, clock: Callable[[], int] = now_ms, interval: float = 1.0
-    ) -> None:
+        self, db: Path | str, *, clock: Callable[[], int] = now_ms, interval: float = 1.0,
+        health: Callable[[], str | None] | None = None,
+    ) -> None:  # fmt: skip
+        """``health``: the daemon's word on opencode (:func:`data.health_line`) for the header."""
         super().__init__()
+        self.health = health
         self.db = db
         self.clock = clock
         self.interval = interval
@@ -134,6 +140,12 @@ class PigeonApp(App[None]):
             self.call_from_thread(self.report, f"read failed: {e}", "error")
             return
         self.call_from_thread(self.show_snapshot, snapshot)
+        if self.health is not None:
+            self.call_from_thread(self.show_health, self.health())
+
+    def show_health(self, problem: str | None) -> None:
+        """The daemon's word on opencode (e.g. an API it does not speak) in the header."""
+        self.sub_title = str(self.db) if problem is None else f"{self.db} · {visible(problem)}"
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
@@ -220,6 +232,9 @@ class PigeonApp(App[None]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(help_keys(self)))
+
+    def action_owed(self) -> None:
+        self.push_screen(OwedScreen(self.db, self.clock, self.interval))
 
     def action_state(self, tab: str) -> None:
         self.query_one("#states", Tabs).active = tab
@@ -391,5 +406,6 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except SchemaError as e:
         print(f"pigeon-tui: {visible(str(e))}", file=sys.stderr)
         return EXIT_USAGE
-    PigeonApp(path).run()
+    daemon = daemon_address(None, env, default_url=DEFAULT_URL).url
+    PigeonApp(path, health=functools.partial(data.health_line, daemon)).run()
     return 0

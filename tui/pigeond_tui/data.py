@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Final
 
 from pigeond.cli.actions import queued_per_target, repository
+from pigeond.cli.pigeon_send import call_daemon
 from pigeond.model import State, StoredMessage
 from pigeond.storage.operator import FailedTarget, TargetQueue
 
 WINDOW = 500  # messages per page: the table never loads the whole queue
+HEALTH_TIMEOUT_S = 1.0  # a read of /health; the TUI works from the database without it
 
 # The state tabs: tab id -> the ``state`` column value (None: every state).
 TABS: Final[dict[str, str | None]] = {
@@ -55,3 +57,15 @@ def read_snapshot(
             failed=repo.failed_per_target(),
             messages=messages,
         )
+
+
+def health_line(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> str | None:
+    """What the daemon at ``url`` says is wrong with opencode (``/health``'s
+    ``opencode_problem``, e.g. an API it does not speak), or None: nothing wrong, or no
+    daemon answering (the TUI reads the database, not the daemon)."""
+    try:
+        answer = call_daemon(url, "GET", "/health", None, timeout_s, None)
+    except (OSError, TimeoutError, ValueError):
+        return None
+    problem = answer.body.get("opencode_problem")
+    return problem if isinstance(problem, str) and problem else None

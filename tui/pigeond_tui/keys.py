@@ -54,6 +54,7 @@ KEYS: Final[tuple[Binding, ...]] = (
     on_target("U", REQUEUE),
     on_target("X", CANCEL),
     Binding("s", "sort", "Sort", tooltip="sort by: newest, oldest, target, attempts (cycles)"),
+    Binding("o", "owed", "Owed", tooltip="who owes whom a reply: outstanding obligations"),
     Binding("right_square_bracket", "page(1)", "Next page", show=False,
             tooltip=f"next window of {WINDOW} messages (tables never load everything)"),
     Binding("left_square_bracket", "page(-1)", "Previous page", show=False,

@@ -1,0 +1,117 @@
+"""Refusing, at send, a message to a session opencode does not have.
+
+Without it a send to a mistyped or deleted session got a 202 and failed a
+minute later (false success).  With opencode reachable, such a send gets 404
+``{"error": "no session ses_… in opencode at <url>"}`` at once; otherwise it is
+accepted as before, and the 202 says whether the target was checked
+(``"target_checked": true|false``).
+
+What it costs the accept path (see the README's Performance section): for a
+target opencode named within ``registry_ttl_s`` (every target a hand-off or a
+send went to lately) one dict lookup, and nothing awaited.  Any other target is
+looked up once (``GET /session/<id>``) through the registry, which caches the
+answer for the hand-off that follows; the send waits for it at most
+:data:`CHECK_WAIT_S`, then goes on unchecked (the lookup still fills the cache).
+A database read happens only on the refusal path: a retry of a msg_id already
+stored is answered as it always was (202, or 409), even once its target is gone,
+so a client that lost its 202 never learns a different story.
+
+It runs before the flood guard, so a refused send spends no sender token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Coroutine
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from pigeond.api.web import HttpError
+from pigeond.model import NewMessage
+from pigeond.storage import SwarmRepository
+from pigeond.storage.database import Database
+
+log = Logger()
+
+# opencode answers a session lookup in milliseconds; one that takes longer is busy,
+# starting or hanging, and a send must not wait for it: the plugin's swarm_send gives
+# up on a request after 5 s (and retries), pigeon-send after 10 s.
+CHECK_WAIT_S = 3.0
+
+
+class SessionRegistry(Protocol):
+    """What the check needs of :class:`pigeond.delivery.registry.SessionDirectoryRegistry`."""
+
+    def cached(self, session_id: str) -> bool: ...
+
+    async def exists(self, session_id: str) -> bool | None: ...
+
+
+class TargetCheck:
+    """Called with each parsed send: True when opencode has its target, False when it could
+    not be checked (a channel message has no target); raises a 404 HttpError for a target
+    opencode does not have.  The answer is a plain bool, with nothing to await, whenever the
+    target is cached."""
+
+    def __init__(
+        self,
+        registry: SessionRegistry,
+        opencode_url: str,
+        clock: IReactorTime,
+        db: Database,
+        *,
+        wait_s: float = CHECK_WAIT_S,
+    ) -> None:
+        self._registry = registry
+        self._url = opencode_url.rstrip("/")
+        self._clock = clock
+        self._db = db
+        self.wait_s = wait_s
+
+    def __call__(self, message: NewMessage) -> bool | Awaitable[bool]:
+        target = message.to_session
+        if target is None:
+            return False
+        if self._registry.cached(target):
+            return True
+        return self._look_up(message, target)
+
+    async def _look_up(self, message: NewMessage, target: str) -> bool:
+        found = await self._within_wait(target, self._registry.exists(target))
+        if found is not False:
+            return found is True
+        if await self._db.read(SwarmRepository.is_stored, message.msg_id):
+            return False  # a retry: answered as it was when it was stored
+        raise HttpError(404, f"no session {target} in opencode at {self._url}")
+
+    async def _within_wait(
+        self, target: str, lookup: Coroutine[Any, Any, bool | None]
+    ) -> bool | None:
+        """The lookup's answer, or None once ``wait_s`` has passed; the lookup itself goes
+        on (its answer fills the cache), only this send stops waiting for it."""
+        waiter: Deferred[bool | None] = Deferred()
+
+        def settle(result: bool | Failure | None) -> None:
+            if waiter.called:
+                if isinstance(result, Failure):
+                    log.failure("a target lookup failed after its send went on", result)
+            elif isinstance(result, Failure):
+                waiter.errback(result)  # a bug: the send gets the API's 500
+            else:
+                waiter.callback(result)
+
+        def give_up() -> None:
+            log.info("no answer from opencode about {target} within {s} s: accepted unchecked",
+                     target=target, s=self.wait_s)  # fmt: skip
+            settle(None)
+
+        timer = self._clock.callLater(self.wait_s, give_up)
+        Deferred.fromCoroutine(lookup).addBoth(settle)
+        try:
+            return await waiter
+        finally:
+            if timer.active():
+                timer.cancel()

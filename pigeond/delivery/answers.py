@@ -1,0 +1,93 @@
+"""Reading in a transcript whether the turn that consumed a seen message answered it.
+
+What opencode 1.18.33 writes (``GET /session/<id>/message``, checked against the real
+server in tests/e2e/test_receipts_e2e.py):
+
+- every assistant message's ``info.parentID`` is the id of the user message whose turn
+  it belongs to; a batch (several envelopes, one prompt) is one user message, so one
+  turn answers all of it;
+- a turn that calls tools is several assistant messages with that one parent: each step
+  but the last ends with ``finish: "tool-calls"`` and the loop calls the model again
+  (``"unknown"`` too); the last step has another finish (``"stop"``), ``time.completed``,
+  and the text the model wrote;
+- an aborted turn's assistant message has ``error`` (``MessageAbortedError``), no finish;
+  a model that cannot be called leaves no assistant message at all;
+- a prompt that arrives while a turn runs is a user message of its own, answered by a
+  turn of its own after that one; when two prompts reach the model in one call, the
+  reply's parent is the later one.
+
+So a message is **answered** when the newest assistant message of the turn that
+consumed it (the first user message, from the one carrying its envelope on, that any
+assistant message answers) is completed, has no error, ended the loop, and has text.
+A turn that ends in an error, or without a word, does not answer: the sender's receipt
+stays at "seen" rather than claim a reply that nobody wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# Finishes after which opencode's loop calls the model again: the turn goes on.
+TURN_GOES_ON = ("tool-calls", "unknown")
+
+
+def _info(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    info = message.get("info")
+    return info if isinstance(info, dict) else {}
+
+
+def _has_text(message: Mapping[str, Any]) -> bool:
+    return any(
+        isinstance(part, dict)
+        and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
+        and part["text"].strip() != ""
+        for part in message.get("parts") or []
+    )
+
+
+def is_reply(message: Mapping[str, Any]) -> bool:
+    """Whether an assistant message ended its turn with words: completed, no error, a
+    finish that stops the loop, and a text part that is not blank."""
+    info = _info(message)
+    time = info.get("time")
+    finish = info.get("finish")
+    return (
+        info.get("role") == "assistant"
+        and isinstance(time, dict)
+        and time.get("completed") is not None
+        and not info.get("error")
+        and isinstance(finish, str)
+        and finish not in TURN_GOES_ON
+        and _has_text(message)
+    )
+
+
+def answers_in(messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str]) -> dict[str, str]:
+    """For each pigeond msg_id in ``homes`` (mapped to the id of the user message that
+    carried its envelope), opencode's id of the assistant message that answered it, when
+    its turn has ended with a reply.  ``messages`` is a transcript, or its newest part,
+    oldest first: a user message older than that part is still answered by a newest
+    assistant message naming it as parent (a long turn of many tool steps)."""
+    users: list[str] = []
+    last_of: dict[str, Mapping[str, Any]] = {}  # parent id -> its newest assistant message
+    for message in messages:
+        info = _info(message)
+        if info.get("role") == "user" and isinstance(info.get("id"), str):
+            users.append(info["id"])
+        elif info.get("role") == "assistant" and isinstance(info.get("parentID"), str):
+            last_of[info["parentID"]] = message
+    position = {user: n for n, user in enumerate(users)}
+    found: dict[str, str] = {}
+    for msg_id, home in homes.items():
+        consumer = home if home in last_of else None
+        if consumer is None and home in position:
+            consumer = next((u for u in users[position[home] :] if u in last_of), None)
+        if consumer is None:
+            continue
+        newest = last_of[consumer]
+        answer_id = _info(newest).get("id")
+        if is_reply(newest) and isinstance(answer_id, str):
+            found[msg_id] = answer_id
+    return found

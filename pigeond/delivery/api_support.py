@@ -1,0 +1,135 @@
+"""Does the opencode at ``opencode_url`` speak the v1 API pigeond is written for?
+
+opencode 2.x serves a new API under ``/api/*``, without ``prompt_async`` or
+``/global/event``.  pigeond speaks v1 only, and must never fall back to v2: on
+1.18.33 a v2 prompt to a session driven through v1 starts a second agent loop
+beside the first.  So an opencode without the v1 routes gets nothing but v1
+reads, and every message waits for it as for an outage (no attempt spent,
+nothing failed) under one plain sentence (:func:`unsupported_text`), logged once
+and shown by ``/health``, ``STATUS=`` and the TUI.
+
+How a missing route looks, measured on opencode 1.15.4 and 1.18.33: a path it
+has no route for is answered by its web app (200, ``text/html``), GET and POST
+alike; a session it does not have is a 404 with its JSON ``NotFoundError``.  A
+server that knows no such fallback answers 404 with a body of its own.  One
+such answer to a v1 call (:func:`missing_route`) makes pigeond probe
+``GET /session/status``, the v1 route it polls, which every 1.x answers with a
+JSON object; if that is missing too, v1 is gone.  Any later v1 answer (JSON
+from a v1 route) clears the verdict: opencode was replaced by one that speaks it.
+An opencode 1.x never gives such an answer, so it is never probed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+log = Logger()
+
+PROBE_PATH = "/session/status"
+_HTML_STARTS = (b"<!doctype html", b"<html")
+
+
+def unsupported_text(url: str) -> str:
+    """The sentence operators and senders see while v1 is missing."""
+    return f"opencode at {url} speaks an API pigeond does not support (2.x?)"
+
+
+def is_html(body: bytes) -> bool:
+    """A web page (opencode's web app answers the paths it has no route for)."""
+    return body.lstrip()[:16].lower().startswith(_HTML_STARTS)
+
+
+def is_opencode_not_found(body: bytes) -> bool:
+    """opencode's own 404: ``{"name": "NotFoundError", "data": {...}}``."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and answer.get("name") == "NotFoundError"
+
+
+def missing_route(status: int, body: bytes) -> bool:
+    """Whether an answer to a v1 call says the route is not there (see the module)."""
+    if 200 <= status < 300:
+        return is_html(body)
+    return status in (404, 405) and not is_opencode_not_found(body)
+
+
+# One probe: (status, body), or None when it got no answer (an outage decides nothing).
+Probe = Callable[[], Awaitable[tuple[int, bytes] | None]]
+
+
+class ApiSupport:
+    """The verdict on one opencode URL, and the probe that makes it; one per client.
+
+    ``problem`` is the sentence while the last probe found v1 missing, else None.
+    Concurrent askers share one probe (a burst of sends to a 2.x must not make a
+    burst of probes)."""
+
+    def __init__(self, url: str, probe: Probe) -> None:
+        self._url = url
+        self._probe = probe
+        self.problem: str | None = None
+        self._waiters: list[Deferred[str | None]] | None = None
+
+    def saw_v1(self) -> None:
+        """A v1 route answered as v1 does: whatever was found before is gone."""
+        if self.problem is not None:
+            self.problem = None
+            log.info("opencode at {url} answers pigeond's API again; delivery resumes",
+                     url=self._url)  # fmt: skip
+
+    async def verdict(self) -> str | None:
+        """Probe (or join the probe under way): the sentence if v1 is missing, else None
+        (v1 is there, or the probe got no clear answer)."""
+        if self._waiters is not None:
+            waiter: Deferred[str | None] = Deferred()
+            self._waiters.append(waiter)
+            return await waiter
+        self._waiters = []
+        try:
+            result = self._judge(await self._probe())
+        except Exception:
+            failure = Failure()
+            for waiter in self._release():
+                waiter.errback(failure)
+            raise
+        for waiter in self._release():
+            waiter.callback(result)
+        return result
+
+    def _release(self) -> list[Deferred[str | None]]:
+        waiters = self._waiters or []
+        self._waiters = None
+        return waiters
+
+    def _judge(self, answer: tuple[int, bytes] | None) -> str | None:
+        if answer is None:
+            return None
+        status, body = answer
+        if 200 <= status < 300 and _is_json_object(body):
+            self.saw_v1()
+            return None
+        if not (missing_route(status, body) or 200 <= status < 300):
+            return None  # a 5xx, a 401...: says nothing of the API
+        if self.problem is None:
+            self.problem = unsupported_text(self._url)
+            log.error(
+                "{problem}: GET {path} answered HTTP {status} ({what}), not opencode's v1"
+                " API; holding every message (no attempt spent) until it does",
+                problem=self.problem, path=PROBE_PATH, status=status,
+                what="a web page" if is_html(body) else "no such route",
+            )  # fmt: skip
+        return self.problem
+
+
+def _is_json_object(body: bytes) -> bool:
+    try:
+        return isinstance(json.loads(body), dict)
+    except ValueError:
+        return False

@@ -1,0 +1,72 @@
+"""A stand-in for an opencode whose v1 routes are gone (2.x): it serves only ``/api/*``.
+
+Any other path gets what a server without the v1 routes answers, as measured on
+opencode 1.15.4 and 1.18.33 for paths they have no route for:
+
+* ``"web app"``: 200 ``text/html``, opencode's web app (GET and POST alike);
+* ``"404"``: a plain 404, as a server without that fallback answers.
+
+``mode = "v1"`` turns it back into a (minimal) opencode 1.x that knows one session,
+for a test where opencode is replaced again.  Every request is recorded, so a test
+can show that pigeond never sent anything under ``/api/``.  A twisted.web Resource:
+served in memory (StubTreq) or over real HTTP (a Site on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import json
+
+from twisted.web import server
+from twisted.web.resource import Resource
+
+WEB_APP = b'<!doctype html>\n<html lang="en">\n  <head>\n    <meta charset="utf-8" />'
+MISSING_ROUTE_MODES = ("web app", "404")
+
+
+class OpencodeV2StandIn(Resource):
+    isLeaf = True
+
+    def __init__(self, mode: str = "web app", session: str = "ses_known") -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.mode = mode
+        self.session = session
+        self.directory = "/tmp"
+        self.seen: list[tuple[str, str]] = []  # (method, path) of every request
+
+    def render(self, request: server.Request) -> bytes:
+        method = (request.method or b"").decode()
+        path = (request.path or b"").decode()
+        self.seen.append((method, path))
+        if path.startswith("/api/"):
+            return self._json(request, 200, {"data": []})
+        if self.mode == "v1":
+            return self._v1(request, method, path)
+        if self.mode == "404":
+            request.setResponseCode(404)
+            request.setHeader(b"content-type", b"text/plain")
+            return b"404 Not Found"
+        request.setHeader(b"content-type", b"text/html")
+        return WEB_APP
+
+    def _v1(self, request: server.Request, method: str, path: str) -> bytes:
+        if path == "/session/status":
+            return self._json(request, 200, {})
+        if path == f"/session/{self.session}" and method == "GET":
+            return self._json(request, 200, {"id": self.session, "directory": self.directory})
+        if path == f"/session/{self.session}/message":
+            return self._json(request, 200, [])
+        if path == f"/session/{self.session}/prompt_async":
+            request.setResponseCode(204)
+            return b""
+        not_found = {"name": "NotFoundError", "data": {"message": f"Session not found: {path}"}}
+        return self._json(request, 404, not_found)
+
+    @staticmethod
+    def _json(request: server.Request, status: int, body: object) -> bytes:
+        request.setResponseCode(status)
+        request.setHeader(b"content-type", b"application/json")
+        return json.dumps(body).encode()
+
+    def api_requests(self) -> list[tuple[str, str]]:
+        """What reached ``/api/*``: pigeond must never send anything there."""
+        return [(m, p) for m, p in self.seen if p.startswith("/api/")]

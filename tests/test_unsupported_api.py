@@ -1,0 +1,203 @@
+"""An opencode without the v1 API (2.x serves only ``/api/*``) is said plainly: every
+message is held as in an outage (no attempt spent, nothing failed), one log line, and
+the sentence in /health, the status line and the TUI.  pigeond sends nothing under
+``/api/``.  The stand-in answers other paths as a server without them does (see
+:mod:`tests.opencode_v2_standin`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+import treq
+from treq.testing import StubTreq
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.internet.task import Clock
+from twisted.logger import LogLevel
+from twisted.web.server import Site
+
+from pigeond.config import Config
+from pigeond.service.daemon import Daemon, build_daemon
+from tests.conftest import LogCapture
+from tests.http_helpers import client_headers, daemon_call, result_of
+from tests.openapi_check import check_body
+from tests.opencode_v2_standin import MISSING_ROUTE_MODES, OpencodeV2StandIn
+from tests.storage_helpers import clock_daemon, inline_database, repo_of
+
+URL = "http://127.0.0.1:4096"
+SENTENCE = f"opencode at {URL} speaks an API pigeond does not support (2.x?)"
+OUTAGE_RETRY_S = 30
+
+
+@pytest.fixture(params=MISSING_ROUTE_MODES)
+def standin(request: pytest.FixtureRequest) -> OpencodeV2StandIn:
+    return OpencodeV2StandIn(mode=request.param)
+
+
+def build(tmp_path: Path, clock: Clock, opencode: OpencodeV2StandIn, **config: Any) -> Daemon:
+    defaults: dict[str, Any] = {
+        "db": str(tmp_path / "p.db"),
+        "delivery": "call",
+        "opencode_url": URL,
+        "outage_retry_s": OUTAGE_RETRY_S,
+    }
+    settings = Config(**(defaults | config))  # fmt: skip
+    daemon = clock_daemon(settings, clock, http=StubTreq(opencode))  # type: ignore[arg-type]
+    daemon.start_delivery()
+    return daemon
+
+
+def send(daemon: Daemon, msg_id: str, to: str = "ses_known") -> tuple[int, Any]:
+    body = {"from": "ses_sender", "to": to, "payload": "hi", "msg_id": msg_id}
+    return daemon_call(daemon, "POST", "/swarm/send", body)
+
+
+def health(daemon: Daemon) -> Any:
+    status, answer = daemon_call(daemon, "GET", "/health", token=False)
+    check_body(
+        "GET", "/health", status, {"content-type": "application/json"}, json.dumps(answer).encode()
+    )
+    return answer
+
+
+def held(daemon: Daemon, msg_id: str) -> tuple[str, int, str | None]:
+    stored = repo_of(daemon).get(msg_id)
+    assert stored is not None
+    return stored.state, stored.attempts, stored.last_error
+
+
+def test_a_send_is_accepted_unchecked_and_held_without_attempts(
+    tmp_path: Path, clock: Clock, standin: OpencodeV2StandIn
+) -> None:
+    """The send is queued (target_checked false), and held with the sentence, no attempt."""
+    daemon = build(tmp_path, clock, standin)
+    assert send(daemon, "msg_1") == (
+        202, {"accepted": True, "msg_id": "msg_1", "target_checked": False}
+    )  # fmt: skip
+    assert held(daemon, "msg_1") == ("queued", 0, SENTENCE)
+
+
+def test_held_messages_never_fail(tmp_path: Path, clock: Clock, standin: OpencodeV2StandIn) -> None:
+    """Retried every outage_retry_s, far past max_attempts' worth: still queued, no attempt."""
+    daemon = build(tmp_path, clock, standin, max_attempts=2)
+    send(daemon, "msg_1")
+    for _ in range(10):
+        clock.advance(OUTAGE_RETRY_S)
+    assert held(daemon, "msg_1") == ("queued", 0, SENTENCE)
+    assert repo_of(daemon).count_by_state() == {"queued": 1}
+
+
+def test_nothing_is_ever_sent_under_api(
+    tmp_path: Path, clock: Clock, standin: OpencodeV2StandIn
+) -> None:
+    """Only v1 paths are asked: never a v2 request, least of all a v2 prompt."""
+    daemon = build(tmp_path, clock, standin)
+    send(daemon, "msg_1")
+    clock.advance(OUTAGE_RETRY_S)
+    assert standin.seen and standin.api_requests() == []
+
+
+def test_health_says_it_plainly(tmp_path: Path, clock: Clock, standin: OpencodeV2StandIn) -> None:
+    """/health: opencode "unsupported" and the sentence, as the OpenAPI document says."""
+    daemon = build(tmp_path, clock, standin)
+    send(daemon, "msg_1")
+    answer = health(daemon)
+    assert (answer["opencode"], answer["opencode_problem"]) == ("unsupported", SENTENCE)
+
+
+def test_status_line_says_it_plainly(
+    tmp_path: Path, clock: Clock, standin: OpencodeV2StandIn
+) -> None:
+    """systemd's STATUS= line carries the sentence in place of "opencode ok"."""
+    daemon = build(tmp_path, clock, standin)
+    send(daemon, "msg_1")
+    line = result_of(Deferred.fromCoroutine(daemon.status_line()))
+    assert line == f"queued 1, failed 0, in flight 0, {SENTENCE}"
+
+
+def test_it_is_logged_once(
+    tmp_path: Path, clock: Clock, standin: OpencodeV2StandIn, log_capture: LogCapture
+) -> None:
+    """One error line however many sends and retries meet it."""
+    daemon = build(tmp_path, clock, standin)
+    for n in range(3):
+        send(daemon, f"msg_{n}")
+        clock.advance(OUTAGE_RETRY_S)
+    errors = [t for level, t in log_capture.events if level is LogLevel.error and SENTENCE in t]
+    assert len(errors) == 1
+
+
+def test_opencode_replaced_by_one_speaking_v1_resumes_delivery(
+    tmp_path: Path, clock: Clock, standin: OpencodeV2StandIn
+) -> None:
+    """Once v1 answers again, the held message goes out and health is ok again."""
+    daemon = build(tmp_path, clock, standin)
+    send(daemon, "msg_1")
+    standin.mode = "v1"
+    clock.advance(OUTAGE_RETRY_S)
+    assert held(daemon, "msg_1")[0] == "handed_off"
+    answer = health(daemon)
+    assert answer["opencode"] == "ok" and "opencode_problem" not in answer
+
+
+def test_turn_delivery_finds_it_at_start_through_the_event_stream(
+    tmp_path: Path, clock: Clock, standin: OpencodeV2StandIn
+) -> None:
+    """In turn delivery the event stream's GET /global/event finds it with no send at all."""
+    daemon = build(tmp_path, clock, standin, delivery="turn")
+    assert health(daemon)["opencode_problem"] == SENTENCE
+
+
+@pytest_twisted.ensureDeferred
+async def test_over_real_http_a_daemon_holds_messages_for_a_v2_opencode(
+    tmp_path: Path,
+) -> None:
+    """Over real HTTP on 127.0.0.1 (pigeond's own HTTP client, a listening daemon): the send
+    gets 202 unchecked, its message is held with the sentence, /health says it, and the
+    stand-in saw nothing under /api/."""
+    standin = OpencodeV2StandIn(mode="404")
+    opencode_port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(
+        Site(standin)
+    )
+    url = f"http://127.0.0.1:{opencode_port.getHost().port}"
+    config = Config(
+        db=str(tmp_path / "p.db"), delivery="call", opencode_url=url,
+        listen="tcp:0:interface=127.0.0.1", runtime_socket="",
+    )  # fmt: skip
+    daemon = build_daemon(config, reactor, db=inline_database(tmp_path / "p.db"))
+    try:
+        port = await daemon.listen()
+        base = f"http://127.0.0.1:{port.getHost().port}"  # type: ignore[attr-defined]
+        daemon.start_delivery()
+        body = {"from": "ses_sender", "to": "ses_known", "payload": "hi", "msg_id": "msg_1"}
+        sent = await treq.post(
+            base + "/swarm/send", json.dumps(body).encode(), headers=client_headers(daemon)
+        )
+        assert (sent.code, json.loads(await sent.content())) == (
+            202, {"accepted": True, "msg_id": "msg_1", "target_checked": False}
+        )  # fmt: skip
+        assert daemon.arbiter is not None
+        await daemon.arbiter.stop()  # fires once the hand-off under way has ended
+        sentence = f"opencode at {url} speaks an API pigeond does not support (2.x?)"
+        assert held(daemon, "msg_1") == ("queued", 0, sentence)
+        answer = json.loads(await (await treq.get(base + "/health")).content())
+        assert (answer["opencode"], answer["opencode_problem"]) == ("unsupported", sentence)
+        assert standin.api_requests() == []
+    finally:
+        await daemon.stop()
+        await opencode_port.stopListening()
+
+
+def test_an_opencode_1x_is_never_probed(tmp_path: Path, clock: Clock) -> None:
+    """opencode 1.x's own 404 for a session it lacks is believed as it is: no probe, no
+    verdict, and the send is refused as an unknown target."""
+    standin = OpencodeV2StandIn(mode="v1")
+    daemon = build(tmp_path, clock, standin)
+    assert send(daemon, "msg_1", to="ses_unknown")[0] == 404
+    assert ("GET", "/session/status") not in standin.seen
+    assert "opencode_problem" not in health(daemon)
