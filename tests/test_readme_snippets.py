@@ -25,6 +25,7 @@ becomes the failed message's id. The clients find the daemon as the README says:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -488,6 +489,16 @@ def operator_db(tmp_path: Path) -> OperatorDb:
     return made
 
 
+@contextlib.contextmanager
+def opened(path: Path) -> Iterator[SwarmRepository]:
+    """The test database, opened as pigeond opens it, closed afterwards."""
+    repo = SwarmRepository(open_database(path))
+    try:
+        yield repo
+    finally:
+        repo.close()
+
+
 def run_sql_command(db: OperatorDb, path: str, containing: str) -> Outcome:
     """The README's ``DB=...`` line and its one sqlite3 command containing ``containing``,
     run in one shell with HOME at the test database's home."""
@@ -541,11 +552,8 @@ def test_requeue_sql_makes_a_failed_message_queued_and_due_now(
     before_ms = int(time.time()) * 1000
     run_sql_command(operator_db, sqlite_path, "SET state = 'queued'")
     after_ms = int(time.time() * 1000)
-    repo = SwarmRepository(open_database(operator_db.path))
-    try:
+    with opened(operator_db.path) as repo:
         message = repo.get(operator_db.failed_id)
-    finally:
-        repo.close()
     assert message is not None
     assert (message.state, message.attempts, message.last_error) == ("queued", 0, None)
     assert message.next_retry_at is not None
@@ -572,11 +580,8 @@ def test_in_doubt_query_lists_a_message_whose_hand_off_was_not_recorded(
     operator_db: OperatorDb, sqlite_path: str
 ) -> None:
     """The "messages in doubt" query shows a queued message with an intent, and only it."""
-    repo = SwarmRepository(open_database(operator_db.path))
-    try:
+    with opened(operator_db.path) as repo:
         repo.mark_handoff_intents([(["msg_queued0"], operator_db.hour_ago_ms)])
-    finally:
-        repo.close()
     outcome = run_sql_command(operator_db, sqlite_path, "handoff_intent_at IS NOT NULL")
     [row] = rows(outcome.stdout)
     assert row.split()[:2] == ["msg_queued0", "ses_a"]
@@ -587,13 +592,10 @@ def test_who_owes_whom_query_lists_outstanding_obligations(
     operator_db: OperatorDb, sqlite_path: str
 ) -> None:
     """The "who owes whom" query shows ses_a owing operator-test a reply, and only that."""
-    repo = SwarmRepository(open_database(operator_db.path))
-    try:
+    with opened(operator_db.path) as repo:
         ask = new_message("ses_a", msg_id="msg_ask", sender="ses_boss", kind="task.assign")
         repo.accept_many([Accept(ask, operator_db.hour_ago_ms, reply_within_ms=60_000)])
         repo.mark_handed_off_many(["msg_ask"], operator_db.hour_ago_ms)
-    finally:
-        repo.close()
     outcome = run_sql_command(operator_db, sqlite_path, "FROM swarm_obligations o")
     [row] = rows(outcome.stdout)
     assert row.split()[:5] == ["ses_a", "msg_ask", "ses_boss", "open", "task.assign"]
@@ -604,18 +606,12 @@ def test_send_again_sql_clears_the_intent_of_a_message_in_doubt(
     operator_db: OperatorDb, sqlite_path: str
 ) -> None:
     """The "send it again without looking" UPDATE leaves the message queued, not in doubt."""
-    repo = SwarmRepository(open_database(operator_db.path))
-    try:
+    with opened(operator_db.path) as repo:
         repo.requeue(operator_db.failed_id, operator_db.hour_ago_ms)
         repo.mark_handoff_intents([([operator_db.failed_id], operator_db.hour_ago_ms)])
-    finally:
-        repo.close()
     run_sql_command(operator_db, sqlite_path, "SET handoff_intent_at = NULL")
-    repo = SwarmRepository(open_database(operator_db.path))
-    try:
+    with opened(operator_db.path) as repo:
         message = repo.get(operator_db.failed_id)
-    finally:
-        repo.close()
     assert message is not None
     assert (message.state, message.handoff_intent_at) == ("queued", None)
 
