@@ -13,12 +13,13 @@ delivery makes (pigeond/delivery/opencode_client.py), in opencode 1.18's shapes:
 * ``POST /session/<id>/prompt_async``: 204 after ``--hold-ms`` (0: at once).  Like
   opencode it publishes, on ``GET /global/event``, the user message
   (``message.updated``, agent ``build``: what pigeond names in the next prompt) and
-  ``session.status`` busy; ``--turn-ms`` after the 204 the turn ends:
-  ``session.status`` idle and ``session.idle``.  That is what pigeond's ``turn``
-  delivery waits for (pigeond/delivery/turns.py);
-* ``GET /session/<id>/message[?limit=N]``: the newest prompts (``--keep`` a session),
-  each part cut to its first line, the envelope's opening tag, which is all the
-  verifier looks at (pigeond/delivery/verifier.py);
+  ``session.status`` busy; ``--turn-ms`` after the 204 the turn ends: the
+  assistant's reply (text "ACK", its ``parentID`` the prompt) joins the transcript,
+  then ``session.status`` idle and ``session.idle``.  That is what pigeond's ``turn``
+  delivery waits for (pigeond/delivery/turns.py), and what its receipts call answered;
+* ``GET /session/<id>/message[?limit=N]``: the newest prompts and replies (``--keep``
+  a session), each part cut to its first line, the envelope's opening tag, which is
+  all the verifier looks at (pigeond/delivery/verifier.py, answers.py);
 * ``GET /session/status`` (sessions whose turn runs), ``GET /agent``.
 
 It checks the promise the benches are about.  A session has a hand-off *in flight*
@@ -69,6 +70,7 @@ class Session:
     transcript: deque[dict[str, Any]]
     calls: int = 0  # prompt_async calls not answered yet
     hand_offs: int = 0  # prompts whose turn has not ended yet
+    turns: deque[str] = field(default_factory=deque)  # user message ids whose turn runs
 
 
 @dataclass
@@ -116,6 +118,16 @@ class Standin:
                 "agent": "build", "model": MODEL}  # fmt: skip
         return {"info": info, "parts": [{"type": "text", "text": t} for t in texts]}
 
+    def _reply(self, sid: str, parent: str) -> dict[str, Any]:
+        """The assistant's reply to user message ``parent``, completed, as opencode 1.18
+        writes it at the end of a turn."""
+        self._next_message += 1
+        now_ms = int(time.time() * 1000)
+        info = {"id": f"msg_{self._next_message:012d}", "sessionID": sid, "role": "assistant",
+                "parentID": parent, "finish": "stop", "time": {"created": now_ms,
+                "completed": now_ms}}  # fmt: skip
+        return {"info": info, "parts": [{"type": "text", "text": "ACK"}]}
+
     # -- the event stream ------------------------------------------------------------
 
     def publish(self, directory: str, kind: str, properties: dict[str, Any]) -> None:
@@ -159,6 +171,7 @@ class Standin:
                     stats.received.append((match.group(1), now))
         message = self._user_message(session.id, texts)
         session.transcript.append(message)
+        session.turns.append(message["info"]["id"])
         self.publish(session.directory, "message.updated", {"info": message["info"]})
         busy = {"sessionID": session.id, "status": {"type": "busy"}}
         self.publish(session.directory, "session.status", busy)
@@ -173,6 +186,10 @@ class Standin:
             self.turn_ended(session)
 
     def turn_ended(self, session: Session) -> None:
+        """The turn's reply goes into the transcript (what pigeond's receipts look for:
+        an assistant message whose parent is the prompt), then the session is idle."""
+        if session.turns:
+            session.transcript.append(self._reply(session.id, session.turns.popleft()))
         idle = {"sessionID": session.id, "status": {"type": "idle"}}
         self.publish(session.directory, "session.status", idle)
         self.publish(session.directory, "session.idle", {"sessionID": session.id})
