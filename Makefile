@@ -63,6 +63,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/ready_targets.py
 	$(BIN)/python bench/tui_first_screen.py
 	$(BIN)/python bench/history_table.py
+	$(BIN)/python bench/search_table.py
 	$(BIN)/python bench/abuse_table.py
 	$(BIN)/python bench/accept_table.py
 	$(BIN)/python bench/handoff_table.py

@@ -51,6 +51,11 @@ def opening_tag(message: StoredMessage) -> str:
     attributes += [("msg_id", message.msg_id), ("priority", message.priority)]
     if message.reply_to is not None:
         attributes.append(("reply_to", message.reply_to))
+    # the names held at accept (storage/names.py), after the seed's attributes
+    if message.from_name is not None:
+        attributes.append(("from_name", message.from_name))
+    if message.to_name is not None:
+        attributes.append(("to_name", message.to_name))
     rendered = " ".join(f'{name}="{escape_attribute(value)}"' for name, value in attributes)
     return f"<swarm_message {rendered}>"
 

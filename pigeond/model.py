@@ -23,6 +23,12 @@ SESSION_ID_RE: Final = re.compile(r"^ses_[A-Za-z0-9_-]{1,128}$")
 SENDER_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 MSG_ID_RE: Final = re.compile(r"^msg_[A-Za-z0-9_-]{1,128}$")
 CHANNEL_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+# A name a session claims (``reviewer``, ``builder-2``): lower case, so ``Reviewer`` and
+# ``reviewer`` are never two holders; no ``@`` (the send's marker) and nothing a shell,
+# an envelope attribute or a URL path would have to escape.
+NAME_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+# ``to: "@reviewer"``: a send addressed to whoever holds the name when it is accepted.
+NAME_MARK: Final = "@"
 
 
 class State(StrEnum):
@@ -139,6 +145,9 @@ class StoredMessage(NewMessage):
     # opencode's id of that assistant message (see pigeond/delivery/answers.py)
     answered_at: int | None = None
     answer_message_id: str | None = None
+    # the names sender and target held when the message was accepted (see storage/names.py)
+    from_name: str | None = None
+    to_name: str | None = None
 
     def receipt(self) -> str:
         """How far along :data:`RECEIPT_STAGES` a direct message has come."""
@@ -172,6 +181,8 @@ class StoredMessage(NewMessage):
             "created_at": self.created_at,
             "handed_off_at": self.handed_off_at,
             "verified_at": self.verified_at,
+            "from_name": self.from_name,
+            "to_name": self.to_name,
         }
 
 

@@ -60,3 +60,13 @@ def seen_message(repo: SwarmRepository, msg_id: str, at: int, to: str = "ses_tar
     repo.accept(new_message(to, msg_id=msg_id), at)
     repo.mark_handed_off(msg_id, at, at + 60_000)
     assert repo.mark_verified([msg_id], at) == [msg_id]
+
+
+def search_index_in_step(conn: sqlite3.Connection) -> bool:
+    """Whether the FTS5 index holds exactly the tokens of the rows of swarm_messages (FTS5's
+    own integrity check against its content table, which raises when they differ)."""
+    try:
+        conn.execute("INSERT INTO swarm_search (swarm_search, rank) VALUES ('integrity-check', 1)")
+    except sqlite3.DatabaseError:
+        return False
+    return True

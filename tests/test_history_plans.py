@@ -102,6 +102,11 @@ CALLS: dict[str, tuple[Callable[[SwarmRepository], object], Check]] = {
     "TUI: failed per target": (lambda r: r.failed_per_target(), failed_by_state),
     "TUI: queued per target": (lambda r: r.queued_per_target(NOW_MS), no_scan),
     "expiry sweep": (lambda r: r.expire_due(NOW_MS), searches("idx_swarm_expiry")),
+    # held messages (a policy's hold) are stepped over in the head's walk, not read apart
+    "arbiter: a target's next batch": (
+        lambda r: r.ready_batch("ses_t7", NOW_MS, 20),
+        searches("idx_swarm_target_head (to_session=?)"),
+    ),
 }
 # Two plans that once fell short outside the history, fixed in pigeond/storage/delivery.py:
 # the sweep names idx_swarm_expiry (without statistics the planner read every queued row),

@@ -33,6 +33,7 @@ from pigeond.model import (
     CHANNEL_RE,
     KINDS,
     MSG_ID_RE,
+    NAME_RE,
     NOTICE_KIND,
     PRIORITIES,
     SENDER_RE,
@@ -62,6 +63,9 @@ PATTERNS = {
     "channel": CHANNEL_RE,
     "msg_id": MSG_ID_RE,
     "reply_to": MSG_ID_RE,
+    "name": NAME_RE,
+    "from_name": NAME_RE,
+    "to_name": NAME_RE,
 }
 
 
@@ -213,7 +217,7 @@ def test_every_operation_lists_the_gates_refusals() -> None:
             public = operation.get("security", DOC["security"]) == []
             assert {"400", "403", "408", "413", "414", "421", "431", "503"} <= statuses, path
             assert ("401" in statuses) == (not public), path
-            assert ("415" in statuses) == (method == "post"), path
+            assert ("415" in statuses) == (method in ("post", "put")), path
             assert public == (path == HEALTH_PATH.decode() and method == "get"), path
 
 

@@ -73,7 +73,8 @@ def test_module_exports_only_the_plugin_function() -> None:
     """opencode disables a plugin module with any export that is not a plugin function."""
     run = run_tool(None)
     assert run.exports == ["PigeondSwarmPlugin"]
-    assert sorted(run.tools) == ["swarm_read", "swarm_send", "swarm_status"]
+    tools = ["swarm_name", "swarm_policy", "swarm_read", "swarm_send", "swarm_status"]
+    assert sorted(run.tools) == tools
     assert sorted(run.hooks) == ["shell.env", "tool"]
 
 
@@ -85,7 +86,7 @@ def test_tool_names_fit_the_providers_name_rule() -> None:
 def test_optional_arguments_are_nullable() -> None:
     """opencode marks every argument required, so optional ones accept null."""
     tools = run_tool(None).tools
-    required = {"payload", "msg_id"}
+    required = {"payload", "msg_id", "name"}
     for tool in tools.values():
         for name, schema in tool["args"].items():
             assert ("null" in schema["type"]) == (name not in required), (name, schema)
@@ -273,7 +274,7 @@ BAD_SEND_ARGS = [
     ({"payload": "x"}, "give exactly one of 'to' (a session id) or 'channel'"),
     ({"to": TARGET, "channel": "c", "payload": "x"}, "give exactly one of 'to'"),
     ({"to": 5, "payload": "x"}, "'to' must be a string, not 5"),
-    ({"to": "bob", "payload": "x"}, "'to' must be a session id like ses_..., not \"bob\""),
+    ({"to": "bob", "payload": "x"}, "'to' must be a session id like ses_... or @name, not \"bob\""),
     ({"channel": "Bad Name", "payload": "x"}, "'channel' must be a channel name"),
     ({"to": TARGET}, "'payload' (the message text) is required"),
     ({"to": TARGET, "payload": "  \n"}, "must not be empty"),

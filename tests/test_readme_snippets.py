@@ -43,6 +43,7 @@ from pathlib import Path
 
 import pytest
 
+from pigeond.consent import Policy, held_reason
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
 from tests.daemon_process import DaemonProcess, isolated_env
@@ -657,3 +658,45 @@ def test_checkout_drop_in_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert [ln for ln in output.splitlines() if "pigeond" in ln] == []
+
+
+def test_consent_query_lists_each_policy_with_its_held_count(
+    operator_db: OperatorDb, sqlite_path: str
+) -> None:
+    """The "each session's consent" query shows ses_TARGET holding, with one held message."""
+    with opened(operator_db.path) as repo:
+        at = operator_db.hour_ago_ms
+        repo.set_policy("ses_TARGET", Policy.HOLD, ("ses_lead",), at, "operator")
+        held = held_reason("ses_TARGET", Policy.HOLD)
+        message = new_message("ses_TARGET", msg_id="msg_held", sender="ses_a")
+        repo.accept_many([Accept(message, operator_db.hour_ago_ms, held=held)])
+    outcome = run_sql_command(operator_db, sqlite_path, "FROM swarm_policies p")
+    [row] = rows(outcome.stdout)
+    assert row.split()[:4] == ["ses_TARGET", "hold", '["ses_lead"]', "1"]
+    assert utc(operator_db.hour_ago_ms) in row and row.split()[-1] == "operator"
+
+
+def test_release_sql_makes_the_held_messages_due_and_keeps_the_policy(
+    operator_db: OperatorDb, sqlite_path: str
+) -> None:
+    """The release UPDATE leaves the held message queued and due now; ses_TARGET still holds."""
+    with opened(operator_db.path) as repo:
+        repo.set_policy("ses_TARGET", Policy.HOLD, (), operator_db.hour_ago_ms, "operator")
+        held = held_reason("ses_TARGET", Policy.HOLD)
+        message = new_message("ses_TARGET", msg_id="msg_held", sender="ses_a")
+        repo.accept_many([Accept(message, operator_db.hour_ago_ms, held=held)])
+    run_sql_command(operator_db, sqlite_path, "next_retry_at IS NULL;")
+    with opened(operator_db.path) as repo:
+        now_ms = int(time.time() * 1000)
+        assert [m.msg_id for m in repo.ready_batch("ses_TARGET", now_ms, 10)] == ["msg_held"]
+        assert repo.policy_of("ses_TARGET").policy is Policy.HOLD
+
+
+def test_search_query_finds_messages_by_word(operator_db: OperatorDb, sqlite_path: str) -> None:
+    """The full-text query finds the message that says "deploy", newest first, and no other."""
+    with opened(operator_db.path) as repo:
+        said = new_message("ses_a", msg_id="msg_deploy", sender="ses_boss", payload="Deploy now")
+        repo.accept(said, operator_db.hour_ago_ms)
+    outcome = run_sql_command(operator_db, sqlite_path, "swarm_search MATCH")
+    [row] = rows(outcome.stdout)
+    assert row.split()[:5] == ["msg_deploy", "queued", "ses_boss", "ses_a", "Deploy"]

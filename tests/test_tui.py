@@ -52,7 +52,7 @@ def test_overview_counts_match_the_database(db: Path) -> None:
         assert "queued" in counts and "handed_off" in counts
         assert table_keys(app, "#queued") == ["ses_a"]
         queued = app.query_one("#queued", DataTable).get_row_at(0)
-        assert [str(c) for c in queued] == ["ses_a", "2", "1m", "now"]
+        assert [str(c) for c in queued] == ["ses_a", "2", "1m", "now", "accept"]
         failed = app.query_one("#failed", DataTable).get_row_at(0)
         assert [str(c) for c in failed] == ["ses_b", "1", "HTTP 500: boom"]
         # the default tab: queued messages, newest first, channel included

@@ -62,7 +62,7 @@ def test_next_retry_shows_when_a_held_target_is_tried(held_db: Path) -> None:
         rows.append([str(c) for c in app.query_one("#queued", DataTable).get_row_at(0)])
 
     drive(held_db, script)
-    assert rows == [["ses_h", "2", "1m", "in 20s"]]
+    assert rows == [["ses_h", "2", "1m", "in 20s", "accept"]]
 
 
 def column_spans(table: DataTable[object]) -> dict[str, tuple[int, int]]:

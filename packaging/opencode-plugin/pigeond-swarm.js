@@ -1,4 +1,4 @@
-// pigeond's opencode plugin: the swarm_send, swarm_read and swarm_status tools.
+// pigeond's opencode plugin: the swarm_send, swarm_read, swarm_status, swarm_name and swarm_policy tools.
 //
 // Plain JavaScript with no static imports, so opencode loads it as it is:
 // nothing to install next to it (node:fs and node:os are imported where they
@@ -41,9 +41,15 @@ const KINDS = [
   "artifact.handoff",
 ];
 const PRIORITIES = ["urgent", "normal", "low"];
+const POLICIES = ["accept", "hold", "refuse"]; // pigeond.consent.POLICIES (a test holds them together)
+const ALLOW_ENTRY_RE = /^@?[A-Za-z0-9_.-]{1,128}$/; // pigeond.consent.ALLOW_ENTRY_RE
+const MAX_ALLOW = 64;
 const SESSION_ID_RE = /^ses_[A-Za-z0-9_-]{1,128}$/;
 const MSG_ID_RE = /^msg_[A-Za-z0-9_-]{1,128}$/;
 const CHANNEL_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
+const NAME_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/; // pigeond's NAME_RE (pigeond/model.py)
+// swarm_send's to: a session id, or @name for whoever holds the name when pigeond accepts it
+const TARGET_RE = /^(ses_[A-Za-z0-9_-]{1,128}|@[a-z0-9][a-z0-9_.-]{0,63})$/;
 const CURSOR_RE = /^(cur_[0-9]{1,18}|msg_[A-Za-z0-9_-]{1,128})$/;
 const TOKEN_RE = /^[A-Za-z0-9_-]{43,512}$/; // what pigeond writes: 32 random bytes, URL-safe
 const HEADER_SAFE_RE = /^[\x21-\x7e]+$/;
@@ -95,7 +101,7 @@ function oneOf(tool, args, key, choices) {
 function parseSendArgs(args) {
   const tool = "swarm_send";
   checkArgs(tool, args, ["to", "channel", "payload", "kind", "priority", "reply_to", "expects_reply", "reply_within_s"]);
-  const to = stringArg(tool, args, "to", SESSION_ID_RE, "a session id like ses_...");
+  const to = stringArg(tool, args, "to", TARGET_RE, "a session id like ses_... or @name");
   const channel = stringArg(tool, args, "channel", CHANNEL_RE, "a channel name like team.backend");
   if ((to === undefined) === (channel === undefined)) {
     throw new ToolError(`${tool}: give exactly one of 'to' (a session id) or 'channel'`);
@@ -151,6 +157,34 @@ function parseReadArgs(args) {
     }
   }
   return { since, limit };
+}
+
+function parseNameArgs(args) {
+  const tool = "swarm_name";
+  checkArgs(tool, args, ["name"]);
+  const hint = "lower-case letters, digits, '.', '_' or '-', starting with a letter or digit, at most 64";
+  const name = stringArg(tool, args, "name", NAME_RE, hint);
+  if (name === undefined) throw new ToolError(`${tool}: 'name' is required (${hint})`);
+  return { name };
+}
+
+function parsePolicyArgs(args) {
+  const tool = "swarm_policy";
+  checkArgs(tool, args, ["policy", "allow", "release"]);
+  const policy = oneOf(tool, args, "policy", POLICIES);
+  let allow;
+  if (present(args, "allow")) {
+    const value = args.allow;
+    if (!Array.isArray(value) || value.length > MAX_ALLOW || !value.every((v) => typeof v === "string" && ALLOW_ENTRY_RE.test(v))) {
+      throw new ToolError(`${tool}: 'allow' must be a list of at most ${MAX_ALLOW} session ids (ses_...), not ${JSON.stringify(value)}`);
+    }
+    allow = value;
+  }
+  const release = booleanArg(tool, args, "release") === true;
+  if (allow !== undefined && policy === undefined) {
+    throw new ToolError(`${tool}: 'allow' goes with 'policy' (${POLICIES.join(", ")})`);
+  }
+  return { policy, allow, release };
 }
 
 function parseStatusArgs(args) {
@@ -651,12 +685,13 @@ function describe(text) {
 function makeTools(env) {
   const swarm_send = {
     description: describe(`
-      Send a message to another agent's session (to) or to a channel, through the pigeond daemon.
+      Send a message to another agent's session (to: its session id, or "@name" for the session
+      that claimed that name with swarm_name) or to a channel, through the pigeond daemon.
       It is queued on disk at once and reaches the target's transcript when that session is free,
       wrapped in <swarm_message from="your session id" ...>.  Returns the msg_id and its state;
       follow it with swarm_status.  Safe to retry: the same call never sends twice.`),
     args: {
-      to: optional("string", "the target session id (ses_...); null when sending to a channel"),
+      to: optional("string", "the target session id (ses_...) or @name; null when sending to a channel"),
       channel: optional("string", "a channel name (stored for readers, not delivered); null when sending to a session"),
       payload: { type: "string", description: "the message text" },
       kind: optional("string", `what the message is: ${KINDS.join(", ")}; null for chat`, KINDS),
@@ -693,12 +728,26 @@ function makeTools(env) {
         }
         throw error;
       }
+      if (answer.status === 404 && send.to && send.to.startsWith("@")) {
+        const why = answer.json && answer.json.error ? answer.json.error : `nobody holds ${send.to}`;
+        throw new ToolError(
+          `swarm_send: the message was NOT sent: ${why}. Check the name (or ask its session to ` +
+            "claim it with swarm_name); nothing was queued.",
+        );
+      }
       if (answer.status === 404 && send.to) {
         // opencode has no such session: refused at once, nothing queued
         const why = answer.json && answer.json.error ? answer.json.error : `no session ${send.to}`;
         throw new ToolError(
           `swarm_send: the message was NOT sent: ${why}. Check the session id (a typo, or a ` +
             "session that was deleted); nothing was queued.",
+        );
+      }
+      if (answer.status === 403 && answer.json && answer.json.policy) {
+        // the target's consent: its inbound policy refuses this sender
+        throw new ToolError(
+          `swarm_send: the message was NOT sent: ${answer.json.error}. The target does not take ` +
+            "messages from you now; nothing was queued.",
         );
       }
       if (answer.status !== 202) throw refused("swarm_send", answer);
@@ -766,7 +815,91 @@ function makeTools(env) {
     },
   };
 
-  return { swarm_send, swarm_read, swarm_status };
+  const swarm_name = {
+    description: describe(`
+      Claim a name for this session (like reviewer or builder-2), so other agents can send to
+      you with swarm_send to "@name" instead of your session id.  A session has one name:
+      claiming another gives the first up.  A name another live session holds is refused.`),
+    args: {
+      name: { type: "string", description: "the name: lower-case letters, digits, '.', '_' or '-'" },
+    },
+    async execute(args, context) {
+      const { name } = parseNameArgs(args);
+      // this session's own name only: the session is opencode's, never an argument
+      const session = callerSession("swarm_name", context);
+      const daemon = await daemonConfig("swarm_name", env);
+      const abort = context.abort;
+      let answer;
+      try {
+        answer = await withRetries(daemon, READ_RETRY_S, abort, () =>
+          request(daemon, "POST", "/swarm/names", { name, session }, abort),
+        );
+      } catch (error) {
+        if (error instanceof Unreachable || error instanceof RateLimited) {
+          throw new ToolError(`swarm_name: ${error.message}`);
+        }
+        throw error;
+      }
+      if (answer.status === 409) {
+        const holder = answer.json && answer.json.session ? field(answer.json.session) : "another session";
+        throw new ToolError(`swarm_name: the name ${name} is held by ${holder}, a live session; choose another name`);
+      }
+      if (answer.status !== 200) throw refused("swarm_name", answer);
+      const released = answer.json.released ? ` (you gave up ${field(answer.json.released)})` : "";
+      return `you are now ${name}: others reach you with swarm_send to "@${name}"${released}`;
+    },
+  };
+
+  const swarm_policy = {
+    description: describe(`
+      Decide which swarm messages reach this session (your consent).  policy "accept" (the
+      default) lets every message in; "hold" keeps them stored and waiting (they still expire)
+      until you release them or switch back to "accept", which releases everything held, in order;
+      "refuse" makes senders' swarm_send fail at once.  allow lists session ids that always get
+      through.  release: true lets the held messages in now and keeps the policy.  With no
+      arguments it says your policy and how many messages wait.  Only your own session's policy.`),
+    args: {
+      policy: optional("string", `${POLICIES.join(", ")}; null to leave it as it is`, POLICIES),
+      allow: { type: ["array", "null"], items: { type: "string" }, description: "session ids that always get through (replaces the list); null keeps the list" },
+      release: optional("boolean", "true: let the held messages in now; null or false: no"),
+    },
+    async execute(args, context) {
+      const { policy, allow, release } = parsePolicyArgs(args);
+      // this session's own policy only: the session is opencode's, never an argument
+      const session = callerSession("swarm_policy", context);
+      const daemon = await daemonConfig("swarm_policy", env);
+      const abort = context.abort;
+      const call = (method, path, body) =>
+        withRetries(daemon, READ_RETRY_S, abort, () => request(daemon, method, path, body, abort));
+      const lines = [];
+      try {
+        if (policy !== undefined) {
+          const body = { policy, by: session };
+          if (allow !== undefined) body.allow = allow;
+          const answer = await call("PUT", `/swarm/policy/${session}`, body);
+          if (answer.status !== 200) throw refused("swarm_policy", answer);
+          lines.push(`your policy is now ${answer.json.policy}: ${answer.json.held} message(s) held, ${answer.json.released} released`);
+        }
+        if (release) {
+          const answer = await call("POST", `/swarm/release/${session}`, {});
+          if (answer.status !== 200) throw refused("swarm_policy", answer);
+          lines.push(`released ${answer.json.released} held message(s): they come in your next turn`);
+        }
+        const answer = await call("GET", `/swarm/policy/${session}`, undefined);
+        if (answer.status !== 200) throw refused("swarm_policy", answer);
+        const allowed = answer.json.allow.length ? answer.json.allow.map((a) => field(a)).join(", ") : "nobody";
+        lines.push(`policy: ${answer.json.policy}; always let through: ${allowed}; held now: ${answer.json.held}`);
+      } catch (error) {
+        if (error instanceof Unreachable || error instanceof RateLimited) {
+          throw new ToolError(`swarm_policy: ${error.message}`);
+        }
+        throw error;
+      }
+      return lines.join("\n");
+    },
+  };
+
+  return { swarm_send, swarm_read, swarm_status, swarm_name, swarm_policy };
 }
 
 async function daemonCall(tool, daemon, path, abort) {

@@ -11,7 +11,7 @@ as its user, so the gate refuses, in this order:
    needs no token;
 4. over TCP with ``auth = "token"``, any route but ``GET /health`` without
    ``Authorization: Bearer <token>`` (401), compared in constant time;
-5. a ``POST`` whose body is not ``application/json`` (415): a web page can
+5. a ``POST`` (or ``PUT``) whose body is not ``application/json`` (415): a web page can
    send ``text/plain`` cross-site without a preflight.
 """
 
@@ -149,7 +149,7 @@ class AccessPolicy:
             self._check_peer(peer)
         elif not self._public(request):
             self._check_token(request)
-        if request.method == b"POST":
+        if request.method in (b"POST", b"PUT"):
             self._check_content_type(request)
 
     def _check_host(self, request: server.Request) -> None:

@@ -19,6 +19,7 @@ from twisted.logger import Logger
 from twisted.web import server
 
 from pigeond import __version__
+from pigeond.api.names import resolve_target
 from pigeond.api.openapi import OPENAPI_PATH, openapi_document
 from pigeond.api.send_request import parse_send_body
 from pigeond.api.web import HttpError, JsonApi, JsonResponse, query_param, read_body
@@ -41,6 +42,11 @@ SendCheck = Callable[[server.Request, NewMessage], Awaitable[None] | None]
 # ``target_checked``), at once when it knows, else awaited; raises a 404 HttpError for a
 # target opencode does not have (see pigeond.api.target_check).
 TargetCheck = Callable[[NewMessage], bool | Awaitable[bool]]
+
+
+# Why a send must wait for its target's consent (None: it goes as usual); raises a 403
+# HttpError when the target refuses the sender (see pigeond.api.policy.PolicyBook.judge).
+Consent = Callable[[NewMessage], Awaitable[str | None]]
 
 
 class Admission(Protocol):
@@ -87,6 +93,7 @@ class SwarmRoutes:
         admission: Admission | None = None,
         storage_problem: Callable[[], str | None] = lambda: None,
         target_check: TargetCheck | None = None,
+        consent: Consent | None = None,
     ) -> None:
         """``config`` gives ``default_ttl_s`` and ``inbox_max_bytes`` (see :meth:`configure`)."""
         self.configure(config)
@@ -98,6 +105,7 @@ class SwarmRoutes:
         self._admission = admission
         self._storage_problem = storage_problem
         self._target_check = target_check
+        self._consent = consent
 
     def install(self, api: JsonApi) -> JsonApi:
         api.route("POST", "/swarm/send", self.send)
@@ -123,11 +131,12 @@ class SwarmRoutes:
     async def send(self, request: server.Request) -> JsonResponse:
         now_ms = self._now_ms()
         send = parse_send_body(read_body(request), lambda: make_msg_id(now_ms))
-        message = send.message
+        message = await resolve_target(self._db, send)  # to: "@name" -> its holder, or 404
         for check in self._send_checks:
             waiting = check(request, message)
             if waiting is not None:
                 await waiting
+        held = None if self._consent is None else await self._consent(message)
         target_checked = False  # no opencode to ask (delivery off)
         if self._target_check is not None:  # before the flood guard spends a token
             checked = self._target_check(message)
@@ -140,7 +149,17 @@ class SwarmRoutes:
             reply_within_ms = 1000 * (send.reply_within_s or self.reply_within_s)
 
         def store(queue_cap: int) -> Awaitable[AcceptOutcome]:
-            return self._db.accept(Accept(message, now_ms, expires_at, queue_cap, reply_within_ms))
+            return self._db.accept(
+                Accept(
+                    message,
+                    now_ms,
+                    expires_at,
+                    queue_cap,
+                    reply_within_ms,
+                    send.to_name,
+                    held=held,
+                )
+            )
 
         if self._admission is None:
             outcome = await store(0)

@@ -14,6 +14,8 @@ from pigeond.model import (
     DEFAULT_PRIORITY,
     KINDS,
     MSG_ID_RE,
+    NAME_MARK,
+    NAME_RE,
     PRIORITIES,
     REPLY_EXPECTED_KINDS,
     SENDER_RE,
@@ -37,6 +39,9 @@ class SendRequest:
     # within how long of the hand-off (None: the daemon's ``reply_within_s``)
     expects_reply: bool = False
     reply_within_s: int | None = None
+    # ``to: "@reviewer"``: the name, with message.to_session None until the route resolves
+    # it (pigeond/api/names.py resolve_target)
+    to_name: str | None = None
 
 
 def _reply_expectation(body: dict[str, Any], kind: str, direct: bool) -> tuple[bool, int | None]:
@@ -124,6 +129,29 @@ def _check(value: str | None, field: str, pattern: re.Pattern[str]) -> None:
         raise InvalidRequest(f"field '{field}' must match {pattern.pattern}")
 
 
+def check_name(name: str, field: str) -> None:
+    """Refuse, naming ``field``, a name no session may hold."""
+    if not NAME_RE.fullmatch(name):
+        raise InvalidRequest(f"field '{field}' must be a name matching {NAME_RE.pattern}")
+    if is_reserved_sender(name):
+        raise InvalidRequest(f"field '{field}' must not be {name!r}: that name is pigeond's own")
+
+
+def _target(to: str | None) -> tuple[str | None, str | None]:
+    """Field 'to' as (session, name): a session id, or ``@name`` (resolved at accept)."""
+    if to is None or not to.startswith(NAME_MARK):
+        _check(to, "to", SESSION_ID_RE)
+        return to, None
+    name = to[len(NAME_MARK) :]
+    if not NAME_RE.fullmatch(name):
+        raise InvalidRequest(
+            f"field 'to' must be a session id matching {SESSION_ID_RE.pattern}"
+            f" or @name with a name matching {NAME_RE.pattern}"
+        )
+    check_name(name, "to")
+    return None, name
+
+
 def _one_of(value: str | None, field: str, allowed: tuple[str, ...], default: str) -> str:
     if value is None:
         return default
@@ -153,7 +181,7 @@ def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> SendRequest:
 
     if (to_session is None) == (channel is None):
         raise InvalidRequest("exactly one of fields 'to' and 'channel' is required")
-    _check(to_session, "to", SESSION_ID_RE)
+    to_session, to_name = _target(to_session)
     _check(channel, "channel", CHANNEL_RE)
     _check(from_session, "from", SENDER_RE)
     if is_reserved_sender(from_session):
@@ -175,5 +203,6 @@ def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> SendRequest:
         reply_to=reply_to,
         payload=payload,
     )
-    expects_reply, reply_within_s = _reply_expectation(body, message.kind, to_session is not None)
-    return SendRequest(message, ttl_s, expects_reply, reply_within_s)
+    direct = channel is None
+    expects_reply, reply_within_s = _reply_expectation(body, message.kind, direct)
+    return SendRequest(message, ttl_s, expects_reply, reply_within_s, to_name)

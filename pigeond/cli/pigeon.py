@@ -32,6 +32,9 @@ from urllib.parse import urlencode
 from pigeond.cli import install_plugin, pigeon_send
 from pigeond.cli.actions import ACTIONS, outcome_line, queued_per_target, resolve_db
 from pigeond.cli.pigeon_args import build_parser
+from pigeond.cli.pigeon_names import cmd_name, cmd_names
+from pigeond.cli.pigeon_policy import cmd_policy
+from pigeond.cli.pigeon_search import cmd_search
 from pigeond.cli.presentation import (
     LS_COLUMNS,
     OWED_COLUMNS,
@@ -327,6 +330,9 @@ DB_COMMANDS: dict[str, Callable[[SwarmRepository, argparse.Namespace, int], int]
     "stats": cmd_stats,
     "prune": cmd_prune,
     "owed": cmd_owed,
+    "names": cmd_names,
+    "search": cmd_search,
+    "policy": cmd_policy,
 }
 
 
@@ -348,6 +354,8 @@ def main(
             return cmd_inbox(args, env)
         if args.command == "install-plugin":
             return cmd_install_plugin(args, env)
+        if args.command == "name":
+            return cmd_name(args, env)
         path = resolve_db(args.db, env)
         try:
             repo = SwarmRepository(open_existing(path))

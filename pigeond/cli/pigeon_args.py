@@ -10,6 +10,9 @@ import argparse
 
 from pigeond.cli import pigeon_send
 from pigeond.cli.actions import ACTIONS, SYSTEM_DB
+from pigeond.cli.pigeon_names import add_names_parsers
+from pigeond.cli.pigeon_policy import add_policy_parser
+from pigeond.cli.pigeon_search import add_search_parser
 from pigeond.cli.presentation import STATES
 from pigeond.config import Config
 
@@ -74,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     owed.add_argument("--session", metavar="S", help="only what S owes or is owed")
     owed.add_argument("--json", action="store_true", help="a JSON list of objects")
 
+    add_search_parser(sub, db)
+    add_policy_parser(sub, db)
+
+    add_names_parsers(sub, db)
+
     inbox = sub.add_parser("inbox", help="what was handed off to a session (via the daemon)")
     inbox.add_argument("--session", required=True, metavar="S")
     inbox.add_argument("--since", metavar="C", help="cursor (next_cursor) or msg_id")
@@ -88,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     plugin = sub.add_parser(
         "install-plugin",
-        help="put the opencode plugin (swarm_send, swarm_read, swarm_status) in place",
+        help="put the opencode plugin (swarm_send, swarm_read, swarm_status, ...) in place",
         description="Copy pigeond's opencode plugin where opencode loads it: the user's global"
         " opencode config (the default) or one project's .opencode folder.",
     )

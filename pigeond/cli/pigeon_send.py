@@ -191,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
         "args",
         nargs="+",
         metavar="TO PAYLOAD",
-        help="target session and payload ('-' reads stdin); no TO with --channel",
+        help="target session (ses_..., or @name: whoever holds the name) and payload"
+        " ('-' reads stdin); no TO with --channel",
     )
     return parser
 

@@ -21,8 +21,11 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from pigeond.api.access import AccessPolicy
 from pigeond.api.flood import FloodGuard
 from pigeond.api.metrics import MetricsRoute
+from pigeond.api.names import NamesRoute
 from pigeond.api.owed import OwedRoute
+from pigeond.api.policy import REFRESH_S, PolicyBook, PolicyRoutes
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth, SwarmRoutes
+from pigeond.api.search import SearchRoute
 from pigeond.api.target_check import TargetCheck
 from pigeond.api.web import JsonApi, QuietSite, make_site
 from pigeond.config import Config
@@ -327,6 +330,10 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         db, reactor, max_queued_per_target=config.max_queued_per_target,
         sender_rate_per_s=config.sender_rate_per_s, sender_burst=config.sender_burst,
     )  # fmt: skip
+    # each session's consent: every policy in memory, read again for other processes' writes
+    policies = PolicyBook(db, reactor)
+    policies.load()
+    timer_job("policies", REFRESH_S, policies.refresh, reactor).setServiceParent(jobs)
     routes = SwarmRoutes(
         db,
         reactor,
@@ -338,6 +345,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         send_checks=[db_watch.refuse_send],
         admission=flood,
         storage_problem=db_watch.check,
+        consent=policies.judge,
         # unknown targets refused at send; with delivery off there is no opencode to ask
         target_check=None
         if delivery is None
@@ -347,6 +355,9 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     api = routes.install(JsonApi(gate=access))
     MetricsRoute(db, reactor, metrics.registry, routes.delivery_health).install(api)
     OwedRoute(db).install(api)
+    PolicyRoutes(db, policies, reactor).install(api)
+    SearchRoute(db, lambda: routes.inbox_max_bytes).install(api)
+    NamesRoute(db, reactor, None if delivery is None else delivery.registry).install(api)
     site = make_site(api, config, reactor=reactor)
     pruner = Pruner(db, reactor, retention_days=config.retention_days)
     return Daemon(

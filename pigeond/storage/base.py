@@ -16,13 +16,14 @@ from pigeond.model import (
     StoredMessage,
 )
 from pigeond.storage.errors import StorageUnavailable
+from pigeond.storage.migrations import CLEAR_PENDING_SQL, INDEX_PENDING_SQL
 
 COLUMNS = (
     "msg_id, from_session, to_session, channel, kind, priority, reply_to, payload, state,"
     " attempts, next_retry_at, created_at, updated_at, handed_off_at, last_error,"
     " accept_seq, handoff_seq, verified_at, verify_by, requeue_count, expires_at,"
     " handoff_agent, handoff_provider, handoff_model, handoff_variant, handoff_note,"
-    " handoff_intent_at, answered_at, answer_message_id"
+    " handoff_intent_at, answered_at, answer_message_id, from_name, to_name"
 )
 
 P = ParamSpec("P")
@@ -49,6 +50,7 @@ def reads(method: Callable[P, R]) -> Callable[P, R]:
 class RepositoryBase:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self._search_index = False  # whether the schema has it yet (migration 13)
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -66,6 +68,7 @@ class RepositoryBase:
             raise StorageUnavailable(f"database unavailable: {e}") from e
         try:
             yield self._conn
+            self._index_pending(self._conn)
             self._conn.execute("COMMIT")
         except sqlite3.OperationalError as e:
             self._rollback()
@@ -73,6 +76,21 @@ class RepositoryBase:
         except BaseException:
             self._rollback()
             raise
+
+    def _index_pending(self, conn: sqlite3.Connection) -> None:
+        """Index, in one statement, the rows this transaction inserted: the search index's
+        insert trigger only notes them, since an FTS5 insert per row costs some 40 times
+        more (pigeond/storage/migrations.py, _V13_SEARCH).  Nothing when none are noted."""
+        if not self._search_index:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'swarm_search_pending'"
+            ).fetchone()
+            self._search_index = found is not None
+            if not self._search_index:
+                return
+        if conn.execute("SELECT EXISTS (SELECT 1 FROM swarm_search_pending)").fetchone()[0]:
+            conn.execute(INDEX_PENDING_SQL)
+            conn.execute(CLEAR_PENDING_SQL)
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:
@@ -114,6 +132,8 @@ class RepositoryBase:
         now_ms: int,
         expires_at: int | None,
         seq: int | None = None,
+        from_name: str | None = None,
+        to_name: str | None = None,
     ) -> None:
         """Insert a queued message numbered ``seq`` (None: the accept sequence's next)."""
         if seq is None:
@@ -121,10 +141,10 @@ class RepositoryBase:
         conn.execute(
             "INSERT INTO swarm_messages (msg_id, from_session, to_session, channel, kind,"
             " priority, reply_to, payload, state, attempts, next_retry_at, created_at,"
-            " updated_at, accept_seq, expires_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?)",
+            " updated_at, accept_seq, expires_at, from_name, to_name)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?)",
             (msg_id, from_session, to_session, channel, kind, priority, reply_to, payload,
-             now_ms, now_ms, now_ms, seq, expires_at),
+             now_ms, now_ms, now_ms, seq, expires_at, from_name, to_name),
         )  # fmt: skip
 
     def _queue_notice(

@@ -80,16 +80,20 @@ class DeliveryTransitions(RepositoryBase):
         row = self._conn.execute("SELECT 1 FROM swarm_messages WHERE msg_id = ?", (msg_id,))
         return row.fetchone() is not None
 
-    def _queue_order(self, target: str, now_ms: int | None, limit: int) -> list[StoredMessage]:
-        """Queued messages in hand-off order; expired ones left out when ``now_ms`` is given."""
+    def _queue_order(
+        self, target: str, now_ms: int | None, limit: int, held: bool = True
+    ) -> list[StoredMessage]:
+        """Queued messages in hand-off order; expired ones left out when ``now_ms`` is given,
+        held ones (no ``next_retry_at``: storage/policies.py) unless ``held``."""
         rows = self._conn.execute(
             f"SELECT {COLUMNS} FROM swarm_messages"
             " WHERE to_session = :target AND state = 'queued'"
+            " AND (:held OR next_retry_at IS NOT NULL)"
             " AND (:now IS NULL OR expires_at IS NULL OR expires_at > :now"
             # a message in doubt is looked for in the transcript first, even past its expiry
             " OR handoff_intent_at IS NOT NULL)"
             f" ORDER BY {PRIORITY_RANK_SQL}, accept_seq LIMIT :limit",
-            {"target": target, "now": now_ms, "limit": limit},
+            {"target": target, "now": now_ms, "limit": limit, "held": held},
         ).fetchall()
         return [row_to_message(r) for r in rows]
 
@@ -105,10 +109,11 @@ class DeliveryTransitions(RepositoryBase):
 
         The batch stops at the first message that is not due: a message waiting
         out its backoff holds the ones behind it, so order is kept.  Expired
-        messages are skipped: they never block a queue.
+        messages are skipped: they never block a queue; so are held ones (the target's
+        policy holds them), so an allowed sender's message is not stuck behind them.
         """
         batch = []
-        for message in self._queue_order(target, now_ms, limit):
+        for message in self._queue_order(target, now_ms, limit, held=False):
             if message.next_retry_at is None or message.next_retry_at > now_ms:
                 break
             batch.append(message)

@@ -19,10 +19,13 @@ from pigeond.model import NewMessage, StoredMessage
 from pigeond.storage.base import COLUMNS, reads, row_to_message
 from pigeond.storage.delivery import DEFAULT_NOTICE_TTL_MS, DeliveryTransitions
 from pigeond.storage.intents import HandOffIntents
+from pigeond.storage.names import Names
 from pigeond.storage.obligations import Obligations
 from pigeond.storage.operator import OperatorActions
+from pigeond.storage.policies import Policies
 from pigeond.storage.receipts import Receipts
 from pigeond.storage.retention import Retention
+from pigeond.storage.search import Search
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,10 @@ class Accept:
     expires_at: int | None = None
     queue_cap: int = 0
     reply_within_ms: int = 0
+    # the name the send was addressed to (``to: "@reviewer"``), resolved to message.to_session
+    to_name: str | None = None
+    # why the message waits for its target's consent (its policy holds it), else None
+    held: str | None = None
 
 
 class AcceptOutcome(Enum):
@@ -87,7 +94,15 @@ def inbox_entry_bytes_at_most(message: StoredMessage) -> int:
 
 
 class SwarmRepository(
-    DeliveryTransitions, HandOffIntents, OperatorActions, Retention, Receipts, Obligations
+    DeliveryTransitions,
+    HandOffIntents,
+    OperatorActions,
+    Retention,
+    Receipts,
+    Obligations,
+    Names,
+    Search,
+    Policies,
 ):
     def __init__(
         self, conn: sqlite3.Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS
@@ -139,12 +154,16 @@ class SwarmRepository(
         target, cap = message.to_session, accept.queue_cap
         if cap > 0 and target is not None and self._queued_for(conn, target, cap) >= cap:
             return AcceptOutcome.TARGET_FULL
+        from_name, target_name = self._names_of(conn, message.from_session, target)
         self._insert(
             conn, msg_id=message.msg_id, from_session=message.from_session,
             to_session=message.to_session, channel=message.channel, kind=message.kind,
             priority=message.priority, reply_to=message.reply_to, payload=message.payload,
             now_ms=accept.now_ms, expires_at=accept.expires_at, seq=seq,
+            from_name=from_name, to_name=accept.to_name or target_name,
         )  # fmt: skip
+        if accept.held is not None:
+            self._hold_new(conn, message.msg_id, accept.held)
         if accept.reply_within_ms > 0 and message.to_session is not None:
             self._owe(conn, message, accept.reply_within_ms, accept.now_ms)
         if message.reply_to is not None:

@@ -38,6 +38,9 @@ from pigeond.storage.schema import AUTO_VACUUM_INCREMENTAL
 
 DAY_MS = 24 * 3600 * 1000
 
+# Pages of the search index merged after each prune batch (see _fold_search_deletes).
+SEARCH_MERGE_PAGES = 200
+
 # The oldest prunable rows, by rowid: a SEARCH of the partial idx_swarm_prunable.
 _OLDEST_PRUNABLE_SQL = (
     f"SELECT rowid FROM swarm_messages WHERE {PRUNABLE_SQL} AND updated_at < :cutoff"
@@ -112,7 +115,22 @@ class Retention(RepositoryBase):
         ``cutoff``, in one transaction; returns how many of each scope and state went."""
         with self._write() as conn:
             rows = conn.execute(PRUNE_BATCH_SQL, {"cutoff": cutoff, "limit": limit}).fetchall()
+            if rows:
+                self._fold_search_deletes(conn)
         return Counter((str(scope), str(state)) for scope, state in rows)
+
+    def _fold_search_deletes(self, conn: sqlite3.Connection) -> None:
+        """Merge a bounded part of the search index (migration 13): FTS5 records a delete
+        as a tombstone beside the entry it cancels, and only a merge drops both, so without
+        this the index would keep the pruned rows' size.  A negative budget merges even
+        small levels, as an incremental 'optimize' (SEARCH_MERGE_PAGES pages at most)."""
+        if conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'swarm_search'"
+        ).fetchone():
+            conn.execute(
+                "INSERT INTO swarm_search (swarm_search, rank) VALUES ('merge', ?)",
+                (-SEARCH_MERGE_PAGES,),
+            )
 
     @reads
     def file_size(self) -> FileSize:

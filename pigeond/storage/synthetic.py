@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 from typing import Final
 
+from pigeond.storage.migrations import CLEAR_PENDING_SQL, INDEX_PENDING_SQL
 from pigeond.storage.schema import connect
 
 # The indexes the seed daemon created (schema version 1); every other index on
@@ -28,8 +29,22 @@ def _message_indexes(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return [(str(name), str(sql)) for name, sql in rows]
 
 
-def add_delivered_history(conn: sqlite3.Connection, rows: int, targets: int, now_ms: int) -> None:
+def index_pending(conn: sqlite3.Connection) -> None:
+    """Index the rows the search trigger noted, as pigeond's writes do before COMMIT (in
+    one statement); nothing on a database from before the search migration."""
+    if conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'swarm_search_pending'"
+    ).fetchone():
+        conn.execute(INDEX_PENDING_SQL)
+        conn.execute(CLEAR_PENDING_SQL)
+
+
+def add_delivered_history(
+    conn: sqlite3.Connection, rows: int, targets: int, now_ms: int, payload_sql: str = "'history'"
+) -> None:
     """Add ``rows`` handed-off messages spread over ``targets`` sessions, then ANALYZE.
+    ``payload_sql`` is the payload as an SQL expression of the row number ``i`` (the search
+    benchmark gives words of different frequencies).
 
     The explicit indexes are dropped for the insert and rebuilt from the full
     table in the same transaction: sorting a million keys once is several times
@@ -51,7 +66,8 @@ def add_delivered_history(conn: sqlite3.Connection, rows: int, targets: int, now
             " payload, state, attempts, next_retry_at, created_at, updated_at, handed_off_at,"
             " accept_seq, handoff_seq)"
             " SELECT printf('msg_hist%012d', i + ?), 'ses_sender', printf('ses_t%d', i % ?),"
-            " 'chat', 'normal', 'history', 'handed_off', 0, NULL, ? - i, ? - i, ? - i, i + ?, i + ?"
+            f" 'chat', 'normal', {payload_sql}, 'handed_off', 0, NULL, ? - i, ? - i, ? - i, i + ?,"
+            " i + ?"
             " FROM n",
             (rows, base, max(targets, 1), now_ms, now_ms, now_ms, base, hbase),
         )
@@ -59,6 +75,7 @@ def add_delivered_history(conn: sqlite3.Connection, rows: int, targets: int, now
             conn.execute(sql)
         conn.execute("UPDATE swarm_sequences SET value = value + ? WHERE name = 'accept'", (rows,))
         conn.execute("UPDATE swarm_sequences SET value = value + ? WHERE name = 'handoff'", (rows,))
+        index_pending(conn)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -132,6 +149,7 @@ def add_stuck_rows(
              base, now_ms),
         )  # fmt: skip
         conn.execute("UPDATE swarm_sequences SET value = value + ? WHERE name = 'accept'", (total,))
+        index_pending(conn)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

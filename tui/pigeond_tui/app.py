@@ -29,6 +29,7 @@ from textual.notifications import SeverityLevel
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static, Tab, Tabs
 
 from pigeond.cli.actions import ACTIONS, Action, outcome_line, refusal, repository, resolve_db
+from pigeond.cli.pigeon_policy import POLICY_COLUMN, consent_cell
 from pigeond.cli.presentation import (
     FAILED_COLUMNS,
     QUEUE_COLUMNS,
@@ -46,6 +47,7 @@ from pigeond.storage import SchemaError, StorageError
 from pigeond.storage.operator import ActionOutcome, open_existing
 from pigeond.terminal import visible
 from pigeond_tui import data
+from pigeond_tui.consent import PolicyScreen
 from pigeond_tui.data import TABS, Snapshot, read_snapshot
 from pigeond_tui.keys import KEYS, ROW_ACTIONS, help_keys, row_action
 from pigeond_tui.owed import OwedScreen
@@ -65,6 +67,7 @@ SORTS: dict[str, Callable[[StoredMessage], tuple[object, ...]]] = {
 # pane shows them whole), so that at 200 columns every column, last_error
 # included, fits beside the detail pane; last_error takes the room that is left.
 CELL_WIDTHS: Final[Mapping[str, int | None]] = {"msg_id": 24, "to": 20, "from": 20, "kind": 16}
+QUEUED_PANEL: Final = (*QUEUE_COLUMNS, POLICY_COLUMN)  # the target's consent beside its queue
 CELL_GAP = 2  # a DataTable cell's padding, one column each side
 LEAST_ERROR_WIDTH = 12
 
@@ -119,7 +122,7 @@ class PigeonApp(App[None]):
 
     def on_mount(self) -> None:
         self.sub_title = str(self.db)
-        self.query_one("#queued", DataTable).add_columns(*QUEUE_COLUMNS)
+        self.query_one("#queued", DataTable).add_columns(*QUEUED_PANEL)
         self.query_one("#failed", DataTable).add_columns(*FAILED_COLUMNS)
         self.query_one("#messages", DataTable).add_columns(*TABLE_COLUMNS)
         self.query_one("#filter", Input).display = False
@@ -151,8 +154,11 @@ class PigeonApp(App[None]):
         self.snapshot = snapshot
         now = self.clock()
         self.query_one("#counts", Static).update(counts_text(snapshot))
-        queued = [(q.target, queue_cells(q, now)) for q in snapshot.queued]
-        self.fill("#queued", QUEUE_COLUMNS, queued)
+        queued = [
+            (q.target, [*queue_cells(q, now), consent_cell(snapshot.consent, q.target)])
+            for q in snapshot.queued
+        ]
+        self.fill("#queued", QUEUED_PANEL, queued)
         self.fill("#failed", FAILED_COLUMNS, [(f.target, failed_cells(f)) for f in snapshot.failed])
         self.messages = {m.msg_id: m for m in snapshot.messages}
         self.show_messages()
@@ -235,6 +241,18 @@ class PigeonApp(App[None]):
 
     def action_owed(self) -> None:
         self.push_screen(OwedScreen(self.db, self.clock, self.interval))
+
+    def action_policy(self) -> None:
+        """The highlighted row's target's consent (pigeond_tui/consent.py)."""
+        message = self.highlighted()
+        if message is None or message.to_session is None:
+            self.report("policy: highlight a direct message to choose its target", "warning")
+            return
+        self.push_screen(PolicyScreen(self.db, message.to_session, self.clock, self.reported))
+
+    def reported(self, line: str) -> None:
+        self.report(line, "information")
+        self.refresh_data()
 
     def action_state(self, tab: str) -> None:
         self.query_one("#states", Tabs).active = tab

@@ -8,14 +8,17 @@ operator actions of :mod:`pigeond.cli.actions`, run the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from pigeond.cli.actions import queued_per_target, repository
+from pigeond.cli.pigeon_policy import consent_cells
 from pigeond.cli.pigeon_send import call_daemon
 from pigeond.model import State, StoredMessage
+from pigeond.storage import SwarmRepository
 from pigeond.storage.operator import FailedTarget, TargetQueue
+from pigeond.storage.search import SearchQueryError
 
 WINDOW = 500  # messages per page: the table never loads the whole queue
 HEALTH_TIMEOUT_S = 1.0  # a read of /health; the TUI works from the database without it
@@ -38,6 +41,8 @@ class Snapshot:
     queued: list[TargetQueue]
     failed: list[FailedTarget]
     messages: list[StoredMessage]
+    # the policy column of "queued per target", by target (pigeond_tui/consent.py)
+    consent: dict[str, str] = field(default_factory=dict)
 
 
 def read_snapshot(
@@ -47,7 +52,7 @@ def read_snapshot(
     messages the view lists."""
     with repository(path) as repo:
         if text:
-            messages = repo.search_messages(state, text, WINDOW, page * WINDOW)
+            messages = _search(repo, state, text, page)
         else:
             messages = repo.list_messages(state=state, limit=WINDOW, offset=page * WINDOW)
         return Snapshot(
@@ -56,7 +61,17 @@ def read_snapshot(
             queued=queued_per_target(repo, now_ms),
             failed=repo.failed_per_target(),
             messages=messages,
+            consent=consent_cells(repo),
         )
+
+
+def _search(repo: SwarmRepository, state: str | None, text: str, page: int) -> list[StoredMessage]:
+    """One window of the messages with every word of ``text`` (full-text search, not a
+    substring walk of the whole history); text with no word in it (``*``) finds nothing."""
+    try:
+        return repo.search(text, state=state, limit=WINDOW, offset=page * WINDOW)
+    except SearchQueryError:
+        return []
 
 
 def health_line(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> str | None:

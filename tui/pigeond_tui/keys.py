@@ -14,6 +14,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from pigeond.cli.actions import ACTIONS, CANCEL, REQUEUE, RETRY_NOW, Action
+from pigeond.consent import POLICIES
 from pigeond_tui.data import TABS, WINDOW
 
 # The actions bound to the highlighted row: offered only where the row's state allows.
@@ -55,6 +56,8 @@ KEYS: Final[tuple[Binding, ...]] = (
     on_target("X", CANCEL),
     Binding("s", "sort", "Sort", tooltip="sort by: newest, oldest, target, attempts (cycles)"),
     Binding("o", "owed", "Owed", tooltip="who owes whom a reply: outstanding obligations"),
+    Binding("p", "policy", "Policy",
+            tooltip="set the highlighted row's target's inbound policy, or release its held"),
     Binding("right_square_bracket", "page(1)", "Next page", show=False,
             tooltip=f"next window of {WINDOW} messages (tables never load everything)"),
     Binding("left_square_bracket", "page(-1)", "Previous page", show=False,
@@ -63,6 +66,15 @@ KEYS: Final[tuple[Binding, ...]] = (
     on_listed("C", CANCEL),
     *[Binding(str(i + 1), f"state('{tab}')", tab, show=False, tooltip=f"show the {tab} tab")
       for i, tab in enumerate(TABS)],
+)  # fmt: skip
+
+
+# The policy screen's keys (pigeond_tui/consent.py): one per policy, release, close.
+POLICY_KEYS: Final[tuple[Binding, ...]] = (
+    *[Binding(key, f"choose('{policy}')", policy, tooltip=f"set the target's policy to {policy}")
+      for key, policy in zip(("a", "h", "f"), POLICIES, strict=True)],
+    Binding("l", "choose('release')", "release", tooltip="release what the target holds now"),
+    Binding("escape,q", "close", "close", tooltip="close, changing nothing"),
 )  # fmt: skip
 
 

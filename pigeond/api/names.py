@@ -1,0 +1,133 @@
+"""``POST /swarm/names`` and ``GET /swarm/names``: names sessions claim, and sends to them.
+
+A session claims a name (``reviewer``) so others can write ``to: "@reviewer"`` instead of
+an id that changes whenever the session is replaced.  A name held by a live session moves
+only with ``force``; one whose session opencode no longer has (it answers 404) is free to
+claim, so the replacement session takes its predecessor's name without an operator.  With
+no opencode to ask (delivery off, or no clear answer) the holder counts as live.
+
+Like every route but ``/health`` these are behind the daemon's access check: the caller
+is the owner (or the allowed group), who may name any session.  The plugin's
+``swarm_name`` only ever names the calling session itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Protocol
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.web import server
+
+from pigeond.api.send_request import InvalidRequest, SendRequest, check_name, decode_json_object
+from pigeond.api.web import HttpError, JsonApi, JsonResponse, read_body
+from pigeond.model import SESSION_ID_RE, NewMessage
+from pigeond.storage import SwarmRepository
+from pigeond.storage.database import Database
+from pigeond.storage.names import ANY_HOLDER, ClaimOutcome
+
+NAMES_PATH = "/swarm/names"
+log = Logger()
+
+
+class SessionLiveness(Protocol):
+    """What a claim needs of :class:`pigeond.delivery.registry.SessionDirectoryRegistry`."""
+
+    def invalidate(self, session_id: str) -> None: ...
+
+    async def exists(self, session_id: str) -> bool | None: ...
+
+
+async def resolve_target(db: Database, send: SendRequest) -> NewMessage:
+    """The send with its ``@name`` replaced by the session holding the name now; a 404 when
+    nobody does.  A retry of a msg_id already stored for that name keeps the session it
+    went to, so a client that lost its 202 is answered as before even if the name moved."""
+    message, name = send.message, send.to_name
+    if name is None:
+        return message
+    stored = await db.read(SwarmRepository.get, message.msg_id)
+    if stored is not None and stored.to_name == name and stored.to_session is not None:
+        return replace(message, to_session=stored.to_session)
+    holder = await db.read(SwarmRepository.name_holder, name)
+    if holder is None:
+        raise HttpError(404, f"nobody holds the name @{name} (see GET {NAMES_PATH})")
+    return replace(message, to_session=holder)
+
+
+class NamesRoute:
+    def __init__(self, db: Database, clock: IReactorTime, liveness: SessionLiveness | None) -> None:
+        """``liveness`` None: no opencode to ask (delivery off), every holder counts as live."""
+        self._db = db
+        self._clock = clock
+        self._liveness = liveness
+
+    def install(self, api: JsonApi) -> JsonApi:
+        api.route("POST", NAMES_PATH, self.claim)
+        api.route("GET", NAMES_PATH, self.list)
+        return api
+
+    async def list(self, request: server.Request) -> JsonResponse:
+        entries = await self._db.read(SwarmRepository.names)
+        return JsonResponse(200, {"names": [e.view() for e in entries]})
+
+    async def claim(self, request: server.Request) -> JsonResponse:
+        """200 with the name, its session and whom it was taken from; 409 when a live
+        session holds it and ``force`` is not set."""
+        try:
+            name, session, force = _parse_claim(read_body(request))
+        except InvalidRequest as e:
+            raise HttpError(400, str(e)) from e
+        now_ms = int(self._clock.seconds() * 1000)
+        claim = await self._db.write(
+            SwarmRepository.claim_name, name, session, now_ms,
+            replace=ANY_HOLDER if force else None,
+        )  # fmt: skip
+        if claim.outcome is ClaimOutcome.HELD:
+            assert claim.holder is not None
+            if not await self._gone(claim.holder):
+                raise HttpError(
+                    409,
+                    f"the name {name} is held by {claim.holder}, a live session (or one"
+                    " opencode could not be asked about); claim it with force to move it",
+                    {"name": name, "session": claim.holder},
+                )
+            claim = await self._db.write(
+                SwarmRepository.claim_name, name, session, now_ms, replace=claim.holder
+            )
+            if claim.outcome is ClaimOutcome.HELD:  # another claim took it meanwhile
+                raise HttpError(
+                    409, f"the name {name} was just claimed by {claim.holder}",
+                    {"name": name, "session": claim.holder},
+                )  # fmt: skip
+        previous = claim.holder if claim.outcome is ClaimOutcome.CLAIMED else None
+        if claim.outcome is ClaimOutcome.CLAIMED:
+            log.info("name {name} claimed by {session} (was {previous})",
+                     name=name, session=session, previous=previous)  # fmt: skip
+        return JsonResponse(
+            200,
+            {"name": name, "session": session, "previous": previous, "released": claim.released},
+        )
+
+    async def _gone(self, holder: str) -> bool:
+        """Whether opencode says now that it no longer has ``holder`` (404): asked afresh,
+        since a session deleted a moment ago may still be in the registry's cache."""
+        if self._liveness is None:
+            return False
+        self._liveness.invalidate(holder)
+        return await self._liveness.exists(holder) is False
+
+
+def _parse_claim(raw: bytes) -> tuple[str, str, bool]:
+    body = decode_json_object(raw)
+    name, session, force = body.get("name"), body.get("session"), body.get("force", False)
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("field 'name' is required and must be a non-empty string")
+    check_name(name, "name")
+    if not isinstance(session, str) or not SESSION_ID_RE.fullmatch(session):
+        raise InvalidRequest(f"field 'session' is required and must match {SESSION_ID_RE.pattern}")
+    if force is None:
+        force = False
+    if not isinstance(force, bool):
+        raise InvalidRequest("field 'force' must be true or false")
+    return name, session, force

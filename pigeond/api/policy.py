@@ -1,0 +1,188 @@
+"""Each session's consent over HTTP, and the daemon's copy of every policy.
+
+``PUT /swarm/policy/<session>`` sets a policy (``{"policy": "accept" | "hold" |
+"refuse", "allow": [...]}``), ``GET /swarm/policy/<session>`` reads it with the count of
+held messages, ``POST /swarm/release/<session>`` releases what is held now (the policy
+stays), and ``GET /swarm/policies`` lists every session that set one.
+
+The send path must stay as fast as before for the default ``accept``: so the daemon
+keeps every stored policy in memory (:class:`PolicyBook`), loaded at start, kept by the
+writes made through it, and read again every :data:`REFRESH_S` seconds for what another
+process (``pigeon policy``, ``sqlite3``) wrote.  A send to a target without a policy
+costs a dict lookup, no database read.  The database stays the truth: a policy change
+applies itself to the waiting messages in its own transaction, and when a refresh finds
+a policy another process changed, it applies it once more, to what this daemon accepted
+meanwhile under the old one.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.web import server
+
+from pigeond.api.send_request import InvalidRequest, decode_json_object
+from pigeond.api.web import HttpError, JsonApi, JsonResponse, read_body
+from pigeond.consent import (
+    DEFAULT_POLICY,
+    InboundPolicy,
+    Verdict,
+    held_reason,
+    parse_allow,
+    parse_policy,
+)
+from pigeond.model import SENDER_RE, SESSION_ID_RE, NewMessage
+from pigeond.storage import StorageError, SwarmRepository
+from pigeond.storage.database import Database
+from pigeond.storage.policies import PolicyChange
+
+POLICY_PREFIX = "/swarm/policy/"
+POLICIES_PATH = "/swarm/policies"
+RELEASE_PREFIX = "/swarm/release/"
+REFRESH_S = 2.0
+log = Logger()
+
+
+class PolicyBook:
+    """Every stored policy, in memory; the send path's one question is :meth:`judge`."""
+
+    def __init__(self, db: Database, clock: IReactorTime) -> None:
+        self._db = db
+        self._clock = clock
+        self._policies: dict[str, InboundPolicy] = {}
+        self._loaded: Deferred[None] | None = None
+
+    def _now_ms(self) -> int:
+        return int(self._clock.seconds() * 1000)
+
+    def load(self) -> Deferred[None]:
+        """Read every policy (at start); sends wait for it, once."""
+        if self._loaded is None:
+            self._loaded = Deferred.fromCoroutine(self._load())
+        return self._loaded
+
+    async def _load(self) -> None:
+        stored = await self._db.read(SwarmRepository.policies)
+        self._policies = {p.session: p for p in stored}
+
+    def policy_of(self, session: str) -> InboundPolicy:
+        return self._policies.get(session) or InboundPolicy(session, DEFAULT_POLICY)
+
+    async def judge(self, message: NewMessage) -> str | None:
+        """Why ``message`` must wait for its target's consent (None: it goes as usual);
+        raises a 403 HttpError when the target refuses its sender."""
+        if self._loaded is None or not self._loaded.called:
+            await self.load()
+        target = message.to_session
+        policy = None if target is None else self._policies.get(target)
+        if policy is None or target is None:
+            return None
+        verdict = policy.verdict(message.from_session)
+        if verdict is Verdict.REFUSE:
+            raise HttpError(
+                403,
+                f"{target} refuses messages from {message.from_session}:"
+                f" its inbound policy is {policy.policy.value}",
+                {"policy": policy.policy.value},
+            )
+        return held_reason(target, policy.policy) if verdict is Verdict.HOLD else None
+
+    def remember(self, change: PolicyChange) -> None:
+        """A policy this daemon just stored."""
+        policy = change.policy
+        if policy.policy is DEFAULT_POLICY and not policy.allow:
+            self._policies.pop(policy.session, None)
+        else:
+            self._policies[policy.session] = policy
+
+    def refresh(self) -> Deferred[None]:
+        """One refresh (a periodic job); never fails: a failure would stop its timer."""
+        return Deferred.fromCoroutine(self._refresh())
+
+    async def _refresh(self) -> None:
+        try:
+            stored = {p.session: p for p in await self._db.read(SwarmRepository.policies)}
+            changed = [
+                stored.get(s) or InboundPolicy(s, DEFAULT_POLICY)
+                for s in set(stored) | set(self._policies)
+                if stored.get(s) != self._policies.get(s)
+            ]
+            self._policies = stored
+            for policy in changed:
+                log.info("{session}'s inbound policy is now {policy} (set elsewhere)",
+                         session=policy.session, policy=policy.policy.value)  # fmt: skip
+                await self._db.write(SwarmRepository.reapply_policy, policy, self._now_ms())
+        except StorageError as e:
+            log.warn("policy refresh: {error}; trying again", error=str(e))
+
+
+class PolicyRoutes:
+    def __init__(self, db: Database, book: PolicyBook, clock: IReactorTime) -> None:
+        self._db = db
+        self._book = book
+        self._clock = clock
+
+    def install(self, api: JsonApi) -> JsonApi:
+        api.route_prefix("PUT", POLICY_PREFIX, self.put)
+        api.route_prefix("GET", POLICY_PREFIX, self.get)
+        api.route_prefix("POST", RELEASE_PREFIX, self.release)
+        api.route("GET", POLICIES_PATH, self.list_all)
+        return api
+
+    def _now_ms(self) -> int:
+        return int(self._clock.seconds() * 1000)
+
+    @staticmethod
+    def _session(request: server.Request, prefix: str = POLICY_PREFIX) -> str:
+        session = (request.path or b"")[len(prefix) :].decode("utf-8", errors="replace")
+        if not SESSION_ID_RE.fullmatch(session):
+            raise HttpError(400, f"session must match {SESSION_ID_RE.pattern}")
+        return session
+
+    async def put(self, request: server.Request) -> JsonResponse:
+        """Set the session's policy (and allow-list: omitted, it stays as it was)."""
+        session = self._session(request)
+        try:
+            body = decode_json_object(read_body(request))
+            policy = parse_policy(body.get("policy"))
+            allow = (
+                self._book.policy_of(session).allow
+                if body.get("allow") is None
+                else parse_allow(body["allow"])
+            )
+        except (InvalidRequest, ValueError) as e:
+            raise HttpError(400, str(e)) from e
+        by = body.get("by", "http")
+        if not isinstance(by, str) or not SENDER_RE.fullmatch(by):
+            raise HttpError(400, f"by must match {SENDER_RE.pattern}")
+        change = await self._db.write(
+            SwarmRepository.set_policy, session, policy, allow, self._now_ms(), by
+        )
+        self._book.remember(change)
+        log.info("{session}'s inbound policy is now {policy} (by {by}): {held} held,"
+                 " {released} released", session=session, policy=policy.value, by=by,
+                 held=change.held, released=change.released)  # fmt: skip
+        return JsonResponse(
+            200, change.policy.view() | {"held": change.held, "released": change.released}
+        )
+
+    async def get(self, request: server.Request) -> JsonResponse:
+        session = self._session(request)
+        policy = await self._db.read(SwarmRepository.policy_of, session)
+        held = await self._db.read(SwarmRepository.held_counts)
+        return JsonResponse(200, policy.view() | {"held": held.get(session, 0)})
+
+    async def release(self, request: server.Request) -> JsonResponse:
+        """Release what is held for the session now; its policy stays."""
+        session = self._session(request, RELEASE_PREFIX)
+        released = await self._db.write(SwarmRepository.release_held, session, self._now_ms())
+        log.info("{n} held message(s) for {session} released", n=released, session=session)
+        return JsonResponse(200, {"session": session, "released": released})
+
+    async def list_all(self, request: server.Request) -> JsonResponse:
+        stored = await self._db.read(SwarmRepository.policies)
+        held = await self._db.read(SwarmRepository.held_counts)
+        return JsonResponse(
+            200, {"policies": [p.view() | {"held": held.get(p.session, 0)} for p in stored]}
+        )

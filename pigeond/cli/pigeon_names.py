@@ -1,0 +1,103 @@
+"""``pigeon names`` and ``pigeon name set NAME SESSION``: the names sessions hold.
+
+``names`` reads the database, as ``ls`` does.  ``name set`` goes through the daemon
+(``POST /swarm/names``): only the daemon can ask opencode whether the session holding a
+name still exists, which decides whether the name may move without ``--force``.  Every
+field is escaped like every ``pigeon`` table; ``--json`` is exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from typing import Final
+
+from pigeond.cli import pigeon_send
+from pigeond.cli.presentation import format_time, table_lines
+from pigeond.credentials import TokenError, client_token, daemon_address
+from pigeond.model import NAME_RE, SESSION_ID_RE
+from pigeond.storage import SwarmRepository
+from pigeond.terminal import json_visible, visible
+
+NAMES_COLUMNS: Final = ("name", "session", "since", "last_seen")
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+def add_names_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], db: argparse.ArgumentParser
+) -> None:
+    """Declare ``pigeon names`` and ``pigeon name set`` (``db``: the shared ``--db`` option)."""
+    names = sub.add_parser(
+        "names", parents=[db], help="the names sessions hold: session, since, last seen"
+    )
+    names.add_argument("--json", action="store_true", help="a JSON list of objects")
+    name = sub.add_parser("name", help="give a name to a session (via the daemon)")
+    verbs = name.add_subparsers(dest="verb", metavar="VERB", required=True)
+    text = (
+        "give NAME to SESSION: free, or held by a session opencode no longer has;"
+        " held by a live one only with --force"
+    )
+    claim = verbs.add_parser("set", help=text, description=text)
+    claim.add_argument("name", metavar="NAME", help=f"the name ({NAME_RE.pattern})")
+    claim.add_argument("session", metavar="SESSION", help="the session (ses_...)")
+    claim.add_argument("--force", action="store_true", help="take it even from a live session")
+    claim.add_argument(
+        "--url",
+        help="daemon URL (default $PIGEOND_URL, else the user's socket"
+        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {pigeon_send.DEFAULT_URL})",
+    )
+    claim.add_argument("--timeout", type=float, default=10.0, metavar="S")
+
+
+def cmd_names(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
+    entries = repo.names()
+    if args.json:
+        text = json.dumps([e.view() for e in entries], indent=2, ensure_ascii=False)
+        print(json_visible(text))
+        return EXIT_OK
+    rows = [
+        [e.name, e.session, format_time(e.claimed_at), format_time(e.last_seen_at)] for e in entries
+    ]
+    for line in table_lines(NAMES_COLUMNS, rows):
+        print(line)
+    return EXIT_OK
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"pigeon: {visible(message)}", file=sys.stderr)
+    return status
+
+
+def cmd_name(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """``name set``: the daemon's answer on one line; exit 1 when it refuses (409: held)."""
+    if not NAME_RE.fullmatch(args.name):
+        return _fail(f"name set: NAME must match {NAME_RE.pattern}", EXIT_USAGE)
+    if not SESSION_ID_RE.fullmatch(args.session):
+        return _fail(f"name set: SESSION must match {SESSION_ID_RE.pattern}", EXIT_USAGE)
+    if args.timeout <= 0:
+        return _fail("--timeout must be positive", EXIT_USAGE)
+    url = daemon_address(args.url, env).url
+    try:
+        token = client_token(env)
+    except TokenError as e:
+        return _fail(str(e), EXIT_USAGE)
+    body = {"name": args.name, "session": args.session, "force": args.force}
+    try:
+        answer = pigeon_send.call_daemon(url, "POST", "/swarm/names", body, args.timeout, token)
+    except pigeon_send.UsageError as e:
+        return _fail(str(e), EXIT_USAGE)
+    except (OSError, TimeoutError) as e:
+        return _fail(f"daemon at {url} unreachable: {e}", EXIT_UNAVAILABLE)
+    if answer.status != 200:
+        error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
+        status = EXIT_REFUSED if 400 <= answer.status < 500 else EXIT_UNAVAILABLE
+        return _fail(f"name set: daemon answered {answer.status}: {error}", status)
+    line = f"{args.name} -> {args.session}"
+    if answer.body.get("previous"):
+        line += f" (taken from {answer.body['previous']})"
+    if answer.body.get("released"):
+        line += f" ({args.session} gave up {answer.body['released']})"
+    print(visible(line))
+    return EXIT_OK

@@ -1,0 +1,100 @@
+"""Each session's consent: its inbound policy, declared once.
+
+A session's policy is ``accept`` (the default: every message goes through), ``hold``
+(messages are stored and wait, expiring as usual, until the session or an operator
+releases them) or ``refuse`` (senders get 403 at send, naming the policy).  An
+allow-list names senders that always get through, whatever the policy.  The allow-list
+holds strings matched exactly against a message's sender (``from``): session ids
+today; a name (``@reviewer``) would be matched against the sender's name the same way
+once sends carry one.
+
+:data:`POLICIES` is the one list of the policies: validation, the CLI's choices, the
+OpenAPI enum and the schema's CHECK (migration 12, held to it by a test) all follow it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+
+class Policy(StrEnum):
+    ACCEPT = "accept"
+    HOLD = "hold"
+    REFUSE = "refuse"
+
+
+POLICIES: Final = tuple(p.value for p in Policy)
+DEFAULT_POLICY: Final = Policy.ACCEPT
+# One allow-list entry: a sender as ``from`` is written (session ids and other senders),
+# or a name with its ``@``.
+ALLOW_ENTRY_RE: Final = re.compile(r"^@?[A-Za-z0-9_.-]{1,128}$")
+MAX_ALLOW: Final = 64
+
+
+class Verdict(StrEnum):
+    """What a session's policy does with one message from one sender."""
+
+    DELIVER = "deliver"
+    HOLD = "hold"
+    REFUSE = "refuse"
+
+
+@dataclass(frozen=True, slots=True)
+class InboundPolicy:
+    """One session's policy as stored (``swarm_policies``); ``updated_by`` says who set it
+    (the session itself, ``operator``, or an HTTP client)."""
+
+    session: str
+    policy: Policy
+    allow: tuple[str, ...] = ()
+    updated_at: int = 0
+    updated_by: str | None = None
+
+    def verdict(self, sender: str, sender_name: str | None = None) -> Verdict:
+        """Whether a message from ``sender`` (and its name, when sends carry one) is
+        delivered, held or refused under this policy."""
+        if self.policy is Policy.ACCEPT or self.allows(sender, sender_name):
+            return Verdict.DELIVER
+        return Verdict.HOLD if self.policy is Policy.HOLD else Verdict.REFUSE
+
+    def allows(self, sender: str, sender_name: str | None = None) -> bool:
+        return sender in self.allow or (
+            sender_name is not None and f"@{sender_name.lstrip('@')}" in self.allow
+        )
+
+    def view(self) -> dict[str, object]:
+        return {
+            "session": self.session,
+            "policy": self.policy.value,
+            "allow": list(self.allow),
+            "updated_at": self.updated_at,
+            "updated_by": self.updated_by,
+        }
+
+
+def parse_policy(raw: object) -> Policy:
+    """``raw`` as a policy; ValueError naming the choices otherwise."""
+    if isinstance(raw, str) and raw in POLICIES:
+        return Policy(raw)
+    raise ValueError(f"policy must be one of {', '.join(POLICIES)}")
+
+
+def parse_allow(raw: object) -> tuple[str, ...]:
+    """An allow-list: a list of at most :data:`MAX_ALLOW` senders, each like a ``from``
+    (or an ``@name``); duplicates dropped, order kept.  ValueError says what is wrong."""
+    if not isinstance(raw, list):
+        raise ValueError("allow must be a list of senders")
+    if len(raw) > MAX_ALLOW:
+        raise ValueError(f"allow holds at most {MAX_ALLOW} senders")
+    for entry in raw:
+        if not isinstance(entry, str) or not ALLOW_ENTRY_RE.fullmatch(entry):
+            raise ValueError(f"each allow entry must match {ALLOW_ENTRY_RE.pattern}")
+    return tuple(dict.fromkeys(raw))
+
+
+def held_reason(session: str, policy: Policy) -> str:
+    """``last_error`` of a held message: why it waits."""
+    return f"held: {session}'s inbound policy is {policy.value}; waits until released"

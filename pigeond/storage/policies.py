@@ -1,0 +1,158 @@
+"""Each session's consent, as SQL: the ``swarm_policies`` rows and the held messages.
+
+A held message is a queued direct message with no ``next_retry_at``: never due, so the
+arbiter's per-tick query (``READY_TARGETS_SQL``, a range on ``next_retry_at``) and its
+index stay exactly as they were, and no policy is read per tick.  ``ready_batch`` steps
+over held rows, so a sender on the allow-list is not stuck behind them.  A held message
+stays ``queued``: it expires as usual (the sweep walks ``expires_at``), notifies its
+sender then, and spends no attempt, since it is never handed off.
+
+Every policy change applies itself to the messages already waiting, in its own
+transaction: ``accept`` releases every held message of the session; ``hold`` and
+``refuse`` hold every waiting message whose sender is not on the allow-list (and release
+those whose sender now is).  A message in doubt (``handoff_intent_at`` set: it may be
+in the transcript already) is never held.  Released messages are due at once, in their
+old order.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+
+from pigeond.consent import DEFAULT_POLICY, InboundPolicy, Policy, held_reason, parse_allow
+from pigeond.storage.base import RepositoryBase, reads
+
+POLICY_COLUMNS = "session, policy, allow, updated_at, updated_by"
+# The waiting messages of one session, by the head-of-queue index (to_session first).
+_WAITING = "to_session = :session AND state = 'queued'"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyChange:
+    """What a policy change did: the policy now in force, and how many waiting messages it
+    held and released."""
+
+    policy: InboundPolicy
+    held: int
+    released: int
+
+
+def _row_to_policy(row: tuple[object, ...]) -> InboundPolicy:
+    session, policy, allow, updated_at, updated_by = row
+    return InboundPolicy(
+        session=str(session),
+        policy=Policy(str(policy)),
+        allow=parse_allow(json.loads(str(allow))),
+        updated_at=int(str(updated_at)),
+        updated_by=None if updated_by is None else str(updated_by),
+    )
+
+
+class Policies(RepositoryBase):
+    @reads
+    def policies(self) -> list[InboundPolicy]:
+        """Every stored policy (a few rows: only sessions that set one), by session."""
+        rows = self._conn.execute(f"SELECT {POLICY_COLUMNS} FROM swarm_policies ORDER BY session")
+        return [_row_to_policy(r) for r in rows.fetchall()]
+
+    @reads
+    def policy_of(self, session: str) -> InboundPolicy:
+        """``session``'s policy; the default (``accept``, nobody listed) if it set none."""
+        row = self._conn.execute(
+            f"SELECT {POLICY_COLUMNS} FROM swarm_policies WHERE session = ?", (session,)
+        ).fetchone()
+        return InboundPolicy(session, DEFAULT_POLICY) if row is None else _row_to_policy(row)
+
+    @reads
+    def held_counts(self) -> dict[str, int]:
+        """Held messages per target: searches idx_swarm_target_head's queued rows of the
+        sessions that hold (a few), never the history."""
+        rows = self._conn.execute(
+            "SELECT m.to_session, COUNT(*) FROM swarm_policies p"
+            " JOIN swarm_messages m ON m.to_session = p.session AND m.state = 'queued'"
+            " WHERE m.next_retry_at IS NULL GROUP BY m.to_session"
+        )
+        return {str(t): int(n) for t, n in rows.fetchall()}
+
+    def set_policy(
+        self,
+        session: str,
+        policy: Policy,
+        allow: tuple[str, ...],
+        now_ms: int,
+        updated_by: str | None,
+    ) -> PolicyChange:
+        """Store ``session``'s policy and apply it to its waiting messages, in one
+        transaction.  ``accept`` with no allow-list deletes the row: the default needs none."""
+        stored = InboundPolicy(session, policy, allow, now_ms, updated_by)
+        with self._write() as conn:
+            if policy is DEFAULT_POLICY and not allow:
+                conn.execute("DELETE FROM swarm_policies WHERE session = ?", (session,))
+            else:
+                conn.execute(
+                    f"INSERT OR REPLACE INTO swarm_policies ({POLICY_COLUMNS})"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (session, policy.value, json.dumps(list(allow)), now_ms, updated_by),
+                )
+            held, released = self._apply(conn, stored, now_ms)
+        return PolicyChange(stored, held, released)
+
+    def release_held(self, session: str, now_ms: int) -> int:
+        """Release every message held for ``session`` now, whatever its policy (which
+        stays: later messages are held again); returns how many."""
+        with self._write() as conn:
+            return self._release(conn, session, now_ms, None)
+
+    def reapply_policy(self, policy: InboundPolicy, now_ms: int) -> tuple[int, int]:
+        """Apply a policy written by another process to the waiting messages again: the
+        daemon accepted some under the policy it knew until it read the new one."""
+        with self._write() as conn:
+            return self._apply(conn, policy, now_ms)
+
+    def _apply(
+        self, conn: sqlite3.Connection, policy: InboundPolicy, now_ms: int
+    ) -> tuple[int, int]:
+        if policy.policy is Policy.ACCEPT:
+            return 0, self._release(conn, policy.session, now_ms, None)
+        released = self._release(conn, policy.session, now_ms, policy.allow)
+        held = conn.execute(
+            "UPDATE swarm_messages SET next_retry_at = NULL, last_error = :why,"
+            " updated_at = :now"
+            f" WHERE {_WAITING} AND next_retry_at IS NOT NULL AND handoff_intent_at IS NULL"
+            " AND from_session NOT IN (SELECT value FROM json_each(:allow))",
+            {"session": policy.session, "now": now_ms, "allow": json.dumps(list(policy.allow)),
+             "why": held_reason(policy.session, policy.policy)},
+        ).rowcount  # fmt: skip
+        return held, released
+
+    def _release(
+        self,
+        conn: sqlite3.Connection,
+        session: str,
+        now_ms: int,
+        only_from: tuple[str, ...] | None,
+    ) -> int:
+        """Held messages of ``session`` become due now: all of them (``only_from`` None),
+        or those whose sender ``only_from`` lists."""
+        return int(
+            conn.execute(
+                "UPDATE swarm_messages SET next_retry_at = :now, last_error = NULL,"
+                f" updated_at = :now WHERE {_WAITING} AND next_retry_at IS NULL"
+                " AND (:any OR from_session IN (SELECT value FROM json_each(:allow)))",
+                {
+                    "session": session,
+                    "now": now_ms,
+                    "any": only_from is None,
+                    "allow": json.dumps(list(only_from or ())),
+                },
+            ).rowcount
+        )
+
+    def _hold_new(self, conn: sqlite3.Connection, msg_id: str, why: str) -> None:
+        """Inside the accept: the message just stored waits for its target's consent."""
+        conn.execute(
+            "UPDATE swarm_messages SET next_retry_at = NULL, last_error = ? WHERE msg_id = ?",
+            (why, msg_id),
+        )

@@ -1,0 +1,31 @@
+"""The README's names query, run with sqlite3 on a database pigeond made (the commands
+in its sh blocks run against a real daemon in tests/test_readme_snippets.py)."""
+
+from __future__ import annotations
+
+from pigeond.storage import SwarmRepository, open_database
+from tests.test_readme_snippets import (
+    OperatorDb,
+    operator_db,
+    rows,
+    run_sql_command,
+    sqlite_path,
+    utc,
+)
+
+__all__ = ["operator_db", "sqlite_path"]  # the fixtures this module's test takes
+
+
+def test_who_holds_which_name_query_lists_each_name(
+    operator_db: OperatorDb, sqlite_path: str
+) -> None:
+    """The names query shows each name with its session, since and last seen."""
+    repo = SwarmRepository(open_database(operator_db.path))
+    try:
+        repo.claim_name("reviewer", "ses_b", operator_db.hour_ago_ms)
+    finally:
+        repo.close()
+    output = run_sql_command(operator_db, sqlite_path, "FROM swarm_names").stdout
+    [row] = rows(output)
+    assert row.split()[:2] == ["reviewer", "ses_b"]
+    assert row.count(utc(operator_db.hour_ago_ms)) == 2

@@ -1,0 +1,179 @@
+"""Each session's consent through the daemon: PUT/GET /swarm/policy/<session>, release,
+and what a send meets (403 for refuse, a held 202 for hold), on the injected clock."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from twisted.internet.task import Clock
+
+from pigeond.api.policy import REFRESH_S
+from pigeond.config import Config
+from pigeond.consent import POLICIES, Policy
+from pigeond.service.daemon import Daemon
+from pigeond.storage import SwarmRepository
+from tests.http_helpers import API, client_headers, daemon_call, result_of, stub_client
+from tests.openapi_check import check_body
+from tests.storage_helpers import clock_daemon, repo_of
+
+A, B, FRIEND = "ses_a", "ses_b", "ses_friend"
+JSON_HEADERS = {"content-type": "application/json; charset=utf-8"}
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, clock: Clock) -> Daemon:
+    """A daemon with delivery off: what is due stays queued for the test to read."""
+    return clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock)
+
+
+def send(daemon: Daemon, sender: str = A) -> tuple[int, dict[str, object]]:
+    return daemon_call(daemon, "POST", "/swarm/send", {"from": sender, "to": B, "payload": "hi"})
+
+
+def put(daemon: Daemon, body: object, session: str = B) -> tuple[int, dict[str, object]]:
+    return daemon_call(daemon, "PUT", f"/swarm/policy/{session}", body)
+
+
+def due_ids(daemon: Daemon, clock: Clock) -> list[str]:
+    repo = repo_of(daemon)
+    return [m.msg_id for m in repo.ready_batch(B, int(clock.seconds() * 1000), 50)]
+
+
+def test_put_sets_the_policy_and_get_reads_it(daemon: Daemon) -> None:
+    """PUT answers the stored policy; GET reads it back with its held count."""
+    status, body = put(daemon, {"policy": "hold", "allow": [FRIEND]})
+    assert (status, body["policy"], body["allow"]) == (200, "hold", [FRIEND])
+    status, read = daemon_call(daemon, "GET", f"/swarm/policy/{B}")
+    assert (status, read["policy"], read["allow"], read["held"]) == (200, "hold", [FRIEND], 0)
+
+
+def test_refuse_answers_403_naming_the_policy(daemon: Daemon) -> None:
+    """A refusing target's senders get 403 at send, and nothing is stored."""
+    put(daemon, {"policy": "refuse"})
+    status, body = send(daemon)
+    assert status == 403 and "inbound policy is refuse" in str(body["error"])
+    assert body["policy"] == "refuse"
+    assert repo_of(daemon).count_queued_for(B) == 0
+
+
+def test_refuse_lets_the_allow_list_through(daemon: Daemon, clock: Clock) -> None:
+    """A sender on the allow-list is delivered as usual under refuse."""
+    put(daemon, {"policy": "refuse", "allow": [FRIEND]})
+    status, body = send(daemon, FRIEND)
+    assert status == 202 and due_ids(daemon, clock) == [body["msg_id"]]
+
+
+def test_hold_stores_the_message_and_keeps_it_back(daemon: Daemon, clock: Clock) -> None:
+    """Under hold a send is accepted (202) but never due, and says why it waits."""
+    put(daemon, {"policy": "hold"})
+    status, body = send(daemon)
+    assert status == 202 and due_ids(daemon, clock) == []
+    stored = repo_of(daemon).get(str(body["msg_id"]))
+    assert stored is not None and stored.state == "queued"
+    assert stored.last_error is not None and stored.last_error.startswith("held:")
+
+
+def test_switching_to_accept_releases_the_held_messages(daemon: Daemon, clock: Clock) -> None:
+    """PUT accept releases what was held, and says how many."""
+    put(daemon, {"policy": "hold"})
+    _, first = send(daemon)
+    _, second = send(daemon)
+    status, body = put(daemon, {"policy": "accept"})
+    assert (status, body["released"]) == (200, 2)
+    assert due_ids(daemon, clock) == [first["msg_id"], second["msg_id"]]
+
+
+def test_release_route_releases_and_keeps_holding(daemon: Daemon, clock: Clock) -> None:
+    """POST /swarm/release/<session> releases what is held now; the next is held again."""
+    put(daemon, {"policy": "hold"})
+    _, first = send(daemon)
+    assert daemon_call(daemon, "POST", f"/swarm/release/{B}", {}) == (
+        200, {"session": B, "released": 1},
+    )  # fmt: skip
+    send(daemon)
+    assert due_ids(daemon, clock) == [first["msg_id"]]
+
+
+def test_omitting_allow_keeps_the_allow_list(daemon: Daemon) -> None:
+    """A PUT without ``allow`` changes only the policy."""
+    put(daemon, {"policy": "hold", "allow": [FRIEND]})
+    assert put(daemon, {"policy": "refuse"})[1]["allow"] == [FRIEND]
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"policy": "maybe"}, f"policy must be one of {', '.join(POLICIES)}"),
+        ({}, f"policy must be one of {', '.join(POLICIES)}"),
+        ({"policy": "hold", "allow": "ses_x"}, "allow must be a list of senders"),
+        ({"policy": "hold", "allow": ["bad name!"]}, "each allow entry must match"),
+        ([1], "body must be a JSON object"),
+    ],
+)
+def test_a_bad_policy_body_is_a_400(daemon: Daemon, body: object, error: str) -> None:
+    """Every malformed PUT gets a 400 naming what is wrong."""
+    status, answer = put(daemon, body)
+    assert status == 400 and str(answer["error"]).startswith(error)
+
+
+def test_a_bad_session_is_a_400(daemon: Daemon) -> None:
+    """The session in the path must look like one."""
+    status, answer = put(daemon, {"policy": "hold"}, session="nobody")
+    assert status == 400 and "session must match" in str(answer["error"])
+
+
+def test_a_policy_written_elsewhere_is_picked_up_by_the_refresh(
+    daemon: Daemon, clock: Clock
+) -> None:
+    """A policy another process wrote applies to sends after the next refresh, and to
+    what the daemon accepted meanwhile."""
+    daemon.jobs.startService()
+    try:
+        repo: SwarmRepository = repo_of(daemon)
+        repo.set_policy(B, Policy.HOLD, (), int(clock.seconds() * 1000), "operator")
+        send(daemon)  # accepted under the policy the daemon knew: accept
+        clock.advance(REFRESH_S)
+        assert due_ids(daemon, clock) == []
+        assert send(daemon)[0] == 202 and due_ids(daemon, clock) == []
+    finally:
+        daemon.jobs.stopService()
+
+
+def test_policies_lists_every_session_that_set_one(daemon: Daemon) -> None:
+    """GET /swarm/policies lists the stored policies with their held counts."""
+    put(daemon, {"policy": "hold"})
+    send(daemon)
+    status, body = daemon_call(daemon, "GET", "/swarm/policies")
+    assert status == 200
+    assert [(p["session"], p["policy"], p["held"]) for p in body["policies"]] == [(B, "hold", 1)]
+
+
+def test_the_policy_answers_are_the_documented_ones(daemon: Daemon) -> None:
+    """PUT, GET, release and the list answer with the schemas openapi.json documents."""
+    put(daemon, {"policy": "hold", "allow": [FRIEND]})
+    send(daemon)
+    calls = [
+        ("PUT", f"/swarm/policy/{B}", {"policy": "hold"}),
+        ("GET", f"/swarm/policy/{B}", None),
+        ("GET", "/swarm/policy/ses_nobody", None),
+        ("POST", f"/swarm/release/{B}", {}),
+        ("GET", "/swarm/policies", None),
+    ]
+    for method, path, body in calls:
+        status, answer = daemon_call(daemon, method, path, body)
+        assert status == 200, (path, answer)
+        check_body(method, path, status, JSON_HEADERS, json.dumps(answer).encode())
+
+
+def test_a_put_that_is_not_json_is_415(daemon: Daemon) -> None:
+    """A PUT is held to JSON like a POST: a web page cannot set a policy cross-site."""
+    headers = client_headers(daemon)
+    headers.setRawHeaders("Content-Type", ["text/plain"])
+    api = stub_client(daemon.site.resource)
+    response = result_of(
+        api.request("PUT", f"{API}/swarm/policy/{B}", data=b'{"policy":"hold"}', headers=headers)
+    )
+    assert response.code == 415
+    assert repo_of(daemon).policies() == []

@@ -1,0 +1,121 @@
+"""Each session's consent in storage (pigeond/storage/policies.py, migration 12): a held
+message is queued with no next_retry_at, never due, still expiring; policy changes apply
+to the messages already waiting."""
+
+from __future__ import annotations
+
+import re
+
+from pigeond.consent import POLICIES, Policy, held_reason
+from pigeond.storage import SwarmRepository
+from pigeond.storage.repository import Accept
+from tests.fixed_time import NOW_MS
+from tests.messages import new_message
+
+B, A, FRIEND = "ses_b", "ses_a", "ses_friend"
+
+
+def held_accept(repo: SwarmRepository, sender: str = A, expires_at: int | None = None) -> str:
+    """A message to B stored as held, as the send path stores it under B's ``hold``."""
+    message = new_message(B, sender=sender)
+    repo.accept_many([Accept(message, NOW_MS, expires_at, held=held_reason(B, Policy.HOLD))])
+    return message.msg_id
+
+
+def test_the_schema_check_lists_exactly_the_declared_policies(repo: SwarmRepository) -> None:
+    """Migration 12's CHECK names the policies pigeond.consent.POLICIES declares."""
+    sql = repo.connection.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'swarm_policies'"
+    ).fetchone()[0]
+    check = re.search(r"policy IN \(([^)]*)\)", sql)
+    assert check is not None
+    assert tuple(v.strip(" '") for v in check.group(1).split(",")) == POLICIES
+
+
+def test_a_session_without_a_policy_accepts(repo: SwarmRepository) -> None:
+    """The default needs no row: accept, nobody listed."""
+    policy = repo.policy_of(B)
+    assert (policy.policy, policy.allow, repo.policies()) == (Policy.ACCEPT, (), [])
+
+
+def test_a_held_message_is_never_ready(repo: SwarmRepository) -> None:
+    """A held message is in neither ready_targets nor ready_batch."""
+    held_accept(repo)
+    assert repo.ready_targets(NOW_MS + 1) == []
+    assert repo.ready_batch(B, NOW_MS + 1, 10) == []
+
+
+def test_an_allowed_message_is_not_stuck_behind_held_ones(repo: SwarmRepository) -> None:
+    """ready_batch steps over held messages to a due one behind them."""
+    held_accept(repo)
+    allowed = new_message(B, sender=FRIEND)
+    repo.accept(allowed, NOW_MS)
+    assert [m.msg_id for m in repo.ready_batch(B, NOW_MS, 10)] == [allowed.msg_id]
+
+
+def test_a_held_message_still_expires_and_notifies(repo: SwarmRepository) -> None:
+    """Held means queued: the expiry sweep ends it and tells its sender."""
+    msg_id = held_accept(repo, expires_at=NOW_MS + 1000)
+    assert repo.expire_due(NOW_MS + 1000) == [msg_id]
+    [notice] = repo.ready_batch(A, NOW_MS + 1000, 10)
+    assert notice.reply_to == msg_id
+
+
+def test_hold_holds_what_already_waits(repo: SwarmRepository) -> None:
+    """Switching to hold holds the queued messages, but not an allowed sender's."""
+    repo.accept(new_message(B, sender=A), NOW_MS)
+    allowed = new_message(B, sender=FRIEND)
+    repo.accept(allowed, NOW_MS)
+    change = repo.set_policy(B, Policy.HOLD, (FRIEND,), NOW_MS, B)
+    assert (change.held, change.released) == (1, 0)
+    assert [m.msg_id for m in repo.ready_batch(B, NOW_MS, 10)] == [allowed.msg_id]
+
+
+def test_a_message_in_doubt_is_never_held(repo: SwarmRepository) -> None:
+    """A message whose hand-off may have happened is left alone by hold."""
+    message = new_message(B)
+    repo.accept(message, NOW_MS)
+    repo.connection.execute(
+        "UPDATE swarm_messages SET handoff_intent_at = ? WHERE msg_id = ?",
+        (NOW_MS, message.msg_id),
+    )
+    assert repo.set_policy(B, Policy.HOLD, (), NOW_MS, B).held == 0
+
+
+def test_accept_releases_every_held_message_in_order(repo: SwarmRepository) -> None:
+    """Switching back to accept makes every held message due at once, in accept order."""
+    repo.set_policy(B, Policy.HOLD, (), NOW_MS, B)
+    first, second = held_accept(repo), held_accept(repo)
+    change = repo.set_policy(B, Policy.ACCEPT, (), NOW_MS + 5, B)
+    assert change.released == 2
+    assert [m.msg_id for m in repo.ready_batch(B, NOW_MS + 5, 10)] == [first, second]
+    assert repo.policies() == []
+
+
+def test_release_keeps_the_policy(repo: SwarmRepository) -> None:
+    """release_held makes the held messages due; the session still holds."""
+    repo.set_policy(B, Policy.HOLD, (), NOW_MS, B)
+    msg_id = held_accept(repo)
+    assert repo.release_held(B, NOW_MS + 1) == 1
+    assert [m.msg_id for m in repo.ready_batch(B, NOW_MS + 1, 10)] == [msg_id]
+    assert repo.policy_of(B).policy is Policy.HOLD
+
+
+def test_adding_a_sender_to_the_allow_list_releases_its_messages(repo: SwarmRepository) -> None:
+    """Under hold, a sender newly allowed gets its held messages through."""
+    repo.set_policy(B, Policy.HOLD, (), NOW_MS, B)
+    from_friend, from_a = held_accept(repo, sender=FRIEND), held_accept(repo)
+    change = repo.set_policy(B, Policy.HOLD, (FRIEND,), NOW_MS + 1, B)
+    assert change.released == 1
+    assert [m.msg_id for m in repo.ready_batch(B, NOW_MS + 1, 10)] == [from_friend]
+    assert repo.held_counts() == {B: 1} and from_a
+
+
+def test_a_policy_is_stored_with_its_allow_list_and_author(repo: SwarmRepository) -> None:
+    """set_policy's row reads back whole."""
+    repo.set_policy(B, Policy.REFUSE, (FRIEND, "@reviewer"), NOW_MS, "operator")
+    [stored] = repo.policies()
+    assert stored.view() == {
+        "session": B, "policy": "refuse", "allow": [FRIEND, "@reviewer"],
+        "updated_at": NOW_MS, "updated_by": "operator",
+    }  # fmt: skip
