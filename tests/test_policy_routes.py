@@ -102,6 +102,12 @@ def test_omitting_allow_keeps_the_allow_list(daemon: Daemon) -> None:
     assert put(daemon, {"policy": "refuse"})[1]["allow"] == [FRIEND]
 
 
+def test_a_null_allow_keeps_the_allow_list_as_documented(daemon: Daemon) -> None:
+    """``"allow": null`` is the same as leaving it out (the OpenAPI document says so)."""
+    put(daemon, {"policy": "hold", "allow": [FRIEND]})
+    assert put(daemon, {"policy": "refuse", "allow": None})[1]["allow"] == [FRIEND]
+
+
 @pytest.mark.parametrize(
     ("body", "error"),
     [

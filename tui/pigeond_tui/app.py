@@ -151,6 +151,11 @@ class PigeonApp(App[None]):
         self.sub_title = str(self.db) if problem is None else f"{self.db} · {visible(problem)}"
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
+        """Fill the main view; skipped while a modal screen (a question, the help, the
+        owed or policy view) is on top: the queries would look in that screen, and the
+        next refresh after it closes shows the data anyway."""
+        if len(self.screen_stack) > 1:
+            return
         self.snapshot = snapshot
         now = self.clock()
         self.query_one("#counts", Static).update(counts_text(snapshot))
