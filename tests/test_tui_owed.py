@@ -73,3 +73,24 @@ def test_the_owed_view_says_when_nobody_owes_anything(tmp_path: Path) -> None:
 
     drive(db, script)
     assert foot[0].startswith("nobody owes a reply")
+
+
+def test_a_refresh_while_the_owed_view_is_open_fills_the_main_view(tmp_path: Path) -> None:
+    """A refresh that lands while a modal screen is on top fills the main view's widgets
+    (a query of the top screen found nothing there and failed the worker)."""
+    db = seed_owed(tmp_path / "owed.db")
+    rows: list[int] = []
+
+    async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
+        await pilot.press("o")
+        await settle(app, pilot)
+        repo = SwarmRepository(open_database(db))
+        repo.accept_many([Accept(new_message("ses_new", msg_id="msg_new"), NOW)])
+        repo.close()
+        app.refresh_data()
+        await settle(app, pilot)
+        assert isinstance(app.screen, OwedScreen)
+        rows.append(app.main_view.query_one("#queued", DataTable).row_count)
+
+    drive(db, script)
+    assert rows == [2]  # ses_w (msg_chat) and now ses_new

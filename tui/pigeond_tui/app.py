@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from rich.text import Text
 from textual import on, work
@@ -26,6 +26,7 @@ from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.notifications import SeverityLevel
+from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static, Tab, Tabs
 
 from pigeond.cli.actions import ACTIONS, Action, outcome_line, refusal, repository, resolve_db
@@ -120,13 +121,20 @@ class PigeonApp(App[None]):
                 yield Static(id="detail")
         yield Footer()
 
+    @property
+    def main_view(self) -> Screen[Any]:
+        """The screen of the main view, at the bottom of the stack: a refresh that lands
+        while a modal screen (a question, the help, the owed or policy view) is on top
+        fills these widgets, not that screen's (where a query finds nothing)."""
+        return self.screen_stack[0]
+
     def on_mount(self) -> None:
         self.sub_title = str(self.db)
-        self.query_one("#queued", DataTable).add_columns(*QUEUED_PANEL)
-        self.query_one("#failed", DataTable).add_columns(*FAILED_COLUMNS)
-        self.query_one("#messages", DataTable).add_columns(*TABLE_COLUMNS)
-        self.query_one("#filter", Input).display = False
-        self.query_one("#messages", DataTable).focus()
+        self.main_view.query_one("#queued", DataTable).add_columns(*QUEUED_PANEL)
+        self.main_view.query_one("#failed", DataTable).add_columns(*FAILED_COLUMNS)
+        self.main_view.query_one("#messages", DataTable).add_columns(*TABLE_COLUMNS)
+        self.main_view.query_one("#filter", Input).display = False
+        self.main_view.query_one("#messages", DataTable).focus()
         self.refresh_data()
         self.set_interval(self.interval, self.refresh_data)
 
@@ -151,14 +159,9 @@ class PigeonApp(App[None]):
         self.sub_title = str(self.db) if problem is None else f"{self.db} · {visible(problem)}"
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
-        """Fill the main view; skipped while a modal screen (a question, the help, the
-        owed or policy view) is on top: the queries would look in that screen, and the
-        next refresh after it closes shows the data anyway."""
-        if len(self.screen_stack) > 1:
-            return
         self.snapshot = snapshot
         now = self.clock()
-        self.query_one("#counts", Static).update(counts_text(snapshot))
+        self.main_view.query_one("#counts", Static).update(counts_text(snapshot))
         queued = [
             (q.target, [*queue_cells(q, now), consent_cell(snapshot.consent, q.target)])
             for q in snapshot.queued
@@ -175,7 +178,7 @@ class PigeonApp(App[None]):
             (m.msg_id, message_cells(m, now, TABLE_COLUMNS, CELL_WIDTHS))
             for m in sorted(self.messages.values(), key=SORTS[self.sort])
         ]
-        table = self.query_one("#messages", DataTable)
+        table = self.main_view.query_one("#messages", DataTable)
         self.shown_width = table.size.width
         room = last_column_width(
             TABLE_COLUMNS, [cells for _, cells in rows],
@@ -195,15 +198,15 @@ class PigeonApp(App[None]):
         resize that keeps the width (a scrollbar appearing, a new height) refills nothing."""
         if self.snapshot is not None:
             with suppress(NoMatches):
-                if self.query_one("#messages", DataTable).size.width != self.shown_width:
+                if self.main_view.query_one("#messages", DataTable).size.width != self.shown_width:
                     self.show_messages()
 
     def fill(self, selector: str, columns: Sequence[str], rows: Rows) -> None:
-        fill_table(self.query_one(selector, DataTable), columns, rows)
+        fill_table(self.main_view.query_one(selector, DataTable), columns, rows)
 
     def highlighted(self) -> StoredMessage | None:
         try:
-            table = self.query_one("#messages", DataTable)
+            table = self.main_view.query_one("#messages", DataTable)
         except NoMatches:  # asked before the table is there (the footer's first look)
             return None
         if not table.row_count:
@@ -213,7 +216,7 @@ class PigeonApp(App[None]):
 
     def show_detail(self) -> None:
         message = self.highlighted()
-        pane = self.query_one("#detail", Static)
+        pane = self.main_view.query_one("#detail", Static)
         pane.update(detail_text(message, self.clock()) if message else Text("no message selected"))
 
     @on(DataTable.RowHighlighted, "#messages")
@@ -260,7 +263,7 @@ class PigeonApp(App[None]):
         self.refresh_data()
 
     def action_state(self, tab: str) -> None:
-        self.query_one("#states", Tabs).active = tab
+        self.main_view.query_one("#states", Tabs).active = tab
 
     @on(Tabs.TabActivated, "#states")
     def state_changed(self, event: Tabs.TabActivated) -> None:
@@ -270,7 +273,7 @@ class PigeonApp(App[None]):
             self.refresh_data()
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self.main_view.query_one("#filter", Input)
         box.display = True
         box.focus()
 
@@ -280,14 +283,14 @@ class PigeonApp(App[None]):
         self.page = 0
         if not self.filter_text:
             event.input.display = False
-        self.query_one("#messages", DataTable).focus()
+        self.main_view.query_one("#messages", DataTable).focus()
         self.refresh_data()
 
     def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self.main_view.query_one("#filter", Input)
         box.value = ""
         box.display = False
-        self.query_one("#messages", DataTable).focus()
+        self.main_view.query_one("#messages", DataTable).focus()
         if self.filter_text:
             self.filter_text = ""
             self.page = 0
