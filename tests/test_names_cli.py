@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -16,6 +14,7 @@ from pigeond.storage import SwarmRepository, open_database
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, raw_controls
 from tests.messages import new_message
+from tests.stdlib_http import JsonHandler, serving
 
 
 @pytest.fixture
@@ -56,36 +55,22 @@ def test_names_json_is_exact(db: Path, capsys: pytest.CaptureFixture[str]) -> No
     }  # fmt: skip
 
 
-class _NamesHandler(BaseHTTPRequestHandler):
+class _NamesHandler(JsonHandler):
     """A daemon's POST /swarm/names: 200, or 409 when ``answer`` says so."""
 
     seen: ClassVar[list[dict[str, Any]]] = []
     answer: ClassVar[tuple[int, dict[str, Any]]] = (200, {})
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("content-length", "0"))
-        _NamesHandler.seen.append(json.loads(self.rfile.read(length)))
-        status, body = _NamesHandler.answer
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        _NamesHandler.seen.append(json.loads(self.read_body()))
+        self.send_json(*_NamesHandler.answer)
 
 
 @pytest.fixture
 def daemon_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _NamesHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     _NamesHandler.seen.clear()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_NamesHandler) as url:
+        yield url
 
 
 def test_name_set_posts_the_claim(daemon_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,9 +6,7 @@ import dataclasses
 import json
 import re
 import sqlite3
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
 from tests.messages import new_message
+from tests.stdlib_http import JsonHandler, serving
 
 NOW = NOW_MS
 LATER = NOW + 90_000
@@ -385,7 +384,7 @@ def test_usage_errors_are_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "ls", "--limit", "many")[0] == 2
 
 
-class _InboxHandler(BaseHTTPRequestHandler):
+class _InboxHandler(JsonHandler):
     seen: list[str] = []  # noqa: RUF012 - shared with the test on purpose
     authorization: list[str | None] = []  # noqa: RUF012 - likewise
 
@@ -414,37 +413,19 @@ class _InboxHandler(BaseHTTPRequestHandler):
                 "has_more": False,
                 "next_cursor": "cur_1",
             }  # fmt: skip
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self.send_json(status, body)
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("content-length", "0"))
-        _InboxHandler.seen.append(self.path + " " + self.rfile.read(length).decode())
-        data = json.dumps({"accepted": True, "msg_id": "msg_sent"}).encode()
-        self.send_response(202)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        _InboxHandler.seen.append(self.path + " " + self.read_body().decode())
+        self.send_json(202, {"accepted": True, "msg_id": "msg_sent"})
 
 
 @pytest.fixture
 def daemon_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _InboxHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     _InboxHandler.seen.clear()
     _InboxHandler.authorization.clear()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_InboxHandler) as url:
+        yield url
 
 
 def test_inbox_json_passes_the_daemons_answer(
