@@ -4,10 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -15,36 +12,22 @@ import pytest
 
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.data import health_line
+from tests.stdlib_http import JsonHandler, serving
 from tests.tui_support import LATER, seed, settle
 
 SENTENCE = "opencode at http://127.0.0.1:4096 speaks an API pigeond does not support (2.x?)"
 
 
-class _Health(BaseHTTPRequestHandler):
+class _Health(JsonHandler):
     answer: ClassVar[dict[str, Any]] = {}
 
     def do_GET(self) -> None:
-        data = json.dumps(self.answer).encode()
-        self.send_response(200 if self.path == "/health" else 404)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet."""
+        self.send_json(200 if self.path == "/health" else 404, self.answer)
 
 
 def serve(answer: dict[str, Any]) -> Iterator[str]:
-    handler = type("Health", (_Health,), {"answer": answer})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(type("Health", (_Health,), {"answer": answer})) as url:
+        yield url
 
 
 @pytest.fixture
