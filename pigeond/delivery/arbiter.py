@@ -5,11 +5,12 @@ two prompts for one session arrive at once, so every prompt to a target goes
 through ``_in_flight[target]``, a single Deferred that drains that target's
 queue.  In ``turn`` delivery the drain also holds the slot until the turn its
 prompt started has ended, so the next prompt never lands in a running turn.
-Different targets drain in parallel.  The tick (:attr:`Arbiter.ticking_service`, a
-``TimerService`` of its own, started and stopped with the arbiter) is the
-safety net for retries and restarts (the expiry sweep and the verifier are
-jobs of their own); a new message for an idle target is dispatched at once by
-:meth:`kick`.
+What one drain does is :mod:`pigeond.delivery.drain`; what it writes once a hand-off
+has ended, :mod:`pigeond.delivery.outcomes`.  Different targets drain in parallel.
+The tick (:attr:`Arbiter.ticking_service`, a ``TimerService`` of its own, started
+and stopped with the arbiter) is the safety net for retries and restarts (the expiry
+sweep and the verifier are jobs of their own); a new message for an idle target is
+dispatched at once by :meth:`kick`.
 
 Faults of the database are not faults of delivery.  A prompt opencode took
 (2xx) whose hand-off cannot be written (disk full) is kept in memory as an
@@ -36,12 +37,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from twisted.application.internet import TimerService
-from twisted.internet.defer import CancelledError, Deferred, DeferredList, succeed
+from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.config import Config
+from pigeond.delivery.drain import TargetDrain
 from pigeond.delivery.grouping import (
     Grouped,
     HandOffRecord,
@@ -50,14 +52,11 @@ from pigeond.delivery.grouping import (
     record_hand_offs,
 )
 from pigeond.delivery.metrics import DeliveryMetrics
-from pigeond.delivery.opencode_client import FailureKind, OpencodeError
-from pigeond.delivery.outcomes import HandOffOutcomes
 from pigeond.delivery.policy import (
     BACKOFF_SCHEDULE_S,
     DeliveryPolicy,
     UnrecordedHandOff,
     backoff_after,
-    within_bytes,
 )
 from pigeond.delivery.preflight import directory_problem
 from pigeond.delivery.prompting import (
@@ -65,11 +64,10 @@ from pigeond.delivery.prompting import (
     ModeAwarePrompter,
     ModeSource,
     PromptSender,
-    handoff_mode,
 )
 from pigeond.delivery.recovery import HandOffRecovery
 from pigeond.delivery.registry import DirectoryResolver
-from pigeond.delivery.turns import TURN_ENDED, TurnMark, TurnTracker
+from pigeond.delivery.turns import TurnTracker
 from pigeond.delivery.verifier import TranscriptReader
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError, SwarmRepository
@@ -86,7 +84,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-class Arbiter(HandOffOutcomes):
+class Arbiter(TargetDrain):
     def __init__(
         self,
         db: Database,
@@ -181,11 +179,6 @@ class Arbiter(HandOffOutcomes):
                 msg_ids=list(lost.msg_ids), target=lost.target, error=lost.error,
             )  # fmt: skip
         self._closed = True
-
-    @property
-    def stopping(self) -> bool:
-        """Set by :meth:`stop`; a drain reads it again after every wait."""
-        return self._stopping
 
     def in_flight_targets(self) -> list[str]:
         return sorted(self._in_flight)
@@ -309,109 +302,3 @@ class Arbiter(HandOffOutcomes):
 
     def _log_drain_failure(self, failure: Failure, target: str) -> None:
         log.failure("delivery to {target} stopped on an error", failure, target=target)
-
-    # -- one target ---------------------------------------------------------------
-
-    async def _next_batch(self, target: str) -> tuple[list[StoredMessage], list[str], bool]:
-        """The due head of the queue, bounded by ``batch_max`` and ``batch_max_bytes``, and
-        whether more may be due behind it (a bound cut the batch)."""
-        self._kicked_in_flight.discard(target)  # this read sees what was kicked so far
-
-        def read() -> Deferred[list[StoredMessage]]:
-            return self._ready_reads(ReadyAsk(target, self._now_ms(), self._policy.batch_max))
-
-        # a message in doubt (a crash during its hand-off) is looked for in the transcript
-        due = await self._recovery.settled(target, await read(), read, self._policy.outage_retry_s)
-        batch, texts = within_bytes(due, self._policy.batch_max_bytes)
-        return batch, texts, len(due) >= self._policy.batch_max or len(batch) < len(due)
-
-    async def _drain(self, target: str) -> None:
-        """Hand off ``target``'s due messages, a batch at a time, until none is due or one
-        fails.  A database that cannot be read pauses the drain until a later tick: it is
-        not the delivery's failure, so no attempt is spent on it."""
-        try:
-            await self._drain_batches(target)
-        except StorageError as e:
-            # a full disk fails every tick's intent write: say so once, not twenty times a second
-            if not self._closed and self._paused.get(target) != str(e):
-                log.error("delivery to {target} paused: {error}; trying again every tick",
-                               target=target, error=str(e))  # fmt: skip
-            self._paused[target] = str(e)
-        else:
-            self._paused.pop(target, None)
-
-    async def _drain_batches(self, target: str) -> None:
-        """The queue is read again after a hand-off only if something may be due there:
-        a bound cut the batch, or the target was kicked meanwhile (a send, a requeue, the
-        tick); otherwise that read would find nothing.  (What comes without a kick, from
-        another process, waits for the tick.)"""
-        if target in self._unrecorded and not await self._retry_record(target):
-            return
-        more = True
-        while more and not self._stopping:
-            batch, texts, more = await self._next_batch(target)
-            if not batch:
-                return
-            try:
-                directory = await self._registry.resolve(target)
-                problem = self._check_directory(directory)
-                if problem is not None:
-                    raise OpencodeError(problem, kind=FailureKind.OUTAGE)
-                if self._turns is not None:
-                    waited_from = self._clock.seconds()
-                    known_idle = self._turns.known_idle(target)
-                    why = await self._turns.wait_until_idle(target, directory)
-                    self.metrics.turn_wait.observe(self._clock.seconds() - waited_from)
-                    if why != "idle":
-                        log.warn("{target}: {why}", target=target, why=why)
-                    if self.stopping:
-                        return
-                    if not known_idle:
-                        # messages may have come (more urgent ones too) while we waited
-                        batch, texts, more = await self._next_batch(target)
-                        if not batch:
-                            return
-                mode, note = await self._prompter.mode(target, directory)
-                if self.stopping or self._database_vanished():
-                    return  # nothing was sent; the messages stay queued
-                batch, texts = await self._recovery.record(batch, texts)  # before the call
-                if not batch:
-                    continue  # cancelled meanwhile
-                mark = self._turns.mark(target) if self._turns is not None else None
-                mode, note = await self._prompter.send(target, directory, texts, mode, note)
-            except OpencodeError as e:
-                if self._ended_late(target, batch, f"failed: {e}"):
-                    return
-                await self._record_failure(target, batch, e)
-                return
-            except StorageError:
-                raise  # reading the queue again failed: nothing was sent
-            except Exception:
-                # a bug of ours, not the delivery's: never charged to the messages
-                log.failure("delivery to {target} hit an error", target=target)
-                self.metrics.failures.labels("internal").inc()
-                self._hold(target, batch, "an internal error (see the traceback above)")
-                return
-            self._count_hand_off(batch)
-            if self._ended_late(target, batch, "taken by opencode"):
-                return
-            if not await self._record_hand_off(target, batch, handoff_mode(mode, note)):
-                return
-            if self._turns is not None and mark is not None:
-                await self._wait_turn_end(target, directory, mark)
-            more = more or target in self._kicked_in_flight
-
-    async def _wait_turn_end(self, target: str, directory: str, mark: TurnMark) -> None:
-        assert self._turns is not None
-        wait = Deferred.fromCoroutine(self._turns.wait_turn_end(target, directory, mark))
-        self._turn_waits.add(wait)
-        try:
-            why = await wait
-        except CancelledError:
-            return
-        finally:
-            self._turn_waits.discard(wait)
-        # the usual end is a debug line (one per hand-off, the hand-off's own line says
-        # enough); a wait cut short by a timeout explains a delay: info
-        level = log.debug if why == TURN_ENDED else log.info
-        level("{target}: {why}", target=target, why=why)
