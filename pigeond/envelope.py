@@ -44,9 +44,10 @@ def opening_tag(message: StoredMessage) -> str:
         ("kind", message.kind),
         ("from", message.from_session),
     ]
+    # a channel member's copy carries both: the channel, and which member it is for
     if message.channel is not None:
         attributes.append(("channel", message.channel))
-    else:
+    if message.to_session is not None or message.channel is None:
         attributes.append(("to", message.to_session or ""))
     attributes += [("msg_id", message.msg_id), ("priority", message.priority)]
     if message.reply_to is not None:

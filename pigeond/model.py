@@ -39,6 +39,9 @@ class State(StrEnum):
     CANCELLED = "cancelled"
     # a delivery.failed notice that could not be delivered either: nothing to fix
     DROPPED = "dropped"
+    # a channel message: copied, when accepted, into one delivery per member (each with
+    # its own state); never delivered itself, kept as the channel's history
+    FANNED_OUT = "fanned_out"
 
 
 # Sent by pigeond itself to a sender whose message ended failed or expired.
@@ -148,6 +151,8 @@ class StoredMessage(NewMessage):
     # the names sender and target held when the message was accepted (see storage/names.py)
     from_name: str | None = None
     to_name: str | None = None
+    # a channel member's delivery: the channel message it was fanned out from
+    channel_msg_id: str | None = None
 
     def receipt(self) -> str:
         """How far along :data:`RECEIPT_STAGES` a direct message has come."""
@@ -183,6 +188,7 @@ class StoredMessage(NewMessage):
             "verified_at": self.verified_at,
             "from_name": self.from_name,
             "to_name": self.to_name,
+            "channel_msg_id": self.channel_msg_id,
         }
 
 

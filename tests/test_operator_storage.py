@@ -192,7 +192,7 @@ def test_counts_and_queued_per_target(repo: SwarmRepository) -> None:
     repo.accept(new_message("ses_a", msg_id="msg_a1"), NOW_MS + 10)
     repo.accept(new_message("ses_b", msg_id="msg_b2"), NOW_MS + 20)
     repo.accept(new_message(channel="ops", msg_id="msg_c"), NOW_MS)
-    assert repo.count_channel_by_state() == {"queued": 1}
+    assert repo.count_channel_by_state() == {"fanned_out": 1}
     assert repo.count_by_state() == {"queued": 3}
     summary = [(t.target, t.queued, t.oldest_created_at) for t in repo.queued_per_target(NOW_MS)]
     assert summary == [("ses_b", 2, NOW_MS), ("ses_a", 1, NOW_MS + 10)]

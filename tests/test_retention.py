@@ -77,7 +77,7 @@ def test_prune_removes_done_rows_older_than_the_cutoff_only(repo: SwarmRepositor
     pruned = repo.prune_batch(CUTOFF, 100)
     assert dict(pruned) == {
         ("direct", "handed_off"): 1, ("direct", "failed"): 1, ("direct", "expired"): 1,
-        ("direct", "cancelled"): 1, ("channel", "queued"): 1,
+        ("direct", "cancelled"): 1, ("channel", "fanned_out"): 1,
     }  # fmt: skip
     assert ids(repo) == {
         "msg_queued_old", "msg_unverified_old", "msg_verified_young", "msg_failed_young",
@@ -122,7 +122,7 @@ def test_prunable_summarises_without_deleting(repo: SwarmRepository) -> None:
         ("direct", "failed"): (1, OLD, OLD),
         ("direct", "expired"): (1, OLD, OLD),
         ("direct", "cancelled"): (1, OLD, OLD),
-        ("channel", "queued"): (1, OLD, OLD),
+        ("channel", "fanned_out"): (1, OLD, OLD),
     }
     assert len(ids(repo)) == 11
 

@@ -224,7 +224,7 @@ def test_inbox_lists_handed_off_only(api: Api) -> None:
     assert [m["msg_id"] for m in body["messages"]] == [delivered]
     assert set(body["messages"][0]) == {
         "msg_id", "from", "to", "channel", "kind", "priority", "reply_to", "payload",
-        "created_at", "handed_off_at", "verified_at", "from_name", "to_name",
+        "created_at", "handed_off_at", "verified_at", "from_name", "to_name", "channel_msg_id",
     }  # fmt: skip
     assert body["has_more"] is False
 

@@ -23,7 +23,7 @@ COLUMNS = (
     " attempts, next_retry_at, created_at, updated_at, handed_off_at, last_error,"
     " accept_seq, handoff_seq, verified_at, verify_by, requeue_count, expires_at,"
     " handoff_agent, handoff_provider, handoff_model, handoff_variant, handoff_note,"
-    " handoff_intent_at, answered_at, answer_message_id, from_name, to_name"
+    " handoff_intent_at, answered_at, answer_message_id, from_name, to_name, channel_msg_id"
 )
 
 P = ParamSpec("P")
@@ -134,6 +134,7 @@ class RepositoryBase:
         seq: int | None = None,
         from_name: str | None = None,
         to_name: str | None = None,
+        channel_msg_id: str | None = None,
     ) -> None:
         """Insert a queued message numbered ``seq`` (None: the accept sequence's next)."""
         if seq is None:
@@ -141,10 +142,10 @@ class RepositoryBase:
         conn.execute(
             "INSERT INTO swarm_messages (msg_id, from_session, to_session, channel, kind,"
             " priority, reply_to, payload, state, attempts, next_retry_at, created_at,"
-            " updated_at, accept_seq, expires_at, from_name, to_name)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?)",
+            " updated_at, accept_seq, expires_at, from_name, to_name, channel_msg_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, ?)",
             (msg_id, from_session, to_session, channel, kind, priority, reply_to, payload,
-             now_ms, now_ms, now_ms, seq, expires_at, from_name, to_name),
+             now_ms, now_ms, now_ms, seq, expires_at, from_name, to_name, channel_msg_id),
         )  # fmt: skip
 
     def _queue_notice(
@@ -158,6 +159,8 @@ class RepositoryBase:
         if ended.kind == NOTICE_KIND or not SESSION_ID_RE.fullmatch(ended.from_session):
             return None
         target = ended.to_session or f"channel {ended.channel}"
+        if ended.to_session is not None and ended.channel is not None:
+            target = f"{ended.to_session} (a member of channel {ended.channel})"
         payload = (
             f"pigeond could not deliver your message {ended.msg_id} to {target}: {reason}"
             f" (attempts: {ended.attempts}, requeues: {ended.requeue_count})."

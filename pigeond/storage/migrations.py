@@ -12,18 +12,23 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
+from pigeond.storage.addressing_schema import (
+    CLEAR_PENDING_SQL,
+    INDEX_PENDING_SQL,
+    PRUNABLE_SQL,
+    V11_NAMES,
+    V12_POLICIES,
+    V13_SEARCH,
+    V14_CHANNELS,
+)
+
 # The priority order, as one SQL expression: the ready-head index is built on
 # it and the head query orders by it, so the two must be the same text.
 PRIORITY_RANK_SQL = "(CASE priority WHEN 'urgent' THEN 0 WHEN 'normal' THEN 1 ELSE 2 END)"
 
-# Which rows are done, and so may be pruned once old enough: direct messages
-# verified in their target's transcript, failed, expired, cancelled or dropped;
-# and every channel message (stored, never delivered).  Never a queued direct
-# message, nor a hand-off still waiting to be verified.  The prunable index is
-# partial on this expression and the pruner's queries say it word for word
-# (SQLite uses a partial index only then), so the two must be the same text;
-# changing it takes a migration that rebuilds the index (as migration 6 did).
-PRUNABLE_SQL = (
+# The expression migration 6 rebuilt the prunable index with, kept as it was (the pruner's
+# expression today is addressing_schema.PRUNABLE_SQL, since channel messages fan out).
+_PRUNABLE_SQL_V6 = (
     "(channel IS NOT NULL OR state IN ('failed', 'expired', 'cancelled', 'dropped')"
     " OR (state = 'handed_off' AND verified_at IS NOT NULL))"
 )
@@ -147,7 +152,7 @@ UPDATE swarm_messages SET state = 'dropped'
 DROP INDEX idx_swarm_prunable;
 CREATE INDEX idx_swarm_prunable
     ON swarm_messages (updated_at)
-    WHERE {PRUNABLE_SQL};
+    WHERE {_PRUNABLE_SQL_V6};
 """
 
 # Direct messages by state, for the operator's reads (``pigeon``, ``pigeon-tui``, /health).
@@ -226,127 +231,6 @@ BEGIN
 END;
 """
 
-# Names: a session claims a name (``reviewer``) and senders write ``to: "@reviewer"``; the
-# name is resolved when the message is accepted and the row keeps both (``to_name``, and
-# ``from_name``: the sender's name then), so the envelope and history show who was meant
-# even after the name moves.  A session holds at most one name (claiming another gives the
-# first up): a message's ``from_name`` is then never ambiguous.  ``last_seen_at`` is kept by
-# the two triggers, in the writes that make it true (the send, the hand-off), whichever
-# code path makes them (pigeond/storage/names.py).
-_V11_NAMES = """
-CREATE TABLE swarm_names (
-    name         TEXT PRIMARY KEY,
-    session      TEXT NOT NULL UNIQUE,
-    claimed_at   INTEGER NOT NULL,
-    last_seen_at INTEGER NOT NULL
-);
-ALTER TABLE swarm_messages ADD COLUMN from_name TEXT;
-ALTER TABLE swarm_messages ADD COLUMN to_name TEXT;
-CREATE TRIGGER swarm_names_seen_sending AFTER INSERT ON swarm_messages
-BEGIN
-    UPDATE swarm_names SET last_seen_at = NEW.created_at
-    WHERE session = NEW.from_session AND last_seen_at < NEW.created_at;
-END;
-CREATE TRIGGER swarm_names_seen_handed AFTER UPDATE OF handed_off_at ON swarm_messages
-    WHEN NEW.handed_off_at IS NOT NULL AND NEW.to_session IS NOT NULL
-BEGIN
-    UPDATE swarm_names SET last_seen_at = NEW.handed_off_at
-    WHERE session = NEW.to_session AND last_seen_at < NEW.handed_off_at;
-END;
-"""
-
-# Search (issue 15): an FTS5 index over what a message says and who it is between (payload,
-# kind, sender, target, channel, and the names migration 11 added), kept in step with
-# swarm_messages by the triggers below, whoever writes (pigeond, ``pigeon``, ``sqlite3`` by
-# hand).  External content: the text is not stored twice, the index holds only tokens.
-# Its rowid is the message's accept_seq (unique, set at insert, never changed), not
-# swarm_messages' rowid, which a VACUUM may renumber on a table without an INTEGER
-# PRIMARY KEY.  A state change (hand-offs, requeues) touches no indexed column and costs
-# the index nothing.
-#
-# An insert is not indexed by its own statement: row by row, one FTS5 insert per
-# statement cost about 330 µs a message on a million-row index, against 8 µs for the
-# same rows in one INSERT ... SELECT (bench/search_table.py), and an accept is one
-# statement per message.  So the insert trigger only notes the accept_seq in
-# swarm_search_pending, and the storage package's write transaction indexes what is
-# noted in one statement before its COMMIT (INDEX_PENDING_SQL): a committed write of
-# pigeond's leaves nothing pending.  A row inserted by hand waits in swarm_search_pending
-# until pigeond's next write.  Deletes and updates are followed at once (a prune batch is
-# one statement), and know a pending row is not in the index yet.  The 'rebuild' fills
-# the index for the rows already there (6-11 s for a million here).
-_V13_SEARCH = """
-CREATE VIRTUAL TABLE swarm_search USING fts5 (
-    payload, kind, from_session, to_session, channel, from_name, to_name,
-    content = 'swarm_messages', content_rowid = 'accept_seq'
-);
-CREATE TABLE swarm_search_pending (seq INTEGER PRIMARY KEY);
-CREATE TRIGGER swarm_search_insert AFTER INSERT ON swarm_messages
-    WHEN NEW.accept_seq IS NOT NULL
-BEGIN
-    INSERT OR IGNORE INTO swarm_search_pending (seq) VALUES (NEW.accept_seq);
-END;
-CREATE TRIGGER swarm_search_delete AFTER DELETE ON swarm_messages
-    WHEN OLD.accept_seq IS NOT NULL
-BEGIN
-    INSERT INTO swarm_search (swarm_search, rowid, payload, kind, from_session, to_session,
-                              channel, from_name, to_name)
-    SELECT 'delete', OLD.accept_seq, OLD.payload, OLD.kind, OLD.from_session,
-           OLD.to_session, OLD.channel, OLD.from_name, OLD.to_name
-    WHERE NOT EXISTS (SELECT 1 FROM swarm_search_pending WHERE seq = OLD.accept_seq);
-    DELETE FROM swarm_search_pending WHERE seq = OLD.accept_seq;
-END;
-CREATE TRIGGER swarm_search_update
-    AFTER UPDATE OF accept_seq, payload, kind, from_session, to_session, channel, from_name,
-                    to_name
-    ON swarm_messages
-BEGIN
-    INSERT INTO swarm_search (swarm_search, rowid, payload, kind, from_session, to_session,
-                              channel, from_name, to_name)
-    SELECT 'delete', OLD.accept_seq, OLD.payload, OLD.kind, OLD.from_session,
-           OLD.to_session, OLD.channel, OLD.from_name, OLD.to_name
-    WHERE OLD.accept_seq IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM swarm_search_pending WHERE seq = OLD.accept_seq);
-    DELETE FROM swarm_search_pending WHERE seq = OLD.accept_seq;
-    INSERT INTO swarm_search (rowid, payload, kind, from_session, to_session, channel,
-                              from_name, to_name)
-    SELECT NEW.accept_seq, NEW.payload, NEW.kind, NEW.from_session, NEW.to_session,
-           NEW.channel, NEW.from_name, NEW.to_name
-    WHERE NEW.accept_seq IS NOT NULL;
-END;
-INSERT INTO swarm_search (swarm_search) VALUES ('rebuild');
-"""
-
-# What the search triggers noted, indexed in one statement and forgotten: run by the
-# storage package before each COMMIT (storage/base.py), and by bulk loaders.  CROSS JOIN
-# keeps the few noted rows the outer loop, each message found by idx_swarm_accept_seq:
-# without statistics the planner may otherwise walk every message (130 ms a write with a
-# million rows).
-INDEX_PENDING_SQL = (
-    "INSERT INTO swarm_search (rowid, payload, kind, from_session, to_session, channel,"
-    " from_name, to_name)"
-    " SELECT m.accept_seq, m.payload, m.kind, m.from_session, m.to_session, m.channel,"
-    " m.from_name, m.to_name"
-    " FROM swarm_search_pending AS p CROSS JOIN swarm_messages AS m ON m.accept_seq = p.seq"
-)
-CLEAR_PENDING_SQL = "DELETE FROM swarm_search_pending"
-
-# Each session's consent (pigeond/consent.py): one row per session that is not on the
-# default ``accept``, or has an allow-list.  The arbiter never reads this table: a held
-# message is a queued row with no ``next_retry_at`` (never due, so the tick's query and
-# its index are unchanged), written so by the accept and by every policy change in the
-# same transaction (pigeond/storage/policies.py).  ``allow`` is a JSON array of senders.
-# The CHECK lists pigeond.consent.POLICIES as they were at version 12 (a migration never
-# changes; tests/test_policy_storage.py holds the two together).
-_V12_POLICIES = """
-CREATE TABLE swarm_policies (
-    session     TEXT PRIMARY KEY,
-    policy      TEXT NOT NULL CHECK (policy IN ('accept', 'hold', 'refuse')),
-    allow       TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(allow)),
-    updated_at  INTEGER NOT NULL,
-    updated_by  TEXT
-) WITHOUT ROWID;
-"""
-
 Migration = Callable[[sqlite3.Connection], None]
 
 
@@ -386,7 +270,16 @@ MIGRATIONS: list[Migration] = [
     _script(_V8_HANDOFF_INTENT),
     _script(_V9_ANSWERED),
     _script(_V10_OBLIGATIONS),
-    _script(_V11_NAMES),
-    _script(_V12_POLICIES),
-    _script(_V13_SEARCH),
+    _script(V11_NAMES),
+    _script(V12_POLICIES),
+    _script(V13_SEARCH),
+    _script(V14_CHANNELS),
+]
+
+__all__ = [
+    "CLEAR_PENDING_SQL",
+    "INDEX_PENDING_SQL",
+    "MIGRATIONS",
+    "PRIORITY_RANK_SQL",
+    "PRUNABLE_SQL",
 ]

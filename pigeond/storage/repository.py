@@ -17,6 +17,7 @@ from enum import Enum
 
 from pigeond.model import NewMessage, StoredMessage
 from pigeond.storage.base import COLUMNS, reads, row_to_message
+from pigeond.storage.channels import Channels
 from pigeond.storage.delivery import DEFAULT_NOTICE_TTL_MS, DeliveryTransitions
 from pigeond.storage.intents import HandOffIntents
 from pigeond.storage.names import Names
@@ -103,6 +104,7 @@ class SwarmRepository(
     Names,
     Search,
     Policies,
+    Channels,
 ):
     def __init__(
         self, conn: sqlite3.Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS
@@ -136,24 +138,27 @@ class SwarmRepository(
             last_seq = self._sequence_value(conn, "accept")
             outcomes = []
             for accept in accepts:
-                outcome = self._accept_one(conn, accept, last_seq + 1)
-                if outcome is AcceptOutcome.STORED:
-                    last_seq += 1
+                outcome, numbered = self._accept_one(conn, accept, last_seq + 1)
+                last_seq += numbered
                 outcomes.append(outcome)
             self._set_sequence(conn, "accept", last_seq)
             return outcomes
 
-    def _accept_one(self, conn: sqlite3.Connection, accept: Accept, seq: int) -> AcceptOutcome:
-        """Store ``accept`` numbered ``seq``, unless its msg_id is taken or its target full."""
+    def _accept_one(
+        self, conn: sqlite3.Connection, accept: Accept, seq: int
+    ) -> tuple[AcceptOutcome, int]:
+        """Store ``accept`` numbered ``seq``, unless its msg_id is taken or its target full;
+        a channel message is fanned out to its members, numbered after it.  Returns the
+        outcome and how many accept numbers were used."""
         message = accept.message
         existing = self._get(conn, message.msg_id)
         if existing is not None:
             if message.same_content(existing):
-                return AcceptOutcome.DUPLICATE
-            return AcceptOutcome.CONFLICT
+                return AcceptOutcome.DUPLICATE, 0
+            return AcceptOutcome.CONFLICT, 0
         target, cap = message.to_session, accept.queue_cap
         if cap > 0 and target is not None and self._queued_for(conn, target, cap) >= cap:
-            return AcceptOutcome.TARGET_FULL
+            return AcceptOutcome.TARGET_FULL, 0
         from_name, target_name = self._names_of(conn, message.from_session, target)
         self._insert(
             conn, msg_id=message.msg_id, from_session=message.from_session,
@@ -162,13 +167,19 @@ class SwarmRepository(
             now_ms=accept.now_ms, expires_at=accept.expires_at, seq=seq,
             from_name=from_name, to_name=accept.to_name or target_name,
         )  # fmt: skip
+        numbered = 1
+        if message.channel is not None:
+            numbered += self._fan_out(
+                conn, message, now_ms=accept.now_ms, expires_at=accept.expires_at,
+                first_seq=seq + 1, queue_cap=cap, from_name=from_name,
+            )  # fmt: skip
         if accept.held is not None:
             self._hold_new(conn, message.msg_id, accept.held)
         if accept.reply_within_ms > 0 and message.to_session is not None:
             self._owe(conn, message, accept.reply_within_ms, accept.now_ms)
         if message.reply_to is not None:
             self._meet(conn, message, accept.now_ms)
-        return AcceptOutcome.STORED
+        return AcceptOutcome.STORED, numbered
 
     # -- reading -----------------------------------------------------------
 
@@ -178,7 +189,8 @@ class SwarmRepository(
 
     @reads
     def count_by_state(self) -> dict[str, int]:
-        """Counts of direct messages by state; channel messages are not counted."""
+        """Counts of deliveries by state: direct messages and channel members' copies
+        (a channel message itself is not one: its copies are counted)."""
         rows = self._conn.execute(
             "SELECT state, COUNT(*) FROM swarm_messages WHERE to_session IS NOT NULL GROUP BY state"
         ).fetchall()

@@ -1,7 +1,7 @@
 """Pruning done history, and giving its pages back to the file system.
 
 Without it every message stays forever: 100,000 messages of 1 KiB left a
-162 MB file.  What may go is :data:`~pigeond.storage.schema.PRUNABLE_SQL`:
+162 MB file.  What may go is :data:`~pigeond.storage.addressing_schema.PRUNABLE_SQL`:
 direct messages that are verified in their target's transcript, failed,
 expired or cancelled, and channel messages (stored, never delivered, so age is
 all that can end them).  A queued direct message, and a hand-off not yet

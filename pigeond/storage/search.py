@@ -43,13 +43,15 @@ _SESSION_COLUMNS: Final = "{from_session to_session}"
 _MESSAGE_COLUMNS: Final = ", ".join("m." + c.strip() for c in COLUMNS.split(","))
 
 # Matches newest first, joined to their rows by the accept sequence; ``state`` and
-# ``session`` (None: any) are checked on the row itself.
+# ``session`` (None: any) are checked on the row itself.  A sender finds its channel
+# message once, not once more per member's copy; a member finds its own copy.
 SEARCH_SQL: Final = (
     f"SELECT {_MESSAGE_COLUMNS} FROM swarm_search"
     " JOIN swarm_messages AS m ON m.accept_seq = swarm_search.rowid"
     " WHERE swarm_search MATCH :match"
     " AND (:state IS NULL OR m.state = :state)"
-    " AND (:session IS NULL OR m.from_session = :session OR m.to_session = :session)"
+    " AND (:session IS NULL OR m.to_session = :session"
+    " OR (m.from_session = :session AND m.channel_msg_id IS NULL))"
     " ORDER BY swarm_search.rowid DESC LIMIT :limit OFFSET :offset"
 )
 

@@ -1,0 +1,300 @@
+"""Channels (migration 14): who is a member, the fan-out of a channel message, its history.
+
+A channel message is stored twice over, in the accept's one transaction: once as the
+channel message itself (``to_session`` NULL, state ``fanned_out``: the channel's history,
+which members who join later can read) and once per member but the sender, as a delivery
+of its own (``to_session`` the member, ``channel`` kept, ``channel_msg_id`` naming the
+channel message).  From there a delivery is an ordinary queued message: the arbiter hands
+it to its member in that member's queue order, and retries, expiry, notices, receipts and
+owed replies treat it as they treat a direct message.  Who is a member is read in the same
+transaction as the insert, so a member who joins after the accept never gets the message
+and one who left before it never does.
+
+Each member's own consent applies to its copy, as it would to a direct message: ``hold``
+holds it, ``refuse`` (unless the sender is on its allow-list) leaves that member out, and
+a member whose queue is at the cap (``queue_cap``) is left out too, rather than refusing
+the channel's other members their copy.  Who was left out, and why, is written on the
+channel message (``last_error``), so a retried send answers what the first one did.
+
+Times come in as unix milliseconds: nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final
+
+from pigeond.consent import InboundPolicy, Policy, Verdict, held_reason, parse_allow
+from pigeond.ids import make_msg_id
+from pigeond.model import NewMessage, StoredMessage
+from pigeond.storage.base import COLUMNS, RepositoryBase, reads, row_to_message
+from pigeond.storage.delivery import QUEUED_FOR_TARGET_SQL
+
+# The most members a channel may have unless the configuration says otherwise.
+DEFAULT_MAX_CHANNEL_MEMBERS: Final = 32
+# The most channels a listing shows (a swarm on one workstation has a handful).
+CHANNEL_LIST_LIMIT: Final = 1000
+# ``last_error`` of a channel message some members were left out of starts so.
+SKIPPED_PREFIX: Final = "not delivered to: "
+
+# The channel's history after an accept number, oldest first (idx_swarm_channel_history).
+HISTORY_PAGE_SQL: Final = (
+    f"SELECT {COLUMNS} FROM swarm_messages"
+    " WHERE channel = ? AND to_session IS NULL AND accept_seq > ?"
+    " ORDER BY accept_seq LIMIT ?"
+)
+# A channel's members but the sender, with the name and the policy each holds now.
+_RECIPIENTS_SQL: Final = (
+    "SELECT c.session, n.name, p.policy, p.allow FROM swarm_channel_members AS c"
+    " LEFT JOIN swarm_names AS n ON n.session = c.session"
+    " LEFT JOIN swarm_policies AS p ON p.session = c.session"
+    " WHERE c.channel = ? AND c.session != ? ORDER BY c.joined_at, c.session"
+)
+
+
+class JoinOutcome(Enum):
+    JOINED = "joined"
+    ALREADY = "already"  # the session was a member; nothing written
+    FULL = "full"  # the channel has its most members; nothing written
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelMember:
+    """One member, as ``GET /swarm/channels/<channel>`` and ``pigeon channel`` show it."""
+
+    session: str
+    name: str | None
+    joined_at: int
+
+    def view(self) -> dict[str, object]:
+        return {"session": self.session, "name": self.name, "joined_at": self.joined_at}
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelEntry:
+    """One channel with members: how many, and when its last message was accepted."""
+
+    channel: str
+    members: int
+    last_message_at: int | None
+
+    def view(self) -> dict[str, object]:
+        return {
+            "channel": self.channel,
+            "members": self.members,
+            "last_message_at": self.last_message_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A member a channel message was not delivered to, and why."""
+
+    session: str
+    reason: str
+
+    def view(self) -> dict[str, str]:
+        return {"session": self.session, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    """What one channel message became: its members' deliveries, and who was left out."""
+
+    deliveries: list[StoredMessage]
+    skipped: list[Skipped]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    messages: list[StoredMessage]
+    has_more: bool
+
+
+def _skipped_text(skipped: list[Skipped]) -> str | None:
+    if not skipped:
+        return None
+    return SKIPPED_PREFIX + "; ".join(f"{s.session} ({s.reason})" for s in skipped)
+
+
+def parse_skipped(last_error: str | None) -> list[Skipped]:
+    """The members a channel message's ``last_error`` says it was not delivered to."""
+    if last_error is None or not last_error.startswith(SKIPPED_PREFIX):
+        return []
+    found = []
+    for part in last_error[len(SKIPPED_PREFIX) :].split("; "):
+        session, _, reason = part.partition(" (")
+        found.append(Skipped(session, reason.removesuffix(")")))
+    return found
+
+
+def _member_policy(session: str, policy: object, allow: object) -> InboundPolicy | None:
+    if policy is None:
+        return None
+    return InboundPolicy(session, Policy(str(policy)), parse_allow(json.loads(str(allow))))
+
+
+class Channels(RepositoryBase):
+    # -- membership ------------------------------------------------------------------
+
+    def join_channel(
+        self, channel: str, session: str, now_ms: int, max_members: int
+    ) -> JoinOutcome:
+        """Make ``session`` a member of ``channel`` unless it is one, or the channel
+        already has ``max_members``; counted in the insert's transaction, so two joins
+        racing for the last place cannot both have it."""
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(session = ?), 0) FROM swarm_channel_members"
+                " WHERE channel = ?",
+                (session, channel),
+            ).fetchone()
+            members, already = int(row[0]), int(row[1])
+            if already:
+                return JoinOutcome.ALREADY
+            if members >= max_members:
+                return JoinOutcome.FULL
+            conn.execute(
+                "INSERT INTO swarm_channel_members (channel, session, joined_at) VALUES (?, ?, ?)",
+                (channel, session, now_ms),
+            )
+            return JoinOutcome.JOINED
+
+    def leave_channel(self, channel: str, session: str) -> bool:
+        """``session`` is no longer a member of ``channel`` (False: it was not one).  Its
+        deliveries already stored stay: they were accepted while it was a member."""
+        with self._write() as conn:
+            return (
+                conn.execute(
+                    "DELETE FROM swarm_channel_members WHERE channel = ? AND session = ?",
+                    (channel, session),
+                ).rowcount
+                > 0
+            )
+
+    @reads
+    def channel_members(self, channel: str) -> list[ChannelMember]:
+        """``channel``'s members, in the order they joined."""
+        rows = self._conn.execute(
+            "SELECT c.session, n.name, c.joined_at FROM swarm_channel_members AS c"
+            " LEFT JOIN swarm_names AS n ON n.session = c.session"
+            " WHERE c.channel = ? ORDER BY c.joined_at, c.session",
+            (channel,),
+        ).fetchall()
+        return [ChannelMember(str(s), None if n is None else str(n), int(j)) for s, n, j in rows]
+
+    @reads
+    def channels(self) -> list[ChannelEntry]:
+        """Every channel that has members, by name."""
+        rows = self._conn.execute(
+            "SELECT c.channel, COUNT(*),"
+            " (SELECT MAX(m.accept_seq) FROM swarm_messages AS m"
+            "  WHERE m.channel = c.channel AND m.to_session IS NULL)"
+            " FROM swarm_channel_members AS c GROUP BY c.channel ORDER BY c.channel LIMIT ?",
+            (CHANNEL_LIST_LIMIT,),
+        ).fetchall()
+        entries = []
+        for channel, members, last_seq in rows:
+            last_at = None
+            if last_seq is not None:
+                found = self._conn.execute(
+                    "SELECT created_at FROM swarm_messages WHERE accept_seq = ?", (last_seq,)
+                ).fetchone()
+                last_at = None if found is None else int(found[0])
+            entries.append(ChannelEntry(str(channel), int(members), last_at))
+        return entries
+
+    @reads
+    def channels_of(self, session: str) -> list[str]:
+        """The channels ``session`` is a member of, by name."""
+        rows = self._conn.execute(
+            "SELECT channel FROM swarm_channel_members WHERE session = ? ORDER BY channel",
+            (session,),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    # -- history and deliveries ------------------------------------------------------
+
+    @reads
+    def channel_history(self, channel: str, after_seq: int, limit: int) -> HistoryPage:
+        """The channel's messages accepted after accept number ``after_seq``, oldest
+        first, at most ``limit``: what a member who joined late can still read."""
+        rows = self._conn.execute(HISTORY_PAGE_SQL, (channel, after_seq, limit + 1)).fetchall()
+        messages = [row_to_message(r) for r in rows[:limit]]
+        return HistoryPage(messages, has_more=len(rows) > limit)
+
+    @reads
+    def fan_out_of(self, channel_msg_id: str) -> FanOut:
+        """The deliveries a channel message was fanned out into, and who was left out."""
+        return self._fan_out_of(self._conn, channel_msg_id)
+
+    def _fan_out_of(self, conn: sqlite3.Connection, channel_msg_id: str) -> FanOut:
+        rows = conn.execute(
+            f"SELECT {COLUMNS} FROM swarm_messages WHERE channel_msg_id = ? ORDER BY accept_seq",
+            (channel_msg_id,),
+        ).fetchall()
+        parent = conn.execute(
+            "SELECT last_error FROM swarm_messages WHERE msg_id = ?", (channel_msg_id,)
+        ).fetchone()
+        skipped = parse_skipped(None if parent is None else parent[0])
+        return FanOut([row_to_message(r) for r in rows], skipped)
+
+    def _fan_out(
+        self,
+        conn: sqlite3.Connection,
+        message: NewMessage,
+        *,
+        now_ms: int,
+        expires_at: int | None,
+        first_seq: int,
+        queue_cap: int,
+        from_name: str | None,
+    ) -> int:
+        """Inside the accept: store ``message`` to its channel's members as deliveries
+        numbered from ``first_seq``, and note who was left out on the channel message
+        (already inserted).  Returns how many accept numbers it used."""
+        assert message.channel is not None
+        recipients = conn.execute(_RECIPIENTS_SQL, (message.channel, message.from_session))
+        seq, skipped = first_seq, []
+        for session, name, policy, allow in recipients.fetchall():
+            member = str(session)
+            rule = _member_policy(member, policy, allow)
+            verdict = Verdict.DELIVER
+            if rule is not None:
+                verdict = rule.verdict(message.from_session, from_name)
+            if verdict is Verdict.REFUSE:
+                skipped.append(Skipped(member, "its inbound policy is refuse"))
+                continue
+            if queue_cap > 0 and self._count_queued(conn, member, queue_cap) >= queue_cap:
+                skipped.append(Skipped(member, f"its queue holds {queue_cap} messages"))
+                continue
+            msg_id = make_msg_id(now_ms)
+            self._insert(
+                conn, msg_id=msg_id, from_session=message.from_session, to_session=member,
+                channel=message.channel, kind=message.kind, priority=message.priority,
+                reply_to=message.reply_to, payload=message.payload, now_ms=now_ms,
+                expires_at=expires_at, seq=seq, from_name=from_name,
+                to_name=None if name is None else str(name),
+                channel_msg_id=message.msg_id,
+            )  # fmt: skip
+            if verdict is Verdict.HOLD:
+                assert rule is not None
+                conn.execute(
+                    "UPDATE swarm_messages SET next_retry_at = NULL, last_error = ?"
+                    " WHERE msg_id = ?",
+                    (held_reason(member, rule.policy), msg_id),
+                )
+            seq += 1
+        conn.execute(
+            "UPDATE swarm_messages SET state = 'fanned_out', next_retry_at = NULL,"
+            " last_error = ? WHERE msg_id = ?",
+            (_skipped_text(skipped), message.msg_id),
+        )
+        return seq - first_seq
+
+    @staticmethod
+    def _count_queued(conn: sqlite3.Connection, target: str, limit: int) -> int:
+        return int(conn.execute(QUEUED_FOR_TARGET_SQL, (target, limit)).fetchone()[0])
