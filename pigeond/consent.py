@@ -4,9 +4,11 @@ A session's policy is ``accept`` (the default: every message goes through), ``ho
 (messages are stored and wait, expiring as usual, until the session or an operator
 releases them) or ``refuse`` (senders get 403 at send, naming the policy).  An
 allow-list names senders that always get through, whatever the policy.  The allow-list
-holds strings matched exactly against a message's sender (``from``): session ids
-today; a name (``@reviewer``) would be matched against the sender's name the same way
-once sends carry one.
+holds strings matched exactly against a message's sender (``from``: session ids and
+other senders), or a name with its ``@`` (``@reviewer``), matched against the name the
+sender holds when its message is accepted (the message's ``from_name``).  Only a policy
+that would hold or refuse, and lists a name, needs the sender's name: a send to anyone
+else reads nothing more than before.
 
 :data:`POLICIES` is the one list of the policies: validation, the CLI's choices, the
 OpenAPI enum and the schema's CHECK (migration 12, held to it by a test) all follow it.
@@ -54,7 +56,7 @@ class InboundPolicy:
     updated_by: str | None = None
 
     def verdict(self, sender: str, sender_name: str | None = None) -> Verdict:
-        """Whether a message from ``sender`` (and its name, when sends carry one) is
+        """Whether a message from ``sender`` (holding the name ``sender_name``, if any) is
         delivered, held or refused under this policy."""
         if self.policy is Policy.ACCEPT or self.allows(sender, sender_name):
             return Verdict.DELIVER
@@ -64,6 +66,12 @@ class InboundPolicy:
         return sender in self.allow or (
             sender_name is not None and f"@{sender_name.lstrip('@')}" in self.allow
         )
+
+    @property
+    def allows_names(self) -> bool:
+        """Whether the allow-list names anyone by name (``@reviewer``): only then does a
+        verdict need the sender's name, which costs the send path a read."""
+        return any(entry.startswith("@") for entry in self.allow)
 
     def view(self) -> dict[str, object]:
         return {

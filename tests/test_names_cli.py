@@ -56,19 +56,26 @@ def test_names_json_is_exact(db: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 
 class _NamesHandler(JsonHandler):
-    """A daemon's POST /swarm/names: 200, or 409 when ``answer`` says so."""
+    """A daemon's POST /swarm/names and DELETE /swarm/names/NAME: 200, or the error
+    ``answer`` says."""
 
     seen: ClassVar[list[dict[str, Any]]] = []
+    deleted: ClassVar[list[str]] = []  # the paths DELETEd, query included
     answer: ClassVar[tuple[int, dict[str, Any]]] = (200, {})
 
     def do_POST(self) -> None:
         _NamesHandler.seen.append(json.loads(self.read_body()))
         self.send_json(*_NamesHandler.answer)
 
+    def do_DELETE(self) -> None:
+        _NamesHandler.deleted.append(self.path)
+        self.send_json(*_NamesHandler.answer)
+
 
 @pytest.fixture
 def daemon_url() -> Iterator[str]:
     _NamesHandler.seen.clear()
+    _NamesHandler.deleted.clear()
     with serving(_NamesHandler) as url:
         yield url
 
@@ -127,3 +134,52 @@ def test_pigeon_send_to_a_name_nobody_holds_is_rejected(
     _NamesHandler.answer = (404, {"error": "nobody holds the name @ghost"})
     code, _, err = run(capsys, "send", "--from", "ses_a", "--url", daemon_url, "@ghost", "hi")
     assert code == 1 and "nobody holds the name @ghost" in err
+
+
+def test_name_release_deletes_the_name_and_says_who_held_it(
+    daemon_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """name release NAME --session S sends DELETE /swarm/names/NAME?session=S and prints
+    whom the name was taken from."""
+    _NamesHandler.answer = (200, {"released": True, "name": "reviewer", "session": "ses_b"})
+    argv = ("name", "release", "reviewer", "--session", "ses_b", "--url", daemon_url)
+    code, out, _ = run(capsys, *argv)
+    assert (code, out) == (0, "reviewer released (was ses_b)\n")
+    assert _NamesHandler.deleted == ["/swarm/names/reviewer?session=ses_b"]
+
+
+def test_name_release_without_a_session_frees_it_from_anyone(
+    daemon_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --session the DELETE carries no query: whoever holds the name loses it."""
+    _NamesHandler.answer = (200, {"released": True, "name": "reviewer", "session": "ses_a"})
+    assert run(capsys, "name", "release", "reviewer", "--url", daemon_url)[0] == 0
+    assert _NamesHandler.deleted == ["/swarm/names/reviewer"]
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(409, "the name reviewer is held by ses_a, not ses_b"), (404, "nobody holds the name")],
+)
+def test_name_release_refused_is_exit_1_with_the_daemons_reason(
+    daemon_url: str, capsys: pytest.CaptureFixture[str], status: int, error: str
+) -> None:
+    """Held by another session (409) or by nobody (404): one escaped line, exit 1."""
+    _NamesHandler.answer = (status, {"error": error + EVIL})
+    argv = ("name", "release", "reviewer", "--session", "ses_b", "--url", daemon_url)
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (1, "")
+    assert err.startswith(f"pigeon: name release: daemon answered {status}: {error}")
+    assert raw_controls(err) == set()
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [(("Reviewer",), "NAME must match"), (("reviewer", "--session", "bob"), "SESSION must match")],
+)
+def test_name_release_checks_its_arguments_first(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], error: str
+) -> None:
+    """A malformed name or session is a usage error (exit 2) before any request."""
+    code, _, err = run(capsys, "name", "release", *argv, "--url", "http://127.0.0.1:9")
+    assert code == 2 and f"name release: {error}" in err

@@ -174,3 +174,82 @@ def test_names_answers_are_as_documented(daemon: Daemon) -> None:
         check_body(
             method, "/swarm/names", response.code, raw_headers, result_of(response.content())
         )
+
+
+# -- DELETE /swarm/names/<name> -------------------------------------------------------------
+
+
+def release(daemon: Daemon, name: str, session: str | None = None) -> tuple[int, Any]:
+    query = "" if session is None else f"?session={session}"
+    return daemon_call(daemon, "DELETE", f"/swarm/names/{name}{query}")
+
+
+def test_delete_releases_a_name_whoever_holds_it(daemon: Daemon) -> None:
+    """Without session, DELETE frees the name and names the session that held it."""
+    claim(daemon, "reviewer", A)
+    assert release(daemon, "reviewer") == (
+        200, {"released": True, "name": "reviewer", "session": A}
+    )  # fmt: skip
+    assert daemon_call(daemon, "GET", "/swarm/names") == (200, {"names": []})
+
+
+def test_delete_for_the_holder_releases_it(daemon: Daemon) -> None:
+    """?session= naming the holder frees the name."""
+    claim(daemon, "reviewer", A)
+    assert release(daemon, "reviewer", A)[0] == 200
+    assert repo_of(daemon).name_holder("reviewer") is None
+
+
+def test_delete_for_another_session_is_a_409_and_keeps_the_name(daemon: Daemon) -> None:
+    """?session= naming someone else is a 409 naming the holder; the name stays."""
+    claim(daemon, "reviewer", A)
+    status, body = release(daemon, "reviewer", B)
+    assert (status, body["name"], body["session"]) == (409, "reviewer", A)
+    assert repo_of(daemon).name_holder("reviewer") == A
+
+
+def test_delete_of_a_name_nobody_holds_is_a_404(daemon: Daemon) -> None:
+    """A free name is a 404, with or without a session."""
+    assert release(daemon, "ghost") == (
+        404, {"error": "nobody holds the name ghost (see GET /swarm/names)"}
+    )  # fmt: skip
+    assert release(daemon, "ghost", A)[0] == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        ("/swarm/names/Reviewer", "the name in the path must match"),
+        ("/swarm/names/@reviewer", "the name in the path must match"),
+        ("/swarm/names/reviewer?session=alice", "query parameter 'session' must match"),
+        (f"/swarm/names/reviewer?session={A}&session={B}", "given more than once"),
+    ],
+)
+def test_a_bad_release_is_a_400(daemon: Daemon, path: str, error: str) -> None:
+    """A malformed name or session is a 400 saying which, and nothing is released."""
+    claim(daemon, "reviewer", A)
+    status, answer = daemon_call(daemon, "DELETE", path)
+    assert status == 400 and error in answer["error"]
+    assert repo_of(daemon).name_holder("reviewer") == A
+
+
+def test_a_released_name_is_sent_to_no_more(daemon: Daemon) -> None:
+    """After the release a send to @reviewer is a 404 until someone claims it again."""
+    claim(daemon, "reviewer", B)
+    release(daemon, "reviewer", B)
+    body = {"from": A, "to": "@reviewer", "payload": "still there?", "msg_id": "msg_n4"}
+    assert daemon_call(daemon, "POST", "/swarm/send", body)[0] == 404
+    claim(daemon, "reviewer", C)
+    assert daemon_call(daemon, "POST", "/swarm/send", body)[0] == 202
+
+
+def test_release_answers_are_as_documented(daemon: Daemon) -> None:
+    """The release, the 409 and the 404 match pigeond/api/openapi.json."""
+    claim(daemon, "reviewer", A)
+    for session, status in [(B, 409), (A, 200), (None, 404)]:
+        answer = release(daemon, "reviewer", session)
+        assert answer[0] == status
+        check_body(
+            "DELETE", "/swarm/names/reviewer", status,
+            {"content-type": "application/json; charset=utf-8"}, json.dumps(answer[1]).encode(),
+        )  # fmt: skip

@@ -120,3 +120,42 @@ def test_names_in_the_envelope_are_escaped(repo: SwarmRepository) -> None:
     assert first_line.endswith(
         ' from_name="x&quot; to=&quot;ses_boss" to_name="y&gt;&lt;swarm_message">'
     )
+
+
+def test_name_of_is_the_name_a_session_holds_now(repo: SwarmRepository) -> None:
+    """name_of follows claims and moves; a session without a name has None."""
+    repo.claim_name("reviewer", A, 1000)
+    assert (repo.name_of(A), repo.name_of(B)) == ("reviewer", None)
+    repo.claim_name("reviewer", B, 2000, replace=ANY_HOLDER)
+    assert (repo.name_of(A), repo.name_of(B)) == (None, "reviewer")
+
+
+def test_release_name_frees_it_whoever_holds_it(repo: SwarmRepository) -> None:
+    """Without a session the name is freed and its holder returned; a free name is None."""
+    repo.claim_name("reviewer", A, 1000)
+    assert repo.release_name("reviewer", None) == A
+    assert (repo.name_holder("reviewer"), repo.names()) == (None, [])
+    assert repo.release_name("reviewer", None) is None
+
+
+def test_release_name_for_a_session_frees_only_its_own(repo: SwarmRepository) -> None:
+    """With a session, another holder keeps the name (and is returned); the holder frees it."""
+    repo.claim_name("reviewer", A, 1000)
+    assert repo.release_name("reviewer", B) == A
+    assert repo.name_holder("reviewer") == A
+    assert repo.release_name("reviewer", A) == A
+    assert repo.name_holder("reviewer") is None
+
+
+def test_a_released_name_is_claimed_freely_and_old_messages_keep_it(
+    repo: SwarmRepository,
+) -> None:
+    """After a release another session claims the name without replace; what was sent to
+    or by the former holder still records it."""
+    repo.claim_name("reviewer", A, 1000)
+    message = new_message(A, sender=A)
+    repo.accept(message, 1500)
+    repo.release_name("reviewer", A)
+    assert repo.claim_name("reviewer", B, 2000).outcome is ClaimOutcome.CLAIMED
+    stored = repo.get(message.msg_id)
+    assert stored is not None and (stored.from_name, stored.to_name) == ("reviewer", "reviewer")

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from pigeond.api.policy import REFRESH_S
+from pigeond.api.policy import REFRESH_S, PolicyBook
 from pigeond.config import Config
 from pigeond.consent import POLICIES, Policy
 from pigeond.service.daemon import Daemon
 from pigeond.storage import SwarmRepository
+from pigeond.storage.database import InlineDatabase
 from tests.http_helpers import API, client_headers, daemon_call, result_of, stub_client
+from tests.messages import new_message
 from tests.openapi_check import check_body
 from tests.storage_helpers import clock_daemon, repo_of
 
@@ -183,3 +187,92 @@ def test_a_put_that_is_not_json_is_415(daemon: Daemon) -> None:
     )
     assert response.code == 415
     assert repo_of(daemon).policies() == []
+
+
+# -- names on the allow-list, retries, and what the judgement reads ----------------------
+
+
+def claim(daemon: Daemon, name: str, session: str) -> None:
+    status, answer = daemon_call(daemon, "POST", "/swarm/names", {"name": name, "session": session})
+    assert status == 200, answer
+
+
+@pytest.mark.parametrize("policy", ["hold", "refuse"])
+def test_a_name_on_the_allow_list_lets_its_holder_through(
+    daemon: Daemon, clock: Clock, policy: str
+) -> None:
+    """``@builder`` on the list: the session holding builder is delivered as usual."""
+    claim(daemon, "builder", FRIEND)
+    put(daemon, {"policy": policy, "allow": ["@builder"]})
+    status, body = send(daemon, FRIEND)
+    assert status == 202 and due_ids(daemon, clock) == [body["msg_id"]]
+
+
+def test_a_name_on_the_allow_list_follows_the_name(daemon: Daemon) -> None:
+    """Once builder moves to another session, its former holder is refused again."""
+    claim(daemon, "builder", FRIEND)
+    put(daemon, {"policy": "refuse", "allow": ["@builder"]})
+    daemon_call(daemon, "POST", "/swarm/names", {"name": "builder", "session": A, "force": True})
+    assert send(daemon, FRIEND)[0] == 403
+    assert send(daemon, A)[0] == 202
+
+
+def test_a_sender_without_the_listed_name_is_still_refused(daemon: Daemon) -> None:
+    """Holding another name, or none, is no way past ``@builder``."""
+    claim(daemon, "tester", A)
+    put(daemon, {"policy": "refuse", "allow": ["@builder"]})
+    assert send(daemon, A)[0] == 403
+    assert send(daemon, "ses_nameless")[0] == 403
+
+
+def test_a_retried_send_to_a_target_that_now_refuses_is_still_202(daemon: Daemon) -> None:
+    """A msg_id stored before the target refused is answered 202 again, stored once."""
+    body = {"from": A, "to": B, "payload": "hi", "msg_id": "msg_retry1"}
+    assert daemon_call(daemon, "POST", "/swarm/send", body)[0] == 202
+    put(daemon, {"policy": "refuse"})
+    assert daemon_call(daemon, "POST", "/swarm/send", body) == (
+        202, {"accepted": True, "msg_id": "msg_retry1", "target_checked": False},
+    )  # fmt: skip
+    assert repo_of(daemon).count_queued_for(B) == 1
+
+
+def test_a_reused_msg_id_with_new_content_is_still_refused(daemon: Daemon) -> None:
+    """Only a true retry (same content) gets past refuse; a new message under an old
+    msg_id gets the 403 like any other."""
+    body = {"from": A, "to": B, "payload": "hi", "msg_id": "msg_retry2"}
+    daemon_call(daemon, "POST", "/swarm/send", body)
+    put(daemon, {"policy": "refuse"})
+    status, _ = daemon_call(daemon, "POST", "/swarm/send", body | {"payload": "other"})
+    assert status == 403
+
+
+class CountingDatabase(InlineDatabase):
+    """The repository's calls, answered at once and counted by name."""
+
+    def __init__(self, repo: SwarmRepository) -> None:
+        super().__init__(repo)
+        self.reads: list[str] = []
+
+    def read(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        self.reads.append(call.__name__)
+        return super().read(call, *args, **kwargs)
+
+
+def judged(repo: SwarmRepository, clock: Clock, allow: tuple[str, ...], sender: str) -> list[str]:
+    """What the judgement of one send from ``sender`` to B (held, allowing ``allow``) read."""
+    repo.set_policy(B, Policy.HOLD, allow, 1000, "test")
+    db = CountingDatabase(repo)
+    book = PolicyBook(db, clock)
+    result_of(book.load())
+    db.reads.clear()
+    result_of(Deferred.fromCoroutine(book.judge(new_message(B, sender=sender))))
+    return db.reads
+
+
+def test_judging_reads_the_senders_name_only_when_the_list_names_one(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """A list of session ids, or a sender on it, costs no read; ``@name`` on it, one."""
+    assert judged(repo, clock, (FRIEND,), A) == []
+    assert judged(repo, clock, (A, "@builder"), A) == []
+    assert judged(repo, clock, (FRIEND, "@builder"), A) == ["name_of"]

@@ -119,3 +119,37 @@ def test_a_policy_is_stored_with_its_allow_list_and_author(repo: SwarmRepository
         "session": B, "policy": "refuse", "allow": [FRIEND, "@reviewer"],
         "updated_at": NOW_MS, "updated_by": "operator",
     }  # fmt: skip
+
+
+def test_hold_spares_what_a_listed_name_sent(repo: SwarmRepository) -> None:
+    """Switching to hold with ``@builder`` listed holds the nameless sender's message, not
+    the one builder's holder sent."""
+    repo.claim_name("builder", FRIEND, NOW_MS)
+    repo.accept(new_message(B, sender=A), NOW_MS)
+    from_builder = new_message(B, sender=FRIEND)
+    repo.accept(from_builder, NOW_MS)
+    change = repo.set_policy(B, Policy.HOLD, ("@builder",), NOW_MS, B)
+    assert (change.held, change.released) == (1, 0)
+    assert [m.msg_id for m in repo.ready_batch(B, NOW_MS, 10)] == [from_builder.msg_id]
+
+
+def test_listing_a_name_releases_what_its_holder_sent(repo: SwarmRepository) -> None:
+    """A policy change adding ``@builder`` releases the held messages whose from_name is
+    builder, and only those."""
+    repo.claim_name("builder", FRIEND, NOW_MS)
+    repo.set_policy(B, Policy.HOLD, (), NOW_MS, B)
+    from_builder, _ = held_accept(repo, sender=FRIEND), held_accept(repo, sender=A)
+    change = repo.set_policy(B, Policy.REFUSE, ("@builder",), NOW_MS + 1, B)
+    assert (change.held, change.released) == (0, 1)
+    assert [m.msg_id for m in repo.ready_batch(B, NOW_MS + 1, 10)] == [from_builder]
+    assert repo.held_counts() == {B: 1}
+
+
+def test_a_name_claimed_after_the_send_releases_nothing(repo: SwarmRepository) -> None:
+    """``@builder`` matches the name a message was accepted with, not the one its sender
+    claimed later: what waits was judged without it."""
+    repo.set_policy(B, Policy.HOLD, (), NOW_MS, B)
+    held_accept(repo, sender=FRIEND)
+    repo.claim_name("builder", FRIEND, NOW_MS + 1)
+    assert repo.set_policy(B, Policy.HOLD, ("@builder",), NOW_MS + 2, B).released == 0
+    assert repo.ready_batch(B, NOW_MS + 2, 10) == []

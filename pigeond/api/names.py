@@ -1,10 +1,13 @@
-"""``POST /swarm/names`` and ``GET /swarm/names``: names sessions claim, and sends to them.
+"""``POST /swarm/names``, ``GET /swarm/names`` and ``DELETE /swarm/names/<name>``: names
+sessions claim, give up, and sends to them.
 
 A session claims a name (``reviewer``) so others can write ``to: "@reviewer"`` instead of
 an id that changes whenever the session is replaced.  A name held by a live session moves
 only with ``force``; one whose session opencode no longer has (it answers 404) is free to
 claim, so the replacement session takes its predecessor's name without an operator.  With
-no opencode to ask (delivery off, or no clear answer) the holder counts as live.
+no opencode to ask (delivery off, or no clear answer) the holder counts as live.  A name
+is released by ``DELETE``; with ``?session=`` only if that session still holds it, so a
+session giving up its name cannot free one its successor took meanwhile.
 
 Like every route but ``/health`` these are behind the daemon's access check: the caller
 is the owner (or the allowed group), who may name any session.  The plugin's
@@ -21,13 +24,14 @@ from twisted.logger import Logger
 from twisted.web import server
 
 from pigeond.api.send_request import InvalidRequest, SendRequest, check_name, decode_json_object
-from pigeond.api.web import HttpError, JsonApi, JsonResponse, read_body
-from pigeond.model import SESSION_ID_RE, NewMessage
+from pigeond.api.web import HttpError, JsonApi, JsonResponse, query_param, read_body
+from pigeond.model import NAME_RE, SESSION_ID_RE, NewMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
 from pigeond.storage.names import ANY_HOLDER, ClaimOutcome
 
 NAMES_PATH = "/swarm/names"
+NAME_PREFIX = NAMES_PATH + "/"
 log = Logger()
 
 
@@ -65,6 +69,7 @@ class NamesRoute:
     def install(self, api: JsonApi) -> JsonApi:
         api.route("POST", NAMES_PATH, self.claim)
         api.route("GET", NAMES_PATH, self.list)
+        api.route_prefix("DELETE", NAME_PREFIX, self.release)
         return api
 
     async def list(self, request: server.Request) -> JsonResponse:
@@ -108,6 +113,26 @@ class NamesRoute:
             200,
             {"name": name, "session": session, "previous": previous, "released": claim.released},
         )
+
+    async def release(self, request: server.Request) -> JsonResponse:
+        """200 with the name and the session that held it; 404 when nobody holds it; 409
+        when ``?session=`` is given and another session holds it (nothing changes)."""
+        name = (request.path or b"")[len(NAME_PREFIX) :].decode("utf-8", errors="replace")
+        if not NAME_RE.fullmatch(name):
+            raise HttpError(400, f"the name in the path must match {NAME_RE.pattern}")
+        session = query_param(request, "session")
+        if session is not None and not SESSION_ID_RE.fullmatch(session):
+            raise HttpError(400, f"query parameter 'session' must match {SESSION_ID_RE.pattern}")
+        holder = await self._db.write(SwarmRepository.release_name, name, session)
+        if holder is None:
+            raise HttpError(404, f"nobody holds the name {name} (see GET {NAMES_PATH})")
+        if session is not None and holder != session:
+            raise HttpError(
+                409, f"the name {name} is held by {holder}, not {session}; nothing released",
+                {"name": name, "session": holder},
+            )  # fmt: skip
+        log.info("name {name} released (was {session})", name=name, session=holder)
+        return JsonResponse(200, {"released": True, "name": name, "session": holder})
 
     async def _gone(self, holder: str) -> bool:
         """Whether opencode says now that it no longer has ``holder`` (404): asked afresh,

@@ -71,7 +71,13 @@ class PolicyBook:
 
     async def judge(self, message: NewMessage) -> str | None:
         """Why ``message`` must wait for its target's consent (None: it goes as usual);
-        raises a 403 HttpError when the target refuses its sender."""
+        raises a 403 HttpError when the target refuses its sender.
+
+        Sends are idempotent by msg_id, so a retry of a message already stored goes on to
+        the store (which answers it as before, 202) even if its target refuses now.  What
+        this costs beyond the dict lookup is paid only where it is needed: the sender's
+        name is read only when the policy would hold or refuse it and lists a name, the
+        stored message only when the answer would be a 403."""
         if self._loaded is None or not self._loaded.called:
             await self.load()
         target = message.to_session
@@ -79,7 +85,10 @@ class PolicyBook:
         if policy is None or target is None:
             return None
         verdict = policy.verdict(message.from_session)
-        if verdict is Verdict.REFUSE:
+        if verdict is not Verdict.DELIVER and policy.allows_names:
+            name = await self._db.read(SwarmRepository.name_of, message.from_session)
+            verdict = policy.verdict(message.from_session, name)
+        if verdict is Verdict.REFUSE and not await self._stored_already(message):
             raise HttpError(
                 403,
                 f"{target} refuses messages from {message.from_session}:"
@@ -87,6 +96,12 @@ class PolicyBook:
                 {"policy": policy.policy.value},
             )
         return held_reason(target, policy.policy) if verdict is Verdict.HOLD else None
+
+    async def _stored_already(self, message: NewMessage) -> bool:
+        """Whether ``message`` is a retry of one stored before (its msg_id, its content):
+        it was accepted then, so it gets the same 202 now, whatever the policy became."""
+        stored = await self._db.read(SwarmRepository.get, message.msg_id)
+        return stored is not None and message.same_content(stored)
 
     def remember(self, change: PolicyChange) -> None:
         """A policy this daemon just stored."""

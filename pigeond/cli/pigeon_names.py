@@ -1,9 +1,12 @@
-"""``pigeon names`` and ``pigeon name set NAME SESSION``: the names sessions hold.
+"""``pigeon names``, ``pigeon name set NAME SESSION`` and ``pigeon name release NAME``: the
+names sessions hold.
 
 ``names`` reads the database, as ``ls`` does.  ``name set`` goes through the daemon
 (``POST /swarm/names``): only the daemon can ask opencode whether the session holding a
-name still exists, which decides whether the name may move without ``--force``.  Every
-field is escaped like every ``pigeon`` table; ``--json`` is exact.
+name still exists, which decides whether the name may move without ``--force``.  ``name
+release`` goes through it too (``DELETE /swarm/names/NAME``), so that every change to a
+name is made, and logged, in one place.  Every field is escaped like every ``pigeon``
+table; ``--json`` is exact.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from pigeond.cli import pigeon_send
 from pigeond.cli.presentation import format_time, table_lines
@@ -28,12 +31,13 @@ EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 def add_names_parsers(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], db: argparse.ArgumentParser
 ) -> None:
-    """Declare ``pigeon names`` and ``pigeon name set`` (``db``: the shared ``--db`` option)."""
+    """Declare ``pigeon names``, ``pigeon name set`` and ``pigeon name release`` (``db``: the
+    shared ``--db`` option)."""
     names = sub.add_parser(
         "names", parents=[db], help="the names sessions hold: session, since, last seen"
     )
     names.add_argument("--json", action="store_true", help="a JSON list of objects")
-    name = sub.add_parser("name", help="give a name to a session (via the daemon)")
+    name = sub.add_parser("name", help="give a name to a session, or free it (via the daemon)")
     verbs = name.add_subparsers(dest="verb", metavar="VERB", required=True)
     text = (
         "give NAME to SESSION: free, or held by a session opencode no longer has;"
@@ -43,12 +47,21 @@ def add_names_parsers(
     claim.add_argument("name", metavar="NAME", help=f"the name ({NAME_RE.pattern})")
     claim.add_argument("session", metavar="SESSION", help="the session (ses_...)")
     claim.add_argument("--force", action="store_true", help="take it even from a live session")
-    claim.add_argument(
+    _add_daemon_options(claim)
+    text = "free NAME, whoever holds it; with --session, only if that session holds it"
+    release = verbs.add_parser("release", help=text, description=text)
+    release.add_argument("name", metavar="NAME", help=f"the name ({NAME_RE.pattern})")
+    release.add_argument("--session", metavar="SESSION", help="release only if SESSION holds it")
+    _add_daemon_options(release)
+
+
+def _add_daemon_options(verb: argparse.ArgumentParser) -> None:
+    verb.add_argument(
         "--url",
         help="daemon URL (default $PIGEOND_URL, else the user's socket"
         f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {pigeon_send.DEFAULT_URL})",
     )
-    claim.add_argument("--timeout", type=float, default=10.0, metavar="S")
+    verb.add_argument("--timeout", type=float, default=10.0, metavar="S")
 
 
 def cmd_names(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
@@ -71,11 +84,13 @@ def _fail(message: str, status: int) -> int:
 
 
 def cmd_name(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    """``name set``: the daemon's answer on one line; exit 1 when it refuses (409: held)."""
+    """``name set`` or ``name release``: the daemon's answer on one line; exit 1 when it
+    refuses (409: held by another session; 404: nobody holds the name to release)."""
     if not NAME_RE.fullmatch(args.name):
-        return _fail(f"name set: NAME must match {NAME_RE.pattern}", EXIT_USAGE)
-    if not SESSION_ID_RE.fullmatch(args.session):
-        return _fail(f"name set: SESSION must match {SESSION_ID_RE.pattern}", EXIT_USAGE)
+        return _fail(f"name {args.verb}: NAME must match {NAME_RE.pattern}", EXIT_USAGE)
+    session = args.session
+    if session is not None and not SESSION_ID_RE.fullmatch(session):
+        return _fail(f"name {args.verb}: SESSION must match {SESSION_ID_RE.pattern}", EXIT_USAGE)
     if args.timeout <= 0:
         return _fail("--timeout must be positive", EXIT_USAGE)
     url = daemon_address(args.url, env).url
@@ -83,9 +98,8 @@ def cmd_name(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         token = client_token(env)
     except TokenError as e:
         return _fail(str(e), EXIT_USAGE)
-    body = {"name": args.name, "session": args.session, "force": args.force}
     try:
-        answer = pigeon_send.call_daemon(url, "POST", "/swarm/names", body, args.timeout, token)
+        answer = pigeon_send.call_daemon(url, *_request(args), args.timeout, token)
     except pigeon_send.UsageError as e:
         return _fail(str(e), EXIT_USAGE)
     except (OSError, TimeoutError) as e:
@@ -93,11 +107,26 @@ def cmd_name(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if answer.status != 200:
         error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
         status = EXIT_REFUSED if 400 <= answer.status < 500 else EXIT_UNAVAILABLE
-        return _fail(f"name set: daemon answered {answer.status}: {error}", status)
-    line = f"{args.name} -> {args.session}"
-    if answer.body.get("previous"):
-        line += f" (taken from {answer.body['previous']})"
-    if answer.body.get("released"):
-        line += f" ({args.session} gave up {answer.body['released']})"
-    print(visible(line))
+        return _fail(f"name {args.verb}: daemon answered {answer.status}: {error}", status)
+    print(visible(_answer_line(args, answer.body)))
     return EXIT_OK
+
+
+def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
+    """The verb's request: method, path (the name and session are checked already, so
+    neither needs quoting) and body."""
+    if args.verb == "release":
+        query = "" if args.session is None else f"?session={args.session}"
+        return "DELETE", f"/swarm/names/{args.name}{query}", None
+    return "POST", "/swarm/names", {"name": args.name, "session": args.session, "force": args.force}
+
+
+def _answer_line(args: argparse.Namespace, body: Mapping[str, object]) -> str:
+    if args.verb == "release":
+        return f"{args.name} released (was {body.get('session')})"
+    line = f"{args.name} -> {args.session}"
+    if body.get("previous"):
+        line += f" (taken from {body['previous']})"
+    if body.get("released"):
+        line += f" ({args.session} gave up {body['released']})"
+    return line

@@ -88,6 +88,23 @@ class Names(RepositoryBase):
         return self._holder(self._conn, name)
 
     @reads
+    def name_of(self, session: str) -> str | None:
+        """The name ``session`` holds now, or None: what its next message would record as
+        ``from_name``, and what an allow-list's ``@name`` entries are matched against."""
+        return self._names_of(self._conn, session, None)[0]
+
+    def release_name(self, name: str, session: str | None) -> str | None:
+        """Free ``name``: released whoever holds it (``session`` None), or only if
+        ``session`` holds it.  Returns the session that held it (None: nobody did, and
+        nothing changed); it is released unless ``session`` was given and is another one.
+        One transaction, so a claim racing the release cannot lose its name to it."""
+        with self._write() as conn:
+            holder = self._holder(conn, name)
+            if holder is not None and session in (None, holder):
+                conn.execute("DELETE FROM swarm_names WHERE name = ?", (name,))
+            return holder
+
+    @reads
     def names(self) -> list[NameEntry]:
         """Every held name, by name."""
         rows = self._conn.execute(

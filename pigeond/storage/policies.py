@@ -10,9 +10,11 @@ sender then, and spends no attempt, since it is never handed off.
 Every policy change applies itself to the messages already waiting, in its own
 transaction: ``accept`` releases every held message of the session; ``hold`` and
 ``refuse`` hold every waiting message whose sender is not on the allow-list (and release
-those whose sender now is).  A message in doubt (``handoff_intent_at`` set: it may be
-in the transcript already) is never held.  Released messages are due at once, in their
-old order.
+those whose sender now is).  An ``@name`` entry lets through the messages whose
+``from_name`` is that name: the name their sender held when they were accepted, as the
+send path judged them (a name claimed later does not release what was held before it).
+A message in doubt (``handoff_intent_at`` set: it may be in the transcript already) is
+never held.  Released messages are due at once, in their old order.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ from pigeond.storage.base import RepositoryBase, reads
 POLICY_COLUMNS = "session, policy, allow, updated_at, updated_by"
 # The waiting messages of one session, by the head-of-queue index (to_session first).
 _WAITING = "to_session = :session AND state = 'queued'"
+# The message's sender is on :allow (a JSON list): by its ``from``, or by its ``from_name``
+# with the ``@``.  EXISTS, not ``IN``: a message without a name has a NULL ``'@' || from_name``,
+# and ``NOT (x IN (...))`` would be NULL, never true, for it.
+_ALLOWED = (
+    "EXISTS (SELECT 1 FROM json_each(:allow) WHERE value IN (from_session, '@' || from_name))"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +129,7 @@ class Policies(RepositoryBase):
             "UPDATE swarm_messages SET next_retry_at = NULL, last_error = :why,"
             " updated_at = :now"
             f" WHERE {_WAITING} AND next_retry_at IS NOT NULL AND handoff_intent_at IS NULL"
-            " AND from_session NOT IN (SELECT value FROM json_each(:allow))",
+            f" AND NOT {_ALLOWED}",
             {"session": policy.session, "now": now_ms, "allow": json.dumps(list(policy.allow)),
              "why": held_reason(policy.session, policy.policy)},
         ).rowcount  # fmt: skip
@@ -135,12 +143,12 @@ class Policies(RepositoryBase):
         only_from: tuple[str, ...] | None,
     ) -> int:
         """Held messages of ``session`` become due now: all of them (``only_from`` None),
-        or those whose sender ``only_from`` lists."""
+        or those whose sender (or ``@`` and its ``from_name``) ``only_from`` lists."""
         return int(
             conn.execute(
                 "UPDATE swarm_messages SET next_retry_at = :now, last_error = NULL,"
                 f" updated_at = :now WHERE {_WAITING} AND next_retry_at IS NULL"
-                " AND (:any OR from_session IN (SELECT value FROM json_each(:allow)))",
+                f" AND (:any OR {_ALLOWED})",
                 {
                     "session": session,
                     "now": now_ms,
