@@ -73,7 +73,9 @@ def test_module_exports_only_the_plugin_function() -> None:
     """opencode disables a plugin module with any export that is not a plugin function."""
     run = run_tool(None)
     assert run.exports == ["PigeondSwarmPlugin"]
-    tools = ["swarm_name", "swarm_policy", "swarm_read", "swarm_send", "swarm_status"]
+    tools = [
+        "swarm_channel", "swarm_name", "swarm_policy", "swarm_read", "swarm_send", "swarm_status",
+    ]  # fmt: skip
     assert sorted(run.tools) == tools
     assert sorted(run.hooks) == ["shell.env", "tool"]
 
@@ -86,7 +88,7 @@ def test_tool_names_fit_the_providers_name_rule() -> None:
 def test_optional_arguments_are_nullable() -> None:
     """opencode marks every argument required, so optional ones accept null."""
     tools = run_tool(None).tools
-    required = {"payload", "msg_id", "name"}
+    required = {"payload", "msg_id", "name", "action"}
     for tool in tools.values():
         for name, schema in tool["args"].items():
             assert ("null" in schema["type"]) == (name not in required), (name, schema)

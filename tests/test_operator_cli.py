@@ -27,7 +27,8 @@ EVIL_TARGET = "ses_t\x1b[2J\u202e"
 
 @pytest.fixture
 def db(tmp_path: Path) -> Iterator[Path]:
-    """A database with a queued, a failed (sender cron: no notice) and a channel message."""
+    """A database with a queued, a failed (sender cron: no notice) and a channel message
+    (to a channel nobody is in: fanned out to no one)."""
     path = tmp_path / "pigeond.db"
     repo = SwarmRepository(open_database(path))
     repo.accept(new_message("ses_t", msg_id="msg_q", payload="a <b> & c"), NOW, NOW + 3_600_000)
@@ -96,7 +97,9 @@ def test_ls_json_with_filters(db: Path, capsys: pytest.CaptureFixture[str]) -> N
         }
     ]  # fmt: skip
     code, out, _ = run(capsys, "ls", "--db", str(db), "--state", "queued", "--from", "ses_sender")
-    assert [line.split()[0] for line in out.splitlines()[1:]] == ["msg_c", "msg_q"]
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["msg_q"]
+    code, out, _ = run(capsys, "ls", "--db", str(db), "--state", "fanned_out", "--target", "ops")
+    assert [line.split()[:3] for line in out.splitlines()[1:]] == [["msg_c", "fanned_out", "#ops"]]
 
 
 def test_show_prints_every_column_and_the_envelope(
@@ -308,7 +311,7 @@ def test_stats_json(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert json.loads(out) == {
         "direct": {"failed": 1, "queued": 1},
-        "channel": {"queued": 1},
+        "channel": {"fanned_out": 1},
         "queued_per_target": [
             {"target": "ses_t", "queued": 1, "oldest_age": 90, "oldest_created_at": NOW,
              "next_retry_at": NOW},
@@ -320,7 +323,8 @@ def test_stats_table(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """stats: readable sections with the per-target queue and when each target is next tried."""
     code, out, _ = run(capsys, "stats", "--db", str(db))
     assert code == 0
-    assert "direct messages:" in out and "channel messages:" in out
+    assert "deliveries (direct messages and channel members' copies):" in out
+    assert "channel messages and members' copies:\n  fanned_out   1\n" in out
     assert out.splitlines()[-2].split() == ["target", "queued", "oldest", "next", "retry"]
     assert out.splitlines()[-1].split() == ["ses_t", "1", "1m", "now"]
 
@@ -521,10 +525,10 @@ def test_prune_dry_run_shows_what_would_go_and_changes_nothing(
     )
     assert lines[1].split() == ["scope", "state", "count", "oldest", "newest"]
     assert lines[2].split()[:3] == ["direct", "failed", "1"]
-    assert lines[3].split()[:3] == ["channel", "queued", "1"]
+    assert lines[3].split()[:3] == ["channel", "fanned_out", "1"]
     assert "2026-11-01 00:00:00.003Z" in lines[3]
     assert lines[4].startswith("would prune 2 messages (dry run: nothing changed)")
-    assert state_of(db, "msg_f") == "failed" and state_of(db, "msg_c") == "queued"
+    assert state_of(db, "msg_f") == "failed" and state_of(db, "msg_c") == "fanned_out"
 
 
 def test_prune_deletes_done_messages_and_keeps_queued_ones(
@@ -549,7 +553,7 @@ def test_prune_json_is_one_object(db: Path, capsys: pytest.CaptureFixture[str]) 
     assert shown["prunable"] == [
         {"scope": "direct", "state": "failed", "count": 1, "oldest_at": NOW + 2,
          "newest_at": NOW + 2},
-        {"scope": "channel", "state": "queued", "count": 1, "oldest_at": NOW + 3,
+        {"scope": "channel", "state": "fanned_out", "count": 1, "oldest_at": NOW + 3,
          "newest_at": NOW + 3},
     ]  # fmt: skip
     assert (shown["dry_run"], shown["prunable_total"], shown["pruned"]) == (False, 2, 2)

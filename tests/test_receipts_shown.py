@@ -9,7 +9,7 @@ import pytest
 
 from pigeond.api.openapi import openapi_document
 from pigeond.cli import pigeon_send
-from pigeond.cli.pigeon_send import DaemonAnswer, wait_for_delivery
+from pigeond.cli.pigeon_send import DaemonAnswer, wait_for_copies, wait_for_delivery
 from pigeond.cli.presentation import detail
 from pigeond.model import RECEIPT_STAGES, receipt_stage
 from pigeond.storage import SwarmRepository
@@ -109,6 +109,33 @@ def test_wait_until_answered_exits_1_when_the_message_fails(
     failed = {"state": "failed", "verified_at": None, "last_error": "never reached"}
     answers_from(monkeypatch, [{"state": "handed_off", "verified_at": None}, failed])
     assert wait_for_delivery("http://x", "msg_a", 60, 1, until="answered") == 1
+
+
+def test_wait_on_a_channel_message_follows_each_member_s_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--wait on a channel send waits for every copy the 202 listed, not the channel
+    message (which stays fanned_out)."""
+    asked: list[str] = []
+
+    def call_daemon(url: str, method: str, path: str, *args: object) -> DaemonAnswer:
+        asked.append(path)
+        return DaemonAnswer(200, SEEN)
+
+    monkeypatch.setattr(pigeon_send, "call_daemon", call_daemon)
+    accepted = {"msg_id": "msg_ch", "deliveries": [{"msg_id": "msg_c1"}, {"msg_id": "msg_c2"}]}
+    ids = pigeon_send._waited_ids("msg_ch", accepted)
+    assert wait_for_copies("http://x", ids, 60, 1, until="seen") == 0
+    assert asked == ["/swarm/message/msg_c1", "/swarm/message/msg_c2"]
+
+
+def test_wait_on_a_channel_message_stops_at_a_copy_that_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A copy that failed ends the wait with exit 1."""
+    failed = {"state": "failed", "verified_at": None, "last_error": "gone"}
+    answers_from(monkeypatch, [failed])
+    assert wait_for_copies("http://x", ["msg_c1", "msg_c2"], 60, 1, until="seen") == 1
 
 
 @pytest.mark.slow  # runs the plugin in the opencode binary

@@ -3,13 +3,13 @@
 It reads the database directly (WAL makes that safe while the daemon runs)
 and changes messages only through conditional writes in the storage package;
 ``prune`` deletes done history older than a cutoff, as the daemon's pruner
-does, and gives the freed pages back to the file system; ``inbox`` and
-``send`` go through the daemon's HTTP API; ``install-plugin`` puts the
-opencode plugin in place.  Text output shows every message field
-through ``terminal.visible`` (control characters, escape sequences and bidi
-overrides escaped); ``--json`` output is exact.  Exit codes: 0 every named message changed
-(or the read, prune or install worked), 1 any did not, 2 usage or an unusable
-database, 3 the daemon is unreachable (``inbox``).
+does, and gives the freed pages back to the file system; ``inbox``, ``send``,
+``name`` and ``channel join|leave`` go through the daemon's HTTP API; ``install-plugin``
+puts the opencode plugin in place.  Text output shows every message field through
+``terminal.visible`` (control characters, escape sequences and bidi overrides
+escaped); ``--json`` output is exact.  Exit codes: 0 every named message changed (or
+the read, prune or install worked), 1 any did not, 2 usage or an unusable database,
+3 the daemon is unreachable (``inbox``, ``name``, ``channel join|leave``).
 
 This module runs the subcommands.  Their options are declared in
 ``pigeon_args``; the actions (which states each applies to, their words, the
@@ -32,10 +32,13 @@ from urllib.parse import urlencode
 from pigeond.cli import install_plugin, pigeon_send
 from pigeond.cli.actions import ACTIONS, outcome_line, queued_per_target, resolve_db
 from pigeond.cli.pigeon_args import build_parser
+from pigeond.cli.pigeon_channels import DAEMON_VERBS, cmd_channel, cmd_channels, cmd_membership
 from pigeond.cli.pigeon_names import cmd_name, cmd_names
 from pigeond.cli.pigeon_policy import cmd_policy
 from pigeond.cli.pigeon_search import cmd_search
 from pigeond.cli.presentation import (
+    CHANNEL_TITLE,
+    DELIVERIES_TITLE,
     LS_COLUMNS,
     OWED_COLUMNS,
     QUEUE_COLUMNS,
@@ -169,7 +172,7 @@ def cmd_stats(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> i
             }
         )
         return EXIT_OK
-    for title, counts in (("direct messages", direct), ("channel messages", channel)):
+    for title, counts in ((DELIVERIES_TITLE, direct), (CHANNEL_TITLE, channel)):
         print(f"{title}:")
         for state, n in state_counts(counts, zeros=False):
             print(f"  {visible(state).ljust(12)} {n}")
@@ -331,6 +334,8 @@ DB_COMMANDS: dict[str, Callable[[SwarmRepository, argparse.Namespace, int], int]
     "prune": cmd_prune,
     "owed": cmd_owed,
     "names": cmd_names,
+    "channels": cmd_channels,
+    "channel": cmd_channel,
     "search": cmd_search,
     "policy": cmd_policy,
 }
@@ -356,6 +361,8 @@ def main(
             return cmd_install_plugin(args, env)
         if args.command == "name":
             return cmd_name(args, env)
+        if args.command == "channel" and args.verb in DAEMON_VERBS:
+            return cmd_membership(args, env)
         path = resolve_db(args.db, env)
         try:
             repo = SwarmRepository(open_existing(path))

@@ -10,6 +10,7 @@ import argparse
 
 from pigeond.cli import pigeon_send
 from pigeond.cli.actions import ACTIONS, SYSTEM_DB
+from pigeond.cli.pigeon_channels import add_channels_parsers
 from pigeond.cli.pigeon_names import add_names_parsers
 from pigeond.cli.pigeon_policy import add_policy_parser
 from pigeond.cli.pigeon_search import add_search_parser
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_policy_parser(sub, db)
 
     add_names_parsers(sub, db)
+    add_channels_parsers(sub, db)
 
     inbox = sub.add_parser("inbox", help="what was handed off to a session (via the daemon)")
     inbox.add_argument("--session", required=True, metavar="S")

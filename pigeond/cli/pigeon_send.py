@@ -186,7 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--until", choices=UNTIL_STAGES, metavar="|".join(UNTIL_STAGES),
         help=f"with --wait, the stage to wait for (default {DEFAULT_UNTIL}): {UNTIL_HELP}",
     )  # fmt: skip
-    parser.add_argument("--channel", metavar="NAME", help="send to a channel instead of a session")
+    parser.add_argument(
+        "--channel", metavar="NAME",
+        help="send to a channel instead of a session: every member but the sender gets its own"
+        " copy (see pigeon channel show NAME)",
+    )  # fmt: skip
     parser.add_argument(
         "args",
         nargs="+",
@@ -274,9 +278,9 @@ def main(
         msg_id = str(answer.body["msg_id"])
         print(msg_id, flush=True)
         if args.wait:
-            return wait_for_delivery(
-                url, msg_id, args.timeout or DEFAULT_WAIT_S, request_timeout, token,
-                until=args.until or DEFAULT_UNTIL,
+            return wait_for_copies(
+                url, _waited_ids(msg_id, answer.body), args.timeout or DEFAULT_WAIT_S,
+                request_timeout, token, until=args.until or DEFAULT_UNTIL,
             )  # fmt: skip
         return EXIT_ACCEPTED
     if answer.status == TOO_MANY:
@@ -309,6 +313,36 @@ def send_with_retries(
         if wait > left:
             return answer
         time.sleep(wait)
+
+
+def _waited_ids(msg_id: str, accepted: dict[str, Any]) -> list[str]:
+    """What ``--wait`` follows: the message, or for a channel message (never delivered
+    itself) each member's copy the 202 listed."""
+    deliveries = accepted.get("deliveries")
+    if not isinstance(deliveries, list):
+        return [msg_id]
+    return [str(d["msg_id"]) for d in deliveries if isinstance(d, dict) and "msg_id" in d]
+
+
+def wait_for_copies(
+    url: str,
+    msg_ids: list[str],
+    limit_s: float,
+    request_timeout: float,
+    token: str | None = None,
+    *,
+    until: str = DEFAULT_UNTIL,
+) -> int:
+    """:func:`wait_for_delivery` for each of ``msg_ids`` within one time limit: 0 when every
+    one reached ``until``, else the first other exit code (a channel with no member to
+    deliver to has nothing to wait for)."""
+    deadline = time.monotonic() + limit_s
+    for msg_id in msg_ids:
+        left = max(deadline - time.monotonic(), 0.0)
+        code = wait_for_delivery(url, msg_id, left, request_timeout, token, until=until)
+        if code != EXIT_ACCEPTED:
+            return code
+    return EXIT_ACCEPTED
 
 
 def wait_for_delivery(

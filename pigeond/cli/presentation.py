@@ -36,6 +36,11 @@ TIME_COLUMNS: Final = frozenset(
     {"next_retry_at", "created_at", "updated_at", "handed_off_at", "verified_at", "verify_by",
      "expires_at", "answered_at", "handoff_intent_at"}
 )  # fmt: skip
+# The two counts by state of ``pigeon stats`` and the TUI's overview: every delivery
+# (``count_by_state``: direct messages and channel members' copies) and every row of a
+# channel (``count_channel_by_state``: the channel messages, ``fanned_out``, and the copies).
+DELIVERIES_TITLE: Final = "deliveries (direct messages and channel members' copies)"
+CHANNEL_TITLE: Final = "channel messages and members' copies"
 # The per-target summaries: ``pigeon stats`` and the TUI's overview.
 QUEUE_COLUMNS: Final = ("target", "queued", "oldest", "next retry")
 FAILED_COLUMNS: Final = ("target", "failed", "latest error")
