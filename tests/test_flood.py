@@ -125,13 +125,21 @@ def test_handed_off_messages_free_room(
     assert offer_many(guard, repo, clock, 2) == [202, 429]
 
 
-def test_channel_messages_are_not_counted(
+def test_a_channel_send_leaves_out_a_member_at_its_cap(
     make_guard: MakeGuard, repo: SwarmRepository, clock: Clock
 ) -> None:
-    """Channel messages have no target: neither refused by the cap nor counted against one."""
+    """A channel send is never refused for the cap: a member at it gets no copy, the others
+    do, and each copy counts against its member's cap."""
     guard = make_guard(max_queued_per_target=2)
-    assert offer_many(guard, repo, clock, 5, channel="general") == [202] * 5
-    assert offer_many(guard, repo, clock, 3) == [202, 202, 429]
+    for member in ("ses_target", "ses_other"):
+        repo.join_channel("general", member, int(clock.seconds() * 1000), 32)
+    assert offer_many(guard, repo, clock, 2) == [202, 202]  # ses_target is at its cap
+    channel = new_message(channel="general")
+    assert offer(guard, repo, clock, channel) == 202
+    fan_out = repo.fan_out_of(channel.msg_id)
+    assert [d.to_session for d in fan_out.deliveries] == ["ses_other"]
+    assert [s.session for s in fan_out.skipped] == ["ses_target"]
+    assert offer_many(guard, repo, clock, 2, to="ses_other") == [202, 429]
 
 
 def test_cap_refusal_spends_no_sender_token(

@@ -96,9 +96,9 @@ def test_send_kicks_the_target(api: Api) -> None:
 
 
 def test_channel_message_is_stored_not_kicked(api: Api) -> None:
-    """A channel message is accepted and stored but not dispatched."""
+    """A channel message with no members is stored, goes to nobody, and kicks nobody."""
     status, body = api.send(to=None, channel="builds")
-    assert status == 202
+    assert (status, body["deliveries"], body["skipped"]) == (202, [], [])
     stored = api.repo.get(body["msg_id"])
     assert stored is not None and stored.channel == "builds" and stored.to_session is None
     assert api.kicked == []
@@ -412,11 +412,11 @@ def test_default_ttl(api: Api) -> None:
     assert stored is not None and stored.expires_at == stored.created_at + 24 * 3600 * 1000
 
 
-def test_channel_message_has_no_expiry(api: Api) -> None:
-    """Channel messages do not expire yet."""
+def test_channel_message_expires_like_a_direct_one(api: Api) -> None:
+    """A channel message is given its expiry from ttl_s as a direct message is."""
     _, body = api.send(to=None, channel="builds", ttl_s=5)
     stored = api.repo.get(body["msg_id"])
-    assert stored is not None and stored.expires_at is None
+    assert stored is not None and stored.expires_at == stored.created_at + 5000
 
 
 @pytest.mark.parametrize("ttl", [0, -1, "60", True, 1.5, 31 * 24 * 3600])

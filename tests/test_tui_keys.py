@@ -41,7 +41,7 @@ def test_the_help_screen_lists_every_binding_with_its_help(db: Path) -> None:
 
     app = drive(db, script)
     bindings = [b for b in PigeonApp.BINDINGS if isinstance(b, Binding)]
-    assert len(bindings) == len(PigeonApp.BINDINGS) == 23
+    assert len(bindings) == len(PigeonApp.BINDINGS) == 24
     assert all(b.tooltip for b in bindings)
     assert [line.split(maxsplit=1) for line in lines] == [
         [app.get_key_display(b), b.tooltip] for b in bindings
@@ -52,7 +52,7 @@ def test_the_help_screen_lists_every_binding_with_its_help(db: Path) -> None:
     ("msg_id", "offered"),
     [
         ("msg_q1", {"n", "x", "X"}),  # queued direct: retry-now, cancel, cancel its target
-        ("msg_c", {"n", "x"}),  # queued channel message: no target session
+        ("msg_c", set()),  # a channel message: fanned out to its members, nothing to do
         ("msg_f", {"u", "U"}),  # failed: requeue, requeue its target
         ("msg_d", set()),  # delivered: nothing
     ],
@@ -78,7 +78,7 @@ def test_the_footer_offers_only_the_actions_the_row_allows(
         ("msg_d", "x", "cancel: msg_d is handed_off, not queued"),
         ("msg_f", "n", "retry-now: msg_f is failed, not queued"),
         ("msg_q1", "U", "requeue: msg_q1 is queued, not failed or expired"),
-        ("msg_c", "X", "cancel: msg_c is a channel message: it has no target session"),
+        ("msg_c", "X", "cancel: msg_c is fanned_out, not queued"),
     ],
 )
 def test_a_key_the_row_does_not_allow_only_says_why(

@@ -13,7 +13,7 @@ import pytest
 from textual.pilot import Pilot
 
 from pigeond_tui.app import PigeonApp
-from tests.tui_support import LATER, seed, seed_real
+from tests.tui_support import LATER, seed, seed_addressing, seed_real
 from tests.tui_support import settle as settle_app
 
 SIZE = (140, 36)
@@ -75,3 +75,22 @@ def test_all_tab_at_200_columns(
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=(200, 40), run_before=all_tab)
+
+
+def test_names_and_channels_screen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_compare: SnapCompare
+) -> None:
+    """``c``: the names, the channels, and the members of the second channel (the cursor
+    moved down to it)."""
+    seed_addressing(tmp_path / "pigeond.db")
+    monkeypatch.chdir(tmp_path)
+    app = PigeonApp("pigeond.db", clock=lambda: LATER, interval=3600)
+
+    async def channels(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("c")
+        await settle(pilot)
+        await pilot.press("down")
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=channels)

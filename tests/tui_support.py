@@ -59,6 +59,23 @@ def seed_evil(path: Path) -> Path:
     return path
 
 
+MAX_MEMBERS = 32  # members a channel may have
+
+
+def seed_addressing(path: Path) -> Path:
+    """reviewer (ses_a, named an hour ago) and writer (ses_b); dev has ses_c, ops has
+    ses_a and ses_b, and reviewer sent ops a message."""
+    repo = SwarmRepository(open_database(path))
+    repo.claim_name("reviewer", "ses_a", NOW - HOUR)
+    repo.claim_name("writer", "ses_b", NOW)
+    repo.join_channel("dev", "ses_c", NOW, MAX_MEMBERS)
+    repo.join_channel("ops", "ses_a", NOW, MAX_MEMBERS)
+    repo.join_channel("ops", "ses_b", NOW + 1, MAX_MEMBERS)
+    repo.accept(new_message(channel="ops", sender="ses_a", msg_id="msg_c"), NOW + 2)
+    repo.close()
+    return path
+
+
 # What real traffic looks like: pigeond's 21-character msg_ids, opencode's
 # 30-character session ids, the longest kind, and an error longer than any screen.
 REAL_TARGET = "ses_6ee0b0c1dffe2ZzJkq2QpW7b9q"

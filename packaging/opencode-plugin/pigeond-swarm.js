@@ -1,4 +1,5 @@
-// pigeond's opencode plugin: the swarm_send, swarm_read, swarm_status, swarm_name and swarm_policy tools.
+// pigeond's opencode plugin: the swarm_send, swarm_read, swarm_status, swarm_name,
+// swarm_policy and swarm_channel tools.
 //
 // Plain JavaScript with no static imports, so opencode loads it as it is:
 // nothing to install next to it (node:fs and node:os are imported where they
@@ -51,6 +52,9 @@ const NAME_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/; // pigeond's NAME_RE (pigeond/mod
 // swarm_send's to: a session id, or @name for whoever holds the name when pigeond accepts it
 const TARGET_RE = /^(ses_[A-Za-z0-9_-]{1,128}|@[a-z0-9][a-z0-9_.-]{0,63})$/;
 const CURSOR_RE = /^(cur_[0-9]{1,18}|msg_[A-Za-z0-9_-]{1,128})$/;
+const HISTORY_CURSOR_RE = /^cur_[0-9]{1,18}$/; // a channel's history pages by cur_N only
+const CHANNEL_ACTIONS = ["join", "leave", "list", "history"];
+const CHANNEL_HINT = "a channel name like team.backend";
 const TOKEN_RE = /^[A-Za-z0-9_-]{43,512}$/; // what pigeond writes: 32 random bytes, URL-safe
 const HEADER_SAFE_RE = /^[\x21-\x7e]+$/;
 const GROUP_OTHER_BITS = 0o077;
@@ -102,7 +106,7 @@ function parseSendArgs(args) {
   const tool = "swarm_send";
   checkArgs(tool, args, ["to", "channel", "payload", "kind", "priority", "reply_to", "expects_reply", "reply_within_s"]);
   const to = stringArg(tool, args, "to", TARGET_RE, "a session id like ses_... or @name");
-  const channel = stringArg(tool, args, "channel", CHANNEL_RE, "a channel name like team.backend");
+  const channel = stringArg(tool, args, "channel", CHANNEL_RE, CHANNEL_HINT);
   if ((to === undefined) === (channel === undefined)) {
     throw new ToolError(`${tool}: give exactly one of 'to' (a session id) or 'channel'`);
   }
@@ -185,6 +189,22 @@ function parsePolicyArgs(args) {
     throw new ToolError(`${tool}: 'allow' goes with 'policy' (${POLICIES.join(", ")})`);
   }
   return { policy, allow, release };
+}
+
+function parseChannelArgs(args) {
+  const tool = "swarm_channel";
+  checkArgs(tool, args, ["action", "channel", "since"]);
+  const action = oneOf(tool, args, "action", CHANNEL_ACTIONS);
+  if (action === undefined) throw new ToolError(`${tool}: 'action' is required (${CHANNEL_ACTIONS.join(", ")})`);
+  const channel = stringArg(tool, args, "channel", CHANNEL_RE, CHANNEL_HINT);
+  if (channel === undefined && action !== "list") {
+    throw new ToolError(`${tool}: action "${action}" needs 'channel' (${CHANNEL_HINT})`);
+  }
+  const since = stringArg(tool, args, "since", HISTORY_CURSOR_RE, "the cursor the last history ended with (cur_N)");
+  if (since !== undefined && action !== "history") {
+    throw new ToolError(`${tool}: 'since' goes with action "history"`);
+  }
+  return { action, channel, since };
 }
 
 function parseStatusArgs(args) {
@@ -567,12 +587,62 @@ function quotedPayload(payload, maxBytes) {
   return { size, whole: () => units.join(""), cut };
 }
 
-function headerLine(message) {
+function headerLine(message, view) {
   const fields = [`from ${field(message.from)}`, field(message.kind), field(message.priority)];
   if (message.channel) fields.push(`channel ${field(message.channel)}`);
   if (message.reply_to) fields.push(`reply_to ${field(message.reply_to)}`);
-  fields.push(isoTime(message.handed_off_at));
+  fields.push(isoTime(view.time(message)));
   return `--- ${field(message.msg_id)} · ${fields.join(" · ")}`;
+}
+
+// Which page renderInbox draws: the inbox (swarm_read; times are the hand-offs) or a
+// channel's history (swarm_channel; times are the sends: nothing of it is handed off, and a
+// reader who joined later never had it whole).
+const INBOX_VIEW = {
+  of: "",
+  whole: "it came whole in its <swarm_message> envelope",
+  time: (message) => message.handed_off_at,
+  again: (cursor) => `call swarm_read with since="${cursor}"`,
+};
+
+function historyView(channel) {
+  return {
+    of: ` on channel ${channel}`,
+    whole: "the history shows no more of it",
+    time: (message) => message.created_at,
+    again: (cursor) => `call swarm_channel with action "history", channel "${channel}" and since="${cursor}"`,
+  };
+}
+
+const PAGE_BUDGET = MAX_OUTPUT_BYTES - 500; // room for the first and last lines
+
+function pageItems(messages, view) {
+  return messages.map((message) => {
+    const payload = String(message.payload ?? "");
+    const marker =
+      `\n[cut: ${field(message.msg_id)} has ${bytes(payload)} bytes; ${view.whole}]`;
+    const header = headerLine(message, view);
+    return { message, shown: quotedPayload(payload, PAGE_BUDGET), marker, header };
+  });
+}
+
+// header, newline, quote, payload (or its cut and the marker), newline
+function itemCost(item, cap) {
+  return bytes(item.header) + 1 + QUOTE.length + 1 +
+    (item.shown.size <= cap ? item.shown.size : cap + bytes(item.marker));
+}
+
+// How many of the items, from the first, get at least MIN_PAYLOAD_SHOWN bytes (one always).
+function fittingCount(items) {
+  let used = 0;
+  let count = 0;
+  for (const item of items) {
+    const need = itemCost(item, MIN_PAYLOAD_SHOWN);
+    if (count > 0 && used + need > PAGE_BUDGET) break;
+    used += need;
+    count += 1;
+  }
+  return count;
 }
 
 // Each message is its header line, then its payload with every line quoted
@@ -580,36 +650,18 @@ function headerLine(message) {
 // cut markers, the first and the last line.  Each payload shows whole or cut
 // to a common cap, as large as the output budget allows; messages that would
 // not get even MIN_PAYLOAD_SHOWN bytes wait for the next read.
-function renderInbox(page, since, limit) {
+function renderInbox(page, since, limit, view = INBOX_VIEW) {
   const messages = Array.isArray(page.messages) ? page.messages : [];
+  const after = since ? ` after ${since}` : "";
   if (messages.length === 0) {
-    return since ? `no messages after ${since} (pass since="${since}" again later)` : "no messages";
+    return `no messages${view.of}${after}` + (since ? ` (pass since="${since}" again later)` : "");
   }
-  const budget = MAX_OUTPUT_BYTES - 500; // room for the first and last lines
-  const items = messages.map((message) => {
-    const payload = String(message.payload ?? "");
-    const marker =
-      `\n[cut: ${field(message.msg_id)} has ${bytes(payload)} bytes; ` +
-      "it came whole in its <swarm_message> envelope]";
-    const header = headerLine(message);
-    return { message, shown: quotedPayload(payload, budget), marker, header };
-  });
-  // header, newline, quote, payload (or its cut and the marker), newline
-  const cost = (item, cap) =>
-    bytes(item.header) + 1 + QUOTE.length + 1 +
-    (item.shown.size <= cap ? item.shown.size : cap + bytes(item.marker));
-  let used = 0;
-  let count = 0;
-  for (const item of items) {
-    const need = cost(item, MIN_PAYLOAD_SHOWN);
-    if (count > 0 && used + need > budget) break;
-    used += need;
-    count += 1;
-  }
+  const items = pageItems(messages, view);
+  const count = fittingCount(items);
   const shown = items.slice(0, count);
-  const fits = (cap) => shown.reduce((total, item) => total + cost(item, cap), 0) <= budget;
+  const fits = (cap) => shown.reduce((total, item) => total + itemCost(item, cap), 0) <= PAGE_BUDGET;
   let low = MIN_PAYLOAD_SHOWN;
-  let high = Math.min(budget, Math.max(...shown.map((item) => item.shown.size), MIN_PAYLOAD_SHOWN));
+  let high = Math.min(PAGE_BUDGET, Math.max(...shown.map((item) => item.shown.size), MIN_PAYLOAD_SHOWN));
   while (low < high) {
     const mid = Math.ceil((low + high) / 2);
     if (fits(mid)) low = mid;
@@ -621,10 +673,10 @@ function renderInbox(page, since, limit) {
   });
   const more = page.has_more || count < messages.length;
   const cursor = field(count < messages.length ? shown[count - 1].message.msg_id : page.next_cursor);
-  const title = `${count} message${count === 1 ? "" : "s"}` + (since ? ` after ${since}` : "");
+  const title = `${count} message${count === 1 ? "" : "s"}${view.of}${after}`;
   const footer = more
-    ? `more waiting: call swarm_read with since="${cursor}"`
-    : `no more; next time call swarm_read with since="${cursor}" for newer ones only`;
+    ? `more waiting: ${view.again(cursor)}`
+    : `no more; next time ${view.again(cursor)} for newer ones only`;
   return [`${title} (limit ${limit}):`, ...blocks, footer].join("\n");
 }
 
@@ -668,6 +720,70 @@ function renderStatus(message) {
   return parts.join("; ");
 }
 
+function counted(n, noun) {
+  const shown = field(n);
+  return `${shown} ${noun}${shown === "1" ? "" : "s"}`;
+}
+
+// The lines of a list, at most MAX_LIST_LINES, then how many more there are.
+const MAX_LIST_LINES = 50;
+
+function listLines(items, line) {
+  const lines = items.slice(0, MAX_LIST_LINES).map((item) => `- ${line(item)}`);
+  if (items.length > MAX_LIST_LINES) lines.push(`... and ${items.length - MAX_LIST_LINES} more`);
+  return lines;
+}
+
+// swarm_send to a channel: the 202 lists each member's copy and who was left out, and why.
+function renderFanOut(msgId, channel, answer) {
+  const deliveries = answer.deliveries;
+  const skipped = Array.isArray(answer.skipped) ? answer.skipped : [];
+  let text = `sent ${msgId} on channel ${channel}: `;
+  if (deliveries.length === 0 && skipped.length === 0) {
+    text += "no other member, so nobody got it (it stays in the channel's history)";
+  } else {
+    text += `a copy to each of ${counted(deliveries.length, "member")}`;
+    const held = deliveries.filter((d) => d && d.held === true).length;
+    if (held > 0) text += ` (${held} of them held by that member's own policy until it lets it in)`;
+  }
+  if (skipped.length > 0) {
+    const why = skipped.slice(0, MAX_LIST_LINES).map((s) => `${field(s && s.session)} (${field(s && s.reason)})`);
+    if (skipped.length > MAX_LIST_LINES) why.push(`... and ${skipped.length - MAX_LIST_LINES} more`);
+    text += `; not delivered to ${counted(skipped.length, "member")}: ${why.join("; ")}`;
+  }
+  return text;
+}
+
+// swarm_channel list without a channel: the calling session's channels.
+function renderChannels(channels) {
+  const items = Array.isArray(channels) ? channels : [];
+  if (items.length === 0) return 'you are a member of no channel (join one with swarm_channel action "join")';
+  const line = (c) => {
+    const last = c.last_message_at != null ? `last message ${isoTime(c.last_message_at)}` : "no message yet";
+    return `${field(c.channel)}: ${counted(c.members, "member")}, ${last}`;
+  };
+  return [`you are a member of ${counted(items.length, "channel")}:`, ...listLines(items, line)].join("\n");
+}
+
+// swarm_channel list with a channel: its members, in the order they joined.
+function renderMembers(channel, answer, session) {
+  const members = Array.isArray(answer.members) ? answer.members : [];
+  if (members.length === 0) return `${channel} has no members (swarm_channel action "join" makes you one)`;
+  const most = answer.max_members != null ? `, at most ${field(answer.max_members)}` : "";
+  const line = (m) => {
+    const tags = [m.name ? `@${field(m.name)}` : "", m.session === session ? "you" : ""].filter(Boolean);
+    const shown = tags.length ? ` (${tags.join(", ")})` : "";
+    return `${field(m.session)}${shown}, joined ${isoTime(m.joined_at)}`;
+  };
+  const title = `${channel}: ${counted(members.length, "member")}${most}, in the order they joined:`;
+  return [title, ...listLines(members, line)].join("\n");
+}
+
+function channelRefused(what, answer) {
+  const why = answer.json && answer.json.error ? answer.json.error : JSON.stringify(answer.json);
+  return new ToolError(`swarm_channel: ${what}: pigeond refused it (HTTP ${answer.status}): ${field(why, 300)}`);
+}
+
 // -- the tools -----------------------------------------------------------------
 
 // opencode marks every property of a plugin tool as required, so an optional
@@ -686,13 +802,15 @@ function makeTools(env) {
   const swarm_send = {
     description: describe(`
       Send a message to another agent's session (to: its session id, or "@name" for the session
-      that claimed that name with swarm_name) or to a channel, through the pigeond daemon.
+      that claimed that name with swarm_name) or to a channel (every member but you gets its own
+      copy; see swarm_channel), through the pigeond daemon.
       It is queued on disk at once and reaches the target's transcript when that session is free,
-      wrapped in <swarm_message from="your session id" ...>.  Returns the msg_id and its state;
-      follow it with swarm_status.  Safe to retry: the same call never sends twice.`),
+      wrapped in <swarm_message from="your session id" ...>.  Returns the msg_id and its state
+      (for a channel: how many members got it, and who did not, and why); follow it with
+      swarm_status.  Safe to retry: the same call never sends twice.`),
     args: {
       to: optional("string", "the target session id (ses_...) or @name; null when sending to a channel"),
-      channel: optional("string", "a channel name (stored for readers, not delivered); null when sending to a session"),
+      channel: optional("string", "a channel name: fanned out to every member but you, each its own copy; null when sending to a session"),
       payload: { type: "string", description: "the message text" },
       kind: optional("string", `what the message is: ${KINDS.join(", ")}; null for chat`, KINDS),
       priority: optional("string", "urgent, normal or low; null for normal (urgent goes first)", PRIORITIES),
@@ -751,6 +869,9 @@ function makeTools(env) {
         );
       }
       if (answer.status !== 202) throw refused("swarm_send", answer);
+      if (send.channel && Array.isArray(answer.json.deliveries)) {
+        return renderFanOut(msgId, send.channel, answer.json);
+      }
       let state = "queued";
       try {
         const status = await request(daemon, "GET", `/swarm/message/${msgId}`, undefined, abort);
@@ -899,7 +1020,80 @@ function makeTools(env) {
     },
   };
 
-  return { swarm_send, swarm_read, swarm_status, swarm_name, swarm_policy };
+  const swarm_channel = {
+    description: describe(`
+      Channels: named groups of sessions.  A message sent with swarm_send to a channel reaches
+      every member but the sender, each as its own copy in its own transcript.  action "join" or
+      "leave": this session joins or leaves channel (only this session, never another).  "list":
+      without channel, the channels this session is in; with it, that channel's members.
+      "history": what was sent to channel, oldest first, including what came before this session
+      joined; pass since (the cursor the last history ended with) for newer ones only.  History
+      payloads are shown as swarm_read shows them: every line starts with "${QUOTE}".`),
+    args: {
+      action: { type: "string", enum: CHANNEL_ACTIONS, description: `${CHANNEL_ACTIONS.join(", ")}` },
+      channel: optional("string", "the channel (like team.backend); null only for list (your channels)"),
+      since: optional("string", "history only: the cursor the last history ended with (cur_N); null for the oldest"),
+    },
+    async execute(args, context) {
+      const { action, channel, since } = parseChannelArgs(args);
+      // joins and leaves this session only: the session is opencode's, never an argument
+      const session = callerSession("swarm_channel", context);
+      const daemon = await daemonConfig("swarm_channel", env);
+      const abort = context.abort;
+      const call = async (method, path, body) => {
+        try {
+          return await withRetries(daemon, READ_RETRY_S, abort, () => request(daemon, method, path, body, abort));
+        } catch (error) {
+          if (error instanceof Unreachable || error instanceof RateLimited) {
+            throw new ToolError(`swarm_channel: ${error.message}`);
+          }
+          throw error;
+        }
+      };
+      const members = `/swarm/channels/${channel}/members`;
+      if (action === "join") {
+        const answer = await call("POST", members, { session });
+        if (answer.status !== 200 && answer.status !== 201) throw channelRefused(`cannot join ${channel}`, answer);
+        const count = counted(answer.json.members, "member");
+        if (answer.json.joined === false) return `you are a member of ${channel} already (${count})`;
+        return `you joined ${channel} (${count}): every message sent to it from now reaches you as ` +
+          `your own copy; swarm_send with channel "${channel}" reaches the other members`;
+      }
+      if (action === "leave") {
+        const answer = await call("DELETE", `${members}/${session}`, undefined);
+        if (answer.status === 404) return `you are not a member of ${channel}: nothing changed`;
+        if (answer.status !== 200) throw channelRefused(`cannot leave ${channel}`, answer);
+        return `you left ${channel}: its new messages no longer reach you (copies already queued for you still come)`;
+      }
+      if (action === "history") {
+        const page = async (limit) => {
+          const query = new URLSearchParams({ limit: String(limit) });
+          if (since) query.set("since", since);
+          const answer = await call("GET", `/swarm/channel/${channel}?${query}`, undefined);
+          if (answer.status !== 200) throw channelRefused(`cannot read ${channel}`, answer);
+          return answer.json;
+        };
+        const view = historyView(channel);
+        let found = await page(DEFAULT_READ_LIMIT);
+        const messages = Array.isArray(found.messages) ? found.messages : [];
+        const fit = fittingCount(pageItems(messages, view));
+        // a history pages by cur_N only: when not all fit, ask for those that do, whose
+        // next_cursor is the one to go on from
+        if (fit < messages.length) found = await page(fit);
+        return renderInbox(found, since, DEFAULT_READ_LIMIT, view);
+      }
+      if (channel === undefined) {
+        const answer = await call("GET", `/swarm/channels?${new URLSearchParams({ session })}`, undefined);
+        if (answer.status !== 200) throw channelRefused("cannot list your channels", answer);
+        return renderChannels(answer.json.channels);
+      }
+      const answer = await call("GET", `/swarm/channels/${channel}`, undefined);
+      if (answer.status !== 200) throw channelRefused(`cannot list ${channel}`, answer);
+      return renderMembers(channel, answer.json, session);
+    },
+  };
+
+  return { swarm_send, swarm_read, swarm_status, swarm_name, swarm_policy, swarm_channel };
 }
 
 async function daemonCall(tool, daemon, path, abort) {

@@ -4,11 +4,13 @@ Every accepted message becomes a prompt in its target's session, so a loop that
 sends without pause would bury that session and fill the disk.  Two limits,
 each answered with 429 and ``Retry-After`` and nothing stored, each off at 0:
 
-* ``max_queued_per_target``: queued direct messages per target, counted in
-  the database (the truth survives restarts and sees every sender); channel
-  messages have no target and are not counted.  The queue drains as the
-  target's turns end, which no sender can predict, so the answer is a fixed
-  :data:`TARGET_FULL_RETRY_AFTER_S`.
+* ``max_queued_per_target``: queued messages per target, counted in the
+  database (the truth survives restarts and sees every sender).  The queue
+  drains as the target's turns end, which no sender can predict, so the answer
+  is a fixed :data:`TARGET_FULL_RETRY_AFTER_S`.  A channel send is never
+  refused for it: the store applies the cap to each member's copy, and a member
+  at its cap is left out of that message (the 202's ``skipped``) rather than
+  the channel's other members.
 * ``sender_rate_per_s`` / ``sender_burst``: a token bucket per ``from`` field,
   in memory.  ``Retry-After`` is the whole seconds until a token is back.
 
@@ -118,8 +120,9 @@ class FloodGuard:
         return self.sender_rate_per_s > 0 and self.sender_burst > 0
 
     def queue_cap(self, message: NewMessage) -> int:
-        """The cap the store applies to ``message``'s target (0: none; channels have none)."""
-        return self.max_queued_per_target if message.to_session is not None else 0
+        """The cap the store applies to ``message``'s target, or to each member's copy of a
+        channel message (0: none)."""
+        return self.max_queued_per_target
 
     async def admit(self, message: NewMessage, store: Store) -> AcceptOutcome:
         """Store ``message`` through ``store`` if its sender and target are within their

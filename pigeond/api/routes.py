@@ -9,7 +9,6 @@ for its own call while the reactor serves others.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,8 +18,12 @@ from twisted.logger import Logger
 from twisted.web import server
 
 from pigeond import __version__
+from pigeond.api.channels import channel_status, fan_out_answer
 from pigeond.api.names import resolve_target
 from pigeond.api.openapi import OPENAPI_PATH, openapi_document
+from pigeond.api.paging import DEFAULT_INBOX_LIMIT as DEFAULT_INBOX_LIMIT
+from pigeond.api.paging import MAX_INBOX_LIMIT as MAX_INBOX_LIMIT
+from pigeond.api.paging import cursor_number, encode_cursor, page_limit
 from pigeond.api.send_request import parse_send_body
 from pigeond.api.web import HttpError, JsonApi, JsonResponse, query_param, read_body
 from pigeond.config import Config
@@ -31,10 +34,7 @@ from pigeond.storage.database import Database
 from pigeond.storage.repository import Accept
 
 MESSAGE_PREFIX = "/swarm/message/"
-DEFAULT_INBOX_LIMIT = 100
-MAX_INBOX_LIMIT = 1000
 log = Logger()
-_CURSOR_RE = re.compile(r"^cur_([0-9]{1,18})$")
 
 # A check on a parsed send before it is stored; raises HttpError to refuse it.
 SendCheck = Callable[[server.Request, NewMessage], Awaitable[None] | None]
@@ -74,10 +74,6 @@ class DeliveryHealth:
 
 
 DELIVERY_OFF = DeliveryHealth(False, False, "off", "off", 0, 0)
-
-
-def encode_cursor(handoff_seq: int) -> str:
-    return f"cur_{handoff_seq}"
 
 
 class SwarmRoutes:
@@ -141,9 +137,7 @@ class SwarmRoutes:
         if self._target_check is not None:  # before the flood guard spends a token
             checked = self._target_check(message)
             target_checked = checked if isinstance(checked, bool) else await checked
-        expires_at = None
-        if message.to_session is not None:  # channel messages do not expire yet
-            expires_at = now_ms + 1000 * (send.ttl_s or self.default_ttl_s)
+        expires_at = now_ms + 1000 * (send.ttl_s or self.default_ttl_s)  # each copy too
         reply_within_ms = 0
         if send.expects_reply:
             reply_within_ms = 1000 * (send.reply_within_s or self.reply_within_s)
@@ -180,9 +174,15 @@ class SwarmRoutes:
             )
             if message.to_session is not None:
                 self._on_accepted(message.to_session)
-        return JsonResponse(
-            202, {"accepted": True, "msg_id": message.msg_id, "target_checked": target_checked}
-        )
+        answer: dict[str, object] = {
+            "accepted": True,
+            "msg_id": message.msg_id,
+            "target_checked": target_checked,
+        }
+        if message.channel is not None:  # each member's copy, kicked when new
+            kick = self._on_accepted if outcome is AcceptOutcome.STORED else None
+            answer |= await fan_out_answer(self._db, message.msg_id, kick)
+        return JsonResponse(202, answer)
 
     # -- GET /swarm/inbox ------------------------------------------------------
 
@@ -195,7 +195,7 @@ class SwarmRoutes:
             raise HttpError(400, "query parameter 'session' is required")
         if not SESSION_ID_RE.fullmatch(session):
             raise HttpError(400, f"query parameter 'session' must match {SESSION_ID_RE.pattern}")
-        limit = self._inbox_limit(query_param(request, "limit"))
+        limit = page_limit(query_param(request, "limit"))
         since = query_param(request, "since")
         after_seq = 0 if since is None else await self._cursor_position(since, session)
         page = await self._db.read(
@@ -216,28 +216,10 @@ class SwarmRoutes:
             },
         )
 
-    @staticmethod
-    def _inbox_limit(raw: str | None) -> int:
-        if raw is None:
-            return DEFAULT_INBOX_LIMIT
-        # digits counted before int(): it refuses more than 4300 of them with a ValueError
-        digits = raw.lstrip("0")
-        if (
-            raw.isascii()
-            and raw.isdigit()
-            and len(digits) <= len(str(MAX_INBOX_LIMIT))
-            and 1 <= int(raw) <= MAX_INBOX_LIMIT
-        ):
-            return int(raw)
-        raise HttpError(
-            400, f"query parameter 'limit' must be an integer from 1 to {MAX_INBOX_LIMIT}"
-        )
-
     async def _cursor_position(self, since: str, session: str) -> int:
         """A cursor is ours (``cur_N``) or, as in the seed, a msg_id handed off to this session."""
-        match = _CURSOR_RE.fullmatch(since)
-        if match is not None:
-            seq = int(match.group(1))
+        seq = cursor_number(since)
+        if seq is not None:
             if seq > await self._db.read(SwarmRepository.last_handoff_seq):
                 raise HttpError(400, f"unknown cursor {since!r}")
             return seq
@@ -265,6 +247,9 @@ class SwarmRoutes:
         stored = await self._db.read(SwarmRepository.get, msg_id)
         if stored is None:
             raise HttpError(404, f"no message {msg_id}", {"msg_id": msg_id})
+        fan_out: dict[str, object] = {}
+        if stored.state == State.FANNED_OUT:  # a channel message: what became of each copy
+            fan_out = await channel_status(self._db, msg_id)
         return JsonResponse(
             200,
             stored.inbox_view()
@@ -279,7 +264,8 @@ class SwarmRoutes:
                 "receipt": stored.receipt(),
                 "answered_at": stored.answered_at,
                 "answer_message_id": stored.answer_message_id,
-            },
+            }
+            | fan_out,
         )
 
     # -- GET /health -------------------------------------------------------------

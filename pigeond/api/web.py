@@ -145,6 +145,7 @@ class JsonApi(Resource):
         self._answering: set[Deferred[None]] = set()
         self._routes: dict[bytes, dict[bytes, Handler]] = {}
         self._prefixes: dict[bytes, dict[bytes, Handler]] = {}
+        self._patterns: dict[tuple[bytes, ...], dict[bytes, Handler]] = {}
 
     def route(self, method: str, path: str, handler: Handler) -> None:
         self._routes.setdefault(path.encode("ascii"), {})[method.encode("ascii")] = handler
@@ -224,16 +225,33 @@ class JsonApi(Resource):
         reads the rest from ``request.path``."""
         self._prefixes.setdefault(prefix.encode("ascii"), {})[method.encode("ascii")] = handler
 
+    def route_pattern(self, method: str, pattern: str, handler: Handler) -> None:
+        """A route for every path of ``pattern``'s shape, each ``{}`` one non-empty segment
+        (``/swarm/channels/{}/members``); the handler reads them from ``request.path``.
+        Unlike one prefix for several shapes, each shape answers 405 with its own methods."""
+        segments = tuple(pattern.encode("ascii").split(b"/"))
+        self._patterns.setdefault(segments, {})[method.encode("ascii")] = handler
+
     def served(self) -> set[tuple[str, str]]:
-        """Every (method, path) answered; a prefix route's path ends in ``{}``."""
+        """Every (method, path) answered; a prefix route's path ends in ``{}``, a pattern
+        route's has ``{}`` for each segment it leaves open."""
         exact = {(m.decode(), p.decode()) for p, ms in self._routes.items() for m in ms}
         prefixed = {(m.decode(), p.decode() + "{}") for p, ms in self._prefixes.items() for m in ms}
-        return exact | prefixed
+        patterned = {
+            (m.decode(), b"/".join(p).decode()) for p, ms in self._patterns.items() for m in ms
+        }
+        return exact | prefixed | patterned
 
     def _methods_for(self, path: bytes) -> dict[bytes, Handler] | None:
         methods = self._routes.get(path)
         if methods is not None:
             return methods
+        segments = path.split(b"/")
+        for pattern, patterned in self._patterns.items():
+            if len(pattern) == len(segments) and all(
+                s != b"" if p == b"{}" else s == p for p, s in zip(pattern, segments, strict=True)
+            ):
+                return patterned
         for prefix, prefixed in self._prefixes.items():
             if path.startswith(prefix) and len(path) > len(prefix):
                 return prefixed

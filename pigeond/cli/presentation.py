@@ -246,8 +246,10 @@ def detail(message: StoredMessage, now_ms: int) -> Detail:
 
 def state_counts(counts: Mapping[str, int], *, zeros: bool) -> list[tuple[str, int]]:
     """Counts by state in lifecycle order (states this version does not know last);
-    ``zeros`` lists the known states that have none too."""
-    known = [(s, counts.get(s, 0)) for s in STATES if zeros or counts.get(s)]
+    ``zeros`` lists the states a delivery can be in that have none too (``fanned_out``,
+    a channel message's own state, only when some are)."""
+    listed = [s for s in STATES if counts.get(s) or (zeros and s != State.FANNED_OUT)]
+    known = [(s, counts.get(s, 0)) for s in listed]
     return known + sorted((s, n) for s, n in counts.items() if s not in STATES)
 
 

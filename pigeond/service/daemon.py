@@ -19,6 +19,7 @@ from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from pigeond.api.access import AccessPolicy
+from pigeond.api.channels import ChannelRoutes
 from pigeond.api.flood import FloodGuard
 from pigeond.api.metrics import MetricsRoute
 from pigeond.api.names import NamesRoute
@@ -87,6 +88,7 @@ class Daemon:
     delivery: DeliveryParts | None = None
     access: AccessPolicy | None = None
     flood: FloodGuard | None = None
+    channels: ChannelRoutes | None = None
     notes: list[str] = field(default_factory=list)
     ports: list[IListeningPort] = field(default_factory=list)
     db_watch: DatabaseWatch | None = None
@@ -212,7 +214,8 @@ class Daemon:
     def reconfigurable(self) -> list[Reconfigurable]:
         """Every part a reload reaches; each takes the new settings through ``configure``."""
         parts: list[Reconfigurable] = [self.site, self.routes, self.db, self.pruner]
-        parts += [p for p in (self.flood, self.access, self.arbiter) if p is not None]
+        optional = (self.flood, self.access, self.arbiter, self.channels)
+        parts += [p for p in optional if p is not None]
         if self.delivery is not None:
             d = self.delivery
             parts += [d.client, d.registry, d.verifier, *([d.turns] if d.turns else [])]
@@ -358,12 +361,14 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     PolicyRoutes(db, policies, reactor).install(api)
     SearchRoute(db, lambda: routes.inbox_max_bytes).install(api)
     NamesRoute(db, reactor, None if delivery is None else delivery.registry).install(api)
+    channels = ChannelRoutes(db, reactor, config, None if delivery is None else delivery.registry)
+    channels.install(api)
     site = make_site(api, config, reactor=reactor)
     pruner = Pruner(db, reactor, retention_days=config.retention_days)
     return Daemon(
         config=config, db=db, site=site, arbiter=arbiter, events=events, pool=pool,
         reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
-        notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs,
+        notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs, channels=channels,
     )  # fmt: skip
 
 

@@ -148,7 +148,8 @@ class Channels(RepositoryBase):
         racing for the last place cannot both have it."""
         with self._write() as conn:
             row = conn.execute(
-                "SELECT COUNT(*), COALESCE(SUM(session = ?), 0) FROM swarm_channel_members"
+                "SELECT COUNT(*), COALESCE(SUM(CASE WHEN session = ? THEN 1 ELSE 0 END), 0)"
+                " FROM swarm_channel_members"
                 " WHERE channel = ?",
                 (session, channel),
             ).fetchone()
@@ -225,6 +226,37 @@ class Channels(RepositoryBase):
         rows = self._conn.execute(HISTORY_PAGE_SQL, (channel, after_seq, limit + 1)).fetchall()
         messages = [row_to_message(r) for r in rows[:limit]]
         return HistoryPage(messages, has_more=len(rows) > limit)
+
+    @reads
+    def channel_history_page(
+        self, channel: str, after_seq: int, limit: int, max_bytes: int
+    ) -> HistoryPage:
+        """:meth:`channel_history` bounded in bytes too, as an inbox page is (``GET
+        /swarm/channel/<channel>``): at most ``max_bytes`` of messages as the API encodes
+        them, except that the first always comes, alone if larger, so a reader progresses.
+        Rows are stepped one at a time, so a long history is never read whole."""
+        cursor = self._conn.execute(HISTORY_PAGE_SQL, (channel, after_seq, limit + 1))
+        messages: list[StoredMessage] = []
+        used = 0
+        try:
+            for row in cursor:
+                if len(messages) == limit:
+                    return HistoryPage(messages, has_more=True)
+                message = row_to_message(row)
+                size = len(json.dumps(message.inbox_view(), ensure_ascii=False).encode("utf-8"))
+                if messages and used + size > max_bytes:
+                    return HistoryPage(messages, has_more=True)
+                messages.append(message)
+                used += size
+        finally:
+            cursor.close()  # ends the read at once, not when the cursor is collected
+        return HistoryPage(messages, has_more=False)
+
+    @reads
+    def last_accept_seq(self) -> int:
+        """The last accept number given out: a history cursor past it is no cursor of ours."""
+        row = self._conn.execute("SELECT value FROM swarm_sequences WHERE name = 'accept'")
+        return int(row.fetchone()[0])
 
     @reads
     def fan_out_of(self, channel_msg_id: str) -> FanOut:

@@ -1,7 +1,9 @@
 """``pigeon-tui``: the operator's terminal UI over the same operator calls as ``pigeon``.
 
-What the actions are and where they apply comes from :mod:`pigeond.cli.actions`,
-how a message looks from :mod:`pigeond.cli.presentation`.  Whatever comes from a
+This module reads and draws: the overview, the state tabs, the filter, the message
+table and its detail pane, and the keys that move between them or open the other
+views.  The writes (requeue, retry-now, cancel) are :mod:`pigeond_tui.operator_actions`'s.
+How a message looks comes from :mod:`pigeond.cli.presentation`.  Whatever comes from a
 message (ids, names, payloads, errors) is drawn through ``terminal.visible`` and
 as ``Text`` objects or with ``markup=False``, never as markup: a field can
 neither send terminal commands nor style or link the screen.
@@ -17,26 +19,23 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import ClassVar, Final
 
 from rich.text import Text
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
-from textual.notifications import SeverityLevel
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static, Tab, Tabs
 
-from pigeond.cli.actions import ACTIONS, Action, outcome_line, refusal, repository, resolve_db
+from pigeond.cli.actions import resolve_db
 from pigeond.cli.pigeon_policy import POLICY_COLUMN, consent_cell
 from pigeond.cli.presentation import (
     FAILED_COLUMNS,
     QUEUE_COLUMNS,
     TABLE_COLUMNS,
     cut,
-    destination,
     failed_cells,
     last_column_width,
     message_cells,
@@ -45,14 +44,16 @@ from pigeond.cli.presentation import (
 from pigeond.credentials import DEFAULT_URL, daemon_address
 from pigeond.model import StoredMessage
 from pigeond.storage import SchemaError, StorageError
-from pigeond.storage.operator import ActionOutcome, open_existing
+from pigeond.storage.operator import open_existing
 from pigeond.terminal import visible
 from pigeond_tui import data
+from pigeond_tui.addressing import AddressingScreen
 from pigeond_tui.consent import PolicyScreen
 from pigeond_tui.data import TABS, Snapshot, read_snapshot
-from pigeond_tui.keys import KEYS, ROW_ACTIONS, help_keys, row_action
+from pigeond_tui.keys import KEYS, help_keys
+from pigeond_tui.operator_actions import OperatorActions
 from pigeond_tui.owed import OwedScreen
-from pigeond_tui.screens import ConfirmScreen, HelpScreen
+from pigeond_tui.screens import HelpScreen
 from pigeond_tui.widgets import MessageTable, Rows, counts_text, detail_text, fill_table
 
 EXIT_USAGE = 2
@@ -77,7 +78,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class PigeonApp(App[None]):
+class PigeonApp(OperatorActions):
     """Overview on top, the message table with its detail pane below."""
 
     CSS_PATH = "pigeon.tcss"
@@ -120,13 +121,6 @@ class PigeonApp(App[None]):
             with VerticalScroll(id="detail-scroll"):
                 yield Static(id="detail")
         yield Footer()
-
-    @property
-    def main_view(self) -> Screen[Any]:
-        """The screen of the main view, at the bottom of the stack: a refresh that lands
-        while a modal screen (a question, the help, the owed or policy view) is on top
-        fills these widgets, not that screen's (where a query finds nothing)."""
-        return self.screen_stack[0]
 
     def on_mount(self) -> None:
         self.sub_title = str(self.db)
@@ -204,16 +198,6 @@ class PigeonApp(App[None]):
     def fill(self, selector: str, columns: Sequence[str], rows: Rows) -> None:
         fill_table(self.main_view.query_one(selector, DataTable), columns, rows)
 
-    def highlighted(self) -> StoredMessage | None:
-        try:
-            table = self.main_view.query_one("#messages", DataTable)
-        except NoMatches:  # asked before the table is there (the footer's first look)
-            return None
-        if not table.row_count:
-            return None
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        return None if key is None else self.messages.get(key)
-
     def show_detail(self) -> None:
         message = self.highlighted()
         pane = self.main_view.query_one("#detail", Static)
@@ -227,6 +211,11 @@ class PigeonApp(App[None]):
     # -- navigation -------------------------------------------------------------
 
     def action_refresh(self) -> None:
+        self.refresh_data()
+
+    @on(OperatorActions.Written)
+    def written_through(self) -> None:
+        """A write finished: show the database as it is now."""
         self.refresh_data()
 
     def action_page(self, step: int) -> None:
@@ -249,6 +238,10 @@ class PigeonApp(App[None]):
 
     def action_owed(self) -> None:
         self.push_screen(OwedScreen(self.db, self.clock, self.interval))
+
+    def action_channels(self) -> None:
+        """The names sessions hold and the channels' members (pigeond_tui/addressing.py)."""
+        self.push_screen(AddressingScreen(self.db, self.clock, self.interval))
 
     def action_policy(self) -> None:
         """The highlighted row's target's consent (pigeond_tui/consent.py)."""
@@ -295,127 +288,6 @@ class PigeonApp(App[None]):
             self.filter_text = ""
             self.page = 0
             self.refresh_data()
-
-    # -- changing ---------------------------------------------------------------
-
-    def report(self, text: str, severity: SeverityLevel = "information") -> None:
-        """Notify (escaped, no markup: the text may carry ids and errors) and keep a record."""
-        shown = visible(text)
-        self.reports.append(shown)
-        self.notify(shown, severity=severity, markup=False)
-
-    def not_offered(self, name: str, action: Action) -> str | None:
-        """Why the row action ``name`` (``one`` or ``target``) is not offered for the
-        highlighted message; None when it is."""
-        message = self.highlighted()
-        if message is None:
-            return "no message highlighted"
-        if not action.applies_to(message.state):
-            return f"{message.msg_id} {refusal(action, message.state)}"
-        if name == "target" and message.to_session is None:
-            return f"{message.msg_id} is a channel message: it has no target session"
-        return None
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Row actions are dimmed in the footer (and their keys only say why) when the
-        highlighted message is in a state they do not apply to: no question is ever
-        asked for an action the storage would refuse."""
-        if action in ROW_ACTIONS and parameters:
-            act = ACTIONS.get(str(parameters[0]))
-            if act is not None and self.not_offered(action, act) is not None:
-                return None
-        return True
-
-    def refuse_key(self, key: str) -> bool:
-        """A row action's key where the highlighted row does not allow it: a short
-        notice and True (the key goes no further); False for every other key."""
-        bound = row_action(key)
-        why = None if bound is None else self.not_offered(*bound)
-        if bound is None or why is None:
-            return False
-        self.report(f"{bound[1].name}: {why}", "warning")
-        return True
-
-    def action_one(self, name: str) -> None:
-        action, message = ACTIONS[name], self.highlighted()
-        if message is None or self.not_offered("one", action) is not None:
-            return
-        seen = message.updated_at  # the row as the operator saw it
-        question = f"{action.name} {message.msg_id} ({message.state}, to {destination(message)})?"
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.write_one(action, message.msg_id, message.state, seen)
-
-        self.push_screen(ConfirmScreen(question), answered)
-
-    def action_target(self, name: str) -> None:
-        action, message = ACTIONS[name], self.highlighted()
-        if message is None or message.to_session is None or self.not_offered("target", action):
-            return
-        target = message.to_session
-        question = f"{action.name} every {action.wanted} message to {target}?"
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.write_target(action, target)
-
-        self.push_screen(ConfirmScreen(question), answered)
-
-    def action_listed(self, name: str) -> None:
-        """The bulk form for the current view: every listed row the action applies to."""
-        action = ACTIONS[name]
-        seen = [
-            (m.msg_id, m.updated_at) for m in self.messages.values() if action.applies_to(m.state)
-        ]
-        if not seen:
-            self.report(f"{action.name}: no listed message is {action.wanted}", "warning")
-            return
-        question = f"{action.name} the {len(seen)} {action.wanted} message(s) listed?"
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.write_many(action, seen)
-
-        self.push_screen(ConfirmScreen(question), answered)
-
-    @work(thread=True, group="write")
-    def write_many(self, action: Action, seen: list[tuple[str, int]]) -> None:
-        try:
-            with repository(self.db) as repo:
-                outcomes = action.apply_many(repo, seen, self.clock())
-        except StorageError as e:
-            self.call_from_thread(self.report, f"{action.name}: {e}", "error")
-            return
-        done = outcomes[ActionOutcome.CHANGED]
-        text = f"{action.name}: {done} of {len(seen)} done"
-        if done < len(seen):
-            text += f", {len(seen) - done} changed meanwhile or no longer applicable"
-        self.call_from_thread(self.report, text, "information" if done else "error")
-        self.call_from_thread(self.refresh_data)
-
-    @work(thread=True, group="write")
-    def write_one(self, action: Action, msg_id: str, state: str, seen: int) -> None:
-        try:
-            with repository(self.db) as repo:
-                outcome = action.apply_one(repo, msg_id, self.clock(), seen)
-        except StorageError as e:
-            self.call_from_thread(self.report, f"{action.name} {msg_id}: {e}", "error")
-            return
-        severity = "information" if outcome is ActionOutcome.CHANGED else "error"
-        self.call_from_thread(self.report, outcome_line(action, msg_id, outcome, state), severity)
-        self.call_from_thread(self.refresh_data)
-
-    @work(thread=True, group="write")
-    def write_target(self, action: Action, target: str) -> None:
-        try:
-            with repository(self.db) as repo:
-                changed = action.apply_to_target(repo, target, self.clock())
-        except StorageError as e:
-            self.call_from_thread(self.report, f"{action.name} {target}: {e}", "error")
-            return
-        self.call_from_thread(self.report, f"{target}: {len(changed)} message(s) {action.done}")
-        self.call_from_thread(self.refresh_data)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:

@@ -8,6 +8,7 @@ tuple, and the operator actions' keys take their words and states from
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Final
 
 from textual.app import App
@@ -58,6 +59,8 @@ KEYS: Final[tuple[Binding, ...]] = (
     Binding("o", "owed", "Owed", tooltip="who owes whom a reply: outstanding obligations"),
     Binding("p", "policy", "Policy",
             tooltip="set the highlighted row's target's inbound policy, or release its held"),
+    Binding("c", "channels", "Channels",
+            tooltip="names and channels: who holds which name, each channel's members"),
     Binding("right_square_bracket", "page(1)", "Next page", show=False,
             tooltip=f"next window of {WINDOW} messages (tables never load everything)"),
     Binding("left_square_bracket", "page(-1)", "Previous page", show=False,
@@ -78,6 +81,14 @@ POLICY_KEYS: Final[tuple[Binding, ...]] = (
 )  # fmt: skip
 
 
+# The names and channels screen's keys (pigeond_tui/addressing.py): it only reads.
+ADDRESSING_KEYS: Final[tuple[Binding, ...]] = (
+    Binding("r", "reread", "refresh", tooltip="read the names and channels again"),
+    Binding("tab", "app.focus_next", "next table", tooltip="move between the three tables"),
+    Binding("escape,c,q", "close", "close", tooltip="close"),
+)
+
+
 def row_action(key: str) -> tuple[str, Action] | None:
     """The row action (``one`` or ``target``) and operator action bound to ``key``, if any."""
     for binding in KEYS:
@@ -91,3 +102,12 @@ def row_action(key: str) -> tuple[str, Action] | None:
 def help_keys(app: App[None]) -> list[tuple[str, str]]:
     """The help screen's lines: every binding, its key as the footer shows it."""
     return [(app.get_key_display(b), b.tooltip or b.description) for b in KEYS]
+
+
+def key_line(app: App[None], bindings: tuple[Binding, ...]) -> str:
+    """A small screen's keys on one line, each key as the footer shows it: ``esc/q close``."""
+    return "  ".join(
+        "/".join(app.get_key_display(dataclasses.replace(b, key=k)) for k in b.key.split(","))
+        + f" {b.description}"
+        for b in bindings
+    )

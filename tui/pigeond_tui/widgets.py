@@ -45,12 +45,13 @@ class MessageTable(DataTable[Text]):
 
 
 def counts_text(snapshot: Snapshot) -> Text:
-    """Direct messages by state (zeros too), channel messages apart."""
+    """Deliveries by state (zeros too: direct messages and channel members' copies), the
+    channels' rows apart (channel messages and their copies)."""
     text = Text()
-    text.append("direct messages\n", style="bold")
+    text.append("deliveries\n", style="bold")
     for state, n in state_counts(snapshot.direct, zeros=True):
         text.append(f"  {visible(state):<11}{n:>8}\n")
-    text.append("channel messages\n", style="bold")
+    text.append("channel messages + copies\n", style="bold")
     for state, n in state_counts(snapshot.channel, zeros=False):
         text.append(f"  {visible(state):<11}{n:>8}\n")
     if not snapshot.channel:
