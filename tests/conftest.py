@@ -11,8 +11,10 @@ from twisted.logger import ILogObserver, LogEvent, LogLevel, formatEvent, global
 from zope.interface import implementer
 
 from pigeond.storage import SwarmRepository, open_database
+from pigeond.storage.postgres import open_postgres
 from tests.daemon_process import DaemonFactory
 from tests.fixed_time import START_S
+from tests.pg_cluster import PgCluster, running_cluster
 
 
 @pytest.fixture
@@ -20,9 +22,44 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "state" / "pigeond.db"
 
 
+# The backends a module marked ``both_backends`` runs its ``repo`` tests on; others use
+# SQLite alone (the default, and the only backend of what is about a file).
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``repo`` is one parametrized fixture: SQLite and PostgreSQL for storage tests
+    (``pytestmark = pytest.mark.both_backends``), SQLite for the rest."""
+    if "backend" in metafunc.fixturenames:
+        both = metafunc.definition.get_closest_marker("both_backends") is not None
+        sqlite_only = metafunc.definition.get_closest_marker("sqlite_only") is not None
+        backends = BACKENDS if both and not sqlite_only else BACKENDS[:1]
+        metafunc.parametrize("backend", backends, scope="function")
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """One private PostgreSQL cluster for the test session (tests/pg_cluster.py)."""
+    with running_cluster() as cluster:
+        yield cluster
+
+
 @pytest.fixture
-def repo(db_path: Path) -> Iterator[SwarmRepository]:
-    repository = SwarmRepository(open_database(db_path))
+def pg_url(pg_cluster: PgCluster) -> Iterator[str]:
+    """The URL of a new empty database in the test cluster, dropped after the test."""
+    name = pg_cluster.create_database()
+    yield pg_cluster.url(name)
+    pg_cluster.drop_database(name)
+
+
+@pytest.fixture
+def repo(request: pytest.FixtureRequest, backend: str, db_path: Path) -> Iterator[SwarmRepository]:
+    """A migrated, empty repository on ``backend``: a WAL file, or a PostgreSQL database."""
+    if backend == "postgresql":
+        url = request.getfixturevalue("pg_url")
+        repository = SwarmRepository(open_postgres(url))  # type: ignore[arg-type]
+    else:
+        repository = SwarmRepository(open_database(db_path))
     yield repository
     repository.close()
 

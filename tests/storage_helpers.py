@@ -11,8 +11,10 @@ from twisted.internet.task import Clock
 
 from pigeond.config import Config
 from pigeond.service.daemon import Daemon, build_daemon
-from pigeond.storage import SwarmRepository, open_database
+from pigeond.storage import SwarmRepository, connect, open_database
 from pigeond.storage.database import InlineDatabase
+from pigeond.storage.postgres import open_postgres
+from pigeond.storage.postgres.schema import SEARCH_DOC_SQL
 from tests.messages import new_message
 
 
@@ -65,8 +67,41 @@ def seen_message(repo: SwarmRepository, msg_id: str, at: int, to: str = "ses_tar
 def search_index_in_step(conn: sqlite3.Connection) -> bool:
     """Whether the FTS5 index holds exactly the tokens of the rows of swarm_messages (FTS5's
     own integrity check against its content table, which raises when they differ)."""
+    if getattr(conn, "postgres", False):
+        # PostgreSQL's search column is generated: it must equal its expression on every row
+        row = conn.execute(
+            f"SELECT bool_and(search_doc = {SEARCH_DOC_SQL}) FROM swarm_messages"
+        ).fetchone()
+        return row is not None and row[0] is not False
     try:
         conn.execute("INSERT INTO swarm_search (swarm_search, rank) VALUES ('integrity-check', 1)")
     except sqlite3.DatabaseError:
         return False
     return True
+
+
+def column_names(repo: SwarmRepository) -> list[str]:
+    """swarm_messages' columns in order, on either backend (PostgreSQL's search column,
+    where SQLite has its FTS5 table, left out)."""
+    if repo.postgres:
+        rows = repo.connection.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_name = 'swarm_messages' AND column_name != 'search_doc'"
+            " ORDER BY ordinal_position"
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+    return [str(r[1]) for r in repo.connection.execute("PRAGMA table_info(swarm_messages)")]
+
+
+def stored_schema_version(repo: SwarmRepository) -> int:
+    """The schema version the database says it has, on either backend."""
+    if repo.postgres:
+        return int(repo.connection.execute("SELECT version FROM swarm_schema").fetchone()[0])
+    return int(repo.connection.execute("PRAGMA user_version").fetchone()[0])
+
+
+def reopened(repo: SwarmRepository, db_path: Path) -> SwarmRepository:
+    """A second repository on ``repo``'s database, through a connection of its own."""
+    if repo.postgres:
+        return SwarmRepository(open_postgres(repo.connection.url))  # type: ignore[attr-defined,arg-type]
+    return SwarmRepository(connect(db_path))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pigeond.consent import Policy
 from pigeond.envelope import opening_tag
 from pigeond.model import NOTICE_KIND, State
@@ -16,6 +18,7 @@ from pigeond.storage.schema import connect, migrate
 from tests.messages import new_message
 from tests.storage_helpers import search_index_in_step
 
+pytestmark = pytest.mark.both_backends
 A, B, C, D = "ses_a", "ses_b", "ses_c", "ses_d"
 NOW = 1_790_000_000_000
 TEAM = "team.backend"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
 from pigeond.storage.delivery import QUEUED_FOR_TARGET_SQL
 from pigeond.storage.migrations import MIGRATIONS
@@ -11,6 +13,8 @@ from pigeond.storage.schema import connect, migrate
 from pigeond.storage.synthetic import add_delivered_history, add_stuck_rows, drop_statistics
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
+
+pytestmark = pytest.mark.both_backends
 
 
 def accept(repo: SwarmRepository, msg_id: str, **kwargs: object) -> None:
@@ -197,6 +201,7 @@ def test_count_queued_for_counts_one_targets_queue_up_to_a_limit(repo: SwarmRepo
     assert repo.count_queued_for("ses_nobody") == 0
 
 
+@pytest.mark.sqlite_only("SQLite's query plan")
 def test_count_queued_for_searches_an_index(repo: SwarmRepository) -> None:
     """With history, ANALYZEd or not, the count is a covering-index SEARCH, never a table SCAN."""
     add_delivered_history(repo.connection, 20_000, 10, NOW_MS - 10_000)

@@ -3,6 +3,8 @@ then overdue once, cancelled with their original (pigeond/storage/obligations.py
 
 from __future__ import annotations
 
+import pytest
+
 from pigeond.model import NOTICE_SENDER, OVERDUE_KIND, REMINDER_KIND, Owed, StoredMessage
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.migrations import _V10_OBLIGATIONS
@@ -10,6 +12,7 @@ from pigeond.storage.obligations import DUE_SQL
 from pigeond.storage.repository import Accept
 from tests.messages import new_message
 
+pytestmark = pytest.mark.both_backends
 T0 = 1_000_000
 WITHIN_MS = 60_000
 ASKER, WORKER = "ses_asker", "ses_worker"
@@ -182,6 +185,7 @@ def test_the_schema_allows_exactly_the_owed_states() -> None:
     assert {s.strip(" '\n") for s in allowed.split(",")} == {str(s) for s in Owed}
 
 
+@pytest.mark.sqlite_only("SQLite's query plan")
 def test_the_sweep_reads_only_outstanding_obligations(repo: SwarmRepository) -> None:
     """Its query walks the partial index of outstanding rows and finds each message by its
     key: history never makes the every-tick sweep slower."""

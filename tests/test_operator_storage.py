@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pigeond.model import State
 from pigeond.storage import SwarmRepository
 from pigeond.storage.operator import ActionOutcome
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
 
+pytestmark = pytest.mark.both_backends
 TTL = 3_600_000
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from pigeond.consent import POLICIES, Policy, held_reason
 from pigeond.storage import SwarmRepository
 from pigeond.storage.repository import Accept
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
 
+pytestmark = pytest.mark.both_backends
 B, A, FRIEND = "ses_b", "ses_a", "ses_friend"
 
 
@@ -24,12 +27,21 @@ def held_accept(repo: SwarmRepository, sender: str = A, expires_at: int | None =
 
 def test_the_schema_check_lists_exactly_the_declared_policies(repo: SwarmRepository) -> None:
     """Migration 12's CHECK names the policies pigeond.consent.POLICIES declares."""
-    sql = repo.connection.execute(
-        "SELECT sql FROM sqlite_master WHERE name = 'swarm_policies'"
-    ).fetchone()[0]
-    check = re.search(r"policy IN \(([^)]*)\)", sql)
-    assert check is not None
-    assert tuple(v.strip(" '") for v in check.group(1).split(",")) == POLICIES
+    if repo.postgres:
+        sql = repo.connection.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = 'swarm_policies'::regclass AND contype = 'c'"
+            " AND pg_get_constraintdef(oid) LIKE '%policy%'"
+        ).fetchone()[0]
+        values = re.findall(r"'(\w+)'::text", sql)
+    else:
+        sql = repo.connection.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'swarm_policies'"
+        ).fetchone()[0]
+        check = re.search(r"policy IN \(([^)]*)\)", sql)
+        assert check is not None
+        values = [v.strip(" '") for v in check.group(1).split(",")]
+    assert tuple(values) == POLICIES
 
 
 def test_a_session_without_a_policy_accepts(repo: SwarmRepository) -> None:

@@ -23,6 +23,8 @@ from tests.http_helpers import result_of
 from tests.messages import assistant_entry, new_message, user_entry
 from tests.storage_helpers import seen_message
 
+pytestmark = pytest.mark.both_backends
+
 GRACE_MS = 60_000
 TURN_TIMEOUT_S = 600.0
 ABORTED = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}

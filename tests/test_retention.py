@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 from twisted.logger import Logger
 
 from pigeond.storage import SwarmRepository, connect, open_database
@@ -20,6 +21,7 @@ from tests.fixed_time import NOW_MS
 from tests.messages import new_message
 from tests.storage_helpers import add_done_rows
 
+pytestmark = pytest.mark.both_backends
 OLD = NOW_MS - 40 * DAY_MS
 CUTOFF = cutoff_ms(NOW_MS, 30)
 
@@ -150,6 +152,7 @@ def test_inbox_cursors_stay_valid_after_pruning(repo: SwarmRepository) -> None:
 # -- the query plan ---------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only("SQLite's query plan")
 def test_prune_searches_the_prunable_index(repo: SwarmRepository) -> None:
     """With history, ANALYZEd or not, a batch is a SEARCH of idx_swarm_prunable, never a SCAN."""
     add_done_rows(repo.connection, 5_000, 16, OLD)
@@ -179,6 +182,7 @@ def test_version_4_database_gains_the_prunable_index(tmp_path: Path) -> None:
 # -- giving the space back --------------------------------------------------------
 
 
+@pytest.mark.sqlite_only("SQLite's incremental vacuum")
 def test_a_new_database_is_in_incremental_vacuum_mode(repo: SwarmRepository) -> None:
     """A database pigeond creates can give freed pages back from the start."""
     assert repo.file_size().incremental
@@ -218,6 +222,7 @@ def test_a_failed_conversion_is_logged_and_not_fatal(tmp_path: Path, logged: lis
     assert any("could not convert" in line and "next start" in line for line in logged)
 
 
+@pytest.mark.sqlite_only("SQLite's incremental vacuum")
 def test_giving_back_pages_is_bounded(repo: SwarmRepository) -> None:
     """At most max_pages free pages go back per call; the rest wait for the next."""
     add_done_rows(repo.connection, 2_000, 1024, OLD)
@@ -242,6 +247,7 @@ def test_nothing_is_given_back_without_incremental_mode(tmp_path: Path) -> None:
     repo.close()
 
 
+@pytest.mark.sqlite_only("the SQLite file's size (PostgreSQL's VACUUM is its own)")
 def test_pruning_shrinks_a_large_database(repo: SwarmRepository, db_path: Path) -> None:
     """20,000 done 1 KiB rows pruned: the file drops below a tenth; undone rows survive."""
     for i in range(20):

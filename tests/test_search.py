@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pigeond.model import StoredMessage
-from pigeond.storage import SwarmRepository, open_database, search
+from pigeond.storage import SwarmRepository, search
 from pigeond.storage.migrations import INDEX_PENDING_SQL, MIGRATIONS
 from pigeond.storage.repository import Accept
 from pigeond.storage.schema import connect, migrate
@@ -24,10 +24,7 @@ from tests.hostile_text import HOSTILE_SEARCHES
 from tests.messages import new_message
 from tests.storage_helpers import search_index_in_step
 
-
-@pytest.fixture
-def repo(tmp_path: Path) -> SwarmRepository:
-    return SwarmRepository(open_database(tmp_path / "p.db"))
+pytestmark = pytest.mark.both_backends
 
 
 def ids(found: list[StoredMessage]) -> list[str]:
@@ -171,6 +168,7 @@ def test_every_word_is_one_quoted_phrase() -> None:
     assert match_expression('say "hi" *') == '"say" AND """hi"""'
 
 
+@pytest.mark.sqlite_only("SQLite's query plan")
 def test_the_search_walks_the_index_and_joins_by_accept_sequence(repo: SwarmRepository) -> None:
     """The plan: the FTS5 index (MATCH) newest first, each row found by idx_swarm_accept_seq;
     no scan of swarm_messages and no sort."""
@@ -182,6 +180,7 @@ def test_the_search_walks_the_index_and_joins_by_accept_sequence(repo: SwarmRepo
     assert not any("TEMP B-TREE" in s or s == "SCAN m" for s in plan), plan
 
 
+@pytest.mark.sqlite_only("FTS5's query parser")
 def test_an_fts5_refusal_is_a_query_error(
     repo: SwarmRepository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -191,6 +190,7 @@ def test_an_fts5_refusal_is_a_query_error(
         repo.search("anything")
 
 
+@pytest.mark.sqlite_only("FTS5's pending table; PostgreSQL's search column is generated")
 def test_a_committed_write_leaves_nothing_to_index(repo: SwarmRepository) -> None:
     """The accepts of a group are indexed in their own transaction: nothing waits after."""
     repo.accept_many([Accept(new_message(payload=f"group {n}"), NOW_MS) for n in range(5)])
@@ -198,6 +198,7 @@ def test_a_committed_write_leaves_nothing_to_index(repo: SwarmRepository) -> Non
     assert pending == (0,) and len(repo.search("group")) == 5
 
 
+@pytest.mark.sqlite_only("FTS5's pending table; PostgreSQL's search column is generated")
 def test_a_row_inserted_by_hand_is_indexed_at_pigeond_s_next_write(repo: SwarmRepository) -> None:
     """sqlite3 by hand: the insert waits in swarm_search_pending, the next accept indexes it."""
     repo.connection.execute(
@@ -211,6 +212,7 @@ def test_a_row_inserted_by_hand_is_indexed_at_pigeond_s_next_write(repo: SwarmRe
     assert search_index_in_step(repo.connection)
 
 
+@pytest.mark.sqlite_only("FTS5's pending table; PostgreSQL's search column is generated")
 def test_a_row_deleted_before_it_was_indexed_leaves_the_index_whole(
     repo: SwarmRepository,
 ) -> None:
@@ -226,6 +228,7 @@ def test_a_row_deleted_before_it_was_indexed_leaves_the_index_whole(
     assert search_index_in_step(conn)
 
 
+@pytest.mark.sqlite_only("SQLite's query plan")
 def test_indexing_the_noted_rows_reads_only_those_rows(repo: SwarmRepository) -> None:
     """The pre-COMMIT step walks swarm_search_pending and finds each message by its accept
     sequence: never a walk of swarm_messages, whose size would then be every write's cost."""

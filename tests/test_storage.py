@@ -28,6 +28,9 @@ from pigeond.storage.repository import (
 )
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
+from tests.storage_helpers import column_names, reopened, stored_schema_version
+
+pytestmark = pytest.mark.both_backends
 
 SEED_COLUMNS = [
     # name, type, notnull, default, pk
@@ -66,6 +69,7 @@ def _seed_database(path: Path) -> sqlite3.Connection:
     return conn
 
 
+@pytest.mark.sqlite_only("journal mode and sync are a SQLite file's")
 def test_database_is_wal_with_full_sync(repo: SwarmRepository) -> None:
     """The database runs in WAL mode with synchronous=FULL, so a commit is on disk."""
     conn = repo.connection
@@ -80,6 +84,7 @@ def test_parent_folders_are_created(tmp_path: Path) -> None:
     assert path.is_file()
 
 
+@pytest.mark.sqlite_only("the seed's TypeScript daemon wrote SQLite files")
 def test_seed_columns_are_kept_exactly(repo: SwarmRepository) -> None:
     """The seed's 14 columns keep their names, types, NOT NULLs and defaults, in order."""
     assert _columns(repo.connection)[:14] == SEED_COLUMNS
@@ -87,7 +92,7 @@ def test_seed_columns_are_kept_exactly(repo: SwarmRepository) -> None:
 
 def test_added_columns(repo: SwarmRepository) -> None:
     """pigeond's own columns follow the seed's, in migration order."""
-    added = [c[0] for c in _columns(repo.connection)[14:]]
+    added = column_names(repo)[14:]
     assert added == [
         "last_error", "accept_seq", "handoff_seq",
         "verified_at", "verify_by", "requeue_count", "expires_at",
@@ -97,6 +102,7 @@ def test_added_columns(repo: SwarmRepository) -> None:
     ]  # fmt: skip
 
 
+@pytest.mark.sqlite_only("the seed's TypeScript daemon wrote SQLite files")
 def test_seed_indexes_are_kept(repo: SwarmRepository) -> None:
     """The seed's three indexes exist on the same columns."""
     for name, columns in SEED_INDEXES.items():
@@ -106,7 +112,7 @@ def test_seed_indexes_are_kept(repo: SwarmRepository) -> None:
 
 def test_schema_version_is_current(repo: SwarmRepository) -> None:
     """A new database is stamped with the newest schema version."""
-    assert repo.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert stored_schema_version(repo) == SCHEMA_VERSION
 
 
 def test_seed_database_upgrades_in_place(tmp_path: Path) -> None:
@@ -128,7 +134,7 @@ def test_seed_database_upgrades_in_place(tmp_path: Path) -> None:
     conn.close()
 
     repo = SwarmRepository(open_database(path))
-    assert repo.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert stored_schema_version(repo) == SCHEMA_VERSION
     a, b, c = (repo.get(m) for m in ("msg_a", "msg_b", "msg_c"))
     assert a is not None and b is not None and c is not None
     assert [a.accept_seq, b.accept_seq, c.accept_seq] == [1, 2, 3]
@@ -330,6 +336,7 @@ def test_inbox_is_per_session(repo: SwarmRepository) -> None:
     assert [m.msg_id for m in repo.inbox_page("ses_b", 0, 10).messages] == ["msg_b"]
 
 
+@pytest.mark.sqlite_only("PRAGMA query_only; PostgreSQL faults: test_postgres_faults.py")
 def test_read_only_database_refuses_writes(repo: SwarmRepository) -> None:
     """On a read-only database accept raises StorageUnavailable and stores nothing."""
     repo.connection.execute("PRAGMA query_only = 1")
@@ -339,6 +346,7 @@ def test_read_only_database_refuses_writes(repo: SwarmRepository) -> None:
     assert repo.get("msg_1") is None
 
 
+@pytest.mark.sqlite_only("PRAGMA max_page_count; PostgreSQL faults: test_postgres_faults.py")
 def test_full_disk_refuses_writes(repo: SwarmRepository) -> None:
     """When the database cannot grow, accept raises StorageUnavailable and stores nothing."""
     conn = repo.connection
@@ -371,7 +379,7 @@ def test_locked_database_times_out_as_unavailable(db_path: Path) -> None:
 def test_committed_row_is_visible_to_a_new_connection(repo: SwarmRepository, db_path: Path) -> None:
     """After accept returns, another connection (another process) sees the row."""
     repo.accept(new_message(msg_id="msg_1"), NOW_MS)
-    other = SwarmRepository(connect(db_path))
+    other = reopened(repo, db_path)
     assert other.get("msg_1") is not None
     other.close()
 
@@ -457,6 +465,7 @@ def test_byte_bounded_pages_visit_every_message_once(repo: SwarmRepository) -> N
     assert seen == [m.msg_id for m in messages]
 
 
+@pytest.mark.sqlite_only("SQLite's query plan")
 def test_inbox_page_walks_the_handoff_index(repo: SwarmRepository) -> None:
     """The page's query walks idx_swarm_handoff in order: no scan, no sort of the backlog."""
     plan = [

@@ -50,6 +50,9 @@ def reads(method: Callable[P, R]) -> Callable[P, R]:
 class RepositoryBase:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        # PostgreSQL (pigeond/storage/postgres/) or SQLite: the few queries the engines
+        # cannot share are chosen by this
+        self.postgres: bool = getattr(conn, "postgres", False)
         self._search_index = False  # whether the schema has it yet (migration 13)
 
     @property
@@ -81,6 +84,8 @@ class RepositoryBase:
         """Index, in one statement, the rows this transaction inserted: the search index's
         insert trigger only notes them, since an FTS5 insert per row costs some 40 times
         more (pigeond/storage/migrations.py, _V13_SEARCH).  Nothing when none are noted."""
+        if self.postgres:
+            return  # PostgreSQL keeps its search column itself (a generated tsvector)
         if not self._search_index:
             found = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'swarm_search_pending'"

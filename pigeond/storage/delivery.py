@@ -40,8 +40,10 @@ READY_TARGETS_SQL = (
 # plan is a SEARCH on a (to_session, state, ...) covering index.
 QUEUED_FOR_TARGET_SQL = (
     "SELECT COUNT(*) FROM (SELECT 1 FROM swarm_messages"
-    " WHERE to_session = ? AND state = 'queued' LIMIT ?)"
+    " WHERE to_session = ? AND state = 'queued' LIMIT ?) AS queued"
 )
+# A LIMIT that is no limit, as both engines take it (PostgreSQL refuses SQLite's -1).
+NO_LIMIT = 2**62
 DEFAULT_NOTICE_TTL_MS = 24 * 3600 * 1000
 # One prompt's hand-off: its msg_ids, when, verify by when, and the mode it named.
 HandOffGroup = tuple[Sequence[str], int, int | None, HandoffMode]
@@ -66,11 +68,12 @@ class DeliveryTransitions(RepositoryBase):
     @reads
     def count_queued_for(self, target: str, at_most: int | None = None) -> int:
         """Queued messages for ``target``, counted up to ``at_most`` (None: all of them)."""
-        return self._queued_for(self._conn, target, -1 if at_most is None else max(at_most, 0))
+        limit = NO_LIMIT if at_most is None else max(at_most, 0)
+        return self._queued_for(self._conn, target, limit)
 
     @staticmethod
     def _queued_for(conn: sqlite3.Connection, target: str, limit: int) -> int:
-        """Queued messages for ``target``, counted no further than ``limit`` (-1: all):
+        """Queued messages for ``target``, counted no further than ``limit``:
         a walk of at most ``limit`` index entries, whatever the queue's length."""
         return int(conn.execute(QUEUED_FOR_TARGET_SQL, (target, limit)).fetchone()[0])
 

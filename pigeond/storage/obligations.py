@@ -98,8 +98,9 @@ class Obligations(RepositoryBase):
         """The target of ``message`` now owes its sender a reply."""
         assert message.to_session is not None and within_ms > 0
         conn.execute(
-            "INSERT OR IGNORE INTO swarm_obligations (msg_id, debtor, creditor, within_ms,"
-            " state, created_at, updated_at) VALUES (?, ?, ?, ?, 'open', ?, ?)",
+            "INSERT INTO swarm_obligations (msg_id, debtor, creditor, within_ms,"
+            " state, created_at, updated_at) VALUES (?, ?, ?, ?, 'open', ?, ?)"
+            " ON CONFLICT DO NOTHING",
             (message.msg_id, message.to_session, message.from_session, within_ms, now_ms, now_ms),
         )
 

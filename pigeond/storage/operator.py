@@ -32,7 +32,22 @@ _REQUEUE_SET = (
     "state = 'queued', attempts = 0, next_retry_at = :now, last_error = NULL,"
     " verify_by = NULL, updated_at = :now, handoff_intent_at = NULL,"
     " expires_at = CASE WHEN expires_at IS NULL THEN NULL"
-    " ELSE :now + MAX(expires_at - created_at, 0) END"
+    " WHEN expires_at > created_at THEN :now + (expires_at - created_at) ELSE :now END"
+)
+# Failed direct messages per target, the latest one's last_error with them (see
+# failed_per_target): SQLite takes a bare column from the row of MAX(); PostgreSQL says so.
+FAILED_PER_TARGET_SQL = (
+    "SELECT to_session, COUNT(*), MAX(updated_at), last_error FROM swarm_messages"
+    " WHERE unlikely(state = 'failed') AND to_session IS NOT NULL"
+    " GROUP BY to_session ORDER BY MAX(updated_at) DESC, to_session"
+)
+FAILED_PER_TARGET_PG_SQL = (
+    "SELECT to_session, n, updated_at, last_error FROM ("
+    " SELECT DISTINCT ON (to_session) to_session, updated_at, last_error,"
+    " COUNT(*) OVER (PARTITION BY to_session) AS n FROM swarm_messages"
+    " WHERE state = 'failed' AND to_session IS NOT NULL"
+    " ORDER BY to_session, updated_at DESC) AS latest"
+    " ORDER BY updated_at DESC, to_session"
 )
 # A message in doubt (storage/intents.py) made due now is looked for in the transcript
 # now; cancelled, it is never sent again and keeps its handoff_intent_at, which says that
@@ -168,9 +183,7 @@ class OperatorActions(RepositoryBase):
         message: 0.2 s with a million delivered, against 5 ms).
         """
         rows = self._conn.execute(
-            "SELECT to_session, COUNT(*), MAX(updated_at), last_error FROM swarm_messages"
-            " WHERE unlikely(state = 'failed') AND to_session IS NOT NULL"
-            " GROUP BY to_session ORDER BY MAX(updated_at) DESC, to_session"
+            FAILED_PER_TARGET_PG_SQL if self.postgres else FAILED_PER_TARGET_SQL
         ).fetchall()
         return [FailedTarget(str(t), int(n), int(at), err) for t, n, at, err in rows]
 

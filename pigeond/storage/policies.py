@@ -100,8 +100,10 @@ class Policies(RepositoryBase):
                 conn.execute("DELETE FROM swarm_policies WHERE session = ?", (session,))
             else:
                 conn.execute(
-                    f"INSERT OR REPLACE INTO swarm_policies ({POLICY_COLUMNS})"
-                    " VALUES (?, ?, ?, ?, ?)",
+                    f"INSERT INTO swarm_policies ({POLICY_COLUMNS}) VALUES (?, ?, ?, ?, ?)"
+                    " ON CONFLICT (session) DO UPDATE SET policy = excluded.policy,"
+                    " allow = excluded.allow, updated_at = excluded.updated_at,"
+                    " updated_by = excluded.updated_by",
                     (session, policy.value, json.dumps(list(allow)), now_ms, updated_by),
                 )
             held, released = self._apply(conn, stored, now_ms)

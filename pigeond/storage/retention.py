@@ -50,6 +50,9 @@ PRUNE_BATCH_SQL = (
     f"DELETE FROM swarm_messages WHERE rowid IN ({_OLDEST_PRUNABLE_SQL})"
     " RETURNING CASE WHEN channel IS NULL THEN 'direct' ELSE 'channel' END, state"
 )
+# The same on PostgreSQL, whose tables have no rowid: a row's ctid names it within the
+# statement, as a rowid does.
+PRUNE_BATCH_PG_SQL = PRUNE_BATCH_SQL.replace("rowid", "ctid")
 PRUNABLE_SUMMARY_SQL = (
     "SELECT CASE WHEN channel IS NULL THEN 'direct' ELSE 'channel' END AS scope, state,"
     " COUNT(*), MIN(updated_at), MAX(updated_at) FROM swarm_messages"
@@ -114,8 +117,9 @@ class Retention(RepositoryBase):
         """Delete at most ``limit`` of the oldest prunable rows last changed before
         ``cutoff``, in one transaction; returns how many of each scope and state went."""
         with self._write() as conn:
-            rows = conn.execute(PRUNE_BATCH_SQL, {"cutoff": cutoff, "limit": limit}).fetchall()
-            if rows:
+            sql = PRUNE_BATCH_PG_SQL if self.postgres else PRUNE_BATCH_SQL
+            rows = conn.execute(sql, {"cutoff": cutoff, "limit": limit}).fetchall()
+            if rows and not self.postgres:
                 self._fold_search_deletes(conn)
         return Counter((str(scope), str(state)) for scope, state in rows)
 

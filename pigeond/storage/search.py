@@ -56,6 +56,23 @@ SEARCH_SQL: Final = (
 )
 
 
+def postgres_search_sql(words: int) -> str:
+    """The same search on PostgreSQL: its generated ``search_doc`` (schema version 13
+    there) matched by every word as a phrase (``:w0`` ...), punctuation splitting words
+    as it does in the document; newest first by accept order."""
+    phrases = " && ".join(
+        f"phraseto_tsquery('simple', regexp_replace(:w{i}, '[[:punct:]]', ' ', 'g'))"
+        for i in range(words)
+    )
+    return (
+        f"SELECT {COLUMNS} FROM swarm_messages AS m WHERE m.search_doc @@ ({phrases})"
+        " AND (:state IS NULL OR m.state = :state)"
+        " AND (:session IS NULL OR m.to_session = :session"
+        " OR (m.from_session = :session AND m.channel_msg_id IS NULL))"
+        " ORDER BY m.accept_seq DESC LIMIT :limit OFFSET :offset"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class SearchPage:
     """What one ``GET /swarm/search`` answers: ``has_more`` when the count or the byte
@@ -84,9 +101,9 @@ def _has_word(text: str) -> bool:
     return any(ch.isalnum() for ch in text)
 
 
-def match_expression(text: str, session: str | None = None) -> str:
-    """The FTS5 query for ``text`` (and, narrowing it, ``session``): every word a quoted
-    phrase, ANDed.  Raises :class:`SearchQueryError` for text with nothing to search."""
+def search_words(text: str) -> list[str]:
+    """The words of ``text`` to search for; :class:`SearchQueryError` for text with
+    nothing to search, or too much."""
     if len(text) > MAX_QUERY_CHARS:
         raise SearchQueryError(f"the search text is over {MAX_QUERY_CHARS} characters")
     words = [w for w in text.split() if _has_word(w)]
@@ -94,7 +111,13 @@ def match_expression(text: str, session: str | None = None) -> str:
         raise SearchQueryError("the search text has no word to search for")
     if len(words) > MAX_QUERY_WORDS:
         raise SearchQueryError(f"the search text has over {MAX_QUERY_WORDS} words")
-    terms = [_phrase(w) for w in words]
+    return words
+
+
+def match_expression(text: str, session: str | None = None) -> str:
+    """The FTS5 query for ``text`` (and, narrowing it, ``session``): every word a quoted
+    phrase, ANDed.  Raises :class:`SearchQueryError` for text with nothing to search."""
+    terms = [_phrase(w) for w in search_words(text)]
     if session is not None:
         terms.append(f"{_SESSION_COLUMNS} : {_phrase(session)}")
     return " AND ".join(terms)
@@ -134,15 +157,21 @@ class Search(RepositoryBase):
     def _matches(
         self, text: str, session: str | None, state: str | None, limit: int, offset: int
     ) -> Iterator[StoredMessage]:
-        params = {
-            "match": match_expression(text, session),
+        params: dict[str, object] = {
             "state": state,
             "session": session,
             "limit": limit,
             "offset": offset,
         }
+        if self.postgres:
+            words = search_words(text)
+            params |= {f"w{i}": word for i, word in enumerate(words)}
+            sql = postgres_search_sql(len(words))
+        else:
+            params["match"] = match_expression(text, session)
+            sql = SEARCH_SQL
         try:
-            cursor = self._conn.execute(SEARCH_SQL, params)
+            cursor = self._conn.execute(sql, params)
         except sqlite3.OperationalError as e:
             # Quoting leaves FTS5 nothing to parse; should it still refuse, say so as a
             # bad query rather than as the database failing.

@@ -1,0 +1,99 @@
+"""PostgreSQL, the backend for a swarm on more than one host (SQLite stays the default).
+
+``--db postgresql://…`` (any libpq URL) selects it: :func:`open_postgres` connects and
+brings the schema up to date, one daemon at a time.  The password of a URL is never
+printed: :func:`redacted` is how a URL is shown.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+from pigeond.storage.errors import SchemaError, StorageUnavailable
+from pigeond.storage.postgres.connection import PgConnection
+from pigeond.storage.postgres.schema import MIGRATION_LOCK, PG_MIGRATIONS, VERSION_TABLE
+
+URL_RE: Final = re.compile(r"^postgres(?:ql)?://", re.IGNORECASE)
+
+
+def is_postgres_url(target: object) -> bool:
+    """Whether ``--db`` names a PostgreSQL database (a libpq URL) rather than a file."""
+    return isinstance(target, str) and URL_RE.match(target) is not None
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password (in the authority or a ``password=`` parameter) hidden."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        netloc = f"{userinfo}@{host}"
+    query = re.sub(r"(?i)(password=)[^&]*", r"\1***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def schema_version(conn: PgConnection) -> int:
+    row = conn.execute("SELECT version FROM swarm_schema").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def migrate(conn: PgConnection, steps: tuple[str, ...] = PG_MIGRATIONS) -> int:
+    """Apply every missing migration, each in its own transaction, holding the migration
+    lock so that daemons starting together do not both apply one; the version now."""
+    conn.execute_script(VERSION_TABLE)
+    while True:
+        conn.execute("BEGIN")
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
+            current = schema_version(conn)
+            if current > len(steps):
+                raise SchemaError(
+                    f"the database has schema version {current}, newer than this pigeond"
+                    f" understands ({len(steps)}); upgrade pigeond"
+                )
+            if current == len(steps):
+                conn.execute("COMMIT")
+                return current
+            conn.execute_script(steps[current])
+            conn.execute(
+                "INSERT INTO swarm_schema (only_row, version) VALUES (TRUE, ?)"
+                " ON CONFLICT (only_row) DO UPDATE SET version = excluded.version",
+                (current + 1,),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+
+def open_postgres(url: str, *, read_only: bool = False) -> PgConnection:
+    """Connect to the database at ``url`` and bring its schema up to date (a reader
+    connection only connects).  SchemaError for a database this pigeond cannot use,
+    StorageUnavailable when PostgreSQL cannot be reached."""
+    try:
+        conn = PgConnection(url, read_only=read_only)
+    except psycopg.OperationalError as e:
+        raise StorageUnavailable(f"{redacted(url)}: cannot connect to PostgreSQL ({e})") from e
+    except psycopg.ProgrammingError as e:
+        raise SchemaError(f"{redacted(url)}: not a usable PostgreSQL URL ({e})") from e
+    if read_only:
+        return conn
+    try:
+        migrate(conn)
+    except psycopg.OperationalError as e:
+        conn.close()
+        raise StorageUnavailable(f"{redacted(url)}: PostgreSQL went away ({e})") from e
+    except psycopg.Error as e:
+        conn.close()
+        raise SchemaError(f"{redacted(url)}: could not upgrade the database schema ({e})") from e
+    except BaseException:
+        conn.close()
+        raise
+    return conn

@@ -1,0 +1,155 @@
+"""A PostgreSQL connection that the repository uses as it uses a ``sqlite3.Connection``.
+
+The storage package owns one set of queries, written as SQLite takes them (``?`` and
+``:name`` parameters, ``BEGIN IMMEDIATE``).  Rather than a second copy of every query
+for PostgreSQL, this connection translates each statement's text once (cached) into
+psycopg's form: ``?`` becomes ``%s``, ``:name`` becomes ``%(name)s``, a literal ``%``
+is doubled, ``BEGIN IMMEDIATE`` is ``BEGIN``, ``json_each(`` names the schema's
+``pigeond_json_each``, SQLite's ``INDEXED BY`` hints are dropped, and a named parameter
+that is None is written as ``NULL`` (PostgreSQL cannot type a NULL parameter that is
+only tested with ``IS NULL``).  The few queries the engines cannot share are chosen by the
+repository itself (``RepositoryBase.postgres``).
+
+Transactions are explicit, as on SQLite: the psycopg connection is in autocommit mode
+and the repository sends ``BEGIN`` and ``COMMIT``.  A connection PostgreSQL closed
+(a restart, a cut network) raises :class:`psycopg.OperationalError`, which the storage
+package answers as ``StorageUnavailable`` (a 503, a retry later); the next statement
+opens a new connection, so the daemon resumes by itself when PostgreSQL is back.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Final
+
+import psycopg
+from psycopg import pq
+from psycopg.types.string import StrDumper
+
+# A quoted literal (kept whole), a ``?``, a ``:name`` (not a ``::`` cast) or a ``%``.
+_TOKEN: Final = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)|%")
+_INDEXED_BY: Final = re.compile(r"\s+INDEXED BY \w+")
+CONNECT_TIMEOUT_S: Final = 5
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str, with_params: bool, nulls: frozenset[str] = frozenset()) -> str:
+    """``sql`` as psycopg takes it (see the module's docstring).  Without parameters
+    psycopg does not read placeholders, so ``%`` stays as it is.  A named parameter in
+    ``nulls`` is None: it is written as ``NULL``, since PostgreSQL cannot type a NULL
+    parameter that is only tested (``:state IS NULL OR state = :state``)."""
+    text = sql.strip()
+    if text.upper() == "BEGIN IMMEDIATE":
+        return "BEGIN"
+    text = text.replace("json_each(", "pigeond_json_each(")
+    text = _INDEXED_BY.sub("", text)  # SQLite's index hints: PostgreSQL plans for itself
+    if not with_params:
+        return text
+
+    def placeholder(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token.startswith("'"):
+            return token.replace("%", "%%")
+        if token == "?":
+            return "%s"
+        if token == "%":
+            return "%%"
+        name = match.group(1)
+        return "NULL" if name in nulls else f"%({name})s"
+
+    return _TOKEN.sub(placeholder, text)
+
+
+class PgCursor:
+    """What the repository reads of a cursor: rows (one at a time or all), and rowcount."""
+
+    def __init__(self, cursor: psycopg.Cursor[tuple[Any, ...]]) -> None:
+        self._cursor = cursor
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
+    @property
+    def description(self) -> Any:
+        return self._cursor.description
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self._cursor.fetchone() if self._cursor.description else None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self._cursor.fetchall() if self._cursor.description else []
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.fetchall())
+
+    def close(self) -> None:
+        self._cursor.close()
+
+
+class PgConnection:
+    """One PostgreSQL session for one thread of the repository (see the module)."""
+
+    postgres: Final = True
+
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
+        self.url = url
+        self.read_only = read_only
+        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._closed = False
+        self._connection()  # fail at once on a bad URL or an unreachable server
+
+    def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
+        if self._closed:
+            raise psycopg.InterfaceError("the connection is closed")
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            conn = psycopg.connect(
+                self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                application_name="pigeond",
+            )  # fmt: skip
+            # str as text (psycopg's default says "unknown", which PostgreSQL cannot type
+            # in ``:target IS NULL OR to_session = :target``)
+            conn.adapters.register_dumper(str, StrDumper)
+            if self.read_only:
+                conn.execute("SET default_transaction_read_only = on")
+            self._conn = conn
+        return self._conn
+
+    @property
+    def raw(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """The psycopg connection itself (opened again if PostgreSQL closed it)."""
+        return self._connection()
+
+    def execute(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> PgCursor:
+        conn = self._connection()
+        with_params = bool(params)
+        nulls: frozenset[str] = frozenset()
+        if isinstance(params, Mapping):
+            nulls = frozenset(k for k, v in params.items() if v is None)
+        query = translate(sql, with_params, nulls)
+        cursor = conn.cursor()
+        cursor.execute(query, params if with_params else None)
+        return PgCursor(cursor)
+
+    def execute_script(self, sql: str) -> None:
+        """Run a script of several statements (a migration), with no parameters."""
+        self._connection().execute(sql.encode("utf-8"))
+
+    @property
+    def in_transaction(self) -> bool:
+        if self._conn is None or self._conn.closed:
+            return False
+        return self._conn.info.transaction_status != pq.TransactionStatus.IDLE
+
+    def close(self) -> None:
+        self._closed = True
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
