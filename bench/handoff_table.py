@@ -47,6 +47,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import handoff_machine as figures  # bench/
@@ -143,7 +144,7 @@ class Rig:
         after = rig.wait_for_messages(self.standin, before["messages"] + ok, limit_s)
         cpu_after = figures.cpu_seconds(self.daemon.pid)
         arrivals = self.standin.received()
-        rows = rig.read_rows(self.daemon.db, [s.msg_id for s in sent if s.msg_id])
+        rows = rig.read_rows(Path(self.daemon.db), [s.msg_id for s in sent if s.msg_id])
         return Phase(
             sent, arrivals, rows, after, after["prompts"] - before["prompts"],
             cpu_after - cpu_before, after["cpu_s"] - before["cpu_s"],

@@ -137,11 +137,11 @@ def build(label: str, path: Path, rows: int, now_ms: int) -> Db:
     """A database as the daemon leaves it: ``rows`` hand-offs, the stuck rows, due messages."""
     began = time.perf_counter()
     repo = SwarmRepository(open_database(path))
-    add_delivered_history(repo.connection, rows, HISTORY_TARGETS, now_ms - 3_600_000)
+    add_delivered_history(repo.sqlite_connection, rows, HISTORY_TARGETS, now_ms - 3_600_000)
     queued = STUCK_ROWS // 2
-    add_stuck_rows(repo.connection, queued, STUCK_ROWS - queued, STUCK_TARGETS, now_ms)
+    add_stuck_rows(repo.sqlite_connection, queued, STUCK_ROWS - queued, STUCK_TARGETS, now_ms)
     accept_due(repo, now_ms)
-    drop_statistics(repo.connection)
+    drop_statistics(repo.sqlite_connection)
     middle = repo.last_handoff_seq() // 2
     page = repo.inbox_page(INBOX_TARGET, middle, PAGE)
     if len(page.messages) != PAGE or not page.has_more:

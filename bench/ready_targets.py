@@ -53,7 +53,7 @@ class Case:
 def build(path: Path, rows: int, history_targets: int) -> SwarmRepository:
     """A pigeond database with ``rows`` delivered messages and a few due queued ones."""
     repo = SwarmRepository(open_database(path))
-    add_delivered_history(repo.connection, rows, history_targets, NOW_MS - 60_000)
+    add_delivered_history(repo.sqlite_connection, rows, history_targets, NOW_MS - 60_000)
     for t in range(QUEUED_TARGETS):
         for k in range(QUEUED_PER_TARGET):
             message = NewMessage(
@@ -108,9 +108,9 @@ def main() -> None:
         for rows in (args.small_rows, args.rows):
             began = time.perf_counter()
             repo = build(Path(tmp) / f"pigeond-{rows}.db", rows, args.history_targets)
-            seed = seed_baseline_copy(repo.connection, Path(tmp) / f"seed-{rows}.db")
+            seed = seed_baseline_copy(repo.sqlite_connection, Path(tmp) / f"seed-{rows}.db")
             seed_stats = seed_baseline_copy(
-                repo.connection, Path(tmp) / f"seed-stats-{rows}.db", keep_statistics=True
+                repo.sqlite_connection, Path(tmp) / f"seed-stats-{rows}.db", keep_statistics=True
             )
             print(f"built {rows:,} rows in {time.perf_counter() - began:.1f} s")
             cases += [

@@ -142,7 +142,7 @@ def triggers(conn: sqlite3.Connection) -> list[tuple[str, str]]:
 
 def accept_figures(repo: SwarmRepository, runs: int, now_ms: int) -> list[Figure]:
     """Accepts with the search triggers against without them, in turns on the same file."""
-    conn = repo.connection
+    conn = repo.sqlite_connection
     saved = triggers(conn)
     one, group = accept_calls(repo, now_ms)
     with_one: list[float] = []

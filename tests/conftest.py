@@ -57,7 +57,7 @@ def repo(request: pytest.FixtureRequest, backend: str, db_path: Path) -> Iterato
     """A migrated, empty repository on ``backend``: a WAL file, or a PostgreSQL database."""
     if backend == "postgresql":
         url = request.getfixturevalue("pg_url")
-        repository = SwarmRepository(open_postgres(url))  # type: ignore[arg-type]
+        repository = SwarmRepository(open_postgres(url))
     else:
         repository = SwarmRepository(open_database(db_path))
     yield repository

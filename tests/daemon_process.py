@@ -97,7 +97,7 @@ class DaemonProcess:
     def __init__(
         self,
         workdir: Path,
-        db: Path,
+        db: Path | str,
         *,
         opencode_url: str,
         listen: str = "tcp:0:interface=127.0.0.1",
@@ -326,7 +326,7 @@ class DaemonFactory:
 
     def start(
         self,
-        db: Path,
+        db: Path | str,
         *,
         opencode_url: str,
         listen: str = "tcp:0:interface=127.0.0.1",

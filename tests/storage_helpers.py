@@ -12,6 +12,7 @@ from twisted.internet.task import Clock
 from pigeond.config import Config
 from pigeond.service.daemon import Daemon, build_daemon
 from pigeond.storage import SwarmRepository, connect, open_database
+from pigeond.storage.base import Connection
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.schema import SEARCH_DOC_SQL
@@ -64,7 +65,7 @@ def seen_message(repo: SwarmRepository, msg_id: str, at: int, to: str = "ses_tar
     assert repo.mark_verified([msg_id], at) == [msg_id]
 
 
-def search_index_in_step(conn: sqlite3.Connection) -> bool:
+def search_index_in_step(conn: Connection) -> bool:
     """Whether the FTS5 index holds exactly the tokens of the rows of swarm_messages (FTS5's
     own integrity check against its content table, which raises when they differ)."""
     if getattr(conn, "postgres", False):
@@ -103,5 +104,5 @@ def stored_schema_version(repo: SwarmRepository) -> int:
 def reopened(repo: SwarmRepository, db_path: Path) -> SwarmRepository:
     """A second repository on ``repo``'s database, through a connection of its own."""
     if repo.postgres:
-        return SwarmRepository(open_postgres(repo.connection.url))  # type: ignore[attr-defined,arg-type]
+        return SwarmRepository(open_postgres(repo.connection.url))  # type: ignore[attr-defined]
     return SwarmRepository(connect(db_path))

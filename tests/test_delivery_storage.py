@@ -204,11 +204,11 @@ def test_count_queued_for_counts_one_targets_queue_up_to_a_limit(repo: SwarmRepo
 @pytest.mark.sqlite_only("SQLite's query plan")
 def test_count_queued_for_searches_an_index(repo: SwarmRepository) -> None:
     """With history, ANALYZEd or not, the count is a covering-index SEARCH, never a table SCAN."""
-    add_delivered_history(repo.connection, 20_000, 10, NOW_MS - 10_000)
-    add_stuck_rows(repo.connection, 5_000, 1_000, 10, NOW_MS)
+    add_delivered_history(repo.sqlite_connection, 20_000, 10, NOW_MS - 10_000)
+    add_stuck_rows(repo.sqlite_connection, 5_000, 1_000, 10, NOW_MS)
     for analyzed in (True, False):
         if not analyzed:
-            drop_statistics(repo.connection)
+            drop_statistics(repo.sqlite_connection)
         plan = [
             str(r[3])
             for r in repo.connection.execute(

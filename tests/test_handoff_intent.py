@@ -353,11 +353,11 @@ def test_intents_of_several_prompts_share_one_transaction(repo: SwarmRepository)
     for msg_id, to in (("msg_1", "ses_a"), ("msg_2", "ses_b"), ("msg_3", "ses_b")):
         repo.accept(new_message(to, msg_id=msg_id), 1000)
     statements: list[str] = []
-    repo.connection.set_trace_callback(statements.append)
+    repo.sqlite_connection.set_trace_callback(statements.append)
     assert repo.mark_handoff_intents([(["msg_1"], 2000), (["msg_2", "msg_3"], 2001)]) == [
         ["msg_1"], ["msg_2", "msg_3"],
     ]  # fmt: skip
-    repo.connection.set_trace_callback(None)
+    repo.sqlite_connection.set_trace_callback(None)
     assert statements.count("COMMIT") == 1
     assert [row_of(repo, m).handoff_intent_at for m in ("msg_1", "msg_3")] == [2000, 2001]
 

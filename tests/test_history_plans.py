@@ -31,7 +31,7 @@ def executed_plans(repo: SwarmRepository, call: Callable[[SwarmRepository], obje
     """The query plan of every SELECT that ``call`` runs on ``repo``, keyed by its SQL
     (parameters filled in by SQLite's trace)."""
     statements: list[str] = []
-    conn = repo.connection
+    conn = repo.sqlite_connection
     conn.set_trace_callback(statements.append)
     try:
         call(repo)
@@ -117,8 +117,8 @@ KNOWN: dict[tuple[str, str], list[pytest.MarkDecorator]] = {}
 
 def fill(repo: SwarmRepository, history: int) -> None:
     """Delivered history, stuck rows on top, and queued messages due now."""
-    add_delivered_history(repo.connection, history, 20, NOW_MS - 60_000)
-    add_stuck_rows(repo.connection, 5_000, 5_000, 100, NOW_MS)
+    add_delivered_history(repo.sqlite_connection, history, 20, NOW_MS - 60_000)
+    add_stuck_rows(repo.sqlite_connection, 5_000, 5_000, 100, NOW_MS)
     for target in ("ses_due_a", "ses_due_b"):
         repo.accept(new_message(target), NOW_MS - 1_000)
 
@@ -128,7 +128,7 @@ def small_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwarmReposi
     """A small history without statistics: the plans the daemon's own file gets at any size."""
     repo = SwarmRepository(open_database(tmp_path_factory.mktemp("plans") / "p.db"))
     fill(repo, 20_000)
-    drop_statistics(repo.connection)
+    drop_statistics(repo.sqlite_connection)
     yield repo
     repo.close()
 
@@ -167,7 +167,7 @@ def plain_million(
     """The same without statistics, as the daemon leaves its file (a copy: a connection
     cannot hand back an EXPLAIN prepared before the statistics went)."""
     copy = sqlite3.connect(str(tmp_path_factory.mktemp("plain") / "p.db"), isolation_level=None)
-    analyzed_million.connection.backup(copy)
+    analyzed_million.sqlite_connection.backup(copy)
     drop_statistics(copy)
     yield SwarmRepository(copy)
     copy.close()

@@ -22,7 +22,7 @@ from tests.storage_helpers import add_done_rows, clock_daemon, repo_of
 
 def old_rows(repo: SwarmRepository, clock: Clock, count: int, payload_bytes: int = 16) -> None:
     """``count`` verified hand-offs done 40 days before the clock's now."""
-    add_done_rows(repo.connection, count, payload_bytes, now_ms(clock) - 40 * DAY_MS)
+    add_done_rows(repo.sqlite_connection, count, payload_bytes, now_ms(clock) - 40 * DAY_MS)
 
 
 def remaining(repo: SwarmRepository) -> int:
@@ -93,7 +93,7 @@ def test_young_and_undone_rows_are_left_alone(repo: SwarmRepository, clock: Cloc
     repo.accept(new_message("ses_t", msg_id="msg_queued"), old, now_ms(clock) + DAY_MS)
     repo.accept(new_message("ses_t", msg_id="msg_unverified"), old, now_ms(clock) + DAY_MS)
     repo.mark_handed_off("msg_unverified", old, verify_by=old + 60_000)
-    add_done_rows(repo.connection, 3, 16, now_ms(clock) - DAY_MS)
+    add_done_rows(repo.sqlite_connection, 3, 16, now_ms(clock) - DAY_MS)
     done = run_now(pruner(repo, clock, batch_rows=500), clock)
     assert done.total == 0 and remaining(repo) == 5
 

@@ -38,7 +38,7 @@ def big_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwarmReposito
     """A WAL database with a million delivered rows and a handful of queued messages."""
     path = tmp_path_factory.mktemp("ready_plan") / "pigeond.db"
     repo = SwarmRepository(open_database(path))
-    add_delivered_history(repo.connection, HISTORY_ROWS, HISTORY_TARGETS, NOW_MS - 10_000)
+    add_delivered_history(repo.sqlite_connection, HISTORY_ROWS, HISTORY_TARGETS, NOW_MS - 10_000)
 
     # Due now: two targets of their own and one that also has history.
     for target in ("ses_due_a", "ses_due_a", "ses_due_b", "ses_t7"):
@@ -82,7 +82,7 @@ def test_ready_plan_without_statistics(big_repo: SwarmRepository, tmp_path: Path
     # also cannot hand back an EXPLAIN prepared before the schema changed.
     copy = sqlite3.connect(str(tmp_path / "copy.db"), isolation_level=None)
     try:
-        big_repo.connection.backup(copy)
+        big_repo.sqlite_connection.backup(copy)
         drop_statistics(copy)
         assert_ready_plan(SwarmRepository(copy).explain_ready_targets(NOW_MS))
     finally:

@@ -155,13 +155,13 @@ def test_inbox_cursors_stay_valid_after_pruning(repo: SwarmRepository) -> None:
 @pytest.mark.sqlite_only("SQLite's query plan")
 def test_prune_searches_the_prunable_index(repo: SwarmRepository) -> None:
     """With history, ANALYZEd or not, a batch is a SEARCH of idx_swarm_prunable, never a SCAN."""
-    add_done_rows(repo.connection, 5_000, 16, OLD)
+    add_done_rows(repo.sqlite_connection, 5_000, 16, OLD)
     for i in range(200):
         repo.accept(new_message("ses_q", msg_id=f"msg_q{i}"), OLD, NOW_MS + DAY_MS)
     repo.connection.execute("ANALYZE")
     for analyzed in (True, False):
         if not analyzed:
-            drop_statistics(repo.connection)
+            drop_statistics(repo.sqlite_connection)
         plan = repo.explain_prune(CUTOFF, 500)
         assert "SEARCH swarm_messages USING INDEX idx_swarm_prunable (updated_at<?)" in plan, plan
         assert not any(step.startswith("SCAN") for step in plan), plan
@@ -225,7 +225,7 @@ def test_a_failed_conversion_is_logged_and_not_fatal(tmp_path: Path, logged: lis
 @pytest.mark.sqlite_only("SQLite's incremental vacuum")
 def test_giving_back_pages_is_bounded(repo: SwarmRepository) -> None:
     """At most max_pages free pages go back per call; the rest wait for the next."""
-    add_done_rows(repo.connection, 2_000, 1024, OLD)
+    add_done_rows(repo.sqlite_connection, 2_000, 1024, OLD)
     prune_all(repo, CUTOFF)
     free = repo.file_size().free_pages
     assert free > 100
@@ -253,7 +253,7 @@ def test_pruning_shrinks_a_large_database(repo: SwarmRepository, db_path: Path) 
     for i in range(20):
         repo.accept(new_message("ses_q", msg_id=f"msg_q{i}", payload="q" * 1024), OLD, NOW_MS)
         delivered(repo, f"msg_u{i}", OLD, verified=False)
-    add_done_rows(repo.connection, 20_000, 1024, OLD)
+    add_done_rows(repo.sqlite_connection, 20_000, 1024, OLD)
     before = repo.file_size()
     assert prune_all(repo, CUTOFF) == 20_000
     while repo.give_back_pages(1_000):

@@ -87,7 +87,7 @@ def test_parent_folders_are_created(tmp_path: Path) -> None:
 @pytest.mark.sqlite_only("the seed's TypeScript daemon wrote SQLite files")
 def test_seed_columns_are_kept_exactly(repo: SwarmRepository) -> None:
     """The seed's 14 columns keep their names, types, NOT NULLs and defaults, in order."""
-    assert _columns(repo.connection)[:14] == SEED_COLUMNS
+    assert _columns(repo.sqlite_connection)[:14] == SEED_COLUMNS
 
 
 def test_added_columns(repo: SwarmRepository) -> None:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from pigeond.db_url import is_postgres_url, redacted
+
 # A check gets the option's name (for its message) and the value.
 Check = Callable[[str, Any], None]
 
@@ -19,6 +21,18 @@ class ConfigError(ValueError):
 def nonempty(name: str, value: Any) -> None:
     if value == "":
         raise ConfigError(f"{name} must not be empty")
+
+
+def database(name: str, value: Any) -> None:
+    """A file path, or a ``postgresql://`` URL with a database name (shown redacted)."""
+    nonempty(name, value)
+    if "://" not in str(value):
+        return
+    if not is_postgres_url(value):
+        raise ConfigError(f"{name} must be a file path or a postgresql:// URL")
+    parts = urlsplit(str(value))
+    if not parts.path.strip("/") and "dbname=" not in parts.query:
+        raise ConfigError(f"{name} {redacted(str(value))} names no database (…/DBNAME)")
 
 
 def between(low: float, high: float) -> Check:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar, get_origin, get_type_hints
 from pigeond.config.checks import (
     Check,
     between,
+    database,
     group,
     http_url,
     nonempty,
@@ -26,6 +27,7 @@ from pigeond.config.checks import (
     words,
 )
 from pigeond.credentials import BasicAuth
+from pigeond.db_url import is_postgres_url, redacted
 
 T = TypeVar("T")
 
@@ -61,7 +63,11 @@ class Config:
     listen: str = option(
         "tcp:4097:interface=127.0.0.1", "Twisted server endpoint to listen on", nonempty
     )
-    db: str = option("", "SQLite database file", nonempty)
+    db: str = option(
+        "",
+        "SQLite database file, or a postgresql:// URL (several daemons, one database)",
+        database,
+    )
     opencode_url: str = option(
         "http://127.0.0.1:4096", "opencode serve base URL; empty disables delivery", http_url
     )
@@ -203,10 +209,13 @@ class Config:
         return self.opencode_url != ""
 
     def render(self) -> str:
-        """The effective settings as TOML lines (the password is never shown)."""
+        """The effective settings as TOML lines (no password is ever shown: opencode's,
+        or one in a PostgreSQL URL)."""
         lines = [f"# config file: {self.config_file or '(none)'}"]
         for option in OPTIONS:
             value = getattr(self, option.name)
+            if option.name == "db":
+                value = redacted(value)
             lines.append(f"{option.name} = {toml_value(value)}")
         auth = self.opencode_auth
         lines.append(
@@ -250,8 +259,12 @@ def default_db_path(env: Mapping[str, str]) -> str:
     return str(Path(xdg) / "pigeond" / "pigeond.db")
 
 
-def default_token_path(db: str) -> str:
-    """The bearer token lives beside the database unless ``token_file`` says otherwise."""
+def default_token_path(db: str, env: Mapping[str, str]) -> str:
+    """The bearer token lives beside the database unless ``token_file`` says otherwise; a
+    PostgreSQL database has no folder, so then in the state folder (where the default
+    database would be): daemons on several hosts may share one token file's contents."""
+    if is_postgres_url(db):
+        return str(Path(default_db_path(env)).parent / "token")
     return str(Path(db).parent / "token")
 
 

@@ -116,7 +116,7 @@ def load_config(
         if option.name in values:
             option.validate(values[option.name])
     if not values.get("token_file"):
-        values["token_file"] = default_token_path(values["db"])
+        values["token_file"] = default_token_path(values["db"], env)
     password = env.get("OPENCODE_SERVER_PASSWORD")
     auth = None
     if password:

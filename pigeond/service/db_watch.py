@@ -23,6 +23,7 @@ from twisted.logger import Logger
 from twisted.web import server
 
 from pigeond.api.web import HttpError
+from pigeond.db_url import is_postgres_url
 from pigeond.model import NewMessage
 
 log = Logger()
@@ -47,10 +48,13 @@ class DatabaseWatch:
         interval_s: float = 0.5,
         stat: Stat = os.stat,
     ) -> None:
-        """Call it right after the database is opened: the file there now is the one kept."""
+        """Call it right after the database is opened: the file there now is the one kept.
+        A PostgreSQL database has no file to vanish (its outages are a lost connection,
+        which each call answers as StorageUnavailable): then nothing is watched."""
         self.path = str(path)
         self._stat = stat
-        self._opened = identity_of(self.path, stat)
+        self.watching = not is_postgres_url(self.path)
+        self._opened = identity_of(self.path, stat) if self.watching else (0, 0)
         self.problem: str | None = None
         self._loop = LoopingCall(self.check)
         self._loop.clock = clock
@@ -58,7 +62,7 @@ class DatabaseWatch:
 
     def start(self) -> None:
         """Check every ``interval_s`` even when nothing is sent or delivered."""
-        if not self._loop.running:
+        if self.watching and not self._loop.running:
             self._loop.start(self._interval_s, now=True)
 
     def stop(self) -> None:
@@ -67,7 +71,7 @@ class DatabaseWatch:
 
     def check(self) -> str | None:
         """Why the file at the path is not the database opened at start; None while it is."""
-        if self.problem is not None:
+        if self.problem is not None or not self.watching:
             return self.problem
         try:
             now = identity_of(self.path, self._stat)

@@ -15,6 +15,7 @@ from twisted.logger import Logger
 from pigeond import __version__
 from pigeond.config import OPTIONS, Config, ConfigError, load_config
 from pigeond.credentials import TokenError
+from pigeond.db_url import redacted
 from pigeond.storage import StorageError
 
 EXIT_OK = 0
@@ -143,15 +144,15 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
     from pigeond.service.rlimits import apply_open_files_limit
     from pigeond.service.systemd import (
         AlreadyRunning,
-        InstanceLock,
         StatusReporter,
         Watchdog,
+        instance_lock,
         notifier_from,
         watchdog_period_s,
     )
 
     os.umask(0o077)  # whatever pigeond creates is its user's alone, unless it says otherwise
-    lock = InstanceLock(config.db)
+    lock = instance_lock(config.db, os.environ)
     try:
         lock.acquire()
         daemon = build_daemon(config, reactor)
@@ -165,7 +166,9 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
         return _fail(str(e), EXIT_RUNTIME)
     except OSError as e:
         lock.release()
-        return _fail(f"cannot open the database {config.db}: {e.strerror or e}", EXIT_RUNTIME)
+        return _fail(
+            f"cannot open the database {redacted(config.db)}: {e.strerror or e}", EXIT_RUNTIME
+        )
     logs = start_logging(config.log_level, config.log_format)
     apply_open_files_limit(config.max_connections)  # each connection costs a descriptor
     notifier = notifier_from(os.environ)

@@ -59,7 +59,7 @@ def access_policy(config: Config) -> tuple[AccessPolicy, list[str]]:
     token = None
     notes = []
     if config.auth == "token":
-        path = config.token_file or default_token_path(config.db)
+        path = config.token_file or default_token_path(config.db, os.environ)
         token, loosened = load_or_create_token(path)
         notes.append(f"auth: TCP clients need the bearer token kept in {path}")
         if loosened:

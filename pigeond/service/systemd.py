@@ -20,6 +20,8 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from pigeond.config import default_db_path
+from pigeond.db_url import is_postgres_url
 from pigeond.private_files import make_private_dirs, tighten
 
 log = Logger()
@@ -45,9 +47,10 @@ class InstanceLock:
     the process's POSIX locks on it, SQLite's included.
     """
 
-    def __init__(self, db_path: Path | str) -> None:
+    def __init__(self, db_path: Path | str, *, database_file: bool = True) -> None:
         self.db_path = Path(db_path)
         self.path = Path(str(db_path) + ".lock")
+        self.database_file = database_file  # False: no file to lock (PostgreSQL)
         self._fds: list[int] = []
 
     def acquire(self) -> None:
@@ -55,6 +58,11 @@ class InstanceLock:
         fd = self._lock(self.path)
         if fd is None:
             raise AlreadyRunning(self.path, self._holder())
+        if not self.database_file:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            self._fds = [fd]
+            return
         db_fd = self._lock(self.db_path)
         if db_fd is None:
             os.close(fd)
@@ -91,6 +99,18 @@ class InstanceLock:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
+
+
+def instance_lock(db: str, env: Mapping[str, str]) -> InstanceLock:
+    """The lock of this host's one pigeond: on a SQLite file, the file and ``<db>.lock``;
+    on PostgreSQL, ``pigeond-postgres.lock`` in the state folder.  Daemons on several
+    hosts share one PostgreSQL database by design, but on one host (one user's, or the
+    system service's state) a second daemon would be a second writer to its opencode."""
+    if is_postgres_url(db):
+        return InstanceLock(
+            Path(default_db_path(env)).parent / "pigeond-postgres", database_file=False
+        )
+    return InstanceLock(db)
 
 
 class Notifier(Protocol):

@@ -6,7 +6,7 @@ import functools
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from pigeond.ids import make_msg_id
 from pigeond.model import (
@@ -15,7 +15,7 @@ from pigeond.model import (
     SESSION_ID_RE,
     StoredMessage,
 )
-from pigeond.storage.errors import StorageUnavailable
+from pigeond.storage.errors import UNAVAILABLE_ERRORS, StorageUnavailable
 from pigeond.storage.migrations import CLEAR_PENDING_SQL, INDEX_PENDING_SQL
 
 COLUMNS = (
@@ -30,6 +30,33 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class Cursor(Protocol):
+    """What the repository reads of a cursor, on either engine."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def close(self) -> None: ...
+
+
+class Connection(Protocol):
+    """What the repository needs of a connection: a ``Connection``, or a
+    :class:`pigeond.storage.postgres.connection.PgConnection` that takes the same SQL."""
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
+
+    @property
+    def in_transaction(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
 def row_to_message(row: tuple[object, ...]) -> StoredMessage:
     return StoredMessage(*row)  # type: ignore[arg-type]
 
@@ -41,14 +68,14 @@ def reads(method: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(*args, **kwargs)
-        except sqlite3.OperationalError as e:
+        except UNAVAILABLE_ERRORS as e:
             raise StorageUnavailable(f"database read failed: {e}") from e
 
     return wrapper
 
 
 class RepositoryBase:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self._conn = conn
         # PostgreSQL (pigeond/storage/postgres/) or SQLite: the few queries the engines
         # cannot share are chosen by this
@@ -56,31 +83,39 @@ class RepositoryBase:
         self._search_index = False  # whether the schema has it yet (migration 13)
 
     @property
-    def connection(self) -> sqlite3.Connection:
+    def connection(self) -> Connection:
+        return self._conn
+
+    @property
+    def sqlite_connection(self) -> sqlite3.Connection:
+        """The connection as the ``sqlite3.Connection`` it is, for what only SQLite has
+        (pragmas, backups, bulk loaders); TypeError on PostgreSQL."""
+        if not isinstance(self._conn, sqlite3.Connection):
+            raise TypeError("this is a PostgreSQL database, not a SQLite file")
         return self._conn
 
     def close(self) -> None:
         self._conn.close()
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> Iterator[Connection]:
         """One durable write transaction; storage failures become StorageUnavailable."""
         try:
             self._conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as e:
+        except UNAVAILABLE_ERRORS as e:
             raise StorageUnavailable(f"database unavailable: {e}") from e
         try:
             yield self._conn
             self._index_pending(self._conn)
             self._conn.execute("COMMIT")
-        except sqlite3.OperationalError as e:
+        except UNAVAILABLE_ERRORS as e:
             self._rollback()
             raise StorageUnavailable(f"database write failed: {e}") from e
         except BaseException:
             self._rollback()
             raise
 
-    def _index_pending(self, conn: sqlite3.Connection) -> None:
+    def _index_pending(self, conn: Connection) -> None:
         """Index, in one statement, the rows this transaction inserted: the search index's
         insert trigger only notes them, since an FTS5 insert per row costs some 40 times
         more (pigeond/storage/migrations.py, _V13_SEARCH).  Nothing when none are noted."""
@@ -98,25 +133,28 @@ class RepositoryBase:
             conn.execute(CLEAR_PENDING_SQL)
 
     def _rollback(self) -> None:
-        if self._conn.in_transaction:
-            self._conn.execute("ROLLBACK")
+        try:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        except UNAVAILABLE_ERRORS:
+            pass  # the connection is gone, and its transaction with it
 
-    def _next_sequence(self, conn: sqlite3.Connection, name: str) -> int:
+    def _next_sequence(self, conn: Connection, name: str) -> int:
         row = conn.execute(
             "UPDATE swarm_sequences SET value = value + 1 WHERE name = ? RETURNING value", (name,)
         ).fetchone()
         return int(row[0])
 
-    def _sequence_value(self, conn: sqlite3.Connection, name: str) -> int:
+    def _sequence_value(self, conn: Connection, name: str) -> int:
         """The last number ``name`` gave out; with :meth:`_set_sequence`, inside one write
         transaction, a group of inserts numbers its rows with two statements, not one each."""
         row = conn.execute("SELECT value FROM swarm_sequences WHERE name = ?", (name,)).fetchone()
         return int(row[0])
 
-    def _set_sequence(self, conn: sqlite3.Connection, name: str, value: int) -> None:
+    def _set_sequence(self, conn: Connection, name: str, value: int) -> None:
         conn.execute("UPDATE swarm_sequences SET value = ? WHERE name = ?", (value, name))
 
-    def _get(self, conn: sqlite3.Connection, msg_id: str) -> StoredMessage | None:
+    def _get(self, conn: Connection, msg_id: str) -> StoredMessage | None:
         row = conn.execute(
             f"SELECT {COLUMNS} FROM swarm_messages WHERE msg_id = ?", (msg_id,)
         ).fetchone()
@@ -124,7 +162,7 @@ class RepositoryBase:
 
     def _insert(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         *,
         msg_id: str,
         from_session: str,
@@ -154,7 +192,7 @@ class RepositoryBase:
         )  # fmt: skip
 
     def _queue_notice(
-        self, conn: sqlite3.Connection, ended: StoredMessage, reason: str, now_ms: int, ttl_ms: int
+        self, conn: Connection, ended: StoredMessage, reason: str, now_ms: int, ttl_ms: int
     ) -> str | None:
         """Tell the sender that ``ended`` will not be delivered; returns the notice's target.
 

@@ -22,7 +22,6 @@ Times come in as unix milliseconds: nothing here reads a clock.
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -30,7 +29,7 @@ from typing import Final
 from pigeond.consent import InboundPolicy, Policy, Verdict, held_reason, parse_allow
 from pigeond.ids import make_msg_id
 from pigeond.model import NewMessage, StoredMessage
-from pigeond.storage.base import COLUMNS, RepositoryBase, reads, row_to_message
+from pigeond.storage.base import COLUMNS, Connection, RepositoryBase, reads, row_to_message
 from pigeond.storage.delivery import QUEUED_FOR_TARGET_SQL
 
 # The most members a channel may have unless the configuration says otherwise.
@@ -263,7 +262,7 @@ class Channels(RepositoryBase):
         """The deliveries a channel message was fanned out into, and who was left out."""
         return self._fan_out_of(self._conn, channel_msg_id)
 
-    def _fan_out_of(self, conn: sqlite3.Connection, channel_msg_id: str) -> FanOut:
+    def _fan_out_of(self, conn: Connection, channel_msg_id: str) -> FanOut:
         rows = conn.execute(
             f"SELECT {COLUMNS} FROM swarm_messages WHERE channel_msg_id = ? ORDER BY accept_seq",
             (channel_msg_id,),
@@ -276,7 +275,7 @@ class Channels(RepositoryBase):
 
     def _fan_out(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         message: NewMessage,
         *,
         now_ms: int,
@@ -328,5 +327,5 @@ class Channels(RepositoryBase):
         return seq - first_seq
 
     @staticmethod
-    def _count_queued(conn: sqlite3.Connection, target: str, limit: int) -> int:
+    def _count_queued(conn: Connection, target: str, limit: int) -> int:
         return int(conn.execute(QUEUED_FOR_TARGET_SQL, (target, limit)).fetchone()[0])

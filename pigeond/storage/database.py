@@ -42,6 +42,7 @@ from twisted.python.threadpool import ThreadPool
 from pigeond.config import Config
 from pigeond.storage.errors import StorageUnavailable
 from pigeond.storage.group_commit import GroupCommit
+from pigeond.storage.postgres import is_postgres_url, open_postgres
 from pigeond.storage.repository import Accept, AcceptOutcome, SwarmRepository
 from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS, connect, open_database
 
@@ -142,7 +143,8 @@ class ThreadedDatabase:
         try:
             for _ in range(readers):
                 reader = open_reader()
-                reader.connection.execute("PRAGMA query_only = 1")
+                if not reader.postgres:  # a PostgreSQL reader is opened read-only
+                    reader.connection.execute("PRAGMA query_only = 1")
                 self._readers.append(reader)
                 self._idle_readers.put(reader)
         except BaseException:
@@ -206,7 +208,16 @@ def open_threaded(
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
 ) -> ThreadedDatabase:
     """The daemon's database at ``path``: made private, migrated, then served by threads.
-    A write waits at most ``busy_timeout_ms`` for a lock another process holds."""
+    A write waits at most ``busy_timeout_ms`` for a lock another process holds.  A
+    ``postgresql://`` URL is a PostgreSQL database (pigeond/storage/postgres/)."""
+    if is_postgres_url(path):
+        url = str(path)
+        return ThreadedDatabase(
+            reactor,
+            lambda: SwarmRepository(open_postgres(url, lock_timeout_ms=busy_timeout_ms)),
+            lambda: SwarmRepository(open_postgres(url, read_only=True)),
+            readers=readers,
+        )
     return ThreadedDatabase(
         reactor,
         lambda: SwarmRepository(

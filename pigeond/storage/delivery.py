@@ -20,11 +20,10 @@ may have arrived); the transcript ends the doubt (storage/intents.py).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 
 from pigeond.model import NO_MODE, PIGEOND_KINDS, HandoffMode, State, StoredMessage
-from pigeond.storage.base import COLUMNS, RepositoryBase, reads, row_to_message
+from pigeond.storage.base import COLUMNS, Connection, RepositoryBase, reads, row_to_message
 from pigeond.storage.migrations import PRIORITY_RANK_SQL
 
 # unlikely(): with ANALYZE statistics and thousands of queued messages waiting out a
@@ -72,7 +71,7 @@ class DeliveryTransitions(RepositoryBase):
         return self._queued_for(self._conn, target, limit)
 
     @staticmethod
-    def _queued_for(conn: sqlite3.Connection, target: str, limit: int) -> int:
+    def _queued_for(conn: Connection, target: str, limit: int) -> int:
         """Queued messages for ``target``, counted no further than ``limit``:
         a walk of at most ``limit`` index entries, whatever the queue's length."""
         return int(conn.execute(QUEUED_FOR_TARGET_SQL, (target, limit)).fetchone()[0])
@@ -148,7 +147,7 @@ class DeliveryTransitions(RepositoryBase):
 
     def _hand_off(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         msg_ids: Sequence[str],
         now_ms: int,
         verify_by: int | None,

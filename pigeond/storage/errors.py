@@ -1,6 +1,21 @@
-"""Errors the storage layer raises, so callers need not know sqlite3."""
+"""Errors the storage layer raises, so callers need not know sqlite3 or psycopg."""
 
 from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+import psycopg
+
+# What the engines raise when the database cannot be used right now: SQLite's locked,
+# full, read-only or vanished file; PostgreSQL's lost connection, shutdown, lock timeout
+# or full disk (psycopg.OperationalError), or a connection closed under a call.  The
+# storage package answers each as StorageUnavailable: nothing was changed, try later.
+UNAVAILABLE_ERRORS: Final = (
+    sqlite3.OperationalError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
 
 
 class StorageError(Exception):

@@ -12,11 +12,10 @@ to it); a claim sets it too.  Times come in as unix milliseconds: nothing here r
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from enum import Enum
 
-from pigeond.storage.base import RepositoryBase, reads
+from pigeond.storage.base import Connection, RepositoryBase, reads
 
 
 class ClaimOutcome(Enum):
@@ -114,13 +113,13 @@ class Names(RepositoryBase):
         return [NameEntry(str(n), str(s), int(c), int(seen)) for n, s, c, seen in rows]
 
     @staticmethod
-    def _holder(conn: sqlite3.Connection, name: str) -> str | None:
+    def _holder(conn: Connection, name: str) -> str | None:
         row = conn.execute("SELECT session FROM swarm_names WHERE name = ?", (name,)).fetchone()
         return None if row is None else str(row[0])
 
     @staticmethod
     def _names_of(
-        conn: sqlite3.Connection, sender: str, target: str | None
+        conn: Connection, sender: str, target: str | None
     ) -> tuple[str | None, str | None]:
         """The names ``sender`` and ``target`` hold now (None for none): what an accepted
         message records as its ``from_name`` and, unless it was sent to a name, ``to_name``."""

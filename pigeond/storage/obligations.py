@@ -20,7 +20,6 @@ Times come in as unix milliseconds: nothing here reads a clock.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 
 from pigeond.ids import make_msg_id
@@ -35,7 +34,7 @@ from pigeond.model import (
     Owed,
     first_line,
 )
-from pigeond.storage.base import RepositoryBase, reads
+from pigeond.storage.base import Connection, RepositoryBase, reads
 
 # The original's states in which nobody can answer it any more.
 _ENDED = "('failed', 'expired', 'cancelled', 'dropped')"
@@ -92,9 +91,7 @@ class Obligations(RepositoryBase):
 
     # -- inside a send's transaction ---------------------------------------------------
 
-    def _owe(
-        self, conn: sqlite3.Connection, message: NewMessage, within_ms: int, now_ms: int
-    ) -> None:
+    def _owe(self, conn: Connection, message: NewMessage, within_ms: int, now_ms: int) -> None:
         """The target of ``message`` now owes its sender a reply."""
         assert message.to_session is not None and within_ms > 0
         conn.execute(
@@ -104,7 +101,7 @@ class Obligations(RepositoryBase):
             (message.msg_id, message.to_session, message.from_session, within_ms, now_ms, now_ms),
         )
 
-    def _meet(self, conn: sqlite3.Connection, reply: NewMessage, now_ms: int) -> None:
+    def _meet(self, conn: Connection, reply: NewMessage, now_ms: int) -> None:
         """``reply`` meets the obligation it answers, if its sender is the debtor; an
         overdue one is met late (the creditor may still be waiting)."""
         conn.execute(
@@ -145,7 +142,7 @@ class Obligations(RepositoryBase):
                     done.overdue += 1
         return done
 
-    def _set_owed(self, conn: sqlite3.Connection, msg_id: str, state: Owed, now_ms: int) -> None:
+    def _set_owed(self, conn: Connection, msg_id: str, state: Owed, now_ms: int) -> None:
         stamp = {Owed.REMINDED: ", reminded_at = :now", Owed.OVERDUE: ", overdue_at = :now"}
         conn.execute(
             f"UPDATE swarm_obligations SET state = :state, updated_at = :now{stamp.get(state, '')}"
@@ -153,7 +150,7 @@ class Obligations(RepositoryBase):
             {"state": str(state), "now": now_ms, "msg_id": msg_id},
         )
 
-    def _remind(self, conn: sqlite3.Connection, obligation: Obligation, now_ms: int) -> None:
+    def _remind(self, conn: Connection, obligation: Obligation, now_ms: int) -> None:
         within_s = obligation.within_ms / 1000
         payload = (
             f"You owe a reply to message {obligation.msg_id} from {obligation.creditor}"
@@ -165,7 +162,7 @@ class Obligations(RepositoryBase):
         self._notify(conn, obligation.debtor, REMINDER_KIND, obligation.msg_id, payload, now_ms)
         self._set_owed(conn, obligation.msg_id, Owed.REMINDED, now_ms)
 
-    def _tell_overdue(self, conn: sqlite3.Connection, obligation: Obligation, now_ms: int) -> bool:
+    def _tell_overdue(self, conn: Connection, obligation: Obligation, now_ms: int) -> bool:
         """Mark it overdue and tell the creditor, if the creditor is a session (a sender
         named otherwise cannot be prompted: the row still says overdue)."""
         self._set_owed(conn, obligation.msg_id, Owed.OVERDUE, now_ms)
@@ -181,7 +178,7 @@ class Obligations(RepositoryBase):
         return True
 
     def _notify(
-        self, conn: sqlite3.Connection, to: str, kind: str, about: str, payload: str, now_ms: int
+        self, conn: Connection, to: str, kind: str, about: str, payload: str, now_ms: int
     ) -> None:
         self._insert(
             conn, msg_id=make_msg_id(now_ms), from_session=NOTICE_SENDER, to_session=to,

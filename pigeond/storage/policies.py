@@ -20,11 +20,10 @@ never held.  Released messages are due at once, in their old order.
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass
 
 from pigeond.consent import DEFAULT_POLICY, InboundPolicy, Policy, held_reason, parse_allow
-from pigeond.storage.base import RepositoryBase, reads
+from pigeond.storage.base import Connection, RepositoryBase, reads
 
 POLICY_COLUMNS = "session, policy, allow, updated_at, updated_by"
 # The waiting messages of one session, by the head-of-queue index (to_session first).
@@ -121,9 +120,7 @@ class Policies(RepositoryBase):
         with self._write() as conn:
             return self._apply(conn, policy, now_ms)
 
-    def _apply(
-        self, conn: sqlite3.Connection, policy: InboundPolicy, now_ms: int
-    ) -> tuple[int, int]:
+    def _apply(self, conn: Connection, policy: InboundPolicy, now_ms: int) -> tuple[int, int]:
         if policy.policy is Policy.ACCEPT:
             return 0, self._release(conn, policy.session, now_ms, None)
         released = self._release(conn, policy.session, now_ms, policy.allow)
@@ -139,7 +136,7 @@ class Policies(RepositoryBase):
 
     def _release(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         session: str,
         now_ms: int,
         only_from: tuple[str, ...] | None,
@@ -160,7 +157,7 @@ class Policies(RepositoryBase):
             ).rowcount
         )
 
-    def _hold_new(self, conn: sqlite3.Connection, msg_id: str, why: str) -> None:
+    def _hold_new(self, conn: Connection, msg_id: str, why: str) -> None:
         """Inside the accept: the message just stored waits for its target's consent."""
         conn.execute(
             "UPDATE swarm_messages SET next_retry_at = NULL, last_error = ? WHERE msg_id = ?",

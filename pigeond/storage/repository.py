@@ -10,13 +10,12 @@ operator tool, a second connection) through SQLite's lock and busy timeout.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from pigeond.model import NewMessage, StoredMessage
-from pigeond.storage.base import COLUMNS, reads, row_to_message
+from pigeond.storage.base import COLUMNS, Connection, reads, row_to_message
 from pigeond.storage.channels import Channels
 from pigeond.storage.delivery import DEFAULT_NOTICE_TTL_MS, DeliveryTransitions
 from pigeond.storage.intents import HandOffIntents
@@ -106,9 +105,7 @@ class SwarmRepository(
     Policies,
     Channels,
 ):
-    def __init__(
-        self, conn: sqlite3.Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS
-    ) -> None:
+    def __init__(self, conn: Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS) -> None:
         super().__init__(conn)
         self.notice_ttl_ms = notice_ttl_ms
 
@@ -144,9 +141,7 @@ class SwarmRepository(
             self._set_sequence(conn, "accept", last_seq)
             return outcomes
 
-    def _accept_one(
-        self, conn: sqlite3.Connection, accept: Accept, seq: int
-    ) -> tuple[AcceptOutcome, int]:
+    def _accept_one(self, conn: Connection, accept: Accept, seq: int) -> tuple[AcceptOutcome, int]:
         """Store ``accept`` numbered ``seq``, unless its msg_id is taken or its target full;
         a channel message is fanned out to its members, numbered after it.  Returns the
         outcome and how many accept numbers were used."""

@@ -27,12 +27,11 @@ a time.  Times come in as unix milliseconds: nothing here reads a clock.
 
 from __future__ import annotations
 
-import sqlite3
 from collections import Counter
 from dataclasses import dataclass
 
-from pigeond.storage.base import RepositoryBase, reads
-from pigeond.storage.errors import StorageUnavailable
+from pigeond.storage.base import Connection, RepositoryBase, reads
+from pigeond.storage.errors import UNAVAILABLE_ERRORS, StorageUnavailable
 from pigeond.storage.migrations import PRUNABLE_SQL
 from pigeond.storage.schema import AUTO_VACUUM_INCREMENTAL
 
@@ -123,7 +122,7 @@ class Retention(RepositoryBase):
                 self._fold_search_deletes(conn)
         return Counter((str(scope), str(state)) for scope, state in rows)
 
-    def _fold_search_deletes(self, conn: sqlite3.Connection) -> None:
+    def _fold_search_deletes(self, conn: Connection) -> None:
         """Merge a bounded part of the search index (migration 13): FTS5 records a delete
         as a tombstone beside the entry it cancels, and only a merge drops both, so without
         this the index would keep the pruned rows' size.  A negative budget merges even
@@ -138,6 +137,12 @@ class Retention(RepositoryBase):
 
     @reads
     def file_size(self) -> FileSize:
+        """The database's size.  On PostgreSQL its 8 KiB pages as pg_database_size counts
+        them, none free here: PostgreSQL's own (auto)vacuum gives space back."""
+        if self.postgres:
+            size = self._conn.execute("SELECT pg_database_size(current_database())").fetchone()
+            return FileSize(int(size[0]) // 8192, 8192, 0, False)
+
         def pragma(name: str) -> int:
             return int(self._conn.execute(f"PRAGMA {name}").fetchone()[0])
 
@@ -158,12 +163,14 @@ class Retention(RepositoryBase):
         checkpointed without waiting on readers, so the file itself shrinks now
         rather than at the next automatic checkpoint.
         """
+        if self.postgres:
+            return 0  # PostgreSQL's autovacuum does this
         before = self.file_size()
         if not before.incremental or before.free_pages == 0 or max_pages <= 0:
             return 0
         try:
-            self._conn.executescript(f"PRAGMA incremental_vacuum({int(max_pages)})")
+            self.sqlite_connection.executescript(f"PRAGMA incremental_vacuum({int(max_pages)})")
             self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.OperationalError as e:
+        except UNAVAILABLE_ERRORS as e:
             raise StorageUnavailable(f"database write failed: {e}") from e
         return max(before.page_count - self.file_size().page_count, 0)

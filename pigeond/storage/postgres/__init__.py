@@ -7,35 +7,24 @@ printed: :func:`redacted` is how a URL is shown.
 
 from __future__ import annotations
 
-import re
-from typing import Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 
+from pigeond.db_url import is_postgres_url, redacted
 from pigeond.storage.errors import SchemaError, StorageUnavailable
 from pigeond.storage.postgres.connection import PgConnection
 from pigeond.storage.postgres.schema import MIGRATION_LOCK, PG_MIGRATIONS, VERSION_TABLE
 
-URL_RE: Final = re.compile(r"^postgres(?:ql)?://", re.IGNORECASE)
+__all__ = ["PgConnection", "is_postgres_url", "migrate", "open_postgres", "redacted"]
 
 
-def is_postgres_url(target: object) -> bool:
-    """Whether ``--db`` names a PostgreSQL database (a libpq URL) rather than a file."""
-    return isinstance(target, str) and URL_RE.match(target) is not None
-
-
-def redacted(url: str) -> str:
-    """``url`` with its password (in the authority or a ``password=`` parameter) hidden."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        netloc = f"{userinfo}@{host}"
-    query = re.sub(r"(?i)(password=)[^&]*", r"\1***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+def _said(error: BaseException, url: str) -> str:
+    """psycopg's error text on one line (libpq writes hints on lines of their own), with
+    the URL's password cut out should it ever appear."""
+    text = " ".join(str(error).split())
+    password = urlsplit(url).password
+    return text.replace(password, "***") if password else text
 
 
 def schema_version(conn: PgConnection) -> int:
@@ -73,26 +62,33 @@ def migrate(conn: PgConnection, steps: tuple[str, ...] = PG_MIGRATIONS) -> int:
             raise
 
 
-def open_postgres(url: str, *, read_only: bool = False) -> PgConnection:
+def open_postgres(
+    url: str, *, read_only: bool = False, lock_timeout_ms: int | None = None
+) -> PgConnection:
     """Connect to the database at ``url`` and bring its schema up to date (a reader
-    connection only connects).  SchemaError for a database this pigeond cannot use,
+    connection only connects).  A write waits at most ``lock_timeout_ms`` for a row lock
+    another session holds.  SchemaError for a database this pigeond cannot use,
     StorageUnavailable when PostgreSQL cannot be reached."""
     try:
-        conn = PgConnection(url, read_only=read_only)
+        conn = PgConnection(url, read_only=read_only, lock_timeout_ms=lock_timeout_ms)
     except psycopg.OperationalError as e:
-        raise StorageUnavailable(f"{redacted(url)}: cannot connect to PostgreSQL ({e})") from e
+        raise StorageUnavailable(
+            f"{redacted(url)}: cannot connect to PostgreSQL ({_said(e, url)})"
+        ) from e
     except psycopg.ProgrammingError as e:
-        raise SchemaError(f"{redacted(url)}: not a usable PostgreSQL URL ({e})") from e
+        raise SchemaError(f"{redacted(url)}: not a usable PostgreSQL URL ({_said(e, url)})") from e
     if read_only:
         return conn
     try:
         migrate(conn)
     except psycopg.OperationalError as e:
         conn.close()
-        raise StorageUnavailable(f"{redacted(url)}: PostgreSQL went away ({e})") from e
+        raise StorageUnavailable(f"{redacted(url)}: PostgreSQL went away ({_said(e, url)})") from e
     except psycopg.Error as e:
         conn.close()
-        raise SchemaError(f"{redacted(url)}: could not upgrade the database schema ({e})") from e
+        raise SchemaError(
+            f"{redacted(url)}: could not upgrade the database schema ({_said(e, url)})"
+        ) from e
     except BaseException:
         conn.close()
         raise

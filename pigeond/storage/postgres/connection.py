@@ -94,9 +94,12 @@ class PgConnection:
 
     postgres: Final = True
 
-    def __init__(self, url: str, *, read_only: bool = False) -> None:
+    def __init__(
+        self, url: str, *, read_only: bool = False, lock_timeout_ms: int | None = None
+    ) -> None:
         self.url = url
         self.read_only = read_only
+        self.lock_timeout_ms = lock_timeout_ms
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._closed = False
         self._connection()  # fail at once on a bad URL or an unreachable server
@@ -117,6 +120,8 @@ class PgConnection:
             conn.adapters.register_dumper(str, StrDumper)
             if self.read_only:
                 conn.execute("SET default_transaction_read_only = on")
+            if self.lock_timeout_ms is not None:
+                conn.execute(f"SET lock_timeout = {int(self.lock_timeout_ms)}")
             self._conn = conn
         return self._conn
 

@@ -1,0 +1,120 @@
+"""pigeond itself on PostgreSQL (``--db postgresql://…``): it delivers what it accepts, a
+stopped PostgreSQL gives 503s (never a 202 that is then lost) and both sending and
+delivery resume by themselves, and the URL's password is never printed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from tests.fake_opencode import FakeOpencode
+from tests.pg_cluster import PgCluster
+
+pytestmark = pytest.mark.slow
+
+TARGET = "ses_target"
+DELIVERY_TIMEOUT_S = 30.0
+
+
+def send(daemon: DaemonProcess, msg_id: str) -> int:
+    """POST one message; the status (0 when the daemon did not answer at all)."""
+    body = {"msg_id": msg_id, "from": "ses_sender", "to": TARGET, "payload": f"hi {msg_id}"}
+    try:
+        status, _ = daemon.request_json("POST", "/swarm/send", body, timeout_s=15)
+    except OSError:
+        return 0
+    return status
+
+
+def wait_delivered(fake: FakeOpencode, msg_ids: set[str]) -> list[str]:
+    """Every msg_id's prompt reached the fake opencode; the msg_ids prompted, in order."""
+    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+    while True:
+        prompted = [c.msg_id for c in fake.prompt_calls(TARGET)]
+        if msg_ids <= set(prompted):
+            return prompted
+        assert time.monotonic() < deadline, f"not delivered: {sorted(msg_ids - set(prompted))}"
+        time.sleep(0.05)
+
+
+def test_a_daemon_on_postgresql_delivers_what_it_accepts(
+    daemons: DaemonFactory, tmp_path: Path, pg_url: str
+) -> None:
+    """A send to a daemon on PostgreSQL is stored (202), handed off once, and readable."""
+    with FakeOpencode(tmp_path) as fake:
+        fake.add_session(TARGET)
+        daemon = daemons.start(pg_url, opencode_url=fake.url)
+        assert send(daemon, "msg_pg1") == 202
+        assert wait_delivered(fake, {"msg_pg1"}) == ["msg_pg1"]
+        status, body = daemon.request_json("GET", "/swarm/message/msg_pg1")
+        assert status == 200 and body["state"] == "handed_off"
+
+
+def test_postgresql_stopped_mid_stream_loses_nothing_that_got_a_202(
+    daemons: DaemonFactory, tmp_path: Path, pg_url: str, pg_cluster: PgCluster
+) -> None:
+    """While PostgreSQL is down sends get 503; once it is back, sends are 202 again and
+    every message that got a 202 is delivered, each once."""
+    with FakeOpencode(tmp_path) as fake:
+        fake.add_session(TARGET)
+        daemon = daemons.start(pg_url, opencode_url=fake.url)
+        accepted = {f"msg_before{i}" for i in range(5) if send(daemon, f"msg_before{i}") == 202}
+        assert len(accepted) == 5
+        pg_cluster.pg_ctl("stop", "-m", "fast")
+        try:
+            during = {f"msg_down{i}": send(daemon, f"msg_down{i}") for i in range(3)}
+            assert set(during.values()) == {503}, during
+            status, health = daemon.request_json("GET", "/health")
+            assert status == 503 or health.get("status") != "ok", health
+        finally:
+            pg_cluster.pg_ctl("start")
+        deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+        while send(daemon, "msg_after") != 202:
+            assert time.monotonic() < deadline, "sends did not resume after PostgreSQL came back"
+            time.sleep(0.2)
+        accepted.add("msg_after")
+        prompted = wait_delivered(fake, accepted)
+        assert sorted(m for m in prompted if m in accepted) == sorted(accepted)
+        assert not set(during) & set(prompted)
+
+
+def test_the_url_password_is_never_printed(tmp_path: Path) -> None:
+    """--check-config and a start that cannot reach PostgreSQL show the URL without its
+    password; the token's default place is the state folder."""
+    url = "postgresql://pigeon:s3cret-pw@127.0.0.1:1/swarm"
+    home = tmp_path / "home"
+    env = isolated_env(home)
+    shown = subprocess.run(
+        [sys.executable, "-m", "pigeond", "--check-config", "--db", url],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "s3cret" not in shown.stdout + shown.stderr
+    assert 'db = "postgresql://pigeon:***@127.0.0.1:1/swarm"' in shown.stdout
+    assert f'token_file = "{home}/.local/state/pigeond/token"' in shown.stdout
+    started = subprocess.run(
+        [sys.executable, "-m", "pigeond", "--db", url, "--listen", "tcp:0:interface=127.0.0.1"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert started.returncode != 0
+    assert "s3cret" not in started.stdout + started.stderr
+    assert "postgresql://pigeon:***@127.0.0.1:1/swarm" in started.stderr
+    assert len(started.stderr.strip().splitlines()) == 1, started.stderr
+
+
+def test_a_url_that_names_no_database_is_a_config_error(tmp_path: Path) -> None:
+    """--db postgresql://host/ (no database) is refused at once, in one line."""
+    env = isolated_env(tmp_path / "home")
+    shown = subprocess.run(
+        [sys.executable, "-m", "pigeond", "--check-config", "--db", "postgresql://u:pw@h/"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 2
+    assert shown.stderr.strip() == (
+        "pigeond: db postgresql://u:***@h/ names no database (…/DBNAME)"
+    )
