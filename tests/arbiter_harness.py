@@ -18,6 +18,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from pigeond.delivery.arbiter import AgentChecker, Arbiter, DeliveryPolicy, ModeSource
+from pigeond.delivery.drain import TargetLocks
 from pigeond.delivery.opencode_client import OpencodeError, SessionNotFound
 from pigeond.delivery.turns import TurnTracker
 from pigeond.storage import SwarmRepository
@@ -157,6 +158,7 @@ def make_harness(
     agents: AgentChecker | None = None,
     transcripts: bool = False,
     opencode: InMemoryOpencode | None = None,
+    target_locks: TargetLocks | None = None,
 ) -> Harness:
     """``transcripts``: the arbiter reads the in-memory opencode's transcripts (to end a
     doubt, see pigeond/delivery/recovery.py); ``opencode``: an existing one (a restart)."""
@@ -167,6 +169,7 @@ def make_harness(
         InlineDatabase(repo), registry, opencode, clock, policy=policy, turns=turns,
         check_directory=lambda d: f"{d} does not exist" if d in missing_dirs else None,
         modes=modes, agents=agents, transcripts=opencode if transcripts else None,
+        target_locks=target_locks,
     )  # fmt: skip
     return Harness(repo, clock, opencode, registry, arbiter, turns)
 

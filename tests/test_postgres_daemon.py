@@ -4,6 +4,7 @@ delivery resume by themselves, and the URL's password is never printed."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
@@ -118,3 +119,27 @@ def test_a_url_that_names_no_database_is_a_config_error(tmp_path: Path) -> None:
     assert shown.stderr.strip() == (
         "pigeond: db postgresql://u:***@h/ names no database (…/DBNAME)"
     )
+
+
+def test_two_daemons_never_hand_one_target_two_prompts_at_once(
+    daemons: DaemonFactory, tmp_path: Path, pg_url: str
+) -> None:
+    """Two daemons on one PostgreSQL and one opencode, sends to one target through both:
+    every message is prompted once, and no two prompts to the target overlap (each
+    drain holds the target's advisory lock)."""
+    with FakeOpencode(tmp_path, hold_s=0.05) as fake:
+        fake.add_session(TARGET)
+        pair = [
+            daemons.start(
+                pg_url, opencode_url=fake.url, env={"XDG_STATE_HOME": str(tmp_path / f"st{i}")}
+            )
+            for i in range(2)
+        ]
+        sent = {f"msg_two{i}" for i in range(24)}
+        assert {send(pair[i % 2], f"msg_two{i}") for i in range(24)} == {202}
+        wait_delivered(fake, sent)
+        calls = fake.prompt_calls(TARGET)
+        assert sorted(c.msg_id for c in calls) == sorted(sent)
+        pairs = itertools.combinations(calls, 2)
+        overlapping = [(a.msg_id, b.msg_id) for a, b in pairs if a.overlaps(b)]
+        assert overlapping == []

@@ -43,7 +43,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.config import Config
-from pigeond.delivery.drain import TargetDrain
+from pigeond.delivery.drain import TargetDrain, TargetLocks
 from pigeond.delivery.grouping import (
     Grouped,
     HandOffRecord,
@@ -100,11 +100,14 @@ class Arbiter(TargetDrain):
         database_problem: Callable[[], str | None] = lambda: None,
         metrics: DeliveryMetrics | None = None,
         transcripts: TranscriptReader | None = None,
+        target_locks: TargetLocks | None = None,
     ) -> None:
         """``database_problem`` says why the database file is no longer the one opened
         (None while it is); see :class:`pigeond.service.db_watch.DatabaseWatch`.
-        ``transcripts`` is where a message in doubt is looked for (see recovery)."""
+        ``transcripts`` is where a message in doubt is looked for (see recovery).
+        ``target_locks`` make a drain exclusive across daemons on one PostgreSQL."""
         self._db = db
+        self._target_locks = target_locks
         # every target's next batch, and every hand-off record, made together under load
         self._ready_reads: Grouped[ReadyAsk, list[StoredMessage]] = Grouped(
             lambda asks: db.read(ready_batches, asks)

@@ -15,6 +15,7 @@ the delivery's failure, so no attempt is spent on it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
@@ -32,6 +33,22 @@ from pigeond.storage import StorageError
 log = Logger(namespace="pigeond.delivery.arbiter")  # one story in the logs with the arbiter's
 
 
+class TargetLocks(Protocol):
+    """Exclusivity of a target's drain across daemons sharing one database (PostgreSQL:
+    pigeond/storage/postgres/locks.py); none is needed on a SQLite file, which one
+    daemon alone may open."""
+
+    def acquire(self, target: str) -> Deferred[bool]:
+        """Take the target's lock; False when another daemon holds it."""
+        ...
+
+    def held(self, target: str) -> Deferred[bool]:
+        """Whether the lock taken is still ours (its connection alive)."""
+        ...
+
+    def release(self, target: str) -> Deferred[None]: ...
+
+
 class TargetDrain(HandOffOutcomes):
     """Draining one target; mixed into the Arbiter, which sets these."""
 
@@ -44,6 +61,7 @@ class TargetDrain(HandOffOutcomes):
     _turn_waits: set[Deferred[str]]
     _paused: dict[str, str]
     _stopping: bool
+    _target_locks: TargetLocks | None
     # whether the database file is no longer the one opened (logged once)
     _database_vanished: Callable[[], bool]
 
@@ -70,8 +88,15 @@ class TargetDrain(HandOffOutcomes):
         """Hand off ``target``'s due messages, a batch at a time, until none is due or one
         fails.  A database that cannot be read pauses the drain until a later tick: it is
         not the delivery's failure, so no attempt is spent on it."""
+        locks = self._target_locks
         try:
-            await self._drain_batches(target)
+            if locks is not None and not await locks.acquire(target):
+                return  # another daemon drains it; the tick asks again
+            try:
+                await self._drain_batches(target)
+            finally:
+                if locks is not None:
+                    await locks.release(target)
         except StorageError as e:
             # a full disk fails every tick's intent write: say so once, not twenty times a second
             if not self._closed and self._paused.get(target) != str(e):
@@ -115,6 +140,10 @@ class TargetDrain(HandOffOutcomes):
                 mode, note = await self._prompter.mode(target, directory)
                 if self.stopping or self._database_vanished():
                     return  # nothing was sent; the messages stay queued
+                if self._target_locks is not None and not await self._target_locks.held(target):
+                    log.warn("{target}: its lock died with its connection: another daemon"
+                             " may deliver to it now; nothing sent", target=target)  # fmt: skip
+                    return
                 batch, texts = await self._recovery.record(batch, texts)  # before the call
                 if not batch:
                     continue  # cancelled meanwhile

@@ -30,6 +30,7 @@ from pigeond.api.search import SearchRoute
 from pigeond.api.target_check import TargetCheck
 from pigeond.api.web import JsonApi, QuietSite, make_site
 from pigeond.config import Config
+from pigeond.db_url import is_postgres_url
 from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
 from pigeond.delivery.http_exchange import HttpExchange
@@ -53,6 +54,7 @@ from pigeond.service.parts import (
 from pigeond.service.pruner import Pruner
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database, open_threaded
+from pigeond.storage.postgres.locks import PgTargetLocks, ThreadedTargetLocks
 
 log = Logger()
 
@@ -71,6 +73,8 @@ class DeliveryParts:
     registry: SessionDirectoryRegistry
     verifier: Verifier
     turns: TurnTracker | None
+    # on PostgreSQL, each drain's lock against the other daemons (None on a SQLite file)
+    target_locks: ThreadedTargetLocks | None = None
 
 
 @dataclass
@@ -166,6 +170,8 @@ class Daemon:
         if self.delivery is not None:
             self.delivery.verifier.close()
             self.delivery.client.close()
+            if self.delivery.target_locks is not None:
+                self.delivery.target_locks.close()
         if self.db_watch is not None:
             self.db_watch.stop()
         if self.pool is not None:
@@ -309,10 +315,13 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             events = EventStream(
                 client, reactor, turns.observe, turns.stream_state, on_user_message=modes.observe
             )
+        target_locks = None
+        if is_postgres_url(config.db):
+            target_locks = ThreadedTargetLocks(reactor, PgTargetLocks(config.db))
         arbiter = Arbiter(
             db, registry, client, reactor, policy=DeliveryPolicy.from_config(config), turns=turns,
             modes=modes, agents=AgentCatalog(client, reactor), database_problem=db_watch.check,
-            metrics=metrics, transcripts=client,
+            metrics=metrics, transcripts=client, target_locks=target_locks,
         )  # fmt: skip
         verifier = Verifier(
             db, registry, client, reactor, config,
@@ -325,7 +334,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
                 verifier.tick()
 
         timer_job("verify", config.tick_ms / 1000, verify, reactor).setServiceParent(jobs)
-        delivery = DeliveryParts(client, registry, verifier, turns)
+        delivery = DeliveryParts(client, registry, verifier, turns, target_locks)
     # owed replies: reminders and overdue notices, kicked at once when delivery runs
     reminders = ReminderSweep(db, reactor, arbiter.kick if arbiter is not None else _no_kick)
     timer_job("reminders", config.tick_ms / 1000, reminders.sweep, reactor).setServiceParent(jobs)

@@ -114,7 +114,7 @@ class _DaemonThread(threading.Thread):
         self.daemon = True
 
 
-class _DaemonThreadPool(ThreadPool):
+class DaemonThreadPool(ThreadPool):
     threadFactory = _DaemonThread
 
 
@@ -150,8 +150,8 @@ class ThreadedDatabase:
         except BaseException:
             self._close_connections()
             raise
-        self._write_pool = _DaemonThreadPool(1, 1, name="pigeond-db-writer")
-        self._read_pool = _DaemonThreadPool(readers, readers, name="pigeond-db-reader")
+        self._write_pool = DaemonThreadPool(1, 1, name="pigeond-db-writer")
+        self._read_pool = DaemonThreadPool(readers, readers, name="pigeond-db-reader")
         self._closed = False
         self._write_pool.start()
         self._read_pool.start()

@@ -102,6 +102,9 @@ class PgConnection:
         self.lock_timeout_ms = lock_timeout_ms
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._closed = False
+        # how many sessions this connection has opened: a new one holds none of the old
+        # session's advisory locks (see pigeond/storage/postgres/locks.py)
+        self.generation = 0
         self._connection()  # fail at once on a bad URL or an unreachable server
 
     def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
@@ -123,6 +126,7 @@ class PgConnection:
             if self.lock_timeout_ms is not None:
                 conn.execute(f"SET lock_timeout = {int(self.lock_timeout_ms)}")
             self._conn = conn
+            self.generation += 1
         return self._conn
 
     @property
