@@ -62,7 +62,8 @@ system-deps:
 		fi; \
 	fi
 
-bench: $(STAMP)
+## every bench table; backends_table.py starts a private PostgreSQL (system-deps installs it)
+bench: $(STAMP) system-deps
 	$(BIN)/python bench/ready_targets.py
 	$(BIN)/python bench/tui_first_screen.py
 	$(BIN)/python bench/history_table.py
@@ -70,6 +71,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/abuse_table.py
 	$(BIN)/python bench/accept_table.py
 	$(BIN)/python bench/handoff_table.py
+	$(BIN)/python bench/backends_table.py
 	$(BIN)/python bench/memory_table.py
 
 clean:

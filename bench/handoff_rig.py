@@ -122,12 +122,14 @@ def daemon(
     *,
     launcher: str | None = None,
     env: dict[str, str] | None = None,
+    db: Path | str | None = None,
 ) -> Iterator[BenchDaemon]:
     """A fresh pigeond (turn delivery, batches of 10, flood guard off), pinned;
-    ``launcher``: Python code run with ``-c`` instead of ``-m pigeond``, that runs it."""
+    ``launcher``: Python code run with ``-c`` instead of ``-m pigeond``, that runs it;
+    ``db``: its ``--db`` (a ``postgresql://`` URL, say), else ``workdir/pigeond.db``."""
     args = [*DELIVERY, *GUARD_OFF, *extra]
     proc = BenchDaemon(
-        workdir, workdir / "pigeond.db", opencode_url=opencode_url, tick_ms=TICK_MS,
+        workdir, db or workdir / "pigeond.db", opencode_url=opencode_url, tick_ms=TICK_MS,
         extra_args=args, env=env,
     )  # fmt: skip
     if launcher is not None:

@@ -24,7 +24,11 @@ def redacted(target: str) -> str:
     ``password=`` parameter) hidden; a file path as it is."""
     if not is_postgres_url(target):
         return target
-    parts = urlsplit(target)
+    try:
+        parts = urlsplit(target)
+    except ValueError:  # not a URL Python can split (a bad [host]): hide what may be one
+        hidden = re.sub(r"(://[^:/@]*:)[^/]*@", r"\1***@", target)
+        return re.sub(r"(?i)(password=)[^&\s]*", r"\1***", hidden)
     netloc = parts.netloc
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)

@@ -25,8 +25,10 @@ def message_in(repo: SwarmRepository, state: State) -> str:
     """A fresh message to ses_t, brought into ``state`` the way the daemon or an operator does."""
     msg_id = f"msg_{state.value}"
     kind = NOTICE_KIND if state is State.DROPPED else "chat"  # a notice ends dropped, not failed
-    repo.accept(new_message("ses_t", msg_id=msg_id, sender="cron", kind=kind), NOW, NOW + HOUR)
-    if state is State.QUEUED:
+    to, channel = ("ses_t", None) if state is not State.FANNED_OUT else (None, "ops")
+    message = new_message(to, msg_id=msg_id, sender="cron", kind=kind, channel=channel)
+    repo.accept(message, NOW, NOW + HOUR)
+    if state in (State.QUEUED, State.FANNED_OUT):  # a channel message is fanned out at once
         pass
     elif state is State.HANDED_OFF:
         assert repo.mark_handed_off(msg_id, NOW + 1)

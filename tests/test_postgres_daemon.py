@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from pigeond.storage import SwarmRepository
+from pigeond.storage.postgres import open_postgres
 from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
 from tests.fake_opencode import FakeOpencode
 from tests.pg_cluster import PgCluster
@@ -143,3 +145,62 @@ def test_two_daemons_never_hand_one_target_two_prompts_at_once(
         pairs = itertools.combinations(calls, 2)
         overlapping = [(a.msg_id, b.msg_id) for a, b in pairs if a.overlaps(b)]
         assert overlapping == []
+
+
+def _host(
+    daemons: DaemonFactory, tmp_path: Path, name: str, pg_url: str, fake: FakeOpencode
+) -> DaemonProcess:
+    """A daemon named ``name`` beside ``fake`` (its host's opencode), on the shared database."""
+    return daemons.start(
+        pg_url, opencode_url=fake.url,
+        extra_args=("--daemon-name", name),
+        env={"XDG_STATE_HOME": str(tmp_path / name)},
+    )  # fmt: skip
+
+
+def test_a_message_is_handed_off_by_the_daemon_whose_opencode_has_its_target(
+    daemons: DaemonFactory, tmp_path: Path, pg_url: str
+) -> None:
+    """Two hosts (a daemon and an opencode each): sends to B's session through either
+    daemon reach B's opencode once each, never A's; the route names B."""
+    with FakeOpencode(tmp_path / "a") as fake_a, FakeOpencode(tmp_path / "b") as fake_b:
+        fake_a.add_session("ses_on_a")
+        fake_b.add_session(TARGET)
+        host_a = _host(daemons, tmp_path, "host-a", pg_url, fake_a)
+        host_b = _host(daemons, tmp_path, "host-b", pg_url, fake_b)
+        sent = {f"msg_far{i}" for i in range(10)}
+        assert {send((host_a, host_b)[i % 2], f"msg_far{i}") for i in range(10)} == {202}
+        prompted = wait_delivered(fake_b, sent)
+        assert sorted(prompted) == sorted(sent)
+        assert fake_a.prompt_calls(TARGET) == []
+        deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+        while host_a.request_json("GET", "/swarm/message/msg_far0")[1]["state"] != "handed_off":
+            assert time.monotonic() < deadline, "msg_far0 not recorded as handed off"
+            time.sleep(0.05)
+        repo = SwarmRepository(open_postgres(pg_url))
+        try:
+            route = repo.route_of(TARGET)
+            assert route is not None and route.daemon == "host-b"
+            assert route.opencode_url == fake_b.url
+        finally:
+            repo.close()
+
+
+def test_kill_9_of_the_target_s_daemon_loses_nothing(
+    daemons: DaemonFactory, tmp_path: Path, pg_url: str
+) -> None:
+    """Host B's daemon is killed mid-stream; what host A accepted for B's session meanwhile
+    waits, and is delivered once B's daemon is back: every 202'd message, each once."""
+    with FakeOpencode(tmp_path / "a") as fake_a, FakeOpencode(tmp_path / "b") as fake_b:
+        fake_b.add_session(TARGET)
+        host_a = _host(daemons, tmp_path, "host-a", pg_url, fake_a)
+        host_b = _host(daemons, tmp_path, "host-b", pg_url, fake_b)
+        accepted = {f"msg_k{i}" for i in range(5) if send(host_a, f"msg_k{i}") == 202}
+        wait_delivered(fake_b, set(accepted))
+        host_b.kill()
+        accepted |= {f"msg_gone{i}" for i in range(5) if send(host_a, f"msg_gone{i}") == 202}
+        assert len(accepted) == 10
+        _host(daemons, tmp_path, "host-b", pg_url, fake_b)
+        prompted = wait_delivered(fake_b, accepted)
+        assert sorted(prompted) == sorted(accepted)
+        assert fake_a.prompt_calls(TARGET) == []

@@ -50,6 +50,17 @@ class SessionRegistry(Protocol):
     async def exists(self, session_id: str) -> bool | None: ...
 
 
+class SharedRoutes(Protocol):
+    """On a database several daemons share: the routes (pigeond/delivery/routing.py)."""
+
+    def sender(self, session: str) -> None:
+        """A send came from ``session``: routed here if our opencode has it."""
+
+    async def routed_elsewhere(self, session: str) -> bool:
+        """Whether another daemon's opencode has ``session`` (a fresh route of its)."""
+        ...
+
+
 class TargetCheck:
     """Called with each parsed send: True when opencode has its target, False when it could
     not be checked (a channel message has no target); raises a 404 HttpError for a target
@@ -64,7 +75,11 @@ class TargetCheck:
         db: Database,
         *,
         wait_s: float = CHECK_WAIT_S,
+        shared: SharedRoutes | None = None,
     ) -> None:
+        """``shared``: the database is shared by several daemons (PostgreSQL), whose
+        routes say which sessions the other hosts' opencodes have."""
+        self._shared = shared
         self._registry = registry
         self._url = opencode_url.rstrip("/")
         self._clock = clock
@@ -72,6 +87,8 @@ class TargetCheck:
         self.wait_s = wait_s
 
     def __call__(self, message: NewMessage) -> bool | Awaitable[bool]:
+        if self._shared is not None:
+            self._shared.sender(message.from_session)
         target = message.to_session
         if target is None:
             return False
@@ -83,6 +100,10 @@ class TargetCheck:
         found = await self._within_wait(target, self._registry.exists(target))
         if found is not False:
             return found is True
+        if self._shared is not None:
+            # another host's opencode may have it (routed already: checked; not yet: it
+            # waits for the daemon whose opencode has it, and expires as usual)
+            return await self._shared.routed_elsewhere(target)
         if await self._db.read(SwarmRepository.is_stored, message.msg_id):
             return False  # a retry: answered as it was when it was stored
         raise HttpError(404, f"no session {target} in opencode at {self._url}")

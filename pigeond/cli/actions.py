@@ -1,9 +1,10 @@
 """What an operator does to the queue, declared once for ``pigeon`` and ``pigeon-tui``.
 
-Which database the tools open, the per-target view of the queue, and the three
-actions (requeue, retry-now, cancel): the states each starts from, its words, and
-how it is applied to one message, a list of messages or a target, always through
-the conditional writes of ``pigeond.storage.operator``.  A front end asks
+Which database the tools open (a SQLite file or a ``postgresql://`` URL, whose
+password is never shown), the per-target view of the queue, and the three actions
+(requeue, retry-now, cancel): the states each starts from, its words, and how it is
+applied to one message, a list of messages or a target, always through the
+conditional writes of ``pigeond.storage.operator``.  A front end asks
 :meth:`Action.applies_to` before it offers an action, so it never asks the
 operator to confirm something the storage would refuse, and both tell the
 outcome in the same words (:func:`outcome_line`).
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from pigeond.config import default_db_path
-from pigeond.storage import SwarmRepository
+from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.operator import (
     CANCEL_FROM,
     REQUEUE_FROM,
@@ -28,13 +29,17 @@ from pigeond.storage.operator import (
     ActionOutcome,
     TargetQueue,
     open_existing,
+    without_password,
 )
 
 SYSTEM_DB: Final = "/var/lib/pigeond/pigeond.db"
 
 
 def resolve_db(given: str | None, env: Mapping[str, str]) -> str:
-    """--db, else $PIGEOND_DB, else the system database when readable, else the user's."""
+    """--db, else $PIGEOND_DB, else the system database when readable, else the user's.
+
+    A path or a ``postgresql://`` URL, returned as given: only the system database, a
+    file, is looked for on disk."""
     if given:
         return given
     if env.get("PIGEOND_DB"):
@@ -45,13 +50,29 @@ def resolve_db(given: str | None, env: Mapping[str, str]) -> str:
 
 
 @contextmanager
-def repository(path: Path | str) -> Iterator[SwarmRepository]:
-    """An existing database of the current schema (else SchemaError), closed afterwards."""
-    repo = SwarmRepository(open_existing(path))
+def repository(db: Path | str) -> Iterator[SwarmRepository]:
+    """An existing database of the current schema (else SchemaError), closed afterwards.
+
+    A storage error, opening or later, says nothing of the URL's password: the TUI
+    shows such errors as they are."""
+    try:
+        repo = SwarmRepository(open_existing(db))
+    except StorageError as e:
+        hide_password(e, db)
+        raise
     try:
         yield repo
+    except StorageError as e:
+        hide_password(e, db)
+        raise
     finally:
         repo.close()
+
+
+def hide_password(error: Exception, db: Path | str) -> None:
+    """Take the password of ``db`` (a URL) out of ``error``'s text, in place: its type and
+    its cause stay as they are."""
+    error.args = tuple(without_password(a, db) if isinstance(a, str) else a for a in error.args)
 
 
 def queued_per_target(repo: SwarmRepository, now_ms: int) -> list[TargetQueue]:

@@ -1,15 +1,16 @@
 """``pigeon``: the operator's scriptable view of pigeond's queue.
 
-It reads the database directly (WAL makes that safe while the daemon runs)
-and changes messages only through conditional writes in the storage package;
-``prune`` deletes done history older than a cutoff, as the daemon's pruner
-does, and gives the freed pages back to the file system; ``inbox``, ``send``,
-``name`` and ``channel join|leave`` go through the daemon's HTTP API; ``install-plugin``
-puts the opencode plugin in place.  Text output shows every message field through
-``terminal.visible`` (control characters, escape sequences and bidi overrides
-escaped); ``--json`` output is exact.  Exit codes: 0 every named message changed (or
-the read, prune or install worked), 1 any did not, 2 usage or an unusable database,
-3 the daemon is unreachable (``inbox``, ``name``, ``channel join|leave``).
+It reads the database directly (a SQLite file, which WAL makes safe to read while
+the daemon runs, or a ``postgresql://`` URL, never printed with its password) and
+changes messages only through conditional writes in the storage package; ``prune``
+(``pigeon_prune``) deletes done history older than a cutoff, as the daemon's pruner
+does; ``inbox``, ``send``, ``name`` and ``channel join|leave`` go through the daemon's
+HTTP API; ``install-plugin`` puts the opencode plugin in place.  Text output shows
+every message field through ``terminal.visible`` (control characters, escape
+sequences and bidi overrides escaped); ``--json`` output is exact.  Exit codes: 0
+every named message changed (or the read, prune or install worked), 1 any did not,
+2 usage or an unusable database (PostgreSQL out of reach included), 3 the daemon is
+unreachable (``inbox``, ``name``, ``channel join|leave``).
 
 This module runs the subcommands.  Their options are declared in
 ``pigeon_args``; the actions (which states each applies to, their words, the
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import sys
 import time
@@ -35,6 +35,7 @@ from pigeond.cli.pigeon_args import build_parser
 from pigeond.cli.pigeon_channels import DAEMON_VERBS, cmd_channel, cmd_channels, cmd_membership
 from pigeond.cli.pigeon_names import cmd_name, cmd_names
 from pigeond.cli.pigeon_policy import cmd_policy
+from pigeond.cli.pigeon_prune import cmd_prune
 from pigeond.cli.pigeon_search import cmd_search
 from pigeond.cli.presentation import (
     CHANNEL_TITLE,
@@ -54,17 +55,12 @@ from pigeond.cli.presentation import (
     table_lines,
 )
 from pigeond.credentials import TokenError, client_token, daemon_address
-from pigeond.storage import SchemaError, StorageError, SwarmRepository
-from pigeond.storage.operator import ActionOutcome, open_existing
-from pigeond.storage.retention import FileSize, cutoff_ms
+from pigeond.storage import StorageError, SwarmRepository
+from pigeond.storage.operator import ActionOutcome, open_existing, without_password
 from pigeond.terminal import json_visible, visible
 
 EXIT_OK, EXIT_NOT_CHANGED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 ERROR_WIDTH = 40  # ls and inbox: last_error and payload cut to this many columns
-# prune: rows per delete transaction and pages per vacuum step, each one short write
-# so that a running daemon's own writes never wait long
-PRUNE_BATCH_ROWS = 500
-PRUNE_VACUUM_PAGES = 1000
 
 
 class UsageError(ValueError):
@@ -151,8 +147,9 @@ def cmd_action(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> 
 
 
 def cmd_stats(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
-    direct = repo.count_by_state()
-    channel = repo.count_channel_by_state()
+    # by name: SQLite groups in that order, PostgreSQL in any (--json is the same on both)
+    direct = dict(sorted(repo.count_by_state().items()))
+    channel = dict(sorted(repo.count_channel_by_state().items()))
     targets = queued_per_target(repo, now_ms)
     if args.json:
         print_json(
@@ -186,69 +183,6 @@ def cmd_stats(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> i
     return EXIT_OK
 
 
-def cmd_prune(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
-    days: float = args.older_than_days
-    if not (math.isfinite(days) and days > 0):
-        raise UsageError(
-            "--older-than-days must be more than 0 (retention_days = 0 keeps everything)"
-        )
-    cutoff = cutoff_ms(now_ms, days)
-    groups = repo.prunable(cutoff)
-    before = repo.file_size()
-    pruned = pages = 0
-    if not args.dry_run:
-        while (batch := sum(repo.prune_batch(cutoff, PRUNE_BATCH_ROWS).values())) > 0:
-            pruned += batch
-            if batch < PRUNE_BATCH_ROWS:
-                break
-        while (given := repo.give_back_pages(PRUNE_VACUUM_PAGES)) > 0:
-            pages += given
-            if given < PRUNE_VACUUM_PAGES:
-                break
-    after = repo.file_size()
-    found = sum(g.count for g in groups)
-    if args.json:
-        print_json(
-            {
-                "dry_run": args.dry_run,
-                "older_than_days": days,
-                "cutoff": cutoff,
-                "prunable": [dataclasses.asdict(g) for g in groups],
-                "prunable_total": found,
-                "pruned": pruned,
-                "pages_given_back": pages,
-                "bytes_before": before.total_bytes,
-                "bytes_after": after.total_bytes,
-                "incremental_vacuum": after.incremental,
-            }
-        )
-        return EXIT_OK
-    print(f"done messages last changed before {format_time(cutoff)} (older than {days:g} days):")
-    if groups:
-        print_table(
-            ("scope", "state", "count", "oldest", "newest"),
-            [
-                [g.scope, g.state, str(g.count), format_time(g.oldest_at), format_time(g.newest_at)]
-                for g in groups
-            ],
-        )
-    else:
-        print("  (none)")
-    if args.dry_run:
-        print(f"would prune {found} messages (dry run: nothing changed); {_size(before)}")
-        return EXIT_OK
-    print(
-        f"pruned {pruned} messages; database {_size(before)} -> {_size(after)}"
-        f" ({pages} free pages given back)"
-    )
-    if not after.incremental:
-        print(
-            "the database is not in incremental auto-vacuum mode yet: the freed pages are"
-            " reused, and the file shrinks once pigeond's next start has converted it"
-        )
-    return EXIT_OK
-
-
 def cmd_owed(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
     """Outstanding obligations (all, or those of ``--session`` as debtor or creditor)."""
     if args.session is None:
@@ -261,10 +195,6 @@ def cmd_owed(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> in
         return EXIT_OK
     print_table(OWED_COLUMNS, [owed_cells(o, now_ms) for o in obligations])
     return EXIT_OK
-
-
-def _size(size: FileSize) -> str:
-    return f"{size.total_bytes / 2**20:.1f} MiB"
 
 
 def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -354,6 +284,7 @@ def main(
         args = build_parser().parse_args(args_list)
     except SystemExit as e:
         return EXIT_USAGE if e.code else EXIT_OK
+    db = ""  # the database once chosen: an error line never shows its URL's password
     try:
         if args.command == "inbox":
             return cmd_inbox(args, env)
@@ -363,11 +294,11 @@ def main(
             return cmd_name(args, env)
         if args.command == "channel" and args.verb in DAEMON_VERBS:
             return cmd_membership(args, env)
-        path = resolve_db(args.db, env)
+        db = resolve_db(args.db, env)
         try:
-            repo = SwarmRepository(open_existing(path))
-        except SchemaError as e:
-            print(f"pigeon: {visible(str(e))}", file=sys.stderr)
+            repo = SwarmRepository(open_existing(db))
+        except StorageError as e:  # missing, foreign, another schema; PostgreSQL out of reach
+            print(f"pigeon: {visible(without_password(str(e), db))}", file=sys.stderr)
             return EXIT_USAGE
         try:
             now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -378,12 +309,13 @@ def main(
         print(f"pigeon: {visible(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except StorageError as e:
-        print(f"pigeon: {visible(str(e))}", file=sys.stderr)
+        print(f"pigeon: {visible(without_password(str(e), db))}", file=sys.stderr)
         return EXIT_NOT_CHANGED
     except BrokenPipeError:
         return EXIT_OK
     except Exception as e:  # an operator tool prints one line, never a traceback
-        print(f"pigeon: unexpected error: {type(e).__name__}: {visible(str(e))}", file=sys.stderr)
+        text = without_password(f"{type(e).__name__}: {e}", db)
+        print(f"pigeon: unexpected error: {visible(text)}", file=sys.stderr)
         return EXIT_NOT_CHANGED
 
 

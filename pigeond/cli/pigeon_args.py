@@ -30,9 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument(
         "--db",
-        metavar="PATH",
-        help=f"database (default $PIGEOND_DB, else {SYSTEM_DB} when readable,"
-        " else the per-user pigeond.db)",
+        metavar="PATH|URL",
+        help=f"a database file or a postgresql:// URL (default $PIGEOND_DB, else {SYSTEM_DB}"
+        " when readable, else the per-user pigeond.db)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

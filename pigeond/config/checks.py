@@ -4,6 +4,7 @@ option, so a bad value is one line fit for the terminal whatever its source."""
 from __future__ import annotations
 
 import grp
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,6 +24,16 @@ def nonempty(name: str, value: Any) -> None:
         raise ConfigError(f"{name} must not be empty")
 
 
+# A daemon's name in the routing table: a host name's letters.
+DAEMON_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def daemon_name(name: str, value: Any) -> None:
+    """Empty (the host's name), or a name like a host's."""
+    if value != "" and not DAEMON_NAME_RE.fullmatch(str(value)):
+        raise ConfigError(f"{name} must match {DAEMON_NAME_RE.pattern}")
+
+
 def database(name: str, value: Any) -> None:
     """A file path, or a ``postgresql://`` URL with a database name (shown redacted)."""
     nonempty(name, value)
@@ -30,7 +41,10 @@ def database(name: str, value: Any) -> None:
         return
     if not is_postgres_url(value):
         raise ConfigError(f"{name} must be a file path or a postgresql:// URL")
-    parts = urlsplit(str(value))
+    try:
+        parts = urlsplit(str(value))
+    except ValueError:
+        raise ConfigError(f"{name} {redacted(str(value))} is not a valid URL") from None
     if not parts.path.strip("/") and "dbname=" not in parts.query:
         raise ConfigError(f"{name} {redacted(str(value))} names no database (…/DBNAME)")
 

@@ -10,6 +10,8 @@ from (or are tested against) that one declaration, so they cannot drift.
 from __future__ import annotations
 
 import json
+import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any, TypeVar, get_origin, get_type_hints
 from pigeond.config.checks import (
     Check,
     between,
+    daemon_name,
     database,
     group,
     http_url,
@@ -153,6 +156,12 @@ class Config:
         "token: TCP clients need the bearer token; none: anyone who can connect may send (unsafe)",
         one_of(("token", "none")),
     )
+    daemon_name: str = option(
+        "",
+        "this daemon's name in the routes of a database several daemons share (PostgreSQL);"
+        " default: the host's name",
+        daemon_name,
+    )
     token_file: str = option(
         "",
         "the bearer token's file, created (mode 0600) at first start; default: 'token' beside db",
@@ -257,6 +266,12 @@ def default_db_path(env: Mapping[str, str]) -> str:
         return str(Path(state_dirs.split(":")[0]) / "pigeond.db")
     xdg = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local/state")
     return str(Path(xdg) / "pigeond" / "pigeond.db")
+
+
+def default_daemon_name() -> str:
+    """The host's name, cut to what ``daemon_name`` allows ("pigeond" if it has none)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname())[:128].lstrip("._-")
+    return name or "pigeond"
 
 
 def default_token_path(db: str, env: Mapping[str, str]) -> str:

@@ -16,6 +16,7 @@ from pigeond.config.options import (
     OPTIONS,
     Config,
     Option,
+    default_daemon_name,
     default_db_path,
     default_runtime_socket,
     default_token_path,
@@ -117,6 +118,8 @@ def load_config(
             option.validate(values[option.name])
     if not values.get("token_file"):
         values["token_file"] = default_token_path(values["db"], env)
+    if not values.get("daemon_name"):
+        values["daemon_name"] = default_daemon_name()
     password = env.get("OPENCODE_SERVER_PASSWORD")
     auth = None
     if password:

@@ -67,6 +67,7 @@ from pigeond.delivery.prompting import (
 )
 from pigeond.delivery.recovery import HandOffRecovery
 from pigeond.delivery.registry import DirectoryResolver
+from pigeond.delivery.routing import Routing
 from pigeond.delivery.turns import TurnTracker
 from pigeond.delivery.verifier import TranscriptReader
 from pigeond.model import StoredMessage
@@ -101,13 +102,16 @@ class Arbiter(TargetDrain):
         metrics: DeliveryMetrics | None = None,
         transcripts: TranscriptReader | None = None,
         target_locks: TargetLocks | None = None,
+        routing: Routing | None = None,
     ) -> None:
         """``database_problem`` says why the database file is no longer the one opened
         (None while it is); see :class:`pigeond.service.db_watch.DatabaseWatch`.
         ``transcripts`` is where a message in doubt is looked for (see recovery).
-        ``target_locks`` make a drain exclusive across daemons on one PostgreSQL."""
+        ``target_locks`` make a drain exclusive across daemons on one PostgreSQL, and
+        ``routing`` leaves the targets another daemon's opencode has to that daemon."""
         self._db = db
         self._target_locks = target_locks
+        self._routing = routing
         # every target's next batch, and every hand-off record, made together under load
         self._ready_reads: Grouped[ReadyAsk, list[StoredMessage]] = Grouped(
             lambda asks: db.read(ready_batches, asks)

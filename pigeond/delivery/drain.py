@@ -26,6 +26,7 @@ from pigeond.delivery.outcomes import HandOffOutcomes
 from pigeond.delivery.policy import within_bytes
 from pigeond.delivery.prompting import ModeAwarePrompter, handoff_mode
 from pigeond.delivery.recovery import HandOffRecovery
+from pigeond.delivery.routing import Routing
 from pigeond.delivery.turns import TURN_ENDED, TurnMark, TurnTracker
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError
@@ -62,6 +63,7 @@ class TargetDrain(HandOffOutcomes):
     _paused: dict[str, str]
     _stopping: bool
     _target_locks: TargetLocks | None
+    _routing: Routing | None
     # whether the database file is no longer the one opened (logged once)
     _database_vanished: Callable[[], bool]
 
@@ -90,6 +92,8 @@ class TargetDrain(HandOffOutcomes):
         not the delivery's failure, so no attempt is spent on it."""
         locks = self._target_locks
         try:
+            if self._routing is not None and not await self._routing.mine(target):
+                return  # another daemon's opencode has it (or none has, yet)
             if locks is not None and not await locks.acquire(target):
                 return  # another daemon drains it; the tick asks again
             try:

@@ -37,6 +37,7 @@ from pigeond.delivery.opencode_client import (
     user_texts_of,
 )
 from pigeond.delivery.registry import DirectoryResolver
+from pigeond.delivery.routing import Routing
 from pigeond.delivery.turns import TurnCount
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError, SwarmRepository
@@ -106,10 +107,13 @@ class Verifier:
         on_requeued: Callable[[str], None] = lambda target: None,
         on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
         turns_ended: Callable[[str], TurnCount | None] = lambda target: None,
+        routing: Routing | None = None,
     ) -> None:
         """``config`` gives ``verify_interval_s``, ``max_requeues`` and ``turn_timeout_s``;
         ``turns_ended`` (:meth:`~pigeond.delivery.turns.TurnTracker.turns_ended`) changes
-        when a target's turn may have ended (None: it cannot tell)."""
+        when a target's turn may have ended (None: it cannot tell).  ``routing`` leaves the
+        targets of another daemon's opencode (a database shared by several) to it."""
+        self._routing = routing
         self._db = db
         self._registry = registry
         self._client = client
@@ -210,6 +214,14 @@ class Verifier:
     async def check(self, target: str) -> None:
         if self.is_closed():
             return
+        if self._routing is not None:
+            try:
+                ours = await self._routing.mine(target)
+            except StorageError:
+                self._look_again(target)
+                return
+            if not ours:
+                return  # its transcript is in another daemon's opencode
         # taken before the read: a turn that ends while it runs is looked at again
         self._turns_at_look[target] = self._turns_ended(target)
         try:

@@ -30,7 +30,6 @@ from pigeond.api.search import SearchRoute
 from pigeond.api.target_check import TargetCheck
 from pigeond.api.web import JsonApi, QuietSite, make_site
 from pigeond.config import Config
-from pigeond.db_url import is_postgres_url
 from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
 from pigeond.delivery.http_exchange import HttpExchange
@@ -40,6 +39,7 @@ from pigeond.delivery.policy import DeliveryPolicy
 from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.delivery.registry import SessionDirectoryRegistry
 from pigeond.delivery.reminders import ReminderSweep
+from pigeond.delivery.routing import Routing
 from pigeond.delivery.sweeper import ExpirySweeper
 from pigeond.delivery.turns import TurnTracker
 from pigeond.delivery.verifier import Verifier
@@ -47,14 +47,14 @@ from pigeond.service.db_watch import DatabaseWatch
 from pigeond.service.listeners import listen_runtime_socket, server_endpoint
 from pigeond.service.parts import (
     access_policy,
-    delivery_health_of,
+    delivery_health_with_api,
     describe_address,
     timer_job,
 )
 from pigeond.service.pruner import Pruner
+from pigeond.service.shared_db import SharedDatabaseParts, seen_status, shared_database_parts
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database, open_threaded
-from pigeond.storage.postgres.locks import PgTargetLocks, ThreadedTargetLocks
 
 log = Logger()
 
@@ -73,8 +73,12 @@ class DeliveryParts:
     registry: SessionDirectoryRegistry
     verifier: Verifier
     turns: TurnTracker | None
-    # on PostgreSQL, each drain's lock against the other daemons (None on a SQLite file)
-    target_locks: ThreadedTargetLocks | None = None
+    # on PostgreSQL, each drain's lock and the routes (None on a SQLite file)
+    shared: SharedDatabaseParts | None = None
+
+    @property
+    def routing(self) -> Routing | None:
+        return None if self.shared is None else self.shared.routing
 
 
 @dataclass
@@ -170,8 +174,8 @@ class Daemon:
         if self.delivery is not None:
             self.delivery.verifier.close()
             self.delivery.client.close()
-            if self.delivery.target_locks is not None:
-                self.delivery.target_locks.close()
+            if self.delivery.shared is not None:
+                self.delivery.shared.close()
         if self.db_watch is not None:
             self.db_watch.stop()
         if self.pool is not None:
@@ -230,7 +234,7 @@ class Daemon:
     def delivery_health(self) -> DeliveryHealth:
         """What /health and /metrics tell of delivery."""
         client = None if self.delivery is None else self.delivery.client
-        return _delivery_health(self.arbiter, client, self.events)
+        return delivery_health_with_api(self.arbiter, client, self.events)
 
     def alive(self, within_s: float) -> bool:
         """For the watchdog: the arbiter ticks (or, with delivery off, timers run at all) and
@@ -311,22 +315,24 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         modes = ModeTracker(
             client, stream_connected=lambda: events is not None and events.connected
         )
+        shared = shared_database_parts(config, reactor, db, registry)
+        routing = None if shared is None else shared.routing
         if turns is not None:
             events = EventStream(
-                client, reactor, turns.observe, turns.stream_state, on_user_message=modes.observe
-            )
-        target_locks = None
-        if is_postgres_url(config.db):
-            target_locks = ThreadedTargetLocks(reactor, PgTargetLocks(config.db))
+                client, reactor, seen_status(turns.observe, routing), turns.stream_state,
+                on_user_message=modes.observe,
+            )  # fmt: skip
         arbiter = Arbiter(
             db, registry, client, reactor, policy=DeliveryPolicy.from_config(config), turns=turns,
             modes=modes, agents=AgentCatalog(client, reactor), database_problem=db_watch.check,
-            metrics=metrics, transcripts=client, target_locks=target_locks,
+            metrics=metrics, transcripts=client, routing=routing,
+            target_locks=None if shared is None else shared.target_locks,
         )  # fmt: skip
         verifier = Verifier(
             db, registry, client, reactor, config,
             on_requeued=arbiter.kick, on_transcript=modes.observe_transcript,
             turns_ended=turns.turns_ended if turns is not None else lambda target: None,
+            routing=routing,
         )  # fmt: skip
 
         def verify() -> None:
@@ -334,7 +340,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
                 verifier.tick()
 
         timer_job("verify", config.tick_ms / 1000, verify, reactor).setServiceParent(jobs)
-        delivery = DeliveryParts(client, registry, verifier, turns, target_locks)
+        delivery = DeliveryParts(client, registry, verifier, turns, shared)
     # owed replies: reminders and overdue notices, kicked at once when delivery runs
     reminders = ReminderSweep(db, reactor, arbiter.kick if arbiter is not None else _no_kick)
     timer_job("reminders", config.tick_ms / 1000, reminders.sweep, reactor).setServiceParent(jobs)
@@ -352,7 +358,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         config,
         on_accepted=arbiter.kick if arbiter is not None else (lambda target: None),
         delivery_health=functools.partial(
-            _delivery_health, arbiter, None if delivery is None else delivery.client, events
+            delivery_health_with_api, arbiter, None if delivery is None else delivery.client, events
         ),
         send_checks=[db_watch.refuse_send],
         admission=flood,
@@ -361,7 +367,9 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         # unknown targets refused at send; with delivery off there is no opencode to ask
         target_check=None
         if delivery is None
-        else TargetCheck(delivery.registry, config.opencode_url, reactor, db),
+        else TargetCheck(
+            delivery.registry, config.opencode_url, reactor, db, shared=delivery.routing
+        ),
     )
     access, notes = access_policy(config)
     api = routes.install(JsonApi(gate=access))
@@ -379,16 +387,6 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
         notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs, channels=channels,
     )  # fmt: skip
-
-
-def _delivery_health(
-    arbiter: Arbiter | None, client: OpencodeClient | None, events: EventStream | None
-) -> DeliveryHealth:
-    """:func:`delivery_health_of`, and an opencode whose API pigeond does not speak."""
-    health = delivery_health_of(arbiter, client, events)
-    if client is None or client.api.problem is None or health is DELIVERY_OFF:
-        return health
-    return replace(health, opencode="unsupported", problem=client.api.problem)
 
 
 def stop_later(daemon: Daemon) -> Deferred[None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 
 from twisted.application.internet import TimerService
 from twisted.internet.interfaces import IListeningPort, IReactorTime
@@ -75,3 +76,13 @@ def access_policy(config: Config) -> tuple[AccessPolicy, list[str]]:
         allow_hosts=config.allow_hosts,
     )  # fmt: skip
     return policy, notes
+
+
+def delivery_health_with_api(
+    arbiter: Arbiter | None, client: OpencodeClient | None, events: EventStream | None
+) -> DeliveryHealth:
+    """:func:`delivery_health_of`, and an opencode whose API pigeond does not speak."""
+    health = delivery_health_of(arbiter, client, events)
+    if client is None or client.api.problem is None or health is DELIVERY_OFF:
+        return health
+    return replace(health, opencode="unsupported", problem=client.api.problem)

@@ -231,6 +231,20 @@ BEGIN
 END;
 """
 
+# Which daemon delivers to which session (issue 16): on a database several daemons share
+# (PostgreSQL), each records the sessions its opencode has, and a message is handed off
+# only by the daemon its target's route names (pigeond/storage/routes.py).  On a SQLite
+# file, which one daemon alone opens, the table stays empty.
+_V15_ROUTES = """
+CREATE TABLE swarm_routes (
+    session      TEXT PRIMARY KEY,
+    daemon       TEXT NOT NULL,
+    opencode_url TEXT NOT NULL,
+    last_seen_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX idx_swarm_routes_daemon ON swarm_routes (daemon, last_seen_at);
+"""
+
 Migration = Callable[[sqlite3.Connection], None]
 
 
@@ -274,6 +288,7 @@ MIGRATIONS: list[Migration] = [
     _script(V12_POLICIES),
     _script(V13_SEARCH),
     _script(V14_CHANNELS),
+    _script(_V15_ROUTES),
 ]
 
 __all__ = [

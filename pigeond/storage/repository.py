@@ -25,6 +25,7 @@ from pigeond.storage.operator import OperatorActions
 from pigeond.storage.policies import Policies
 from pigeond.storage.receipts import Receipts
 from pigeond.storage.retention import Retention
+from pigeond.storage.routes import Routes
 from pigeond.storage.search import Search
 
 
@@ -104,6 +105,7 @@ class SwarmRepository(
     Search,
     Policies,
     Channels,
+    Routes,
 ):
     def __init__(self, conn: Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS) -> None:
         super().__init__(conn)

@@ -43,8 +43,8 @@ from pigeond.cli.presentation import (
 )
 from pigeond.credentials import DEFAULT_URL, daemon_address
 from pigeond.model import StoredMessage
-from pigeond.storage import SchemaError, StorageError
-from pigeond.storage.operator import open_existing
+from pigeond.storage import StorageError
+from pigeond.storage.operator import open_existing, shown_db, without_password
 from pigeond.terminal import visible
 from pigeond_tui import data
 from pigeond_tui.addressing import AddressingScreen
@@ -122,8 +122,13 @@ class PigeonApp(OperatorActions):
                 yield Static(id="detail")
         yield Footer()
 
+    @property
+    def db_name(self) -> str:
+        """The database as the header names it: a URL never with its password."""
+        return visible(shown_db(self.db))
+
     def on_mount(self) -> None:
-        self.sub_title = str(self.db)
+        self.sub_title = self.db_name
         self.main_view.query_one("#queued", DataTable).add_columns(*QUEUED_PANEL)
         self.main_view.query_one("#failed", DataTable).add_columns(*FAILED_COLUMNS)
         self.main_view.query_one("#messages", DataTable).add_columns(*TABLE_COLUMNS)
@@ -150,7 +155,7 @@ class PigeonApp(OperatorActions):
 
     def show_health(self, problem: str | None) -> None:
         """The daemon's word on opencode (e.g. an API it does not speak) in the header."""
-        self.sub_title = str(self.db) if problem is None else f"{self.db} · {visible(problem)}"
+        self.sub_title = self.db_name if problem is None else f"{self.db_name} · {visible(problem)}"
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
@@ -205,8 +210,9 @@ class PigeonApp(OperatorActions):
 
     @on(DataTable.RowHighlighted, "#messages")
     def row_highlighted(self) -> None:
-        self.show_detail()
-        self.refresh_bindings()
+        with suppress(NoMatches):  # a highlight that lands while the app closes
+            self.show_detail()
+            self.refresh_bindings()
 
     # -- navigation -------------------------------------------------------------
 
@@ -293,7 +299,10 @@ class PigeonApp(OperatorActions):
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
     parser = argparse.ArgumentParser(prog="pigeon-tui", description="pigeond operator TUI")
-    parser.add_argument("--db", help="the database (default as for pigeon)")
+    parser.add_argument(
+        "--db", metavar="PATH|URL",
+        help="a database file or a postgresql:// URL (default as for pigeon)",
+    )  # fmt: skip
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:
@@ -301,8 +310,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     path = resolve_db(args.db, env)
     try:
         open_existing(path).close()
-    except SchemaError as e:
-        print(f"pigeon-tui: {visible(str(e))}", file=sys.stderr)
+    except StorageError as e:  # missing, foreign, another schema; PostgreSQL out of reach
+        print(f"pigeon-tui: {visible(without_password(str(e), path))}", file=sys.stderr)
         return EXIT_USAGE
     daemon = daemon_address(None, env, default_url=DEFAULT_URL).url
     PigeonApp(path, health=functools.partial(data.health_line, daemon)).run()

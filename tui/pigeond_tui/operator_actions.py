@@ -49,7 +49,10 @@ class OperatorActions(App[None]):
     def main_view(self) -> Screen[Any]:
         """The screen of the main view, at the bottom of the stack: a refresh that lands
         while a modal screen (a question, the help, the owed or policy view) is on top
-        fills these widgets, not that screen's (where a query finds nothing)."""
+        fills these widgets, not that screen's (where a query finds nothing).  While the
+        app closes the stack is empty: NoMatches, as for any widget no longer there."""
+        if not self.screen_stack:
+            raise NoMatches("the app is closing: no screen is left")
         return self.screen_stack[0]
 
     def highlighted(self) -> StoredMessage | None:

@@ -248,5 +248,17 @@ CREATE INDEX idx_swarm_fanout ON swarm_messages (channel_msg_id)
     WHERE channel_msg_id IS NOT NULL;
 """
 
+_V15: Final = """
+CREATE TABLE swarm_routes (
+    session      TEXT PRIMARY KEY,
+    daemon       TEXT NOT NULL,
+    opencode_url TEXT NOT NULL,
+    last_seen_at BIGINT NOT NULL
+);
+CREATE INDEX idx_swarm_routes_daemon ON swarm_routes (daemon, last_seen_at);
+"""
+
 # One entry per version, in order; each is run as one script in one transaction.
-PG_MIGRATIONS: Final = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14)
+PG_MIGRATIONS: Final = (
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
+)  # fmt: skip

@@ -1,0 +1,55 @@
+"""What a daemon needs beside others on one database (PostgreSQL), wired in one place.
+
+On a SQLite file one daemon alone serves the queue (the instance lock sees to that) and
+none of this is made.  On PostgreSQL each daemon gets its target locks (one drain per
+target whichever daemon runs it, pigeond/storage/postgres/locks.py) and its routing
+(which targets its opencode has, pigeond/delivery/routing.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pigeond.config import Config
+from pigeond.db_url import is_postgres_url
+from pigeond.delivery.registry import SessionDirectoryRegistry
+from pigeond.delivery.routing import Routing
+from pigeond.storage.database import Database
+from pigeond.storage.postgres.locks import PgTargetLocks, ThreadedTargetLocks
+
+
+@dataclass(frozen=True, slots=True)
+class SharedDatabaseParts:
+    target_locks: ThreadedTargetLocks
+    routing: Routing
+
+    def close(self) -> None:
+        self.target_locks.close()
+
+
+def shared_database_parts(
+    config: Config, reactor: Any, db: Database, registry: SessionDirectoryRegistry
+) -> SharedDatabaseParts | None:
+    """The locks and routing of a daemon on PostgreSQL; None on a SQLite file."""
+    if not is_postgres_url(config.db):
+        return None
+    locks = ThreadedTargetLocks(reactor, PgTargetLocks(config.db))
+    routing = Routing(db, registry, reactor, config.daemon_name, config.opencode_url)
+    return SharedDatabaseParts(locks, routing)
+
+
+def seen_status(
+    observe: Callable[[str, str], None], routing: Routing | None
+) -> Callable[[str, str], None]:
+    """The event stream's status callback: the turn tracker's, and on a shared database
+    the session routed here too (our opencode has it)."""
+    if routing is None:
+        return observe
+
+    def both(session: str, status: str) -> None:
+        observe(session, status)
+        routing.seen([session])
+
+    return both
