@@ -204,3 +204,29 @@ def test_kill_9_of_the_target_s_daemon_loses_nothing(
         prompted = wait_delivered(fake_b, accepted)
         assert sorted(prompted) == sorted(accepted)
         assert fake_a.prompt_calls(TARGET) == []
+
+
+def test_a_send_through_one_host_wakes_the_other_at_once(
+    daemons: DaemonFactory, tmp_path: Path, pg_url: str
+) -> None:
+    """With a tick of 30 s, a send accepted by host A for host B's session is handed off
+    by B within seconds: A's accept notifies (LISTEN/NOTIFY), B's arbiter is kicked."""
+    with FakeOpencode(tmp_path / "a") as fake_a, FakeOpencode(tmp_path / "b") as fake_b:
+        fake_b.add_session(TARGET)
+        slow = ("--tick-ms", "30000")
+        host_a = daemons.start(
+            pg_url, opencode_url=fake_a.url, extra_args=("--daemon-name", "host-a", *slow),
+            env={"XDG_STATE_HOME": str(tmp_path / "host-a")},
+        )  # fmt: skip
+        daemons.start(
+            pg_url, opencode_url=fake_b.url, extra_args=("--daemon-name", "host-b", *slow),
+            env={"XDG_STATE_HOME": str(tmp_path / "host-b")},
+        )  # fmt: skip
+        time.sleep(1.0)  # both past their first tick: only a notification wakes B now
+        sent_at = time.monotonic()
+        assert send(host_a, "msg_wake") == 202
+        deadline = sent_at + 10.0
+        while not fake_b.prompt_calls(TARGET):
+            assert time.monotonic() < deadline, "B was not woken before its next tick"
+            time.sleep(0.05)
+        assert [c.msg_id for c in fake_b.prompt_calls(TARGET)] == ["msg_wake"]

@@ -341,6 +341,8 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
 
         timer_job("verify", config.tick_ms / 1000, verify, reactor).setServiceParent(jobs)
         delivery = DeliveryParts(client, registry, verifier, turns, shared)
+        if shared is not None:
+            shared.listen(arbiter.kick)
     # owed replies: reminders and overdue notices, kicked at once when delivery runs
     reminders = ReminderSweep(db, reactor, arbiter.kick if arbiter is not None else _no_kick)
     timer_job("reminders", config.tick_ms / 1000, reminders.sweep, reactor).setServiceParent(jobs)

@@ -3,7 +3,8 @@
 On a SQLite file one daemon alone serves the queue (the instance lock sees to that) and
 none of this is made.  On PostgreSQL each daemon gets its target locks (one drain per
 target whichever daemon runs it, pigeond/storage/postgres/locks.py) and its routing
-(which targets its opencode has, pigeond/delivery/routing.py).
+(which targets its opencode has, pigeond/delivery/routing.py), and it listens for the
+sends accepted anywhere (pigeond/storage/postgres/notify.py).
 """
 
 from __future__ import annotations
@@ -18,14 +19,25 @@ from pigeond.delivery.registry import SessionDirectoryRegistry
 from pigeond.delivery.routing import Routing
 from pigeond.storage.database import Database
 from pigeond.storage.postgres.locks import PgTargetLocks, ThreadedTargetLocks
+from pigeond.storage.postgres.notify import DueListener
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass
 class SharedDatabaseParts:
     target_locks: ThreadedTargetLocks
     routing: Routing
+    url: str
+    reactor: Any
+    listener: DueListener | None = None
+
+    def listen(self, kick: Callable[[str], None]) -> None:
+        """Kick the arbiter for each target a send anywhere was accepted for (NOTIFY)."""
+        self.listener = DueListener(self.url, self.reactor, kick)
+        self.listener.start()
 
     def close(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
         self.target_locks.close()
 
 
@@ -37,7 +49,7 @@ def shared_database_parts(
         return None
     locks = ThreadedTargetLocks(reactor, PgTargetLocks(config.db))
     routing = Routing(db, registry, reactor, config.daemon_name, config.opencode_url)
-    return SharedDatabaseParts(locks, routing)
+    return SharedDatabaseParts(locks, routing, config.db, reactor)
 
 
 def seen_status(

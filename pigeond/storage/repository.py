@@ -23,6 +23,7 @@ from pigeond.storage.names import Names
 from pigeond.storage.obligations import Obligations
 from pigeond.storage.operator import OperatorActions
 from pigeond.storage.policies import Policies
+from pigeond.storage.postgres.notify import NOTIFY_SQL
 from pigeond.storage.receipts import Receipts
 from pigeond.storage.retention import Retention
 from pigeond.storage.routes import Routes
@@ -135,12 +136,15 @@ class SwarmRepository(
         cap, and it comes after the msg_id check: a retried send is answered as before."""
         with self._write() as conn:
             last_seq = self._sequence_value(conn, "accept")
+            first_seq = last_seq + 1
             outcomes = []
             for accept in accepts:
                 outcome, numbered = self._accept_one(conn, accept, last_seq + 1)
                 last_seq += numbered
                 outcomes.append(outcome)
             self._set_sequence(conn, "accept", last_seq)
+            if self.postgres:  # wake the daemon whose opencode has each target, at the commit
+                self._notify_due(conn, self._due_targets(conn, first_seq, last_seq))
             return outcomes
 
     def _accept_one(self, conn: Connection, accept: Accept, seq: int) -> tuple[AcceptOutcome, int]:
@@ -177,6 +181,23 @@ class SwarmRepository(
         if message.reply_to is not None:
             self._meet(conn, message, accept.now_ms)
         return AcceptOutcome.STORED, numbered
+
+    @staticmethod
+    def _due_targets(conn: Connection, first_seq: int, last_seq: int) -> list[str]:
+        """The targets of the deliveries numbered ``first_seq`` to ``last_seq``."""
+        if last_seq < first_seq:
+            return []
+        rows = conn.execute(
+            "SELECT DISTINCT to_session FROM swarm_messages"
+            " WHERE accept_seq BETWEEN ? AND ? AND to_session IS NOT NULL",
+            (first_seq, last_seq),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    @staticmethod
+    def _notify_due(conn: Connection, targets: list[str]) -> None:
+        if targets:
+            conn.execute(NOTIFY_SQL, (targets,))
 
     # -- reading -----------------------------------------------------------
 
