@@ -10,8 +10,11 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 
 from pigeond.storage import SwarmRepository
+from pigeond.storage.postgres import open_postgres
+from pigeond.storage.postgres.connection import PgConnection
 from pigeond.storage.postgres.locks import PgTargetLocks
 from tests.arbiter_harness import TICK_S, Harness, make_harness
+from tests.messages import new_message
 
 
 @dataclass
@@ -109,3 +112,23 @@ def test_postgresql_gives_a_target_s_lock_to_one_session_at_a_time(pg_url: str) 
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.slow
+def test_a_row_another_session_has_locked_is_skipped_not_waited_for(pg_url: str) -> None:
+    """On PostgreSQL the hand-off's claim skips a row another transaction holds (FOR UPDATE
+    SKIP LOCKED): it is not marked, and stays queued for a later drain."""
+    repo = SwarmRepository(open_postgres(pg_url, lock_timeout_ms=500))  # waiting would fail
+    other = PgConnection(pg_url)
+    try:
+        repo.accept(new_message("ses_t", msg_id="msg_busy"), 1000)
+        repo.accept(new_message("ses_t", msg_id="msg_free"), 1000)
+        other.execute("BEGIN")
+        other.execute("SELECT 1 FROM swarm_messages WHERE msg_id = 'msg_busy' FOR UPDATE")
+        assert repo.mark_handoff_intents([(["msg_busy", "msg_free"], 2000)]) == [["msg_free"]]
+        other.execute("ROLLBACK")
+        busy = repo.get("msg_busy")
+        assert busy is not None and (busy.state, busy.handoff_intent_at) == ("queued", None)
+    finally:
+        repo.close()
+        other.close()

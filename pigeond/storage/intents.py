@@ -26,6 +26,20 @@ FOUND_AFTER_RESTART_NOTE = (
     "found in the transcript after a hand-off whose outcome was not recorded (pigeond"
     " stopped during the call, or opencode did not answer in time); not sent again"
 )
+# Marking the intent claims the row.  On PostgreSQL, where several daemons share the
+# queue, a row another session has locked (its write under way) is skipped, not waited
+# for (FOR UPDATE SKIP LOCKED): it stays queued for a later drain.  The per-target
+# advisory lock (pigeond/storage/postgres/locks.py) already keeps other daemons' drains
+# away; this keeps an operator's write or a sweep from stalling the hand-off.
+CLAIM_SQL = (
+    "UPDATE swarm_messages SET handoff_intent_at = ?, updated_at = ?"
+    " WHERE msg_id = ? AND state = 'queued'"
+)
+CLAIM_PG_SQL = (
+    "UPDATE swarm_messages SET handoff_intent_at = ?, updated_at = ?"
+    " WHERE msg_id = (SELECT msg_id FROM swarm_messages WHERE msg_id = ?"
+    " AND state = 'queued' FOR UPDATE SKIP LOCKED)"
+)
 # One prompt's intent: its msg_ids, and when.
 IntentGroup = tuple[Sequence[str], int]
 
@@ -37,15 +51,12 @@ class HandOffIntents(RepositoryBase):
         every target's prompt under load).  Returns each group's ids that got it: a message
         cancelled meanwhile is not sent."""
         marked: list[list[str]] = []
+        claim = CLAIM_PG_SQL if self.postgres else CLAIM_SQL
         with self._write() as conn:
             for group, now_ms in groups:
                 marked.append([])
                 for msg_id in group:
-                    cursor = conn.execute(
-                        "UPDATE swarm_messages SET handoff_intent_at = ?, updated_at = ?"
-                        " WHERE msg_id = ? AND state = 'queued'",
-                        (now_ms, now_ms, msg_id),
-                    )
+                    cursor = conn.execute(claim, (now_ms, now_ms, msg_id))
                     if cursor.rowcount:
                         marked[-1].append(msg_id)
         return marked
