@@ -19,9 +19,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pigeond.cli import pigeon_send
+from pigeond.cli.daemon_call import add_daemon_options, ask_daemon
+from pigeond.cli.daemon_call import fail as _fail
 from pigeond.cli.presentation import cut, format_time, one_line, table_lines
-from pigeond.credentials import TokenError, client_token, daemon_address
 from pigeond.model import CHANNEL_RE, NAME_MARK, NAME_RE, SESSION_ID_RE
 from pigeond.storage import SwarmRepository
 from pigeond.terminal import json_visible, visible
@@ -71,30 +71,16 @@ def add_channels_parsers(
     join = verbs.add_parser("join", help=text, description=text)
     _channel_argument(join)
     join.add_argument("session", metavar="SESSION", help="the session (ses_... or @name)")
-    _daemon_options(join)
+    add_daemon_options(join)
     text = "SESSION is no longer a member (copies already queued for it still go)"
     leave = verbs.add_parser("leave", help=text, description=text)
     _channel_argument(leave)
     leave.add_argument("session", metavar="SESSION", help="the session (ses_...)")
-    _daemon_options(leave)
+    add_daemon_options(leave)
 
 
 def _channel_argument(verb: argparse.ArgumentParser) -> None:
     verb.add_argument("channel", metavar="CHANNEL", help=f"the channel ({CHANNEL_RE.pattern})")
-
-
-def _daemon_options(verb: argparse.ArgumentParser) -> None:
-    verb.add_argument(
-        "--url",
-        help="daemon URL (default $PIGEOND_URL, else the user's socket"
-        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {pigeon_send.DEFAULT_URL})",
-    )
-    verb.add_argument("--timeout", type=float, default=10.0, metavar="S")
-
-
-def _fail(message: str, status: int) -> int:
-    print(f"pigeon: {visible(message)}", file=sys.stderr)
-    return status
 
 
 def _print_json(value: object) -> None:
@@ -177,24 +163,10 @@ def cmd_membership(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if not _session_ok(args.session, by_name=args.verb == "join"):
         hint = " or @NAME" if args.verb == "join" else ""
         return _fail(f"{verb}: SESSION must match {SESSION_ID_RE.pattern}{hint}", EXIT_USAGE)
-    if args.timeout <= 0:
-        return _fail("--timeout must be positive", EXIT_USAGE)
-    url = daemon_address(args.url, env).url
-    try:
-        token = client_token(env)
-    except TokenError as e:
-        return _fail(str(e), EXIT_USAGE)
-    try:
-        answer = pigeon_send.call_daemon(url, *_request(args), args.timeout, token)
-    except pigeon_send.UsageError as e:
-        return _fail(str(e), EXIT_USAGE)
-    except (OSError, TimeoutError) as e:
-        return _fail(f"daemon at {url} unreachable: {e}", EXIT_UNAVAILABLE)
-    if answer.status not in (200, 201):
-        error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
-        status = EXIT_REFUSED if 400 <= answer.status < 500 else EXIT_UNAVAILABLE
-        return _fail(f"{verb}: daemon answered {answer.status}: {error}", status)
-    print(visible(_answer_line(args, answer.body)))
+    answer = ask_daemon(args, env, verb, _request(args))
+    if isinstance(answer, int):
+        return answer
+    print(visible(_answer_line(args, answer)))
     return EXIT_OK
 
 

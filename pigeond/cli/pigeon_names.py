@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pigeond.cli import pigeon_send
+from pigeond.cli.daemon_call import add_daemon_options, ask_daemon
+from pigeond.cli.daemon_call import fail as _fail
 from pigeond.cli.presentation import format_time, table_lines
-from pigeond.credentials import TokenError, client_token, daemon_address
 from pigeond.model import NAME_RE, SESSION_ID_RE
 from pigeond.storage import SwarmRepository
 from pigeond.terminal import json_visible, visible
@@ -47,21 +46,12 @@ def add_names_parsers(
     claim.add_argument("name", metavar="NAME", help=f"the name ({NAME_RE.pattern})")
     claim.add_argument("session", metavar="SESSION", help="the session (ses_...)")
     claim.add_argument("--force", action="store_true", help="take it even from a live session")
-    _add_daemon_options(claim)
+    add_daemon_options(claim)
     text = "free NAME, whoever holds it; with --session, only if that session holds it"
     release = verbs.add_parser("release", help=text, description=text)
     release.add_argument("name", metavar="NAME", help=f"the name ({NAME_RE.pattern})")
     release.add_argument("--session", metavar="SESSION", help="release only if SESSION holds it")
-    _add_daemon_options(release)
-
-
-def _add_daemon_options(verb: argparse.ArgumentParser) -> None:
-    verb.add_argument(
-        "--url",
-        help="daemon URL (default $PIGEOND_URL, else the user's socket"
-        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {pigeon_send.DEFAULT_URL})",
-    )
-    verb.add_argument("--timeout", type=float, default=10.0, metavar="S")
+    add_daemon_options(release)
 
 
 def cmd_names(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> int:
@@ -78,11 +68,6 @@ def cmd_names(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> i
     return EXIT_OK
 
 
-def _fail(message: str, status: int) -> int:
-    print(f"pigeon: {visible(message)}", file=sys.stderr)
-    return status
-
-
 def cmd_name(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """``name set`` or ``name release``: the daemon's answer on one line; exit 1 when it
     refuses (409: held by another session; 404: nobody holds the name to release)."""
@@ -91,24 +76,10 @@ def cmd_name(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     session = args.session
     if session is not None and not SESSION_ID_RE.fullmatch(session):
         return _fail(f"name {args.verb}: SESSION must match {SESSION_ID_RE.pattern}", EXIT_USAGE)
-    if args.timeout <= 0:
-        return _fail("--timeout must be positive", EXIT_USAGE)
-    url = daemon_address(args.url, env).url
-    try:
-        token = client_token(env)
-    except TokenError as e:
-        return _fail(str(e), EXIT_USAGE)
-    try:
-        answer = pigeon_send.call_daemon(url, *_request(args), args.timeout, token)
-    except pigeon_send.UsageError as e:
-        return _fail(str(e), EXIT_USAGE)
-    except (OSError, TimeoutError) as e:
-        return _fail(f"daemon at {url} unreachable: {e}", EXIT_UNAVAILABLE)
-    if answer.status != 200:
-        error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
-        status = EXIT_REFUSED if 400 <= answer.status < 500 else EXIT_UNAVAILABLE
-        return _fail(f"name {args.verb}: daemon answered {answer.status}: {error}", status)
-    print(visible(_answer_line(args, answer.body)))
+    answer = ask_daemon(args, env, f"name {args.verb}", _request(args))
+    if isinstance(answer, int):
+        return answer
+    print(visible(_answer_line(args, answer)))
     return EXIT_OK
 
 

@@ -1,0 +1,64 @@
+"""What the ``pigeon`` verbs that go through the daemon share: ``--url`` and
+``--timeout``, the token, the request, and the one-line error and exit code for each way
+it can go wrong (bad usage 2, refused 1, unreachable or failing daemon 3).
+
+``name set|release`` and ``channel join|leave`` write through the daemon because only
+it can ask opencode whether a session exists; this is their one way of asking it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any, Final
+
+from pigeond.cli import pigeon_send
+from pigeond.credentials import TokenError, client_token, daemon_address
+from pigeond.terminal import visible
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+DEFAULT_TIMEOUT_S: Final = 10.0
+
+# One request: method, path, JSON body (None: none).
+Request = tuple[str, str, dict[str, Any] | None]
+
+
+def add_daemon_options(verb: argparse.ArgumentParser) -> None:
+    verb.add_argument(
+        "--url",
+        help="daemon URL (default $PIGEOND_URL, else the user's socket"
+        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {pigeon_send.DEFAULT_URL})",
+    )
+    verb.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S")
+
+
+def fail(message: str, status: int) -> int:
+    """Say ``message`` on one line (escaped) and return ``status``."""
+    print(f"pigeon: {visible(message)}", file=sys.stderr)
+    return status
+
+
+def ask_daemon(
+    args: argparse.Namespace, env: Mapping[str, str], what: str, request: Request
+) -> Mapping[str, Any] | int:
+    """The daemon's answer to ``request`` when it is a 2xx; otherwise the exit code, the
+    error said on one line (``what`` names the verb)."""
+    if args.timeout <= 0:
+        return fail("--timeout must be positive", EXIT_USAGE)
+    url = daemon_address(args.url, env).url
+    try:
+        token = client_token(env)
+    except TokenError as e:
+        return fail(str(e), EXIT_USAGE)
+    try:
+        answer = pigeon_send.call_daemon(url, *request, args.timeout, token)
+    except pigeon_send.UsageError as e:
+        return fail(str(e), EXIT_USAGE)
+    except (OSError, TimeoutError) as e:
+        return fail(f"daemon at {url} unreachable: {e}", EXIT_UNAVAILABLE)
+    if not 200 <= answer.status < 300:
+        error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
+        status = EXIT_REFUSED if 400 <= answer.status < 500 else EXIT_UNAVAILABLE
+        return fail(f"{what}: daemon answered {answer.status}: {error}", status)
+    return answer.body
