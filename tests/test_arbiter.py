@@ -25,10 +25,13 @@ from pigeond.delivery.opencode_client import FailureKind, OpencodeError, Session
 from pigeond.delivery.prompt_mode import DEFAULT_MODE, PromptMode
 from pigeond.delivery.sweeper import ExpirySweeper
 from pigeond.delivery.turns import TurnTracker
-from pigeond.storage import StorageUnavailable, SwarmRepository, open_database
+from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from tests.arbiter_harness import OUTAGE_S, TICK_S, Harness, make_harness
 from tests.http_helpers import result_of
+from tests.storage_helpers import reopened
+
+pytestmark = pytest.mark.both_backends
 
 
 @pytest.fixture
@@ -705,9 +708,9 @@ def test_hand_off_ending_after_close_writes_nothing(
     else:
         h.opencode.fail_all(OpencodeError("connection lost", kind=FailureKind.OUTAGE))
     assert [level for level, _ in log_events if level >= LogLevel.error] == []
-    reopened = SwarmRepository(open_database(db_path))
-    stored = reopened.get(msg_id)
-    reopened.close()
+    again = reopened(h.repo, db_path)
+    stored = again.get(msg_id)
+    again.close()
     assert stored is not None and stored.state == "queued"
 
 

@@ -30,6 +30,8 @@ from pigeond.storage.schema import connect, migrate, open_database
 from tests.arbiter_harness import OUTAGE_S, Harness, make_harness, restarted
 from tests.messages import new_message
 
+pytestmark = pytest.mark.both_backends
+
 DOWN = OpencodeError("GET /session/ses_target/message: connection refused", kind=FailureKind.OUTAGE)
 
 
@@ -348,6 +350,7 @@ def test_a_message_cancelled_before_its_intent_is_not_sent(repo: SwarmRepository
     assert repo.mark_handoff_intents([(["msg_1", "msg_2"], 2000)]) == [["msg_2"]]
 
 
+@pytest.mark.sqlite_only("SQLite's statement trace")
 def test_intents_of_several_prompts_share_one_transaction(repo: SwarmRepository) -> None:
     """Under load many targets' intents are one commit; each gets its own answer."""
     for msg_id, to in (("msg_1", "ses_a"), ("msg_2", "ses_b"), ("msg_3", "ses_b")):

@@ -21,6 +21,8 @@ from tests.http_helpers import daemon_call, result_of
 from tests.messages import new_message
 from tests.storage_helpers import clock_daemon, repo_of
 
+pytestmark = pytest.mark.both_backends
+
 ASKER, WORKER = "ses_asker", "ses_worker"
 
 

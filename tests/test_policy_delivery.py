@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import pytest
 from twisted.internet.task import Clock
 
 from pigeond.consent import Policy
 from pigeond.storage import SwarmRepository
 from tests.arbiter_harness import TICK_S, make_harness
 
+pytestmark = pytest.mark.both_backends
 B, FRIEND = "ses_b", "ses_friend"
 
 

@@ -19,6 +19,8 @@ from tests.http_helpers import result_of
 from tests.messages import new_message
 from tests.storage_helpers import clock_daemon, repo_of
 
+pytestmark = pytest.mark.both_backends
+
 
 def test_a_message_past_its_time_to_live_expires_and_its_sender_is_told(
     repo: SwarmRepository, clock: Clock

@@ -24,6 +24,8 @@ from pigeond.storage.database import InlineDatabase
 from tests.http_helpers import result_of
 from tests.messages import new_message
 
+pytestmark = pytest.mark.both_backends
+
 GRACE_MS = 60_000
 
 
