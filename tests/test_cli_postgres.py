@@ -278,3 +278,24 @@ def test_a_current_database_opens_without_a_migration(
     assert (code, err) == (0, "")
     assert json.loads(out) == {"direct": {}, "channel": {}, "queued_per_target": []}
     assert stored_version(cluster_url) == len(PG_MIGRATIONS)
+
+
+def test_routes_lists_which_daemon_delivers_to_which_session(
+    pg_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pigeon routes: each session's daemon, its opencode and when it was last seen there;
+    a daemon name written by another tool is shown escaped."""
+    repo = SwarmRepository(open_postgres(pg_db))
+    try:
+        repo.record_routes(["ses_b"], "host-b", "http://10.0.0.2:4096", NOW, 60_000)
+        repo.record_routes(["ses_evil"], "\x1b[31mhost", "http://x", NOW, 60_000)
+    finally:
+        repo.close()
+    code, out, _ = run(capsys, "routes", "--db", pg_db)
+    assert code == 0
+    header, first, second = out.splitlines()
+    assert header.split() == ["session", "daemon", "opencode_url", "last_seen"]
+    assert first.split()[:3] == ["ses_b", "host-b", "http://10.0.0.2:4096"]
+    assert "\x1b" not in second and "\\x1b[31mhost" in second
+    code, out, _ = run(capsys, "routes", "--db", pg_db, "--json")
+    assert [r["daemon"] for r in json.loads(out)] == ["host-b", "\x1b[31mhost"]

@@ -36,6 +36,7 @@ from pigeond.cli.pigeon_channels import DAEMON_VERBS, cmd_channel, cmd_channels,
 from pigeond.cli.pigeon_names import cmd_name, cmd_names
 from pigeond.cli.pigeon_policy import cmd_policy
 from pigeond.cli.pigeon_prune import cmd_prune
+from pigeond.cli.pigeon_routes import cmd_routes
 from pigeond.cli.pigeon_search import cmd_search
 from pigeond.cli.presentation import (
     CHANNEL_TITLE,
@@ -265,6 +266,7 @@ DB_COMMANDS: dict[str, Callable[[SwarmRepository, argparse.Namespace, int], int]
     "owed": cmd_owed,
     "names": cmd_names,
     "channels": cmd_channels,
+    "routes": cmd_routes,
     "channel": cmd_channel,
     "search": cmd_search,
     "policy": cmd_policy,
