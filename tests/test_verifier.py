@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.logger import LogLevel
 
 from pigeond.config import Config
 from pigeond.delivery.opencode_client import (
@@ -270,3 +271,27 @@ def test_a_full_disk_while_recording_is_logged_not_raised(
     s.check()
     stored = s.repo.get("msg_a")
     assert stored is not None and stored.verified_at is not None
+
+
+def test_a_database_that_keeps_failing_is_told_once_not_every_tick(
+    s: Setup, monkeypatch: pytest.MonkeyPatch, log_events: list[tuple[LogLevel, str]]
+) -> None:
+    """PostgreSQL down (or a locked file) fails every tick's listing: one error line, and
+    one again only after the database answered in between."""
+    failing = True
+    listing = SwarmRepository.verification_targets
+
+    def list_or_fail(repo: SwarmRepository) -> list[str]:
+        if failing:
+            raise StorageUnavailable("database read failed: connection is bad")
+        return listing(repo)
+
+    monkeypatch.setattr(SwarmRepository, "verification_targets", list_or_fail)
+    for _ in range(5):
+        s.verifier.tick()
+    failing = False
+    s.verifier.tick()
+    failing = True
+    s.verifier.tick()
+    told = [text for level, text in log_events if "cannot list hand-offs" in text]
+    assert len(told) == 2 and all(level == LogLevel.error for level, t in log_events if t in told)

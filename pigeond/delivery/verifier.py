@@ -114,6 +114,7 @@ class Verifier:
         when a target's turn may have ended (None: it cannot tell).  ``routing`` leaves the
         targets of another daemon's opencode (a database shared by several) to it."""
         self._routing = routing
+        self._listing_error: str | None = None  # the last listing failure, said once
         self._db = db
         self._registry = registry
         self._client = client
@@ -164,12 +165,17 @@ class Verifier:
 
     def _log_listing_failure(self, failure: Failure) -> None:
         if failure.check(StorageError):
-            log.error("cannot list hand-offs to verify yet: {error}", error=str(failure.value))
+            # a database down fails every tick: said once per new error, not every tick
+            if self._listing_error != str(failure.value):
+                log.error("cannot list hand-offs to verify yet: {error}; trying again every"
+                          " tick", error=str(failure.value))  # fmt: skip
+            self._listing_error = str(failure.value)
         else:
             log.failure("listing hand-offs to verify failed", failure)
 
     async def _check_targets(self) -> None:
         unseen, unanswered = await self._db.read(_targets, self._answers_since_ms())
+        self._listing_error = None  # the database answers again: a next failure is told
         now = self._clock.seconds()
         listed = {*unseen, *unanswered}
         for forget in (self._turns_at_look, self._homes):

@@ -231,13 +231,19 @@ class DeliveryTransitions(RepositoryBase):
 
         Runs every tick, so it only takes the write lock when something is due.
         """
-        if not self._expired_ids(now_ms):
+        if not self._due_to_expire(now_ms):
             return []
         with self._write():
             due = self._expired_ids(now_ms)
             for msg_id in due:
                 self._end(msg_id, "expired", "expired before it could be delivered", now_ms)
         return due
+
+    @reads
+    def _due_to_expire(self, now_ms: int) -> list[str]:
+        """The look before the write lock is taken: a database that cannot be read (locked,
+        PostgreSQL down) is StorageUnavailable, which the sweep logs once, not a crash."""
+        return self._expired_ids(now_ms)
 
     def _expired_ids(self, now_ms: int) -> list[str]:
         """Queued messages past their expiry: a range on idx_swarm_expiry, named, since

@@ -12,6 +12,10 @@
   (where a test starts pigeond, or leaves nothing to show an outage) and at
   ``plugin_token_link`` for the token: a link to the token file of the test's
   pigeond, which holds a token even before (or without) a pigeond.
+* ``opencode_with_plugin_b``: a second such opencode, another host's, for tests of
+  several daemons on one PostgreSQL: its tools call pigeond on ``plugin_pigeond_port_b``
+  with the token ``plugin_token_link_b`` leads to (the test points it at its second
+  daemon's token file).
 
 Every test in this folder is marked ``e2e`` (and ``slow``, so ``make unit``
 leaves them out).  A test may stop a shared opencode (an outage test); if it
@@ -174,6 +178,36 @@ def opencode_with_plugin(
     env = {
         "PIGEOND_URL": f"http://127.0.0.1:{plugin_pigeond_port}",
         "PIGEOND_TOKEN_FILE": str(plugin_token_link),
+        "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
+    }
+    yield from _serve(OPENCODE_1_18, tmp_path_factory, fake_llm_server, env, _install_plugin)
+
+
+@pytest.fixture(scope="session")
+def plugin_pigeond_port_b() -> int:
+    """The port the tools of ``opencode_with_plugin_b`` call pigeond on."""
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def plugin_token_link_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The PIGEOND_TOKEN_FILE of ``opencode_with_plugin_b``: a link a test points at the
+    token file of the pigeond beside that opencode."""
+    return tmp_path_factory.mktemp("plugin-token-b") / "token"
+
+
+@pytest.fixture(scope="session")
+def opencode_with_plugin_b(
+    tmp_path_factory: pytest.TempPathFactory,
+    fake_llm_server: FakeLLM,
+    plugin_pigeond_port_b: int,
+    plugin_token_link_b: Path,
+) -> Iterator[OpencodeServer]:
+    """A second opencode 1.18.33 with pigeond's plugin (a second host): its tools call the
+    pigeond on ``plugin_pigeond_port_b``; it shares the fake LLM, which tells sessions apart."""
+    env = {
+        "PIGEOND_URL": f"http://127.0.0.1:{plugin_pigeond_port_b}",
+        "PIGEOND_TOKEN_FILE": str(plugin_token_link_b),
         "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
     }
     yield from _serve(OPENCODE_1_18, tmp_path_factory, fake_llm_server, env, _install_plugin)

@@ -54,19 +54,27 @@ class DueListener:
         self._thread.join(timeout=2 * WAIT_S + 1)
 
     def _run(self) -> None:
+        lost = False  # the connection was lost (said once; its return is said too)
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    if lost:
+                        self._reactor.callFromThread(
+                            log.info, "listening for sends on {db} again", db=redacted(self._url)
+                        )
+                    lost = False
                     self.listening.set()
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=WAIT_S):
                             self._reactor.callFromThread(self._on_due, note.payload)
             except psycopg.Error as e:
                 self.listening.clear()
-                text = " ".join(str(e).split())
-                self._reactor.callFromThread(
-                    log.warn, "not listening for sends on {db}: {error}; the tick delivers",
-                    db=redacted(self._url), error=text,
-                )  # fmt: skip
+                if not lost:
+                    text = " ".join(str(e).split())
+                    self._reactor.callFromThread(
+                        log.warn, "not listening for sends on {db}: {error}; the tick delivers",
+                        db=redacted(self._url), error=text,
+                    )  # fmt: skip
+                lost = True
                 self._stop.wait(RECONNECT_S)
