@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pigeond.cli.actions import repository
 from pigeond.cli.pigeon import main
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.operator import shown_db, without_password
@@ -299,3 +300,13 @@ def test_routes_lists_which_daemon_delivers_to_which_session(
     assert "\x1b" not in second and "\\x1b[31mhost" in second
     code, out, _ = run(capsys, "routes", "--db", pg_db, "--json")
     assert [r["daemon"] for r in json.loads(out)] == ["host-b", "\x1b[31mhost"]
+
+
+def test_the_tools_borrow_a_connection_instead_of_opening_one_a_read(pg_db: str) -> None:
+    """pigeon-tui reads every second: on PostgreSQL each read borrows the same server
+    session from the process's pool rather than connecting again."""
+    sessions = []
+    for _ in range(3):
+        with repository(pg_db) as repo:
+            sessions.append(repo.connection.execute("SELECT pg_backend_pid()").fetchone()[0])
+    assert len(set(sessions)) == 1

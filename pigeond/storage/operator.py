@@ -27,6 +27,7 @@ from pigeond.storage.errors import SchemaError, StorageUnavailable
 from pigeond.storage.migrations import PRIORITY_RANK_SQL
 from pigeond.storage.postgres import is_postgres_url, redacted, schema_version
 from pigeond.storage.postgres.connection import PgConnection
+from pigeond.storage.postgres.pooled import shared_pool
 from pigeond.storage.postgres.schema import PG_MIGRATIONS
 from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS, SCHEMA_VERSION, connect
 
@@ -132,7 +133,8 @@ def _open_existing_postgres(url: str) -> PgConnection:
     that ``swarm_schema`` says the current version; nothing is created or migrated."""
     shown = shown_db(url)
     try:
-        conn = PgConnection(url, lock_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS)
+        pool = shared_pool(url, DEFAULT_BUSY_TIMEOUT_MS)
+        conn = PgConnection(url, lock_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, pool=pool)
     except psycopg.OperationalError as e:
         detail = _error_line(e, url)
         raise StorageUnavailable(f"{shown}: cannot connect to PostgreSQL ({detail})") from e

@@ -27,6 +27,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import pq
 from psycopg.types.string import StrDumper
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 # A quoted literal (kept whole), a ``?``, a ``:name`` (not a ``::`` cast) or a ``%``.
 _TOKEN: Final = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)|%")
@@ -95,9 +96,17 @@ class PgConnection:
     postgres: Final = True
 
     def __init__(
-        self, url: str, *, read_only: bool = False, lock_timeout_ms: int | None = None
+        self,
+        url: str,
+        *,
+        read_only: bool = False,
+        lock_timeout_ms: int | None = None,
+        pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = None,
     ) -> None:
+        """``pool``: borrow the connection from it, and give it back at :meth:`close`
+        (the operator tools: pigeond/storage/postgres/pooled.py)."""
         self.url = url
+        self._pool = pool
         self.read_only = read_only
         self.lock_timeout_ms = lock_timeout_ms
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
@@ -112,8 +121,16 @@ class PgConnection:
             raise psycopg.InterfaceError("the connection is closed")
         if self._conn is None or self._conn.closed or self._conn.broken:
             if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+                self._give_back()
+            if self._pool is not None:
+                try:
+                    self._conn = self._pool.getconn()
+                except PoolTimeout:
+                    # the pool says only that it timed out: one direct try says why
+                    psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S).close()
+                    raise psycopg.OperationalError("no connection to PostgreSQL in time") from None
+                self.generation += 1
+                return self._conn
             conn = psycopg.connect(
                 self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
                 application_name="pigeond",
@@ -159,6 +176,15 @@ class PgConnection:
 
     def close(self) -> None:
         self._closed = True
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._give_back()
+
+    def _give_back(self) -> None:
+        """Close the connection, or give it back to its pool (which takes back only a
+        healthy one in no transaction)."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self._pool is None:
+            conn.close()
+        else:
+            self._pool.putconn(conn)
