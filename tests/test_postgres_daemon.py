@@ -45,6 +45,14 @@ def wait_delivered(fake: FakeOpencode, msg_ids: set[str]) -> list[str]:
         time.sleep(0.05)
 
 
+def wait_recorded(daemon: DaemonProcess, msg_id: str) -> None:
+    """``msg_id`` is recorded handed off (the prompt reaches opencode a moment before)."""
+    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+    while daemon.request_json("GET", f"/swarm/message/{msg_id}")[1]["state"] != "handed_off":
+        assert time.monotonic() < deadline, f"{msg_id} not recorded as handed off"
+        time.sleep(0.05)
+
+
 def test_a_daemon_on_postgresql_delivers_what_it_accepts(
     daemons: DaemonFactory, tmp_path: Path, pg_url: str
 ) -> None:
@@ -54,8 +62,7 @@ def test_a_daemon_on_postgresql_delivers_what_it_accepts(
         daemon = daemons.start(pg_url, opencode_url=fake.url)
         assert send(daemon, "msg_pg1") == 202
         assert wait_delivered(fake, {"msg_pg1"}) == ["msg_pg1"]
-        status, body = daemon.request_json("GET", "/swarm/message/msg_pg1")
-        assert status == 200 and body["state"] == "handed_off"
+        wait_recorded(daemon, "msg_pg1")
 
 
 def test_postgresql_stopped_mid_stream_loses_nothing_that_got_a_202(
@@ -173,10 +180,7 @@ def test_a_message_is_handed_off_by_the_daemon_whose_opencode_has_its_target(
         prompted = wait_delivered(fake_b, sent)
         assert sorted(prompted) == sorted(sent)
         assert fake_a.prompt_calls(TARGET) == []
-        deadline = time.monotonic() + DELIVERY_TIMEOUT_S
-        while host_a.request_json("GET", "/swarm/message/msg_far0")[1]["state"] != "handed_off":
-            assert time.monotonic() < deadline, "msg_far0 not recorded as handed off"
-            time.sleep(0.05)
+        wait_recorded(host_a, "msg_far0")
         repo = SwarmRepository(open_postgres(pg_url))
         try:
             route = repo.route_of(TARGET)
