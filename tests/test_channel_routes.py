@@ -24,6 +24,8 @@ from tests.http_helpers import daemon_call, result_of, stub_client
 from tests.openapi_check import check_body
 from tests.storage_helpers import clock_daemon, repo_of
 
+pytestmark = pytest.mark.both_backends
+
 BASE = "http://pigeond.test"
 A, B, C, D = "ses_alice", "ses_bob", "ses_carol", "ses_dave"
 TEAM = "team.backend"

@@ -26,6 +26,8 @@ from pigeond.storage.repository import Accept
 from tests.http_helpers import result_of, stub_client
 from tests.messages import new_message
 
+pytestmark = pytest.mark.both_backends
+
 BASE = "http://pigeond.test"
 JSON_HEADERS = Headers({"Content-Type": ["application/json"]})
 NO_LIMITS = {"max_queued_per_target": 0, "sender_rate_per_s": 0.0, "sender_burst": 0}

@@ -19,6 +19,8 @@ from tests.http_helpers import API, client_headers, daemon_call, result_of, stub
 from tests.openapi_check import check_body
 from tests.storage_helpers import clock_daemon, repo_of
 
+pytestmark = pytest.mark.both_backends
+
 A, B, C = "ses_alice", "ses_bob", "ses_carol"
 
 

@@ -22,6 +22,8 @@ from tests.messages import new_message
 from tests.openapi_check import check_body
 from tests.storage_helpers import clock_daemon, repo_of
 
+pytestmark = pytest.mark.both_backends
+
 A, B, FRIEND = "ses_a", "ses_b", "ses_friend"
 JSON_HEADERS = {"content-type": "application/json; charset=utf-8"}
 

@@ -19,6 +19,8 @@ from tests.http_helpers import daemon_call
 from tests.messages import new_message
 from tests.storage_helpers import clock_daemon, repo_of
 
+pytestmark = pytest.mark.both_backends
+
 ME, PEER, OTHER = "ses_me", "ses_peer", "ses_other"
 
 
