@@ -23,7 +23,7 @@ from pigeond.storage.names import Names
 from pigeond.storage.obligations import Obligations
 from pigeond.storage.operator import OperatorActions
 from pigeond.storage.policies import Policies
-from pigeond.storage.postgres.notify import NOTIFY_SQL
+from pigeond.storage.postgres.schema import NOTIFY_SQL
 from pigeond.storage.receipts import Receipts
 from pigeond.storage.retention import Retention
 from pigeond.storage.routes import Routes

@@ -20,14 +20,12 @@ from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import Logger
 
 from pigeond.db_url import redacted
+from pigeond.storage.postgres.schema import DUE_CHANNEL as CHANNEL
 
-CHANNEL: Final = "pigeond_due"
 # How long one wait for notifications lasts before the stop flag is looked at again,
 # and the wait before connecting again after the connection was lost.
 WAIT_S: Final = 0.5
 RECONNECT_S: Final = 2.0
-# The SQL an accept runs, with the targets that got a message (one notification each).
-NOTIFY_SQL: Final = f"SELECT pg_notify('{CHANNEL}', t) FROM unnest(?::text[]) AS t"
 
 log = Logger()
 

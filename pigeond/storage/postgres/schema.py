@@ -34,6 +34,13 @@ _PRUNABLE_V6: Final = (
     " OR (state = 'handed_off' AND verified_at IS NOT NULL))"
 )
 
+# The channel an accept notifies with each target that got a message, and the SQL it
+# runs (in its own transaction: delivered at the commit); every daemon LISTENs on it
+# (pigeond/storage/postgres/notify.py, which the storage package itself never imports:
+# it runs a thread for the daemon, and the CLIs load no Twisted).
+DUE_CHANNEL: Final = "pigeond_due"
+NOTIFY_SQL: Final = f"SELECT pg_notify('{DUE_CHANNEL}', t) FROM unnest(?::text[]) AS t"
+
 # The advisory lock key daemons take to migrate one at a time ("pigeond" in ASCII).
 MIGRATION_LOCK: Final = 0x7069_6765_6F6E_64
 
