@@ -62,7 +62,8 @@ system-deps:
 		fi; \
 	fi
 
-## every bench table; backends_table.py starts a private PostgreSQL (system-deps installs it)
+## every bench table; backends_table.py and pg_driver_table.py start a private PostgreSQL
+## (system-deps installs it)
 bench: $(STAMP) system-deps
 	$(BIN)/python bench/ready_targets.py
 	$(BIN)/python bench/tui_first_screen.py
@@ -72,6 +73,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/python bench/accept_table.py
 	$(BIN)/python bench/handoff_table.py
 	$(BIN)/python bench/backends_table.py
+	$(BIN)/python bench/pg_driver_table.py
 	$(BIN)/python bench/memory_table.py
 
 clean:
