@@ -15,8 +15,9 @@ import pytest
 
 from pigeond.cli.actions import repository
 from pigeond.cli.pigeon import main
+from pigeond.db_url import redacted as shown_db
+from pigeond.db_url import without_password
 from pigeond.storage import SwarmRepository, open_database
-from pigeond.storage.operator import shown_db, without_password
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.schema import PG_MIGRATIONS
 from tests.messages import new_message

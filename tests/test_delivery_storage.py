@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
-from pigeond.storage.delivery import QUEUED_FOR_TARGET_SQL
+from pigeond.storage.base import QUEUED_FOR_TARGET_SQL
 from pigeond.storage.migrations import MIGRATIONS
 from pigeond.storage.schema import connect, migrate
 from pigeond.storage.synthetic import add_delivered_history, add_stuck_rows, drop_statistics

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from pigeond.config import default_db_path
+from pigeond.db_url import without_password
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.operator import (
     CANCEL_FROM,
@@ -29,7 +30,6 @@ from pigeond.storage.operator import (
     ActionOutcome,
     TargetQueue,
     open_existing,
-    without_password,
 )
 
 SYSTEM_DB: Final = "/var/lib/pigeond/pigeond.db"

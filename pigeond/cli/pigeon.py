@@ -56,8 +56,9 @@ from pigeond.cli.presentation import (
     table_lines,
 )
 from pigeond.credentials import TokenError, client_token, daemon_address
+from pigeond.db_url import without_password
 from pigeond.storage import StorageError, SwarmRepository
-from pigeond.storage.operator import ActionOutcome, open_existing, without_password
+from pigeond.storage.operator import ActionOutcome, open_existing
 from pigeond.terminal import json_visible, visible
 
 EXIT_OK, EXIT_NOT_CHANGED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3

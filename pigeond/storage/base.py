@@ -26,6 +26,18 @@ COLUMNS = (
     " handoff_intent_at, answered_at, answer_message_id, from_name, to_name, channel_msg_id"
 )
 
+# How many messages wait for one target, counted no further than a limit: every
+# accept with a queue cap counts inside its transaction (a direct message's target, each
+# member of a channel), so the cost must not grow with the queue (a cap lowered by a
+# reload, notices and requeues can leave it longer).  The plan is a SEARCH on a
+# (to_session, state, ...) covering index.
+QUEUED_FOR_TARGET_SQL = (
+    "SELECT COUNT(*) FROM (SELECT 1 FROM swarm_messages"
+    " WHERE to_session = ? AND state = 'queued' LIMIT ?) AS queued"
+)
+# A LIMIT that is no limit, as both engines take it (PostgreSQL refuses SQLite's -1).
+NO_LIMIT = 2**62
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -138,6 +150,12 @@ class RepositoryBase:
                 self._conn.execute("ROLLBACK")
         except UNAVAILABLE_ERRORS:
             pass  # the connection is gone, and its transaction with it
+
+    @staticmethod
+    def _queued_for(conn: Connection, target: str, limit: int) -> int:
+        """Queued messages for ``target``, counted no further than ``limit``: a walk of at
+        most ``limit`` index entries, whatever the queue's length."""
+        return int(conn.execute(QUEUED_FOR_TARGET_SQL, (target, limit)).fetchone()[0])
 
     def _next_sequence(self, conn: Connection, name: str) -> int:
         row = conn.execute(

@@ -30,7 +30,6 @@ from pigeond.consent import InboundPolicy, Policy, Verdict, held_reason, parse_a
 from pigeond.ids import make_msg_id
 from pigeond.model import NewMessage, StoredMessage
 from pigeond.storage.base import COLUMNS, Connection, RepositoryBase, reads, row_to_message
-from pigeond.storage.delivery import QUEUED_FOR_TARGET_SQL
 
 # The most members a channel may have unless the configuration says otherwise.
 DEFAULT_MAX_CHANNEL_MEMBERS: Final = 32
@@ -299,7 +298,7 @@ class Channels(RepositoryBase):
             if verdict is Verdict.REFUSE:
                 skipped.append(Skipped(member, "its inbound policy is refuse"))
                 continue
-            if queue_cap > 0 and self._count_queued(conn, member, queue_cap) >= queue_cap:
+            if queue_cap > 0 and self._queued_for(conn, member, queue_cap) >= queue_cap:
                 skipped.append(Skipped(member, f"its queue holds {queue_cap} messages"))
                 continue
             msg_id = make_msg_id(now_ms)
@@ -325,7 +324,3 @@ class Channels(RepositoryBase):
             (_skipped_text(skipped), message.msg_id),
         )
         return seq - first_seq
-
-    @staticmethod
-    def _count_queued(conn: Connection, target: str, limit: int) -> int:
-        return int(conn.execute(QUEUED_FOR_TARGET_SQL, (target, limit)).fetchone()[0])

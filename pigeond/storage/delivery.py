@@ -23,7 +23,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pigeond.model import NO_MODE, PIGEOND_KINDS, HandoffMode, State, StoredMessage
-from pigeond.storage.base import COLUMNS, Connection, RepositoryBase, reads, row_to_message
+from pigeond.storage.base import (
+    COLUMNS,
+    NO_LIMIT,
+    Connection,
+    RepositoryBase,
+    reads,
+    row_to_message,
+)
 from pigeond.storage.migrations import PRIORITY_RANK_SQL
 
 # unlikely(): with ANALYZE statistics and thousands of queued messages waiting out a
@@ -33,16 +40,6 @@ READY_TARGETS_SQL = (
     "SELECT DISTINCT to_session FROM swarm_messages"
     " WHERE state = 'queued' AND unlikely(next_retry_at <= ?) AND to_session IS NOT NULL"
 )
-# How many messages wait for one target, counted no further than a limit: every
-# accept with a queue cap counts inside its transaction, so the cost must not grow with the queue
-# (a cap lowered by a reload, notices and requeues can leave it longer).  The
-# plan is a SEARCH on a (to_session, state, ...) covering index.
-QUEUED_FOR_TARGET_SQL = (
-    "SELECT COUNT(*) FROM (SELECT 1 FROM swarm_messages"
-    " WHERE to_session = ? AND state = 'queued' LIMIT ?) AS queued"
-)
-# A LIMIT that is no limit, as both engines take it (PostgreSQL refuses SQLite's -1).
-NO_LIMIT = 2**62
 DEFAULT_NOTICE_TTL_MS = 24 * 3600 * 1000
 # One prompt's hand-off: its msg_ids, when, verify by when, and the mode it named.
 HandOffGroup = tuple[Sequence[str], int, int | None, HandoffMode]
@@ -69,12 +66,6 @@ class DeliveryTransitions(RepositoryBase):
         """Queued messages for ``target``, counted up to ``at_most`` (None: all of them)."""
         limit = NO_LIMIT if at_most is None else max(at_most, 0)
         return self._queued_for(self._conn, target, limit)
-
-    @staticmethod
-    def _queued_for(conn: Connection, target: str, limit: int) -> int:
-        """Queued messages for ``target``, counted no further than ``limit``:
-        a walk of at most ``limit`` index entries, whatever the queue's length."""
-        return int(conn.execute(QUEUED_FOR_TARGET_SQL, (target, limit)).fetchone()[0])
 
     @reads
     def is_stored(self, msg_id: str) -> bool:

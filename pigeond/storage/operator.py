@@ -2,7 +2,7 @@
 
 Opening is strict: an operator tool never creates or migrates a database, a SQLite
 file or a PostgreSQL one (``--db postgresql://…``), and names a URL only without its
-password (:func:`shown_db`, :func:`without_password`).
+password (:func:`pigeond.db_url.redacted`, :func:`pigeond.db_url.without_password`).
 Every state change is conditional on the row's state and, for one message,
 on the ``updated_at`` the operator saw, inside one ``BEGIN IMMEDIATE``
 transaction: a row the daemon changed meanwhile is left alone and reported.
@@ -11,21 +11,19 @@ Times come in as unix milliseconds; nothing here reads a clock.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Final
-from urllib.parse import unquote
 
 import psycopg
 
+from pigeond.db_url import error_line, is_postgres_url, redacted
 from pigeond.model import State, StoredMessage
 from pigeond.storage.base import COLUMNS, Connection, RepositoryBase, reads, row_to_message
 from pigeond.storage.errors import SchemaError, StorageUnavailable
 from pigeond.storage.migrations import PRIORITY_RANK_SQL
-from pigeond.storage.postgres import is_postgres_url, redacted, schema_version
+from pigeond.storage.postgres import schema_version
 from pigeond.storage.postgres.connection import PgConnection
 from pigeond.storage.postgres.pooled import shared_pool
 from pigeond.storage.postgres.schema import PG_MIGRATIONS
@@ -131,15 +129,15 @@ def open_existing(db: Path | str) -> Connection:
 def _open_existing_postgres(url: str) -> PgConnection:
     """Connect (writes wait for a row lock as long as SQLite's busy timeout) and check
     that ``swarm_schema`` says the current version; nothing is created or migrated."""
-    shown = shown_db(url)
+    shown = redacted(url)
     try:
         pool = shared_pool(url, DEFAULT_BUSY_TIMEOUT_MS)
         conn = PgConnection(url, lock_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, pool=pool)
     except psycopg.OperationalError as e:
-        detail = _error_line(e, url)
+        detail = error_line(e, url)
         raise StorageUnavailable(f"{shown}: cannot connect to PostgreSQL ({detail})") from e
     except psycopg.Error as e:
-        raise SchemaError(f"{shown}: not a usable PostgreSQL URL ({_error_line(e, url)})") from e
+        raise SchemaError(f"{shown}: not a usable PostgreSQL URL ({error_line(e, url)})") from e
     try:
         row = conn.execute("SELECT to_regclass('swarm_schema') IS NOT NULL").fetchone()
         if row is None or not row[0]:
@@ -147,11 +145,11 @@ def _open_existing_postgres(url: str) -> PgConnection:
         _check_version(shown, schema_version(conn), len(PG_MIGRATIONS))
     except psycopg.OperationalError as e:
         conn.close()
-        detail = _error_line(e, url)
+        detail = error_line(e, url)
         raise StorageUnavailable(f"{shown}: PostgreSQL went away ({detail})") from e
     except psycopg.Error as e:
         conn.close()
-        raise SchemaError(f"{shown}: not a usable pigeond database ({_error_line(e, url)})") from e
+        raise SchemaError(f"{shown}: not a usable pigeond database ({error_line(e, url)})") from e
     except BaseException:
         conn.close()
         raise
@@ -169,48 +167,6 @@ def _check_version(shown: str, version: int, current: int) -> None:
             f"{shown}: schema version {version} is older than {current};"
             " start pigeond once to upgrade it"
         )
-
-
-# A URL's password: after the user's name, up to the last "@" before the path, query
-# or fragment; or a ``password=`` parameter.
-_USERINFO_PASSWORD: Final = re.compile(r"^([^:/?#]+://[^:@/?#]*:)([^/?#]*)@")
-_PASSWORD_PARAM: Final = re.compile(r"(?i)([?&]password=)([^&#]*)")
-
-
-def shown_db(db: Path | str) -> str:
-    """How the operator tools name a database: a file by its path, a PostgreSQL URL
-    without its password (also a URL too broken for :func:`redacted` to read)."""
-    text = str(db)
-    if not is_postgres_url(text):
-        return text
-    try:
-        return redacted(text)
-    except ValueError:  # urlsplit gave up ("[bad"); libpq will refuse it as well
-        masked = _USERINFO_PASSWORD.sub(r"\1***@", text, count=1)
-        return _PASSWORD_PARAM.sub(r"\1***", masked)
-
-
-def without_password(text: str, db: Path | str) -> str:
-    """``text`` with ``db``'s password taken out: a copy of the whole URL (libpq quotes a
-    URL it cannot parse) as :func:`shown_db` shows it, then any other copy of the password,
-    as written or percent-decoded, as ``***``."""
-    url = str(db)
-    if not is_postgres_url(url):
-        return text
-    text = text.replace(url, shown_db(url))
-    found = [value for _, value in _PASSWORD_PARAM.findall(url)]
-    userinfo = _USERINFO_PASSWORD.match(url)
-    if userinfo is not None:
-        found.append(userinfo.group(2))
-    secrets = {form for secret in found for form in (secret, unquote(secret)) if form}
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
-
-
-def _error_line(error: psycopg.Error, url: str) -> str:
-    """A psycopg error on one line (libpq adds hints on lines of their own), no password."""
-    return without_password(" ".join(str(error).split()), url)
 
 
 class OperatorActions(RepositoryBase):

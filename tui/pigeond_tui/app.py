@@ -42,9 +42,10 @@ from pigeond.cli.presentation import (
     queue_cells,
 )
 from pigeond.credentials import DEFAULT_URL, daemon_address
+from pigeond.db_url import redacted, without_password
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError
-from pigeond.storage.operator import open_existing, shown_db, without_password
+from pigeond.storage.operator import open_existing
 from pigeond.terminal import visible
 from pigeond_tui import data
 from pigeond_tui.addressing import AddressingScreen
@@ -125,7 +126,7 @@ class PigeonApp(OperatorActions):
     @property
     def db_name(self) -> str:
         """The database as the header names it: a URL never with its password."""
-        return visible(shown_db(self.db))
+        return visible(redacted(self.db))
 
     def on_mount(self) -> None:
         self.sub_title = self.db_name

@@ -7,24 +7,14 @@ printed: :func:`redacted` is how a URL is shown.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 import psycopg
 
-from pigeond.db_url import is_postgres_url, redacted
+from pigeond.db_url import error_line, is_postgres_url, redacted
 from pigeond.storage.errors import SchemaError, StorageUnavailable
 from pigeond.storage.postgres.connection import PgConnection
 from pigeond.storage.postgres.schema import MIGRATION_LOCK, PG_MIGRATIONS, VERSION_TABLE
 
 __all__ = ["PgConnection", "is_postgres_url", "migrate", "open_postgres", "redacted"]
-
-
-def _said(error: BaseException, url: str) -> str:
-    """psycopg's error text on one line (libpq writes hints on lines of their own), with
-    the URL's password cut out should it ever appear."""
-    text = " ".join(str(error).split())
-    password = urlsplit(url).password
-    return text.replace(password, "***") if password else text
 
 
 def schema_version(conn: PgConnection) -> int:
@@ -73,21 +63,25 @@ def open_postgres(
         conn = PgConnection(url, read_only=read_only, lock_timeout_ms=lock_timeout_ms)
     except psycopg.OperationalError as e:
         raise StorageUnavailable(
-            f"{redacted(url)}: cannot connect to PostgreSQL ({_said(e, url)})"
+            f"{redacted(url)}: cannot connect to PostgreSQL ({error_line(e, url)})"
         ) from e
     except psycopg.ProgrammingError as e:
-        raise SchemaError(f"{redacted(url)}: not a usable PostgreSQL URL ({_said(e, url)})") from e
+        raise SchemaError(
+            f"{redacted(url)}: not a usable PostgreSQL URL ({error_line(e, url)})"
+        ) from e
     if read_only:
         return conn
     try:
         migrate(conn)
     except psycopg.OperationalError as e:
         conn.close()
-        raise StorageUnavailable(f"{redacted(url)}: PostgreSQL went away ({_said(e, url)})") from e
+        raise StorageUnavailable(
+            f"{redacted(url)}: PostgreSQL went away ({error_line(e, url)})"
+        ) from e
     except psycopg.Error as e:
         conn.close()
         raise SchemaError(
-            f"{redacted(url)}: could not upgrade the database schema ({_said(e, url)})"
+            f"{redacted(url)}: could not upgrade the database schema ({error_line(e, url)})"
         ) from e
     except BaseException:
         conn.close()
