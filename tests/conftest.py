@@ -16,6 +16,9 @@ from tests.daemon_process import DaemonFactory
 from tests.fixed_time import START_S
 from tests.pg_cluster import PgCluster, running_cluster
 
+# Synchronous tests run outside pytest-twisted's reactor (see tests/reactor_split.py).
+pytest_plugins = ["tests.reactor_split"]
+
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
@@ -44,6 +47,17 @@ def pg_cluster() -> Iterator[PgCluster]:
         yield cluster
 
 
+MIGRATED_TEMPLATE = "pigeond_migrated"
+
+
+@pytest.fixture(scope="session")
+def pg_migrated_template(pg_cluster: PgCluster) -> str:
+    """A database of the cluster migrated once, by pigeond itself, to copy for each test."""
+    pg_cluster.psql(f"CREATE DATABASE {MIGRATED_TEMPLATE} TEMPLATE template0")
+    open_postgres(pg_cluster.url(MIGRATED_TEMPLATE)).close()
+    return MIGRATED_TEMPLATE
+
+
 @pytest.fixture
 def pg_url(pg_cluster: PgCluster) -> Iterator[str]:
     """The URL of a new empty database in the test cluster, dropped after the test."""
@@ -53,10 +67,18 @@ def pg_url(pg_cluster: PgCluster) -> Iterator[str]:
 
 
 @pytest.fixture
+def pg_migrated_url(pg_cluster: PgCluster, pg_migrated_template: str) -> Iterator[str]:
+    """The URL of a new database already at pigeond's schema, dropped after the test."""
+    name = pg_cluster.create_database(template=pg_migrated_template)
+    yield pg_cluster.url(name)
+    pg_cluster.drop_database(name)
+
+
+@pytest.fixture
 def repo(request: pytest.FixtureRequest, backend: str, db_path: Path) -> Iterator[SwarmRepository]:
     """A migrated, empty repository on ``backend``: a WAL file, or a PostgreSQL database."""
     if backend == "postgresql":
-        url = request.getfixturevalue("pg_url")
+        url = request.getfixturevalue("pg_migrated_url")
         repository = SwarmRepository(open_postgres(url))
     else:
         repository = SwarmRepository(open_database(db_path))

@@ -47,9 +47,9 @@ def sqlite_db(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def pg_db(pg_url: str) -> str:
-    fill(SwarmRepository(open_postgres(pg_url)))
-    return pg_url
+def pg_db(pg_migrated_url: str) -> str:
+    fill(SwarmRepository(open_postgres(pg_migrated_url)))
+    return pg_migrated_url
 
 
 def with_password(url: str) -> str:

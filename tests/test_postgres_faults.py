@@ -25,27 +25,27 @@ def closed_port() -> int:
 
 
 @pytest.fixture
-def cut_off(pg_url: str) -> Iterator[tuple[SwarmRepository, PgConnection]]:
+def cut_off(pg_migrated_url: str) -> Iterator[tuple[SwarmRepository, PgConnection]]:
     """A repository whose PostgreSQL is out of reach: its session was closed and its URL
     now names a port nobody listens on (the test gives the URL back to end the cut)."""
-    conn = open_postgres(pg_url)
+    conn = open_postgres(pg_migrated_url)
     repo = SwarmRepository(conn)
     repo.accept(new_message("ses_t", msg_id="msg_before"), NOW, NOW + 1)
     conn.raw.close()
     conn.url = f"postgresql://nobody@127.0.0.1:{closed_port()}/none?connect_timeout=2"
     yield repo, conn
-    conn.url = pg_url
+    conn.url = pg_migrated_url
     repo.close()
 
 
 def test_a_send_while_postgresql_is_out_of_reach_is_unavailable_and_not_stored(
-    cut_off: tuple[SwarmRepository, PgConnection], pg_url: str
+    cut_off: tuple[SwarmRepository, PgConnection], pg_migrated_url: str
 ) -> None:
     """accept raises StorageUnavailable; once PostgreSQL is back nothing of it is there."""
     repo, conn = cut_off
     with pytest.raises(StorageUnavailable):
         repo.accept(new_message("ses_t", msg_id="msg_during"), NOW)
-    conn.url = pg_url
+    conn.url = pg_migrated_url
     assert repo.get("msg_during") is None and repo.get("msg_before") is not None
 
 
@@ -69,11 +69,11 @@ def test_the_expiry_sweep_while_postgresql_is_out_of_reach_is_unavailable(
 
 
 def test_the_repository_works_again_once_postgresql_is_back(
-    cut_off: tuple[SwarmRepository, PgConnection], pg_url: str
+    cut_off: tuple[SwarmRepository, PgConnection], pg_migrated_url: str
 ) -> None:
     """The next call after the cut opens a new session and goes through."""
     repo, conn = cut_off
     with pytest.raises(StorageUnavailable):
         repo.get("msg_before")
-    conn.url = pg_url
+    conn.url = pg_migrated_url
     assert repo.expire_due(NOW + 10) == ["msg_before"]

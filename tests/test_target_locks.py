@@ -96,10 +96,10 @@ def test_a_lock_lost_before_the_prompt_sends_nothing(h: Harness, locks: SharedLo
 
 
 @pytest.mark.slow
-def test_postgresql_gives_a_target_s_lock_to_one_session_at_a_time(pg_url: str) -> None:
+def test_postgresql_gives_a_target_s_lock_to_one_session_at_a_time(pg_migrated_url: str) -> None:
     """Two daemons' lock connections: the second cannot take a held lock, can after the
     release, and a lock dies with its connection."""
-    first, second = PgTargetLocks(pg_url), PgTargetLocks(pg_url)
+    first, second = PgTargetLocks(pg_migrated_url), PgTargetLocks(pg_migrated_url)
     try:
         assert first.acquire("ses_t") is True and first.held("ses_t") is True
         assert second.acquire("ses_t") is False
@@ -115,11 +115,13 @@ def test_postgresql_gives_a_target_s_lock_to_one_session_at_a_time(pg_url: str) 
 
 
 @pytest.mark.slow
-def test_a_row_another_session_has_locked_is_skipped_not_waited_for(pg_url: str) -> None:
+def test_a_row_another_session_has_locked_is_skipped_not_waited_for(pg_migrated_url: str) -> None:
     """On PostgreSQL the hand-off's claim skips a row another transaction holds (FOR UPDATE
     SKIP LOCKED): it is not marked, and stays queued for a later drain."""
-    repo = SwarmRepository(open_postgres(pg_url, lock_timeout_ms=500))  # waiting would fail
-    other = PgConnection(pg_url)
+    repo = SwarmRepository(
+        open_postgres(pg_migrated_url, lock_timeout_ms=500)
+    )  # waiting would fail
+    other = PgConnection(pg_migrated_url)
     try:
         repo.accept(new_message("ses_t", msg_id="msg_busy"), 1000)
         repo.accept(new_message("ses_t", msg_id="msg_free"), 1000)
