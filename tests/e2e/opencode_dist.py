@@ -3,8 +3,8 @@
 :func:`ensure_opencode` installs ``opencode-ai@<version>`` from the npm
 registry once, into ``<cache>/opencode/<version>/``, and returns the path of
 the native ``opencode`` binary.  ``<cache>`` is ``$PIGEOND_TEST_CACHE`` when
-set, else ``<repo root>/.cache`` (ignored by git).  npm's own cache is
-``<cache>/opencode/npm-cache``.
+set, else ``<repo root>/.cache`` (ignored by git).  npm keeps what it downloads in its
+own cache (``~/.npm``, as for any npm project), so a fresh clone installs from there.
 
 * Installs are serialised with an ``fcntl`` lock file, so parallel test runs
   (or pytest-xdist workers) never install into the same folder at once.
@@ -138,8 +138,6 @@ def _install(version: str, root: Path) -> Path:
             "--no-update-notifier",
             "--include=optional",
             "--ignore-scripts",
-            "--cache",
-            str(root / "npm-cache"),
             f"opencode-ai@{version}",
         ]
         with open(log_path, "wb") as log:
