@@ -13,7 +13,18 @@ from urllib.parse import unquote
 import pytest
 
 from docs import gen_reference
-from tests.docs_pages import DOCS, MKDOCS_YML, REPO, anchors, display, headings, user_docs
+from pigeond.model import State
+from tests.docs_pages import (
+    DOCS,
+    MKDOCS_YML,
+    REPO,
+    anchors,
+    display,
+    headings,
+    page,
+    section,
+    user_docs,
+)
 
 # [text](target) and [text]: target, outside code; a target that names a scheme is not ours
 LINK_RE = re.compile(r"\]\(([^)\s]+)\)|^\[[^\]]+\]:\s*(\S+)", re.M)
@@ -109,3 +120,10 @@ def test_the_docs_name_no_issue_numbers(path: Path) -> None:
     """User docs say what is, not which issue (or ticket) brought it."""
     text = path.read_text(encoding="utf-8")
     assert re.findall(r".{0,30}\b(?:issues?|tickets?) #?\d+.{0,30}", text, flags=re.I) == []
+
+
+def test_the_concepts_page_explains_every_message_state() -> None:
+    """The state table of docs/concepts.md has one row per state a message can be in."""
+    table = section(page("concepts.md"), "Messages")
+    listed = re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.M)
+    assert listed == [s.value for s in State]
