@@ -55,15 +55,38 @@ def type_text(schema: Json) -> str:
         return f"[{name}](#{schema_anchor(name)})"
     kinds = schema.get("type")
     if kinds is None:
-        return "any"
+        alternatives = schema.get("oneOf") or schema.get("anyOf") or []
+        if alternatives:
+            return " or ".join(dict.fromkeys(type_text(a) for a in alternatives))
+        values = [schema["const"]] if "const" in schema else schema.get("enum", [])
+        named = dict.fromkeys(json_type(v) for v in values)
+        return " or ".join(named) if named else "any"
     names = [kinds] if isinstance(kinds, str) else list(kinds)
     words = []
     for kind in names:
         if kind == "array" and "items" in schema:
             words.append(f"array of {type_text(schema['items'])}")
+        elif kind == "object" and schema.get("properties"):
+            fields = ", ".join(f"`{name}`" for name in schema["properties"])
+            words.append(f"object ({fields})")
         else:
             words.append(kind)
     return " or ".join(words)
+
+
+def json_type(value: object) -> str:
+    """The JSON Schema type of a value a schema names (in ``const`` or ``enum``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def rule_text(schema: Json) -> str:
@@ -173,7 +196,7 @@ def operation_section(document: Json, path: str, method: str, operation: Json) -
 
 def schema_section(name: str, schema: Json) -> list[str]:
     out = [f"### {name} {{#{schema_anchor(name)}}}", ""]
-    summary = type_text(schema)
+    summary = type_text({k: v for k, v in schema.items() if k != "properties"})  # the table
     rules = rule_text(schema)
     out += [f"Type: {summary}" + (f"; {rules}" if rules else "") + ".", ""]
     if schema.get("description"):
