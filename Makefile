@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unit venv clean bench dist deb system-deps
+.PHONY: run test lint unit venv clean bench dist deb docs system-deps
 
 venv: $(STAMP)
 
@@ -23,14 +23,20 @@ test: $(STAMP) lint system-deps
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check pigeond tui tests bench packaging
-	$(BIN)/ruff format --check pigeond tui tests bench packaging
+	$(BIN)/ruff check pigeond tui tests bench packaging docs
+	$(BIN)/ruff format --check pigeond tui tests bench packaging docs
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 ## only the fast unit tests
 unit: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
+
+## the manual: regenerate docs/reference/ from the options, the OpenAPI description and the
+## TUI's keys, then build the site into build/docs (--strict: a broken link or anchor fails)
+docs: $(STAMP)
+	$(BIN)/python -m docs.gen_reference
+	$(BIN)/mkdocs build --strict --site-dir build/docs
 
 ## sdist and wheel in dist/
 dist: $(STAMP)

@@ -1,7 +1,7 @@
 """Packaging: the systemd units, the default config file, the wheel and sdist, and the .deb.
 
 The fast tests check the units with ``systemd-analyze verify`` (copies whose
-``ExecStart`` runs this virtualenv's ``pigeond``) and against the README. The
+``ExecStart`` runs this virtualenv's ``pigeond``) and against the manual. The
 slow ones build the wheel and sdist, and build, install, run, upgrade, remove
 and purge the .deb on this machine (root only; CI runs as root).
 """
@@ -35,6 +35,8 @@ from pigeond import __version__
 from pigeond.config import OPTIONS, Config, default_runtime_socket, read_config_file
 from pigeond.delivery import preflight
 from tests import daemon_process
+from tests.docs_pages import page
+from tests.docs_pages import section as docs_section
 
 REPO = Path(__file__).resolve().parent.parent
 SYSTEMD_DIR = REPO / "systemd"
@@ -47,7 +49,6 @@ UNIX_SOCKET_DROPIN = SYSTEMD_DIR / "socket-activation-unix.conf"
 SYSUSERS = SYSTEMD_DIR / "pigeond.sysusers"
 DEFAULT_CONFIG = REPO / "packaging" / "pigeond.toml"
 BUILD_DEB = REPO / "packaging" / "build_deb.py"
-README = REPO / "README.md"
 VENV_PIGEOND = Path(sys.executable).parent / "pigeond"
 
 with (REPO / "pyproject.toml").open("rb") as _f:
@@ -141,14 +142,6 @@ def copy_for_verify(unit: Path, dest_dir: Path, exec_start: Path) -> Path:
     text = text.replace("\nExecStart=/usr/bin/pigeond\n", f"\nExecStart={exec_start}\n")
     dest.write_text(text.replace("\nExecReload=/usr/bin/pigeond ", f"\nExecReload={exec_start} "))
     return dest
-
-
-def readme_section(title: str) -> str:
-    """The README text from the ``## title`` heading to the next ``## `` heading."""
-    text = README.read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
 
 
 def commented_defaults(path: Path) -> dict[str, Any]:
@@ -571,13 +564,14 @@ def test_sysusers_file_makes_the_system_user_and_group(tmp_path: Path) -> None:
     assert user[6] == "/usr/sbin/nologin"
 
 
-def test_every_system_unit_setting_is_justified_in_the_readme() -> None:
-    """Each [Unit] and [Service] setting of the system unit has a row in the README's table."""
-    section = readme_section("Install and run as a service")
+def test_every_system_unit_setting_is_justified_in_the_manual() -> None:
+    """Each [Unit] and [Service] setting of the system unit has a row in the table of
+    docs/install.md's "The system unit's settings"."""
+    settings_section = docs_section(page("install.md"), "The system unit's settings")
     settings = unit_settings(SYSTEM_UNIT)
     keys = {k for k, _ in settings["Service"]}
     keys |= {k for k, _ in settings["Unit"] if k not in ("Description", "Documentation")}
-    missing = sorted(k for k in keys if f"`{k}=" not in section)
+    missing = sorted(k for k in keys if f"| `{k}=" not in settings_section)
     assert missing == []
 
 

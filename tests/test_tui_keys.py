@@ -3,15 +3,19 @@ where the highlighted row's state allows it (never a question for an impossible 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from textual.app import App
 from textual.binding import Binding
 from textual.pilot import Pilot
 from textual.widgets import Static
 
 from pigeond_tui.app import PigeonApp
+from pigeond_tui.keys import KEYS, help_keys
 from pigeond_tui.screens import ConfirmScreen, HelpScreen
+from tests.docs_pages import page, section
 from tests.tui_support import all_rows, drive, highlight, seed, settle
 
 ROW_KEYS = ("u", "n", "x", "U", "X")
@@ -46,6 +50,26 @@ def test_the_help_screen_lists_every_binding_with_its_help(db: Path) -> None:
     assert [line.split(maxsplit=1) for line in lines] == [
         [app.get_key_display(b), b.tooltip] for b in bindings
     ]
+
+
+def manual_key_rows(title: str) -> list[list[str]]:
+    """The cells of the key table under ``title`` in docs/reference/tui-keys.md, code
+    spans unwrapped (``"`esc`, `q`"`` becomes ``"esc, q"``)."""
+    table = section(page("reference/tui-keys.md"), title)
+    rows = [ln.strip("|").split(" | ") for ln in table.splitlines() if ln.startswith("| ")]
+    return [[re.sub(r"``? ?(.*?) ?``?", r"\1", c.strip()) for c in row] for row in rows[1:]]
+
+
+def test_the_manual_s_key_table_is_the_main_screen_s_bindings() -> None:
+    """docs/reference/tui-keys.md lists every key of the main screen, in order, as the
+    help screen shows it, with the footer's word (or "-" when the footer hides it)."""
+    app: App[None] = App()
+    expected = [
+        [key, b.description if b.show else "-", does]
+        for (key, does), b in zip(help_keys(app), KEYS, strict=True)
+    ]
+    assert manual_key_rows("The main screen") == expected
+    assert ["o", "Owed", "who owes whom a reply: outstanding obligations"] in expected
 
 
 @pytest.mark.parametrize(

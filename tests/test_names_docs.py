@@ -1,10 +1,11 @@
-"""The README's names query, run with sqlite3 on a database pigeond made (the commands
-in its sh blocks run against a real daemon in tests/test_readme_snippets.py)."""
+"""The names query of docs/storage.md, run with sqlite3 on a database pigeond made (the
+`pigeon name` and curl commands of the docs run against a real daemon in
+tests/test_docs_snippets.py)."""
 
 from __future__ import annotations
 
 from pigeond.storage import SwarmRepository, open_database
-from tests.test_readme_snippets import (
+from tests.test_docs_snippets import (
     OperatorDb,
     operator_db,
     rows,

@@ -1,12 +1,13 @@
-"""The README's channel queries, run with sqlite3 on a database pigeond made (the curl
-commands of its Channels section run against a real daemon in tests/test_readme_snippets.py)."""
+"""The channel queries of docs/storage.md, run with sqlite3 on a database pigeond made (the
+curl commands of docs/http-api.md's channels section run against a real daemon in
+tests/test_docs_snippets.py)."""
 
 from __future__ import annotations
 
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
 from tests.messages import new_message
-from tests.test_readme_snippets import (
+from tests.test_docs_snippets import (
     OperatorDb,
     operator_db,
     rows,

@@ -1,10 +1,11 @@
-"""Every shell command and SQL statement the README shows, tried with this machine's tools.
+"""Every shell command and SQL statement the user docs show, tried with this machine's tools.
 
-The README's ```sh blocks are split into commands, and each command has exactly one
-verdict in :data:`RULES` (a new command without one fails
-``test_every_readme_command_has_exactly_one_verdict``):
+The ```sh blocks of the README and of the manual's pages (docs/, in mkdocs.yml's nav
+order: :func:`tests.docs_pages.user_docs`) are split into commands, and each command has
+exactly one verdict in :data:`RULES` (a new command without one fails
+``test_every_docs_command_has_exactly_one_verdict``):
 
-- ``RUN``: run in README order, in one bash session (so ``export PATH=...`` and
+- ``RUN``: run in reading order, in one bash session (so ``export PATH=...`` and
   ``TOKEN=...`` carry over, as in an operator's shell), against a real pigeond that
   delivers to a fake opencode, in a temporary home; each must exit 0, and every curl
   answer must be JSON without an ``"error"`` (``/metrics``: Prometheus samples).
@@ -19,7 +20,7 @@ verdict in :data:`RULES` (a new command without one fails
 
 Two rewrites, both deliberate: ``http://127.0.0.1:4097`` becomes the test daemon's address
 (port 4097 may be taken on a shared machine), and the requeue's ``'msg_...'`` placeholder
-becomes the failed message's id. The clients find the daemon as the README says: over
+becomes the failed message's id. The clients find the daemon as the docs say: over
 ``$XDG_RUNTIME_DIR/pigeond/pigeond.sock``, or with the token from ``~/.local/state``.
 """
 
@@ -47,18 +48,18 @@ from pigeond.consent import Policy, held_reason
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
 from tests.daemon_process import DaemonProcess, isolated_env
+from tests.docs_pages import display, user_docs
 from tests.fake_opencode import FakeOpencode
 from tests.messages import new_message
 
 REPO = Path(__file__).resolve().parent.parent
-README = REPO / "README.md"
 USER_UNIT = REPO / "systemd" / "user" / "pigeond.service"
 VENV = Path(sys.executable).parent.parent
 SHELL_LANGS = ("sh", "bash", "shell", "console")
 
-README_URL = "http://127.0.0.1:4097"
-README_MSG_ID = "msg_mx61sqct_8cf15ecb"  # the msg_id the README's examples show
-README_SESSIONS = ("ses_TARGET", "ses_B")  # the targets its commands send to
+DOCS_URL = "http://127.0.0.1:4097"
+DOCS_MSG_ID = "msg_mx61sqct_8cf15ecb"  # the msg_id the docs' examples show
+DOCS_SESSIONS = ("ses_TARGET", "ses_B")  # the targets their commands send to
 AGENT_SESSION = "ses_A"  # OPENCODE_SESSION_ID, as the plugin sets it in an agent's shell
 SESSION_TIMEOUT_S = 90.0
 DELIVERY_TIMEOUT_S = 15.0
@@ -86,6 +87,12 @@ RULES: tuple[Rule, ...] = (
         "serves in the foreground until stopped, or runs the test suite this test is part of",
     ),
     Rule(r"make venv\b", Verdict.SYNTAX_ONLY, "makes the virtualenv this test runs from"),
+    Rule(
+        r"make docs\b",
+        Verdict.SYNTAX_ONLY,
+        "writes into the checkout; test_docs.py makes the same pages in memory and runs the"
+        " same mkdocs build --strict into a temporary folder",
+    ),
     Rule(
         r"make deb\b",
         Verdict.SYNTAX_ONLY,
@@ -120,26 +127,28 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-# -- reading the README ------------------------------------------------------------------
+# -- reading the docs --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Block:
-    line: int  # README line of the block's first line of code
+    line: int  # line of the block's first line of code, in its page
     lang: str
     text: str
+    page: str = ""  # the page, relative to the checkout (README.md, docs/agents.md)
 
 
 @dataclass(frozen=True)
 class Command:
-    line: int  # README line where the command starts
+    line: int  # line where the command starts, in its page
     text: str
+    page: str = ""
 
     def __str__(self) -> str:
-        return f"README.md:{self.line}: {self.text.splitlines()[0]}"
+        return f"{self.page}:{self.line}: {self.text.splitlines()[0]}"
 
 
-def code_blocks(text: str) -> list[Block]:
+def code_blocks(text: str, page: str = "") -> list[Block]:
     """Every fenced block (indented ones too, their indent removed), with its language."""
     blocks: list[Block] = []
     lines = text.splitlines()
@@ -156,13 +165,15 @@ def code_blocks(text: str) -> list[Block]:
         while lines[i].strip() != "```":
             body.append(lines[i][indent:])
             i += 1
-        blocks.append(Block(first_code_line, lang, "\n".join(body) + "\n"))
+        blocks.append(Block(first_code_line, lang, "\n".join(body) + "\n", page))
         i += 1
     return blocks
 
 
 def shell_blocks() -> list[Block]:
-    return [b for b in code_blocks(README.read_text(encoding="utf-8")) if b.lang in SHELL_LANGS]
+    """Every shell block of the user docs, in reading order."""
+    blocks = [b for p in user_docs() for b in code_blocks(p.read_text("utf-8"), display(p))]
+    return [b for b in blocks if b.lang in SHELL_LANGS]
 
 
 def _scan(line: str, quote: str) -> tuple[str, str, str | None]:
@@ -209,7 +220,7 @@ def split_commands(block: Block) -> list[Command]:
             current.append(line)
             if line.strip() == heredoc:
                 in_heredoc = False
-                commands.append(Command(start, "\n".join(current)))
+                commands.append(Command(start, "\n".join(current), block.page))
                 current = []
             continue
         if not current and (not line.strip() or line.lstrip().startswith("#")):
@@ -224,13 +235,13 @@ def split_commands(block: Block) -> list[Command]:
         if opened is not None:
             in_heredoc = True
             continue
-        commands.append(Command(start, "\n".join(current)))
+        commands.append(Command(start, "\n".join(current), block.page))
         current = []
-    assert not current, f"README.md:{start}: unterminated command {current!r}"
+    assert not current, f"{block.page}:{start}: unterminated command {current!r}"
     return commands
 
 
-def readme_commands() -> list[Command]:
+def docs_commands() -> list[Command]:
     return [c for b in shell_blocks() for c in split_commands(b)]
 
 
@@ -239,7 +250,7 @@ def matching_rules(command: Command) -> list[Rule]:
 
 
 def commands_with(verdict: Verdict) -> list[Command]:
-    return [c for c in readme_commands() if [r.verdict for r in matching_rules(c)] == [verdict]]
+    return [c for c in docs_commands() if [r.verdict for r in matching_rules(c)] == [verdict]]
 
 
 # -- running commands in one shell ------------------------------------------------------
@@ -263,7 +274,7 @@ def run_in_one_shell(
 ) -> list[Outcome]:
     """Run the commands one after the other in a single bash, as an operator types them;
     each one's exit status and output are kept apart. The whole session is bounded."""
-    out = Path(tempfile.mkdtemp(prefix="readme-out-"))  # never in cwd: it may be the checkout
+    out = Path(tempfile.mkdtemp(prefix="docs-out-"))  # never in cwd: it may be the checkout
     script = []
     for i, command in enumerate(commands):
         script.append("{ " + command.text)
@@ -283,7 +294,7 @@ def run_in_one_shell(
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        pytest.fail(f"the README's commands did not finish within {timeout_s:g} s")
+        pytest.fail(f"the docs' commands did not finish within {timeout_s:g} s")
     assert stderr == "", f"bash itself complained: {stderr}"
     outcomes = []
     for i, command in enumerate(commands):
@@ -302,26 +313,26 @@ def run_in_one_shell(
 
 def without_pigeond_on_path(env: dict[str, str]) -> dict[str, str]:
     """``env`` whose PATH holds no folder with pigeond's commands: the README's own
-    ``export PATH=...`` line must put them there."""
+    ``export PATH=...`` line (the first command run) must put them there."""
     folders = env.get("PATH", os.defpath).split(os.pathsep)
     kept = [f for f in folders if f and not (Path(f) / "pigeon-send").exists()]
     return {**env, "PATH": os.pathsep.join(kept)}
 
 
-# -- the README's text -------------------------------------------------------------------
+# -- the docs' text ---------------------------------------------------------------------
 
 
-def test_every_readme_command_has_exactly_one_verdict() -> None:
+def test_every_docs_command_has_exactly_one_verdict() -> None:
     """Each command of every ```sh block matches one rule: run, SQL, drop-in or syntax only
     (with its reason), so no snippet goes untried without saying why."""
-    commands = readme_commands()
+    commands = docs_commands()
     assert len(commands) >= 30, [str(c) for c in commands]
     ambiguous = {str(c): [r.pattern for r in matching_rules(c)] for c in commands}
     assert {c: rules for c, rules in ambiguous.items() if len(rules) != 1} == {}
     assert all(r.reason for r in RULES if r.verdict is Verdict.SYNTAX_ONLY)
 
 
-@pytest.mark.parametrize("block", shell_blocks(), ids=lambda b: f"README.md:{b.line}")
+@pytest.mark.parametrize("block", shell_blocks(), ids=lambda b: f"{b.page}:{b.line}")
 def test_shell_block_passes_bash_syntax_check(block: Block) -> None:
     """``bash -n`` accepts the block as written."""
     result = subprocess.run(
@@ -330,9 +341,10 @@ def test_shell_block_passes_bash_syntax_check(block: Block) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_every_sql_the_readme_shows_is_in_a_shell_block_that_runs() -> None:
+@pytest.mark.parametrize("path", user_docs(), ids=display)
+def test_every_sql_the_docs_show_is_in_a_shell_block_that_runs(path: Path) -> None:
     """No ```sql block and no inline SQL statement escape the SQL tests below."""
-    text = README.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8")
     assert [b.line for b in code_blocks(text) if b.lang == "sql"] == []
     outside = re.sub(r"^( *)```.*?^\1```", "", text, flags=re.M | re.S)
     inline = re.findall(r"`([^`\n]+)`", outside)
@@ -345,7 +357,7 @@ def test_every_sql_the_readme_shows_is_in_a_shell_block_that_runs() -> None:
 
 @dataclass(frozen=True)
 class World:
-    """A checkout-like folder with a running pigeond, as the README's reader has."""
+    """A checkout-like folder with a running pigeond, as the docs' reader has."""
 
     work: Path  # the shell's folder: a `.venv` link to this virtualenv, nothing else
     home: Path
@@ -369,18 +381,18 @@ def wait_until_handed_off(daemon: DaemonProcess, msg_id: str) -> None:
 
 @pytest.fixture
 def world() -> Iterator[World]:
-    """pigeond delivering to a fake opencode that knows the README's sessions, its database
-    and token where the README says, its runtime socket in $XDG_RUNTIME_DIR, and the
-    README's example message already handed off (so `cur_1` and its msg_id exist)."""
+    """pigeond delivering to a fake opencode that knows the docs' sessions, its database
+    and token where the docs say, its runtime socket in $XDG_RUNTIME_DIR, and the
+    docs' example message already handed off (so `cur_1` and its msg_id exist)."""
     # under /tmp, short: the runtime socket's path must fit a Unix socket address
-    work = Path(tempfile.mkdtemp(prefix="pgd-readme-", dir="/tmp"))
+    work = Path(tempfile.mkdtemp(prefix="pgd-docs-", dir="/tmp"))
     try:
         home = work / "home"
         runtime_dir = work / "run"
         runtime_dir.mkdir(mode=0o700)
         (work / ".venv").symlink_to(VENV)
         with FakeOpencode(work) as fake:
-            for session in README_SESSIONS:
+            for session in DOCS_SESSIONS:
                 fake.add_session(session)
             db = home / ".local" / "state" / "pigeond" / "pigeond.db"
             env = {"XDG_RUNTIME_DIR": str(runtime_dir)}
@@ -389,24 +401,25 @@ def world() -> Iterator[World]:
                     "from": "ses_me",
                     "to": "ses_TARGET",
                     "payload": "Please review PR 12",
-                    "msg_id": README_MSG_ID,
+                    "msg_id": DOCS_MSG_ID,
                 }
                 assert daemon.request_json("POST", "/swarm/send", example)[0] == 202
-                wait_until_handed_off(daemon, README_MSG_ID)
+                wait_until_handed_off(daemon, DOCS_MSG_ID)
                 yield World(work, home, runtime_dir, daemon)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def test_runnable_commands_exit_0_against_a_real_daemon(world: World) -> None:
-    """The README's pigeon, pigeon-send, pigeond and curl commands, in its order, in one
-    shell whose PATH is set by its own `export` line: each exits 0, and curl gets JSON
+    """The docs' pigeon, pigeon-send, pigeond and curl commands, in reading order, in one
+    shell whose PATH is set by the README's `export` line: each exits 0, and curl gets JSON
     answers, never an error."""
     commands = [
-        Command(c.line, c.text.replace(README_URL, world.daemon.base_url))
+        Command(c.line, c.text.replace(DOCS_URL, world.daemon.base_url), c.page)
         for c in commands_with(Verdict.RUN)
     ]
     assert commands[0].text.startswith("export PATH="), "the quick start must set PATH first"
+    assert commands[0].page == "README.md", commands[0]
     outcomes = run_in_one_shell(commands, world.env(), world.work, SESSION_TIMEOUT_S)
     failed = [o.describe() for o in outcomes if o.returncode != 0]
     assert failed == [], "\n".join(failed)
@@ -471,7 +484,7 @@ def sqlite_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def operator_db(tmp_path: Path) -> OperatorDb:
-    """The README's $DB (~/.local/state/pigeond/pigeond.db, HOME in tmp), made by pigeond's
+    """The docs' $DB (~/.local/state/pigeond/pigeond.db, HOME in tmp), made by pigeond's
     storage: two messages queued for ses_a, one failed to ses_b, one channel message."""
     home = tmp_path / "home"
     path = home / ".local" / "state" / "pigeond" / "pigeond.db"
@@ -501,12 +514,14 @@ def opened(path: Path) -> Iterator[SwarmRepository]:
 
 
 def run_sql_command(db: OperatorDb, path: str, containing: str) -> Outcome:
-    """The README's ``DB=...`` line and its one sqlite3 command containing ``containing``,
+    """The docs' ``DB=...`` line and their one sqlite3 command containing ``containing``,
     run in one shell with HOME at the test database's home."""
     sql = [c for c in commands_with(Verdict.SQL) if c.text.startswith("sqlite3 ")]
     [command] = [c for c in sql if containing in c.text]
     [assignment] = [c for c in commands_with(Verdict.SQL) if c.text.startswith("DB=")]
-    command = Command(command.line, command.text.replace("'msg_...'", f"'{db.failed_id}'"))
+    command = Command(
+        command.line, command.text.replace("'msg_...'", f"'{db.failed_id}'"), command.page
+    )
     env = {**isolated_env(db.home), "PATH": path}
     outcomes = run_in_one_shell([assignment, command], env, db.home, SESSION_TIMEOUT_S)
     assert [o.returncode for o in outcomes] == [0, 0], "\n".join(o.describe() for o in outcomes)
@@ -564,7 +579,7 @@ def test_requeue_sql_makes_a_failed_message_queued_and_due_now(
     assert message.verify_by is None
 
 
-def test_a_message_requeued_by_the_readme_sql_is_delivered(
+def test_a_message_requeued_by_the_docs_sql_is_delivered(
     operator_db: OperatorDb, tmp_path: Path
 ) -> None:
     """After the requeue SQL (real sqlite3), a pigeond started on the database hands the
@@ -621,7 +636,7 @@ def test_send_again_sql_clears_the_intent_of_a_message_in_doubt(
 
 
 def test_checkout_drop_in_passes_systemd_analyze_verify(tmp_path: Path) -> None:
-    """The README's drop-in, written from the checkout, points ExecStart= and both
+    """The docs' drop-in, written from the checkout, points ExecStart= and both
     ExecReload= at the checkout's pigeond, and `systemd-analyze --user verify` accepts
     the user unit with it (a /usr/bin/pigeond left in ExecReload= would fail it)."""
     home = tmp_path / "home"

@@ -1,0 +1,1 @@
+"""The manual (Markdown pages for MkDocs) and the generator of its reference pages."""
