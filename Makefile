@@ -18,9 +18,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/pigeond
 
-## lint, type-check, then every test
+# Test worker processes (pytest-xdist): most tests wait on subprocesses, sockets and
+# opencode's model turns more than they compute, so twice the cores keeps both cores busy.
+TEST_WORKERS ?= 4
+
+## lint, type-check, then every test (in TEST_WORKERS parallel workers; 1 runs them in turn)
 test: $(STAMP) lint system-deps
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 lint: $(STAMP)
 	$(BIN)/ruff check pigeond tui tests bench packaging docs
@@ -30,7 +34,7 @@ lint: $(STAMP)
 
 ## only the fast unit tests
 unit: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 ## the manual: regenerate docs/reference/ from the options, the OpenAPI description and the
 ## TUI's keys, then build the site into build/docs (--strict: a broken link or anchor fails)
