@@ -30,7 +30,13 @@ from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlencode
 
 from pigeond.cli import install_plugin, pigeon_send
-from pigeond.cli.actions import ACTIONS, outcome_line, queued_per_target, resolve_db
+from pigeond.cli.actions import (
+    ACTIONS,
+    NoDatabase,
+    outcome_line,
+    queued_per_target,
+    resolve_db,
+)
 from pigeond.cli.pigeon_args import build_parser
 from pigeond.cli.pigeon_channels import DAEMON_VERBS, cmd_channel, cmd_channels, cmd_membership
 from pigeond.cli.pigeon_names import cmd_name, cmd_names
@@ -55,6 +61,7 @@ from pigeond.cli.presentation import (
     state_counts,
     table_lines,
 )
+from pigeond.config import SYSTEM_DB
 from pigeond.credentials import TokenError, client_token, daemon_address
 from pigeond.db_url import without_password
 from pigeond.storage import StorageError, SwarmRepository
@@ -278,7 +285,11 @@ def main(
     argv: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
     now_ms: int | None = None,
+    *,
+    system_db: str = SYSTEM_DB,
 ) -> int:
+    """Run one ``pigeon`` command; its exit code.  ``system_db`` is the system service's
+    database, looked for when the user names none (a test's elsewhere)."""
     env = os.environ if env is None else env
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["send"]:
@@ -297,7 +308,7 @@ def main(
             return cmd_name(args, env)
         if args.command == "channel" and args.verb in DAEMON_VERBS:
             return cmd_membership(args, env)
-        db = resolve_db(args.db, env)
+        db = resolve_db(args.db, env, system_db=system_db)
         try:
             repo = SwarmRepository(open_existing(db))
         except StorageError as e:  # missing, foreign, another schema; PostgreSQL out of reach
@@ -308,7 +319,7 @@ def main(
             return DB_COMMANDS[args.command](repo, args, now)
         finally:
             repo.close()
-    except UsageError as e:
+    except (UsageError, NoDatabase) as e:
         print(f"pigeon: {visible(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except StorageError as e:

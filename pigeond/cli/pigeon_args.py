@@ -9,14 +9,14 @@ from __future__ import annotations
 import argparse
 
 from pigeond.cli import pigeon_send
-from pigeond.cli.actions import ACTIONS, SYSTEM_DB
+from pigeond.cli.actions import ACTIONS
 from pigeond.cli.pigeon_channels import add_channels_parsers
 from pigeond.cli.pigeon_names import add_names_parsers
 from pigeond.cli.pigeon_policy import add_policy_parser
 from pigeond.cli.pigeon_routes import add_routes_parser
 from pigeond.cli.pigeon_search import add_search_parser
 from pigeond.cli.presentation import STATES
-from pigeond.config import Config
+from pigeond.config import SYSTEM_DB, Config
 
 # pigeon does not read pigeond's configuration: prune defaults to its default retention
 DEFAULT_RETENTION_DAYS = Config().retention_days
