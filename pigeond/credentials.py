@@ -18,7 +18,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,6 +136,60 @@ class DaemonAddress:
     why: str  # how it was chosen, for error messages
 
 
+def _from_variable(env: Mapping[str, str], system_socket: str, default_url: str) -> str | None:
+    return env.get("PIGEOND_URL") or None
+
+
+def _user_socket(env: Mapping[str, str], system_socket: str, default_url: str) -> str | None:
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if not runtime:
+        return None
+    path = Path(runtime) / "pigeond" / "pigeond.sock"
+    return f"unix:{path}" if _private_socket(path, os.getuid()) else None
+
+
+def _service_socket(env: Mapping[str, str], system_socket: str, default_url: str) -> str | None:
+    return f"unix:{system_socket}" if _system_socket(Path(system_socket)) else None
+
+
+def _default(env: Mapping[str, str], system_socket: str, default_url: str) -> str | None:
+    return default_url
+
+
+@dataclass(frozen=True, slots=True)
+class AddressSource:
+    """One place a client looks for the daemon when no ``--url`` is given."""
+
+    said: str  # in help texts, after "default: " or "else "
+    why: str  # DaemonAddress.why
+    find: Callable[[Mapping[str, str], str, str], str | None]
+
+
+# Where every client (pigeon-send, pigeon, pigeon-tui, and the opencode plugin, whose
+# discoverSocket() keeps the same order) looks for the daemon, first to last:
+# daemon_address() walks it, and the help texts say it (address_order()).
+ADDRESS_SOURCES: tuple[AddressSource, ...] = (
+    AddressSource("$PIGEOND_URL", "PIGEOND_URL", _from_variable),
+    AddressSource(
+        "the user's socket $XDG_RUNTIME_DIR/pigeond/pigeond.sock when its folder is the"
+        " user's alone",
+        "the user's runtime socket",
+        _user_socket,
+    ),
+    AddressSource(
+        f"the system service's socket {SYSTEM_SOCKET} when it is there",
+        "the system service's socket",
+        _service_socket,
+    ),
+    AddressSource(DEFAULT_URL, "the default address", _default),
+)
+
+
+def address_order() -> str:
+    """Where a client looks for the daemon, in words, in the order it looks."""
+    return ", else ".join(source.said for source in ADDRESS_SOURCES)
+
+
 def daemon_address(
     given: str | None,
     env: Mapping[str, str],
@@ -143,17 +197,9 @@ def daemon_address(
     system_socket: str = SYSTEM_SOCKET,
     default_url: str = DEFAULT_URL,
 ) -> DaemonAddress:
-    """``--url``, else ``PIGEOND_URL``, else the user's private Unix socket, else the
-    system service's socket, else ``http://127.0.0.1:4097``."""
+    """``--url``, else the first of :data:`ADDRESS_SOURCES` that has an address."""
     if given:
         return DaemonAddress(given, "--url")
-    if env.get("PIGEOND_URL"):
-        return DaemonAddress(env["PIGEOND_URL"], "PIGEOND_URL")
-    runtime = env.get("XDG_RUNTIME_DIR")
-    if runtime:
-        user_socket = Path(runtime) / "pigeond" / "pigeond.sock"
-        if _private_socket(user_socket, os.getuid()):
-            return DaemonAddress(f"unix:{user_socket}", "the user's runtime socket")
-    if _system_socket(Path(system_socket)):
-        return DaemonAddress(f"unix:{system_socket}", "the system service's socket")
-    return DaemonAddress(default_url, "the default address")
+    found = ((s.find(env, system_socket, default_url), s.why) for s in ADDRESS_SOURCES)
+    # the last source, the default URL, always has one
+    return next(DaemonAddress(url, why) for url, why in found if url)

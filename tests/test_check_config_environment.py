@@ -13,12 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from pigeond.config import default_db_path, default_runtime_socket
-from pigeond.service.main import (
+from pigeond.config import (
     SERVICE_ENVIRONMENT,
     SYSTEM_CONFIG_FILE,
-    check_config_environment,
+    SYSTEM_DB,
+    default_db_path,
+    default_runtime_socket,
 )
+from pigeond.credentials import SYSTEM_SOCKET
+from pigeond.service.main import check_config_environment
 
 REPO = Path(__file__).resolve().parent.parent
 SYSTEM_UNIT = REPO / "systemd" / "pigeond.service"
@@ -88,8 +91,7 @@ def test_under_systemd_the_process_environment_is_used_as_it_is() -> None:
     ids=["discovered file", "no file", "another file"],
 )
 def test_a_users_pigeond_keeps_its_own_environment(flag: str | None, env: dict[str, str]) -> None:
-    """Without the system file named, defaults come from the caller's environment (a
-    user whose pigeond falls back to /etc/pigeond/pigeond.toml still keeps its own db)."""
+    """Without the system file named, defaults come from the caller's environment."""
     used, note = check_config_environment(flag, env)
     assert used == env
     assert default_db_path(used) == "/root/.local/state/pigeond/pigeond.db"
@@ -109,3 +111,13 @@ def test_the_service_defaults_are_what_the_system_unit_gives_pigeond() -> None:
         **{k: v for k, v in unit_env.items() if re.fullmatch(r"PIGEOND_ALLOW_\w+", k)},
     }
     assert dict(SERVICE_ENVIRONMENT) == expected
+
+
+def test_the_service_database_and_socket_clients_look_for_are_the_units() -> None:
+    """pigeon's SYSTEM_DB and the clients' SYSTEM_SOCKET are where pigeond.service puts them."""
+    service = service_settings()
+    [state] = service["StateDirectory"]
+    [runtime] = service["RuntimeDirectory"]
+    assert SYSTEM_DB == default_db_path(SERVICE_ENVIRONMENT) == f"/var/lib/{state}/pigeond.db"
+    assert default_runtime_socket(SERVICE_ENVIRONMENT) == SYSTEM_SOCKET
+    assert f"/run/{runtime}/pigeond.sock" == SYSTEM_SOCKET

@@ -9,8 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from pigeond.config import OPTIONS, Config, ConfigError, Option, find_config_file, load_config
+from pigeond.config import (
+    DEFAULTS,
+    OPTIONS,
+    Config,
+    ConfigError,
+    Option,
+    find_config_file,
+    load_config,
+)
 from pigeond.credentials import BasicAuth
+from pigeond.service.main import check_config_environment
 
 
 def base_env(home: Path, **extra: str) -> dict[str, str]:
@@ -320,8 +329,24 @@ def test_missing_xdg_file_is_not_an_error(tmp_path: Path) -> None:
     """Discovery only uses files that exist: an empty XDG dir yields no file."""
     (tmp_path / "xdg" / "pigeond").mkdir(parents=True)
     env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
-    found = find_config_file(None, env)
-    assert found is None or found == Path("/etc/pigeond/pigeond.toml")
+    assert find_config_file(None, env) is None
+
+
+def test_a_user_without_a_config_file_gets_the_defaults_even_beside_the_services(
+    tmp_path: Path,
+) -> None:
+    """No file of the user's: no file and the defaults, though the service's file is there
+    (--check-config says it was not read, and how to see it)."""
+    system = tmp_path / "etc" / "pigeond.toml"
+    system.parent.mkdir()
+    system.write_text('listen = "tcp:5999:interface=127.0.0.1"\nauth = "none"\n')
+    used, note = check_config_environment(None, {"HOME": str(tmp_path)}, system_config=str(system))
+    config = load_config({}, used)
+    assert (config.config_file, config.listen, config.auth) == (None, DEFAULTS.listen, "token")
+    assert note.splitlines()[1] == (
+        f"# not read: {system}, the system service's file (a pigeond started by hand is the"
+        f" user's); its settings: pigeond --config {system} --check-config"
+    )
 
 
 # --- file errors ---------------------------------------------------------------

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from pigeond.credentials import (
+    ADDRESS_SOURCES,
     DEFAULT_URL,
     TokenError,
+    address_order,
     client_token,
     daemon_address,
     load_or_create_token,
@@ -171,3 +173,27 @@ def test_system_socket_is_next(runtime_dir: Path) -> None:
     system = runtime_dir / "pigeond" / "pigeond.sock"
     address = daemon_address(None, {}, system_socket=str(system))
     assert address.url == f"unix:{system}"
+
+
+def test_the_order_the_help_says_is_the_order_tried(runtime_dir: Path, tmp_path: Path) -> None:
+    """With every place available, each is taken until it is gone, in ADDRESS_SOURCES'
+    order, which address_order() says in the same order."""
+    system_folder = tmp_path / "system"
+    system_folder.mkdir(mode=0o755)
+    system = system_folder / "pigeond.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(system))
+        env = {"PIGEOND_URL": "http://127.0.0.1:1", "XDG_RUNTIME_DIR": str(runtime_dir)}
+        taken = []
+        for gone in ("PIGEOND_URL", "XDG_RUNTIME_DIR"):
+            taken.append(daemon_address(None, env, system_socket=str(system)).why)
+            del env[gone]
+        taken.append(daemon_address(None, env, system_socket=str(system)).why)
+        system.unlink()
+        taken.append(daemon_address(None, env, system_socket=str(system)).why)
+    said = address_order()
+    assert taken == [source.why for source in ADDRESS_SOURCES]
+    assert said == ", else ".join(source.said for source in ADDRESS_SOURCES)
+    assert [said.index(s.said) for s in ADDRESS_SOURCES] == sorted(
+        said.index(s.said) for s in ADDRESS_SOURCES
+    )

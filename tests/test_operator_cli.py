@@ -584,3 +584,12 @@ def test_prune_help_says_what_goes(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "--help")[1].count("delete done messages") == 1
     code, out, _ = run(capsys, "prune", "--help")
     assert code == 0 and "delete done messages (verified hand-offs, failed" in " ".join(out.split())
+
+
+def test_a_readable_service_database_is_used_when_the_user_has_none(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No --db, no PIGEOND_DB, no database of the user's: the service's, when readable."""
+    code = main(["ls", "--json"], env={"HOME": "/nonexistent"}, now_ms=LATER, system_db=str(db))
+    assert code == 0
+    assert {m["msg_id"] for m in json.loads(capsys.readouterr().out)} == {"msg_q", "msg_f", "msg_c"}

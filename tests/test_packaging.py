@@ -32,8 +32,16 @@ from typing import Any
 import pytest
 
 from pigeond import __version__
-from pigeond.config import OPTIONS, Config, default_runtime_socket, read_config_file
+from pigeond.config import (
+    OPTIONS,
+    SYSTEM_CONFIG_FILE,
+    Config,
+    default_runtime_socket,
+    find_config_file,
+    read_config_file,
+)
 from pigeond.delivery import preflight
+from pigeond.service.main import build_parser as pigeond_parser
 from tests import daemon_process
 from tests.docs_pages import page
 from tests.docs_pages import section as docs_section
@@ -175,7 +183,7 @@ def ok(cmd: Sequence[str | Path], **kwargs: Any) -> str:
 
 def isolated_env(home: Path) -> dict[str, str]:
     """No PIGEOND_*/XDG_*/OPENCODE_* settings and HOME in tmp; PIGEOND_CONFIG is not set,
-    so the installed pigeond finds /etc/pigeond/pigeond.toml by itself."""
+    so the installed pigeond, started by hand, reads no config file (not the service's)."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -358,6 +366,21 @@ def test_system_unit_has_the_required_settings() -> None:
     # no network namespace: opencode and the clients are on the host's loopback
     assert "PrivateNetwork" not in service
     assert values(SYSTEM_UNIT, "Install", "WantedBy") == ["multi-user.target"]
+
+
+def test_the_system_unit_names_its_config_file() -> None:
+    """ExecStart= and ExecReload='s pigeond read /etc/pigeond/pigeond.toml because the unit
+    names it (PIGEOND_CONFIG): a pigeond finds no system file by itself."""
+    unit_env = dict(v.split("=", 1) for v in values(SYSTEM_UNIT, "Service", "Environment"))
+    commands = values(SYSTEM_UNIT, "Service", "ExecStart") + values(
+        SYSTEM_UNIT, "Service", "ExecReload"
+    )
+    pigeond_lines = [shlex.split(c) for c in commands if c.startswith("/usr/bin/pigeond")]
+    assert len(pigeond_lines) == 2
+    for argv in pigeond_lines:
+        args = pigeond_parser().parse_args(argv[1:])
+        assert find_config_file(args.config, unit_env) == Path(SYSTEM_CONFIG_FILE)
+    assert find_config_file(None, {"HOME": "/nonexistent"}) is None
 
 
 @pytest.mark.parametrize("unit", [SYSTEM_UNIT, USER_UNIT], ids=["system", "user"])
@@ -800,8 +823,10 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
     # run the installed files
     env = isolated_env(tmp_path / "home")
     assert ok(["/usr/bin/pigeond", "--version"], env=env, cwd="/").strip() == f"pigeond {version}"
+    # started by hand, it is the user's pigeond: the service's file is not read
     effective = ok(["/usr/bin/pigeond", "--check-config"], env=env, cwd="/")
-    assert effective.splitlines()[0] == "# config file: /etc/pigeond/pigeond.toml"
+    assert effective.splitlines()[0] == "# config file: (none)"
+    assert effective.splitlines()[2].startswith("# not read: /etc/pigeond/pigeond.toml,")
     assert 'listen = "tcp:4097:interface=127.0.0.1"' in effective
     # asked about the service's file by name, it shows the service's database, not HOME's
     system = ["/usr/bin/pigeond", "--config", "/etc/pigeond/pigeond.toml", "--check-config"]

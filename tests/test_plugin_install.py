@@ -10,6 +10,7 @@ import pytest
 
 from pigeond.cli.install_plugin import PLUGIN_FILE, bundled_plugin
 from pigeond.cli.pigeon import main
+from pigeond.credentials import DEFAULT_URL, SYSTEM_SOCKET, address_order
 
 SOURCE = Path(__file__).resolve().parent.parent / "packaging" / "opencode-plugin" / PLUGIN_FILE
 
@@ -112,3 +113,29 @@ def test_copy_in_the_other_plugin_folder_is_pointed_out(
     other.write_text("// an old copy\n")
     assert main(["install-plugin", "--project", str(tmp_path)], {}) == 0
     assert f"opencode also loads {other}: remove it" in capsys.readouterr().err
+
+
+def test_install_says_where_the_tools_look_for_pigeond(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The last line names every place the tools try, in the order clients try them."""
+    assert main(["install-plugin", "--project", str(tmp_path)], {}) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == (
+        f"opencode loads it when it next starts; its tools reach pigeond at {address_order()},"
+        " as opencode's environment has them"
+    )
+    places = ["$PIGEOND_URL", "$XDG_RUNTIME_DIR/pigeond/pigeond.sock", SYSTEM_SOCKET, DEFAULT_URL]
+    assert [last.index(place) for place in places] == sorted(last.index(p) for p in places)
+
+
+def test_the_plugin_looks_in_the_same_places() -> None:
+    """The plugin's socket and TCP address are the ones the order names, and it tries
+    PIGEOND_URL, then its sockets (the user's before the system's), then the TCP address."""
+    source = SOURCE.read_text()
+    assert f'const DEFAULT_URL = "{DEFAULT_URL}";' in source
+    assert f'const SYSTEM_SOCKET = "{SYSTEM_SOCKET}";' in source
+    chain = '(env.PIGEOND_URL || "").trim() || (await discoverSocket(env)) || DEFAULT_URL'
+    assert chain in source
+    discover = source[source.index("async function discoverSocket(env)") :]
+    assert discover.index("env.XDG_RUNTIME_DIR") < discover.index("SYSTEM_SOCKET")

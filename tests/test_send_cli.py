@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import re
 import socket
 import socketserver
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -19,8 +22,11 @@ from typing import Any
 
 import pytest
 
-from pigeond.cli import pigeon_send
-from pigeond.cli.pigeon_send import main
+from pigeond.cli import pigeon_args, pigeon_send
+from pigeond.cli.daemon_http import URL_HELP
+from pigeond.cli.pigeon_send import main, request_timeout_s
+from pigeond.cli.pigeon_send_args import DEFAULT_RETRY_FOR_S, FORMS, build_parser
+from pigeond.credentials import address_order
 
 SESSION = "ses_sender01"
 TARGET = "ses_target01"
@@ -51,6 +57,8 @@ class FakeDaemon:
     requests: list[Recorded] = field(default_factory=list)
     # answers given before the standing one: (status, JSON body, extra headers)
     first: list[tuple[int, dict[str, Any], dict[str, str]]] = field(default_factory=list)
+    # how many requests, first, are read and then dropped: the connection closes unanswered
+    drop: int = 0
 
     def answer(self, status: int, body: dict[str, Any] | str) -> None:
         self.status = status
@@ -80,6 +88,10 @@ def make_handler(daemon_ref: list[FakeDaemon]) -> type[BaseHTTPRequestHandler]:
                     self.rfile.read(length),
                 )
             )
+            if fake.drop > 0:
+                fake.drop -= 1
+                self.close_connection = True
+                return
             status, body, content_type = fake.status, fake.body, fake.content_type
             extra: dict[str, str] = {}
             if fake.first:
@@ -130,16 +142,28 @@ def fake() -> Iterator[FakeDaemon]:
         yield ref[0]
 
 
+@contextmanager
+def unix_daemon(path: Path) -> Iterator[FakeDaemon]:
+    """The recording server on an AF_UNIX socket at ``path`` for the block."""
+    ref: list[FakeDaemon] = []
+    server = _UnixServer(str(path), make_handler(ref))
+    ref.append(FakeDaemon(url=f"unix:{path}"))
+    with serving(server):
+        yield ref[0]
+
+
 @pytest.fixture
-def unix_fake() -> Iterator[FakeDaemon]:
-    """The same recording server on an AF_UNIX socket (short path, under 108 bytes)."""
+def short_dir() -> Iterator[Path]:
+    """A folder with a short path, for sockets (a socket's path is under 108 bytes)."""
     with tempfile.TemporaryDirectory(prefix="pgs") as short:
-        path = str(Path(short) / "d.sock")
-        ref: list[FakeDaemon] = []
-        server = _UnixServer(path, make_handler(ref))
-        ref.append(FakeDaemon(url=f"unix:{path}"))
-        with serving(server):
-            yield ref[0]
+        yield Path(short)
+
+
+@pytest.fixture
+def unix_fake(short_dir: Path) -> Iterator[FakeDaemon]:
+    """The same recording server on an AF_UNIX socket."""
+    with unix_daemon(short_dir / "d.sock") as fake:
+        yield fake
 
 
 def closed_port() -> int:
@@ -389,14 +413,13 @@ def test_4xx_plain_text_body_is_shown(fake: FakeDaemon, capsys: pytest.CaptureFi
 # --- unavailable (exit 3) ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", [500, 503])
-def test_5xx_exits_3(fake: FakeDaemon, capsys: pytest.CaptureFixture[str], status: int) -> None:
-    """A 500 or 503 exits 3 with the daemon's error on stderr."""
-    fake.answer(status, {"error": "storage unavailable, nothing stored"})
+def test_500_exits_3_without_a_retry(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 500 exits 3 at once with the daemon's error on stderr: it is not tried again."""
+    fake.answer(500, {"error": "internal error"})
     code, out, err = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"])
-    assert code == 3
-    assert out == ""
-    assert "storage unavailable" in err
+    assert (code, out) == (3, "")
+    assert err == "pigeon-send: daemon error (500): internal error\n"
+    assert len(fake.requests) == 1
 
 
 def test_2xx_without_msg_id_is_not_success(
@@ -412,7 +435,9 @@ def test_2xx_without_msg_id_is_not_success(
 def test_connection_refused_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
     """Nothing listening on the port exits 3 with 'unreachable' on stderr."""
     url = f"http://127.0.0.1:{closed_port()}"
-    code, out, err = send(capsys, ["--url", url, "--from", SESSION, TARGET, "x"])
+    code, out, err = send(
+        capsys, ["--url", url, "--retry-for", "0", "--from", SESSION, TARGET, "x"]
+    )
     assert code == 3
     assert out == ""
     assert "unreachable" in err
@@ -437,7 +462,7 @@ def test_silent_server_times_out_with_exit_3(capsys: pytest.CaptureFixture[str])
 def test_missing_unix_socket_exits_3(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A unix: URL whose socket file does not exist exits 3."""
     url = f"unix:{tmp_path / 'absent.sock'}"
-    code, _, err = send(capsys, ["--url", url, "--from", SESSION, TARGET, "x"])
+    code, _, err = send(capsys, ["--url", url, "--retry-for", "0", "--from", SESSION, TARGET, "x"])
     assert code == 3
     assert "unreachable" in err
 
@@ -638,3 +663,182 @@ def test_429_beyond_the_retry_budget_is_exit_3(
     assert (code, out) == (3, "")
     assert "NOT sent" in err and "over its rate" in err
     assert len(fake.requests) == 1
+
+
+# --- an unreachable daemon: --retry-for ------------------------------------------------
+
+PIGEON_SEND = Path(sys.executable).parent / "pigeon-send"
+
+
+def test_a_daemon_that_comes_up_while_retrying_gets_the_message(short_dir: Path) -> None:
+    """No socket yet: pigeon-send says it is trying again, and sends once the daemon is up."""
+    path = short_dir / "late.sock"
+    argv = [str(PIGEON_SEND), "--url", f"unix:{path}", "--retry-for", "60", "--from", SESSION]
+    with subprocess.Popen(
+        [*argv, TARGET, "late"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stderr is not None
+        note = proc.stderr.readline()
+        with unix_daemon(path) as fake:
+            out, err = proc.communicate(timeout=60)
+    assert note.startswith(f"pigeon-send: daemon at unix:{path} unreachable: ")
+    assert note.endswith("; trying again for up to 60 s (--retry-for)\n")
+    assert (proc.returncode, out, err) == (0, MSG_ID + "\n", "")
+    assert [r.json()["payload"] for r in fake.requests] == ["late"]
+
+
+def test_nothing_there_until_the_deadline_is_exit_3_saying_how_long(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Still no daemon at the end of --retry-for: exit 3, the tries and the time said."""
+    url = f"unix:{tmp_path / 'absent.sock'}"
+    code, out, err = send(
+        capsys, ["--url", url, "--retry-for", "0.6", "--from", SESSION, TARGET, "x"]
+    )
+    note, last = err.splitlines()
+    assert (code, out) == (3, "")
+    assert note.endswith("; trying again for up to 0.6 s (--retry-for)")
+    said = re.fullmatch(
+        rf"pigeon-send: daemon at {re.escape(url)} unreachable: .*No such file or directory;"
+        r" (\d+) tries over (\d+\.\d) s \(--retry-for 0\.6\); nothing was sent",
+        last,
+    )
+    assert said is not None, last
+    assert int(said[1]) >= 2 and float(said[2]) >= 0.6
+
+
+def test_a_connection_dropped_before_the_answer_is_retried_with_the_same_msg_id(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A daemon that read the send and closed without answering gets it again, same msg_id."""
+    fake.drop = 1
+    code, out, err = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"])
+    ids = [r.json()["msg_id"] for r in fake.requests]
+    assert (code, out) == (0, MSG_ID + "\n")
+    assert "trying again" in err
+    assert len(ids) == 2 and ids[0] == ids[1]
+
+
+def test_a_503_is_retried_with_the_same_msg_id(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 503 (storage unavailable, too many connections) is tried again, same msg_id."""
+    fake.first.append((503, {"error": "storage unavailable, nothing stored"}, {}))
+    code, out, err = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"])
+    ids = [r.json()["msg_id"] for r in fake.requests]
+    assert (code, out) == (0, MSG_ID + "\n")
+    assert err.startswith(f"pigeon-send: daemon at {fake.url} answered 503: storage unavailable")
+    assert len(ids) == 2 and ids[0] == ids[1]
+
+
+def test_a_503_until_the_deadline_is_exit_3_saying_how_long(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A daemon answering 503 to the end: exit 3, its error and the tries said."""
+    fake.answer(503, {"error": "storage unavailable, nothing stored"})
+    argv = ["--url", fake.url, "--retry-for", "0.3", "--from", SESSION, TARGET, "x"]
+    code, out, err = send(capsys, argv)
+    said = re.fullmatch(
+        r"pigeon-send: daemon error \(503\): storage unavailable, nothing stored;"
+        r" (\d+) tries over (\d+\.\d) s \(--retry-for 0\.3\)",
+        err.splitlines()[-1],
+    )
+    assert (code, out) == (3, "")
+    assert said is not None, err
+    assert int(said[1]) == len(fake.requests) >= 2 and float(said[2]) >= 0.3
+
+
+def test_a_400_is_not_retried(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 4xx other than 429 is the daemon's final word: one try, exit 1."""
+    fake.answer(400, {"error": "payload must not be empty"})
+    code, _, err = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"])
+    assert code == 1
+    assert err == "pigeon-send: rejected (400): payload must not be empty\n"
+    assert len(fake.requests) == 1
+
+
+@pytest.mark.parametrize("given", ["-1", "3601", "soon"])
+def test_a_bad_retry_for_is_a_usage_error(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str], given: str
+) -> None:
+    """--retry-for is seconds from 0 to 3600; nothing is sent otherwise."""
+    code, _, _ = send(
+        capsys, ["--url", fake.url, "--retry-for", given, "--from", SESSION, TARGET, "x"]
+    )
+    assert code == 2
+    assert fake.requests == []
+
+
+def test_the_retry_default_is_the_plugins() -> None:
+    """--retry-for defaults to what swarm_send retries for (PIGEOND_SEND_RETRY_S unset)."""
+    plugin = (Path(__file__).resolve().parent.parent / "packaging" / "opencode-plugin"
+              / "pigeond-swarm.js").read_text()  # fmt: skip
+    [declared] = re.findall(r"^const DEFAULT_SEND_RETRY_S = (\d+);$", plugin, re.MULTILINE)
+    assert float(declared) == DEFAULT_RETRY_FOR_S
+    assert f"(default {declared}," in " ".join(build_parser().format_help().split())
+
+
+# --- the help says what it does ---------------------------------------------------------
+
+
+def form_argv(form: str) -> list[str]:
+    """One of FORMS with its placeholders filled in."""
+    sample = {"TO": TARGET, "PAYLOAD": "hello", "NAME": "ops"}
+    return [sample.get(word, word) for word in form.split()]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_each_form_of_the_usage_line_is_accepted(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str], form: str
+) -> None:
+    """Every command line the usage line offers sends a message."""
+    code, out, _ = send(capsys, ["--url", fake.url, "--from", SESSION, *form_argv(form)])
+    assert (code, out) == (0, MSG_ID + "\n")
+
+
+def test_the_usage_line_offers_exactly_the_forms() -> None:
+    """The usage line is the accepted forms, and nothing repeated (one TO PAYLOAD only)."""
+    usage = build_parser().format_usage().replace("usage:", "").splitlines()
+    assert [line.strip() for line in usage] == [f"pigeon-send [OPTION ...] {f}" for f in FORMS]
+
+
+def test_msg_id_help_says_pigeon_send_makes_it(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--msg-id's help says pigeon-send makes one, and the request carries one made here."""
+    help_text = " ".join(build_parser().format_help().split())
+    send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "x"])
+    assert "(default: pigeon-send makes one, the same for every retry)" in help_text
+    assert re.fullmatch(r"msg_[0-9a-z]+_[0-9a-f]{8}", fake.last.json()["msg_id"])
+
+
+def url_helps(parser: argparse.ArgumentParser) -> list[str | None]:
+    """The help of every --url in ``parser`` and its subcommands, however deep."""
+    helps: list[str | None] = []
+    for action in parser._actions:
+        if "--url" in action.option_strings:
+            helps.append(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                helps.extend(url_helps(sub))
+    return helps
+
+
+def test_every_url_option_says_the_order_clients_look_in() -> None:
+    """pigeon-send's --url and every pigeon verb's say the one text, made from the order."""
+    helps = url_helps(build_parser()) + url_helps(pigeon_args.build_parser())
+    assert len(helps) >= 6  # pigeon-send, inbox, name set|release, channel join|leave
+    assert set(helps) == {URL_HELP}
+    assert URL_HELP.endswith(f"(default: {address_order()})")
+
+
+@pytest.mark.parametrize(
+    ("timeout", "wait", "each"),
+    [(None, False, 10.0), (30.0, False, 30.0), (30.0, True, 10.0), (2.0, True, 2.0)],
+)
+def test_timeout_is_each_requests_and_with_wait_the_whole_waits(
+    timeout: float | None, wait: bool, each: float
+) -> None:
+    """--timeout bounds one request (default 10); with --wait it is the whole wait and each
+    request takes at most the default."""
+    assert request_timeout_s(timeout, wait=wait) == each

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from pigeond.config import default_db_path
+from pigeond.config import SYSTEM_DB, default_db_path
 from pigeond.db_url import without_password
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.operator import (
@@ -32,21 +32,42 @@ from pigeond.storage.operator import (
     open_existing,
 )
 
-SYSTEM_DB: Final = "/var/lib/pigeond/pigeond.db"
+
+class NoDatabase(ValueError):
+    """No database named, none of the user's, and the service's is closed to them; the
+    text is one line saying so."""
 
 
-def resolve_db(given: str | None, env: Mapping[str, str]) -> str:
+def resolve_db(given: str | None, env: Mapping[str, str], *, system_db: str = SYSTEM_DB) -> str:
     """--db, else $PIGEOND_DB, else the system database when readable, else the user's.
 
-    A path or a ``postgresql://`` URL, returned as given: only the system database, a
-    file, is looked for on disk."""
+    A path or a ``postgresql://`` URL, returned as given: only the system database and
+    the user's, files, are looked for on disk.  NoDatabase when the user's is not there
+    and the service's is, but only root (or pigeond) may read it."""
     if given:
         return given
     if env.get("PIGEOND_DB"):
         return env["PIGEOND_DB"]
-    if os.path.isfile(SYSTEM_DB) and os.access(SYSTEM_DB, os.R_OK):
-        return SYSTEM_DB
-    return default_db_path(env)
+    if os.path.isfile(system_db) and os.access(system_db, os.R_OK):
+        return system_db
+    own = default_db_path(env)
+    if not os.path.lexists(own) and _closed(system_db):
+        raise NoDatabase(
+            f"the service's database is {system_db} and needs root (or sudo): run this with"
+            f" sudo, or name a database with --db (you have none of your own at {own})"
+        )
+    return own
+
+
+def _closed(path: str) -> bool:
+    """``path`` is there but unreadable, or behind a folder the caller may not enter."""
+    try:
+        os.stat(path)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return not os.access(path, os.R_OK)
 
 
 @contextmanager

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pigeond.cli import pigeon_send
-from pigeond.credentials import TokenError, client_token, daemon_address
+from pigeond.cli import daemon_http
+from pigeond.credentials import SYSTEM_SOCKET, TokenError, client_token, daemon_address
 from pigeond.terminal import visible
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -25,12 +25,13 @@ Request = tuple[str, str, dict[str, Any] | None]
 
 
 def add_daemon_options(verb: argparse.ArgumentParser) -> None:
+    verb.add_argument("--url", help=daemon_http.URL_HELP)
     verb.add_argument(
-        "--url",
-        help="daemon URL (default $PIGEOND_URL, else the user's socket"
-        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {pigeon_send.DEFAULT_URL})",
-    )
-    verb.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S")
+        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+        help=f"seconds to wait for the daemon's answer (default {DEFAULT_TIMEOUT_S:g})",
+    )  # fmt: skip
+    # where the system service's socket is: only a test puts it elsewhere
+    verb.set_defaults(system_socket=SYSTEM_SOCKET)
 
 
 def fail(message: str, status: int) -> int:
@@ -46,19 +47,20 @@ def ask_daemon(
     error said on one line (``what`` names the verb)."""
     if args.timeout <= 0:
         return fail("--timeout must be positive", EXIT_USAGE)
-    url = daemon_address(args.url, env).url
+    address = daemon_address(args.url, env, system_socket=args.system_socket)
     try:
         token = client_token(env)
     except TokenError as e:
         return fail(str(e), EXIT_USAGE)
     try:
-        answer = pigeon_send.call_daemon(url, *request, args.timeout, token)
-    except pigeon_send.UsageError as e:
+        answer = daemon_http.call_daemon(address.url, *request, args.timeout, token)
+    except daemon_http.UsageError as e:
         return fail(str(e), EXIT_USAGE)
     except (OSError, TimeoutError) as e:
-        return fail(f"daemon at {url} unreachable: {e}", EXIT_UNAVAILABLE)
+        return fail(daemon_http.unreachable_line(address, e, args.system_socket), EXIT_UNAVAILABLE)
     if not 200 <= answer.status < 300:
         error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
         status = EXIT_REFUSED if 400 <= answer.status < 500 else EXIT_UNAVAILABLE
-        return fail(f"{what}: daemon answered {answer.status}: {error}", status)
+        turned_away = daemon_http.turned_away_line(address, answer, args.system_socket)
+        return fail(turned_away or f"{what}: daemon answered {answer.status}: {error}", status)
     return answer.body

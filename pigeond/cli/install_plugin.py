@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
+from pigeond.credentials import address_order
+
 PLUGIN_FILE = "pigeond-swarm.js"
+# The plugin looks for pigeond as pigeon-send does (its daemonConfig and discoverSocket),
+# with opencode's environment and user.
+TOOLS_REACH = f"its tools reach pigeond at {address_order()}, as opencode's environment has them"
 # opencode reads both folder names; a second copy would register every tool twice.
 _OTHER_FOLDER = {"plugin": "plugins", "plugins": "plugin"}
 
@@ -95,7 +100,7 @@ def install(folder: Path, source: bytes | None = None) -> Installed:
     return Installed(target, outcome, other_copy)
 
 
-def run(project: str | None, env: Mapping[str, str], default_url: str) -> int:
+def run(project: str | None, env: Mapping[str, str]) -> int:
     """Install into ``project``'s folder, or the global one; print what was done.
 
     InstallError for a destination that cannot be used; 1 when writing failed.
@@ -116,8 +121,5 @@ def run(project: str | None, env: Mapping[str, str], default_url: str) -> int:
             file=sys.stderr,
         )
     if done.outcome is not Outcome.UNCHANGED:
-        print(
-            "opencode loads it when it next starts; the tools reach pigeond at $PIGEOND_URL"
-            f" (default {default_url}) from opencode's environment"
-        )
+        print(f"opencode loads it when it next starts; {TOOLS_REACH}")
     return 0

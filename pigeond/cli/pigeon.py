@@ -30,7 +30,14 @@ from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlencode
 
 from pigeond.cli import install_plugin, pigeon_send
-from pigeond.cli.actions import ACTIONS, outcome_line, queued_per_target, resolve_db
+from pigeond.cli.actions import (
+    ACTIONS,
+    NoDatabase,
+    outcome_line,
+    queued_per_target,
+    resolve_db,
+)
+from pigeond.cli.daemon_call import ask_daemon
 from pigeond.cli.pigeon_args import build_parser
 from pigeond.cli.pigeon_channels import DAEMON_VERBS, cmd_channel, cmd_channels, cmd_membership
 from pigeond.cli.pigeon_names import cmd_name, cmd_names
@@ -55,7 +62,8 @@ from pigeond.cli.presentation import (
     state_counts,
     table_lines,
 )
-from pigeond.credentials import TokenError, client_token, daemon_address
+from pigeond.config import SYSTEM_DB
+from pigeond.credentials import SYSTEM_SOCKET
 from pigeond.db_url import without_password
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.operator import ActionOutcome, open_existing
@@ -202,35 +210,18 @@ def cmd_owed(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> in
 def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if args.limit is not None and not 1 <= args.limit <= 1000:
         raise UsageError("--limit must be between 1 and 1000")
-    if args.timeout <= 0:
-        raise UsageError("--timeout must be positive")
-    url = daemon_address(args.url, env).url
-    try:
-        token = client_token(env)
-    except TokenError as e:
-        raise UsageError(str(e)) from e
     query: dict[str, str] = {"session": args.session}
     if args.since is not None:
         query["since"] = args.since
     if args.limit is not None:
         query["limit"] = str(args.limit)
-    try:
-        answer = pigeon_send.call_daemon(
-            url, "GET", "/swarm/inbox?" + urlencode(query), None, args.timeout, token
-        )
-    except pigeon_send.UsageError as e:
-        raise UsageError(str(e)) from e
-    except (OSError, TimeoutError) as e:
-        print(f"pigeon: daemon at {visible(url)} unreachable: {visible(str(e))}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    if answer.status != 200:
-        error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
-        print(f"pigeon: inbox: daemon answered {answer.status}: {visible(error)}", file=sys.stderr)
-        return EXIT_NOT_CHANGED if 400 <= answer.status < 500 else EXIT_UNAVAILABLE
+    answer = ask_daemon(args, env, "inbox", ("GET", "/swarm/inbox?" + urlencode(query), None))
+    if isinstance(answer, int):
+        return answer
     if args.json:
-        print_json(answer.body)
+        print_json(answer)
         return EXIT_OK
-    messages = answer.body.get("messages") or []
+    messages = answer.get("messages") or []
     print_table(
         ("msg_id", "from", "kind", "priority", "handed_off", "payload"),
         [
@@ -243,14 +234,14 @@ def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             if isinstance(m, dict)
         ],
     )  # fmt: skip
-    more = " (more: run again with --since)" if answer.body.get("has_more") else ""
-    print(f"next_cursor: {visible(str(answer.body.get('next_cursor')))}{more}", file=sys.stderr)
+    more = " (more: run again with --since)" if answer.get("has_more") else ""
+    print(f"next_cursor: {visible(str(answer.get('next_cursor')))}{more}", file=sys.stderr)
     return EXIT_OK
 
 
 def cmd_install_plugin(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     try:
-        return install_plugin.run(args.project, env, pigeon_send.DEFAULT_URL)
+        return install_plugin.run(args.project, env)
     except install_plugin.InstallError as e:
         raise UsageError(str(e)) from e
 
@@ -278,15 +269,21 @@ def main(
     argv: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
     now_ms: int | None = None,
+    *,
+    system_db: str = SYSTEM_DB,
+    system_socket: str = SYSTEM_SOCKET,
 ) -> int:
+    """Run one ``pigeon`` command; its exit code.  ``system_db`` and ``system_socket``
+    are the system service's, found when the user names no other (a test's elsewhere)."""
     env = os.environ if env is None else env
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["send"]:
-        return pigeon_send.main(args_list[1:], env)
+        return pigeon_send.main(args_list[1:], env, system_socket=system_socket)
     try:
         args = build_parser().parse_args(args_list)
     except SystemExit as e:
         return EXIT_USAGE if e.code else EXIT_OK
+    args.system_socket = system_socket
     db = ""  # the database once chosen: an error line never shows its URL's password
     try:
         if args.command == "inbox":
@@ -297,7 +294,7 @@ def main(
             return cmd_name(args, env)
         if args.command == "channel" and args.verb in DAEMON_VERBS:
             return cmd_membership(args, env)
-        db = resolve_db(args.db, env)
+        db = resolve_db(args.db, env, system_db=system_db)
         try:
             repo = SwarmRepository(open_existing(db))
         except StorageError as e:  # missing, foreign, another schema; PostgreSQL out of reach
@@ -308,7 +305,7 @@ def main(
             return DB_COMMANDS[args.command](repo, args, now)
         finally:
             repo.close()
-    except UsageError as e:
+    except (UsageError, NoDatabase) as e:
         print(f"pigeon: {visible(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except StorageError as e:

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import argparse
 
-from pigeond.cli import pigeon_send
-from pigeond.cli.actions import ACTIONS, SYSTEM_DB
+from pigeond.cli.actions import ACTIONS
+from pigeond.cli.daemon_call import add_daemon_options
 from pigeond.cli.pigeon_channels import add_channels_parsers
 from pigeond.cli.pigeon_names import add_names_parsers
 from pigeond.cli.pigeon_policy import add_policy_parser
 from pigeond.cli.pigeon_routes import add_routes_parser
 from pigeond.cli.pigeon_search import add_search_parser
 from pigeond.cli.presentation import STATES
-from pigeond.config import Config
+from pigeond.config import SYSTEM_DB, Config
 
 # pigeon does not read pigeond's configuration: prune defaults to its default retention
 DEFAULT_RETENTION_DAYS = Config().retention_days
@@ -90,12 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     inbox.add_argument("--session", required=True, metavar="S")
     inbox.add_argument("--since", metavar="C", help="cursor (next_cursor) or msg_id")
     inbox.add_argument("--limit", type=int, metavar="N", help="page size, 1-1000 (default 100)")
-    inbox.add_argument(
-        "--url",
-        help="daemon URL (default $PIGEOND_URL, else the user's socket"
-        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {pigeon_send.DEFAULT_URL})",
-    )
-    inbox.add_argument("--timeout", type=float, default=10.0, metavar="S")
+    add_daemon_options(inbox)
     inbox.add_argument("--json", action="store_true", help="the daemon's JSON answer")
 
     plugin = sub.add_parser(

@@ -1,218 +1,82 @@
 """``pigeon-send``: post one message to the daemon and print its msg_id.
 
 Exit codes: 0 accepted, 1 rejected (4xx; the daemon's error is printed),
-2 usage error, 3 daemon unreachable, timed out, 5xx, or still refusing with
-429 (too many messages) when the retry budget is spent.  Blocking stdlib HTTP
-on purpose: a one-shot CLI needs no reactor.
+2 usage error, 3 daemon unreachable (after ``--retry-for``), timed out, 5xx, or
+still refusing with 429 (too many messages) when the retry budget is spent.
 
 It finds the daemon and its token as every client does (see
 :mod:`pigeond.credentials`): the user's private Unix socket first, else TCP
-with the bearer token.
+with the bearer token.  Every try of one send carries the same msg_id, made here
+when ``--msg-id`` is not given: the daemon takes a msg_id it already has, with the
+same content, as the same message, so a retry never sends twice.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
 import os
-import socket
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
-from urllib.parse import urlsplit
+from typing import IO, Any, Final
 
-from pigeond.credentials import DEFAULT_URL, TokenError, client_token, daemon_address
+from pigeond.cli.daemon_http import (
+    DaemonAnswer,
+    UsageError,
+    call_daemon,
+    closed_system_socket,
+    turned_away_line,
+    unreachable_line,
+)
+from pigeond.cli.pigeon_send_args import (
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_UNTIL,
+    DEFAULT_WAIT_S,
+    MAX_RETRY_FOR_S,
+    build_parser,
+)
+from pigeond.credentials import (
+    DEFAULT_URL,
+    SYSTEM_SOCKET,
+    TokenError,
+    client_token,
+    daemon_address,
+)
 from pigeond.ids import make_msg_id
-from pigeond.model import KINDS, PRIORITIES, RECEIPT_MEANINGS, RECEIPT_STAGES, receipt_stage
+from pigeond.model import RECEIPT_STAGES, receipt_stage
+from pigeond.terminal import visible
 
-__all__ = ["DEFAULT_URL", "DaemonAnswer", "UsageError", "call_daemon", "entry", "main"]
+__all__ = [
+    "DEFAULT_URL",
+    "DaemonAnswer",
+    "UsageError",
+    "build_parser",
+    "call_daemon",
+    "entry",
+    "main",
+]
 
-DEFAULT_TIMEOUT_S = 10.0
-DEFAULT_RETRY_FOR_S = 30.0
-TOO_MANY = 429
-DEFAULT_WAIT_S = 300.0
+# between tries at an unreachable daemon: doubling from the first to the longest
+FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.25, 4.0
+# What is tried again until --retry-for is spent: no daemon listening (refused, no
+# socket file), a connection dropped (reset, closed before an answer), and these answers.
+RETRIED_ERRORS: Final = (ConnectionError, FileNotFoundError)
+TOO_MANY, UNAVAILABLE = 429, 503
+RETRIED_STATUSES: Final = (TOO_MANY, UNAVAILABLE)
 WAIT_POLL_S = 0.5
-# What --wait can wait for: a stage of the receipt chain past "accepted" (the 202 is that).
-UNTIL_STAGES = RECEIPT_STAGES[1:]
-DEFAULT_UNTIL = "handed_off"
 ENDED = ("failed", "expired", "cancelled")
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
-
-
-UNTIL_HELP = "; ".join(f"{stage}: {RECEIPT_MEANINGS[stage]}" for stage in UNTIL_STAGES)
-
-
-class UsageError(ValueError):
-    pass
-
-
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-@dataclass(frozen=True, slots=True)
-class DaemonAnswer:
-    status: int
-    body: dict[str, Any]
-    retry_after_s: float | None = None
-
-
-def retry_after(value: str | None) -> float | None:
-    """``Retry-After`` in seconds (pigeond sends whole seconds); None when absent or odd."""
-    if value is None or not value.strip().isdigit():
-        return None
-    return float(int(value.strip()))
-
-
-def connection_for(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
-    """A connection and path prefix for ``http://host:port[/prefix]`` or ``unix:/path.sock``."""
-    if url.startswith("unix:"):
-        path = url[len("unix:") :]
-        if not path:
-            raise UsageError("a unix: URL needs a socket path, e.g. unix:/run/pigeond/pigeond.sock")
-        return _UnixHTTPConnection(path, timeout), ""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--url must be http://HOST:PORT or unix:PATH, not {url!r}")
-    try:
-        port = parts.port
-    except ValueError as e:
-        raise UsageError(f"--url has a bad port: {url!r}") from e
-    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    return cls(parts.hostname, port, timeout=timeout), parts.path.rstrip("/")
-
-
-def call_daemon(
-    url: str,
-    method: str,
-    path: str,
-    body: dict[str, Any] | None,
-    timeout: float,
-    token: str | None = None,
-) -> DaemonAnswer:
-    """One request; raises OSError (incl. timeouts) when the daemon cannot be reached.
-    The token goes only over TCP: a Unix socket's peer is known without one."""
-    conn, prefix = connection_for(url, timeout)
-    try:
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        headers = {"accept": "application/json"}
-        if data is not None:
-            headers["content-type"] = "application/json"
-        if token is not None and not url.startswith("unix:"):
-            headers["authorization"] = f"Bearer {token}"
-        conn.request(method, prefix + path, body=data, headers=headers)
-        response = conn.getresponse()
-        raw = response.read()
-    except http.client.HTTPException as e:
-        raise OSError(f"bad answer from the daemon: {e}") from e
-    finally:
-        conn.close()
-    try:
-        parsed = json.loads(raw.decode("utf-8")) if raw else {}
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        parsed = {"error": raw.decode("utf-8", errors="replace").strip()[:300]}
-    return DaemonAnswer(
-        response.status,
-        parsed if isinstance(parsed, dict) else {},
-        retry_after(response.getheader("retry-after")),
-    )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pigeon-send", description="Send a swarm message through pigeond."
-    )
-    parser.add_argument(
-        "--from", dest="sender", metavar="ID", help="sender id (default $OPENCODE_SESSION_ID)"
-    )
-    parser.add_argument("--kind", choices=KINDS, help="message kind (default chat)")
-    parser.add_argument("--priority", choices=PRIORITIES, help="priority (default normal)")
-    parser.add_argument("--reply-to", metavar="MSG", help="msg_id this message answers")
-    parser.add_argument(
-        "--msg-id", metavar="ID", help="idempotency key (default: daemon makes one)"
-    )
-    parser.add_argument(
-        "--ttl", type=int, metavar="S",
-        help="seconds the message may wait before it expires (default: the daemon's, 24 h)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--expects-reply", action=argparse.BooleanOptionalAction, default=None,
-        help="the target owes a reply (default: yes for task.assign and clarification.request)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--reply-within", type=int, metavar="S",
-        help="seconds the target has to reply, from the hand-off (default: the daemon's, 1 h);"
-        " implies --expects-reply",
-    )  # fmt: skip
-    parser.add_argument(
-        "--url",
-        help="daemon URL (default $PIGEOND_URL, else the user's socket"
-        f" $XDG_RUNTIME_DIR/pigeond/pigeond.sock when there, else {DEFAULT_URL})",
-    )
-    parser.add_argument(
-        "--retry-for", type=float, default=DEFAULT_RETRY_FOR_S, metavar="S",
-        help="how long to keep retrying, with the same msg_id, while the daemon answers 429"
-        f" (too many messages; default {DEFAULT_RETRY_FOR_S:g})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        metavar="S",
-        help="seconds to wait for the daemon (default 10); with --wait, for the whole wait"
-        f" (default {DEFAULT_WAIT_S:g})",
-    )
-    parser.add_argument(
-        "--wait", action="store_true",
-        help="after acceptance, wait until the message reaches --until's stage (exit 0) or"
-        " fails (exit 1)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--until", choices=UNTIL_STAGES, metavar="|".join(UNTIL_STAGES),
-        help=f"with --wait, the stage to wait for (default {DEFAULT_UNTIL}): {UNTIL_HELP}",
-    )  # fmt: skip
-    parser.add_argument(
-        "--channel", metavar="NAME",
-        help="send to a channel instead of a session: every member but the sender gets its own"
-        " copy (see pigeon channel show NAME)",
-    )  # fmt: skip
-    parser.add_argument(
-        "args",
-        nargs="+",
-        metavar="TO PAYLOAD",
-        help="target session (ses_..., or @name: whoever holds the name) and payload"
-        " ('-' reads stdin); no TO with --channel",
-    )
-    return parser
 
 
 def build_request(
     args: argparse.Namespace, env: Mapping[str, str], stdin: IO[str]
 ) -> dict[str, Any]:
-    positional: list[str] = list(args.args)
-    expected = 1 if args.channel is not None else 2
-    if len(positional) != expected:
-        raise UsageError(
-            "give a payload with --channel"
-            if args.channel is not None
-            else "give a target session and a payload (or --channel NAME and a payload)"
-        )
-    payload = positional[-1]
+    if args.channel is not None and args.target is not None:
+        raise UsageError("give no TO with --channel: --channel NAME PAYLOAD")
+    if args.channel is None and args.target is None:
+        raise UsageError("give a target session and a payload (or --channel NAME and a payload)")
+    payload = args.payload
     if payload == "-":
         payload = stdin.read()
     sender = args.sender if args.sender is not None else env.get("OPENCODE_SESSION_ID", "")
@@ -222,7 +86,7 @@ def build_request(
     if args.channel is not None:
         body["channel"] = args.channel
     else:
-        body["to"] = positional[0]
+        body["to"] = args.target
     for key, value in (
         ("kind", args.kind),
         ("priority", args.priority),
@@ -237,10 +101,25 @@ def build_request(
     return body
 
 
+def check_options(args: argparse.Namespace) -> None:
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    if args.ttl is not None and args.ttl <= 0:
+        raise UsageError("--ttl must be a positive number of seconds")
+    if args.reply_within is not None and args.reply_within <= 0:
+        raise UsageError("--reply-within must be a positive number of seconds")
+    if not 0 <= args.retry_for <= MAX_RETRY_FOR_S:
+        raise UsageError(f"--retry-for must be from 0 to {MAX_RETRY_FOR_S:g} seconds")
+    if args.until is not None and not args.wait:
+        raise UsageError("--until goes with --wait")
+
+
 def main(
     argv: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
     stdin: IO[str] | None = None,
+    *,
+    system_socket: str = SYSTEM_SOCKET,
 ) -> int:
     env = os.environ if env is None else env
     parser = build_parser()
@@ -248,31 +127,33 @@ def main(
         args = parser.parse_args(argv)
     except SystemExit as e:
         return EXIT_USAGE if e.code else EXIT_ACCEPTED
-    url = daemon_address(args.url, env, default_url=DEFAULT_URL).url
+    address = daemon_address(args.url, env, system_socket=system_socket, default_url=DEFAULT_URL)
+    url = address.url
+    # the system service's socket is closed to this user: the TCP port is no way round
+    closed = closed_system_socket(address, system_socket)
+    retry_for = 0.0 if closed else args.retry_for
     try:
         body = build_request(args, env, stdin or sys.stdin)
-        if args.timeout is not None and args.timeout <= 0:
-            raise UsageError("--timeout must be positive")
-        if args.ttl is not None and args.ttl <= 0:
-            raise UsageError("--ttl must be a positive number of seconds")
-        if args.reply_within is not None and args.reply_within <= 0:
-            raise UsageError("--reply-within must be a positive number of seconds")
-        if not 0 <= args.retry_for <= 3600:
-            raise UsageError("--retry-for must be from 0 to 3600 seconds")
-        if args.until is not None and not args.wait:
-            raise UsageError("--until goes with --wait")
+        check_options(args)
         token = client_token(env)
-        request_timeout = min(args.timeout or DEFAULT_TIMEOUT_S, DEFAULT_TIMEOUT_S)
-        answer = send_with_retries(url, body, request_timeout, token, args.retry_for)
+        request_timeout = request_timeout_s(args.timeout, wait=args.wait)
+        body = {"msg_id": make_msg_id(int(time.time() * 1000))} | body
+        sent = send_with_retries(url, body, request_timeout, token, retry_for, _say_retrying)
     except (UsageError, TokenError) as e:
-        print(f"pigeon-send: {e}", file=sys.stderr)
+        _say(str(e))
         return EXIT_USAGE
     except UnicodeDecodeError:
-        print("pigeon-send: the payload on stdin is not valid UTF-8", file=sys.stderr)
+        _say("the payload on stdin is not valid UTF-8")
         return EXIT_USAGE
-    except (OSError, TimeoutError) as e:
-        print(f"pigeon-send: daemon at {url} unreachable: {e}", file=sys.stderr)
+    except GaveUp as e:
+        line = unreachable_line(address, e.error, system_socket)
+        tried = "" if closed else f"; {e.effort.said(retry_for)}"
+        _say(f"{line}{tried}; {_fate(e.error, body)}")
         return EXIT_UNAVAILABLE
+    except (OSError, TimeoutError) as e:
+        _say(unreachable_line(address, e, system_socket))
+        return EXIT_UNAVAILABLE
+    answer = sent.answer
     error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
     if 200 <= answer.status < 300 and "msg_id" in answer.body:
         msg_id = str(answer.body["msg_id"])
@@ -284,35 +165,117 @@ def main(
             )  # fmt: skip
         return EXIT_ACCEPTED
     if answer.status == TOO_MANY:
-        print(
-            f"pigeon-send: NOT sent, pigeond is refusing more for now ({answer.status}): {error};"
-            f" still refused after --retry-for {args.retry_for:g} s; sending again later is safe",
-            file=sys.stderr,
+        _say(
+            f"NOT sent, pigeond is refusing more for now ({answer.status}): {error};"
+            f" still refused after {sent.effort.said(retry_for)}; {_again(body)}"
         )
         return EXIT_UNAVAILABLE
     if 400 <= answer.status < 500:
-        print(f"pigeon-send: rejected ({answer.status}): {error}", file=sys.stderr)
+        turned_away = turned_away_line(address, answer, system_socket)
+        _say(turned_away or f"rejected ({answer.status}): {error}")
         return EXIT_REJECTED
-    print(f"pigeon-send: daemon error ({answer.status}): {error}", file=sys.stderr)
+    tried = f"; {sent.effort.said(retry_for)}" if answer.status == UNAVAILABLE else ""
+    _say(f"daemon error ({answer.status}): {error}{tried}")
     return EXIT_UNAVAILABLE
 
 
+def request_timeout_s(timeout: float | None, *, wait: bool) -> float:
+    """How long one request may take: ``--timeout``; with ``--wait``, where it is the
+    whole wait, at most the default for each request."""
+    if timeout is None:
+        return DEFAULT_TIMEOUT_S
+    return min(timeout, DEFAULT_TIMEOUT_S) if wait else timeout
+
+
+def _again(body: Mapping[str, Any]) -> str:
+    return f"sending again with --msg-id {body['msg_id']} is safe (never sent twice)"
+
+
+def _fate(error: OSError, body: Mapping[str, Any]) -> str:
+    """What became of a send whose last try failed with ``error``."""
+    if isinstance(error, ConnectionRefusedError | FileNotFoundError):
+        return "nothing was sent"
+    return f"it may have arrived: {_again(body)}"
+
+
+def _say(line: str) -> None:
+    """One line on stderr, escaped: it may hold the daemon's or the OS's text."""
+    print(f"pigeon-send: {visible(line)}", file=sys.stderr, flush=True)
+
+
+def _say_retrying(why: str, retry_for_s: float) -> None:
+    _say(f"{why}; trying again for up to {retry_for_s:g} s (--retry-for)")
+
+
+@dataclass(frozen=True, slots=True)
+class Effort:
+    """How many tries a send took, over how long."""
+
+    tries: int
+    waited_s: float
+
+    def said(self, retry_for_s: float) -> str:
+        tries = f"{self.tries} {'try' if self.tries == 1 else 'tries'}"
+        return f"{tries} over {self.waited_s:.1f} s (--retry-for {retry_for_s:g})"
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """The last answer to a send."""
+
+    answer: DaemonAnswer
+    effort: Effort
+
+
+class GaveUp(Exception):
+    """The daemon stayed unreachable until ``--retry-for`` was spent."""
+
+    def __init__(self, error: OSError, effort: Effort) -> None:
+        super().__init__(str(error))
+        self.error, self.effort = error, effort
+
+
 def send_with_retries(
-    url: str, body: dict[str, Any], request_timeout: float, token: str | None, retry_for_s: float
-) -> DaemonAnswer:
-    """POST the message, waiting out 429s (``Retry-After``) for at most ``retry_for_s``;
-    every try carries the same msg_id, made here when none was given, so none sends twice."""
-    body = {"msg_id": make_msg_id(int(time.time() * 1000))} | body
-    deadline = time.monotonic() + retry_for_s
+    url: str,
+    body: dict[str, Any],
+    request_timeout: float,
+    token: str | None,
+    retry_for_s: float,
+    retrying: Callable[[str, float], None] = lambda why, retry_for_s: None,
+) -> Sent:
+    """POST the message (``body`` carries its msg_id, so no try sends twice), trying again
+    for at most ``retry_for_s`` while the daemon is unreachable (:data:`RETRIED_ERRORS`,
+    backing off from FIRST_BACKOFF_S to MAX_BACKOFF_S) or answers 503 (the same, or its
+    ``Retry-After``) or 429 (after its ``Retry-After``, when that ends within the budget).
+
+    ``retrying`` hears why, once, before the first wait.  Raises GaveUp when unreachable
+    to the end; other errors (a timeout, a socket closed to the caller) at once."""
+    started = time.monotonic()
+    backoff = FIRST_BACKOFF_S
+    tries = 0
     while True:
-        answer = call_daemon(url, "POST", "/swarm/send", body, request_timeout, token)
-        left = deadline - time.monotonic()
-        if answer.status != TOO_MANY or left <= 0:
-            return answer
-        wait = answer.retry_after_s if answer.retry_after_s is not None else 1.0
-        if wait > left:
-            return answer
-        time.sleep(wait)
+        tries += 1
+        failure: OSError | None = None
+        try:
+            answer = call_daemon(url, "POST", "/swarm/send", body, request_timeout, token)
+        except RETRIED_ERRORS as e:
+            why, failure, wait = f"daemon at {url} unreachable: {e}", e, backoff
+        else:
+            if answer.status not in RETRIED_STATUSES:
+                return Sent(answer, Effort(tries, time.monotonic() - started))
+            error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
+            why = f"daemon at {url} answered {answer.status}: {error}"
+            wait = backoff if answer.retry_after_s is None else answer.retry_after_s
+        effort = Effort(tries, time.monotonic() - started)
+        left = retry_for_s - effort.waited_s
+        if left <= 0 or (failure is None and answer.status == TOO_MANY and wait > left):
+            if failure is not None:
+                raise GaveUp(failure, effort)
+            return Sent(answer, effort)
+        if tries == 1:
+            retrying(why, retry_for_s)
+        time.sleep(min(wait, left))
+        backoff = min(backoff * 2, MAX_BACKOFF_S)
 
 
 def _waited_ids(msg_id: str, accepted: dict[str, Any]) -> list[str]:
@@ -363,7 +326,7 @@ def wait_for_delivery(
                 url, "GET", f"/swarm/message/{msg_id}", None, request_timeout, token
             )
         except (OSError, TimeoutError) as e:
-            print(f"pigeon-send: lost the daemon while waiting: {e}", file=sys.stderr)
+            _say(f"lost the daemon while waiting: {e}")
             return EXIT_UNAVAILABLE
         state = str(answer.body.get("state", ""))
         stage = receipt_stage(state, answer.body.get("verified_at"), answer.body.get("answered_at"))
@@ -371,14 +334,13 @@ def wait_for_delivery(
             return EXIT_ACCEPTED
         if answer.status == 200 and state in ENDED:
             reason = answer.body.get("last_error") or state
-            print(f"pigeon-send: {msg_id} {state}: {reason}", file=sys.stderr)
+            _say(f"{msg_id} {state}: {reason}")
             return EXIT_REJECTED
         if answer.status != 200:
-            print(f"pigeon-send: cannot follow {msg_id}: HTTP {answer.status}", file=sys.stderr)
+            _say(f"cannot follow {msg_id}: HTTP {answer.status}")
             return EXIT_UNAVAILABLE
         if time.monotonic() >= deadline:
-            print(f"pigeon-send: {msg_id} not {until} after {limit_s:g} s (still {stage})",
-                  file=sys.stderr)  # fmt: skip
+            _say(f"{msg_id} not {until} after {limit_s:g} s (still {stage})")
             return EXIT_UNAVAILABLE
         time.sleep(min(WAIT_POLL_S, max(deadline - time.monotonic(), 0)))
 

@@ -63,18 +63,26 @@ def _check_file_value(option: Option, value: Any, path: str) -> Any:
     return float(value) if option.kind is float else value
 
 
+def user_config_file(env: Mapping[str, str]) -> Path:
+    """The user's own config file: ``$XDG_CONFIG_HOME/pigeond/pigeond.toml``, else
+    ``~/.config/pigeond/pigeond.toml``."""
+    xdg = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+    return Path(xdg) / "pigeond" / "pigeond.toml"
+
+
 def find_config_file(flag_value: str | None, env: Mapping[str, str]) -> Path | None:
     """The config file to read: named by ``--config`` or ``PIGEOND_CONFIG`` (then it must
-    exist; an empty ``PIGEOND_CONFIG`` means none), else the user's, else the system's."""
+    exist; an empty ``PIGEOND_CONFIG`` means none), else the user's own when it is there.
+
+    Never the system service's file unless named: a pigeond started by hand is the
+    user's, and with the service's file it would take the service's port and settings
+    (``pigeond.service`` names its file with ``PIGEOND_CONFIG``)."""
     if flag_value is not None:
         return Path(flag_value)
     if "PIGEOND_CONFIG" in env:
         return Path(env["PIGEOND_CONFIG"]) if env["PIGEOND_CONFIG"] else None
-    xdg = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
-    for candidate in (Path(xdg) / "pigeond" / "pigeond.toml", Path("/etc/pigeond/pigeond.toml")):
-        if candidate.is_file():
-            return candidate
-    return None
+    own = user_config_file(env)
+    return own if own.is_file() else None
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

@@ -13,7 +13,14 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from pigeond import __version__
-from pigeond.config import OPTIONS, Config, ConfigError, load_config
+from pigeond.config import (
+    OPTIONS,
+    SERVICE_ENVIRONMENT,
+    SYSTEM_CONFIG_FILE,
+    Config,
+    ConfigError,
+    load_config,
+)
 from pigeond.credentials import TokenError
 from pigeond.db_url import redacted
 from pigeond.storage import StorageError
@@ -23,17 +30,6 @@ EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 # systemd's STATUS= follows a change within this long (it is sent only when it changes)
 STATUS_EVERY_S = 1.0
-
-# The system service's config file, and what systemd gives pigeond.service besides it
-# (StateDirectory=, RuntimeDirectory= and the packaged unit's Environment= lines): the
-# environment ``--check-config`` takes its defaults from when asked about that file.
-SYSTEM_CONFIG_FILE = "/etc/pigeond/pigeond.toml"
-SERVICE_ENVIRONMENT: Mapping[str, str] = {
-    "STATE_DIRECTORY": "/var/lib/pigeond",
-    "RUNTIME_DIRECTORY": "/run/pigeond",
-    "PIGEOND_ALLOW_GROUP": "pigeond",
-    "PIGEOND_ALLOW_UIDS": "0",
-}
 
 log = Logger()
 
@@ -84,13 +80,14 @@ def _check_endpoint(reactor: object, config: Config, *, serving: bool) -> None:
 
 
 def check_config_environment(
-    config_flag: str | None, env: Mapping[str, str]
+    config_flag: str | None, env: Mapping[str, str], system_config: str = SYSTEM_CONFIG_FILE
 ) -> tuple[dict[str, str], str]:
     """The environment ``--check-config`` computes defaults in, and a comment line saying
     whose it is.
 
     Under systemd (``$STATE_DIRECTORY`` set, as in ``ExecReload=``) and for a user's own
-    pigeond it is the process's own. Asked about the system service's file by name
+    pigeond it is the process's own; for the latter the note adds that the service's file
+    (``system_config``), when it is there, is not read.  Asked about that file by name
     (``--config /etc/pigeond/pigeond.toml``, typically by root) outside systemd, it is the
     service's: what the process's environment does not set comes from
     :data:`SERVICE_ENVIRONMENT`, so ``db`` shows ``/var/lib/pigeond/pigeond.db``, not root's
@@ -99,16 +96,20 @@ def check_config_environment(
     if env.get("STATE_DIRECTORY"):
         return dict(env), f"# defaults from: systemd (STATE_DIRECTORY={env['STATE_DIRECTORY']})"
     named = config_flag if config_flag is not None else env.get("PIGEOND_CONFIG") or None
-    if named is not None and os.path.normpath(os.path.abspath(named)) == SYSTEM_CONFIG_FILE:
+    if named is not None and os.path.normpath(os.path.abspath(named)) == system_config:
         added = {k: v for k, v in SERVICE_ENVIRONMENT.items() if k not in env}
         shown = " ".join(f"{k}={v}" for k, v in added.items())
         return {**env, **added}, (
             f"# defaults from: pigeond.service, as its packaged unit sets them ({shown});"
             " drop-ins are not read (systemctl show -p Environment pigeond)"
         )
-    return dict(env), (
-        "# defaults from: this process's environment (no STATE_DIRECTORY: not pigeond.service)"
-    )
+    note = "# defaults from: this process's environment (no STATE_DIRECTORY: not pigeond.service)"
+    if named is None and os.path.isfile(system_config):
+        note += (
+            f"\n# not read: {system_config}, the system service's file (a pigeond started by"
+            f" hand is the user's); its settings: pigeond --config {system_config} --check-config"
+        )
+    return dict(env), note
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,7 +29,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static, Tab, Tabs
 
-from pigeond.cli.actions import resolve_db
+from pigeond.cli.actions import NoDatabase, resolve_db
 from pigeond.cli.pigeon_policy import POLICY_COLUMN, consent_cell
 from pigeond.cli.presentation import (
     FAILED_COLUMNS,
@@ -41,6 +41,7 @@ from pigeond.cli.presentation import (
     message_cells,
     queue_cells,
 )
+from pigeond.config import SYSTEM_DB
 from pigeond.credentials import DEFAULT_URL, daemon_address
 from pigeond.db_url import redacted, without_password
 from pigeond.model import StoredMessage
@@ -297,7 +298,12 @@ class PigeonApp(OperatorActions):
             self.refresh_data()
 
 
-def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    system_db: str = SYSTEM_DB,
+) -> int:
     env = os.environ if env is None else env
     parser = argparse.ArgumentParser(prog="pigeon-tui", description="pigeond operator TUI")
     parser.add_argument(
@@ -308,7 +314,11 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:
         return EXIT_USAGE if e.code else 0
-    path = resolve_db(args.db, env)
+    try:
+        path = resolve_db(args.db, env, system_db=system_db)
+    except NoDatabase as e:
+        print(f"pigeon-tui: {visible(str(e))}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         open_existing(path).close()
     except StorageError as e:  # missing, foreign, another schema; PostgreSQL out of reach
