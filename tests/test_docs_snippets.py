@@ -312,10 +312,13 @@ def run_in_one_shell(
 
 
 def without_pigeond_on_path(env: dict[str, str]) -> dict[str, str]:
-    """``env`` whose PATH holds no folder with pigeond's commands: the README's own
-    ``export PATH=...`` line (the first command run) must put them there."""
+    """``env`` whose PATH holds no folder of this checkout's commands (the virtualenv's
+    bin): the README's own ``export PATH=...`` line (the first command run) must put them
+    there.  The system's folders stay, bash's among them, even while the .deb test has
+    put a pigeon-send into /usr/bin."""
+    checkout_bin = Path(sys.executable).parent.resolve()
     folders = env.get("PATH", os.defpath).split(os.pathsep)
-    kept = [f for f in folders if f and not (Path(f) / "pigeon-send").exists()]
+    kept = [f for f in folders if f and Path(f).resolve() != checkout_bin]
     return {**env, "PATH": os.pathsep.join(kept)}
 
 
