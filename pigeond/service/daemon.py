@@ -52,6 +52,7 @@ from pigeond.service.parts import (
     timer_job,
 )
 from pigeond.service.pruner import Pruner
+from pigeond.service.reload import RESTART_ONLY, config_changes, needing_restart
 from pigeond.service.shared_db import SharedDatabaseParts, seen_status, shared_database_parts
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database, open_threaded
@@ -244,20 +245,12 @@ class Daemon:
         return self.arbiter is None or self.arbiter.ticking(within_s)
 
     def reload(self, new: Config) -> list[str]:
-        """Apply what can change while running; return the options that need a restart."""
-        fixed = [
-            "listen", "db", "opencode_url", "delivery", "log_format", "auth", "token_file",
-            "runtime_socket",
-        ]  # fmt: skip
-        needs_restart = [o for o in fixed if getattr(new, o) != getattr(self.config, o)]
-        if new.opencode_auth != self.config.opencode_auth:
-            needs_restart.append("opencode auth")
-        if new.allow_group != self.config.allow_group:
-            # who may send changes now; the runtime socket's file group and mode at restart
-            needs_restart.append("allow_group (the runtime socket file's group)")
+        """Apply what can change while running; return the settings that need a restart
+        (in part, for allow_group: see :mod:`pigeond.service.reload`)."""
+        needs_restart = needing_restart(config_changes(self.config, new))
         for part in self.reconfigurable():
             part.configure(new)
-        kept = {o: getattr(self.config, o) for o in fixed}
+        kept = {o: getattr(self.config, o) for o in RESTART_ONLY}
         self.config = replace(new, **kept, opencode_auth=self.config.opencode_auth)
         return needs_restart
 

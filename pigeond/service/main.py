@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -48,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--check-config",
         action="store_true",
-        help="print the effective configuration and exit (2 on an error)",
+        help="print the effective configuration and exit (2 on an error); only check it"
+        " when standard output is the journal (systemctl reload)",
     )
     for option in OPTIONS:
         parser.add_argument(
@@ -111,6 +113,20 @@ def check_config_environment(
     )
 
 
+def stdout_is_journal(env: Mapping[str, str], stream: TextIO = sys.stdout) -> bool:
+    """Whether standard output is the journal: systemd sets ``JOURNAL_STREAM`` to its device
+    and inode for a unit's commands (``ExecReload=`` among them); a terminal or a pipe the
+    command's output was sent to is another file."""
+    device, colon, inode = env.get("JOURNAL_STREAM", "").partition(":")
+    if not (colon and device.isdigit() and inode.isdigit()):
+        return False
+    try:
+        st = os.fstat(stream.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # closed, or no file behind it
+        return False
+    return (st.st_dev, st.st_ino) == (int(device), int(inode))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from twisted.internet import reactor
@@ -131,6 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         return _fail(str(e), EXIT_USAGE)
     if args.check_config:
+        if stdout_is_journal(os.environ):
+            # systemctl reload's check (ExecReload=): the daemon logs what the reload changed
+            return EXIT_OK
         first, _, rest = config.render().partition("\n")
         print("\n".join([first, note, rest]))
         return EXIT_OK
@@ -141,6 +160,7 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
     """Serve until SIGTERM/SIGINT; SIGHUP re-reads the configuration."""
     from pigeond.service.daemon import build_daemon, stop_later
     from pigeond.service.logs import start_logging
+    from pigeond.service.reload import config_changes, reload_line
     from pigeond.service.rlimits import apply_open_files_limit
     from pigeond.service.systemd import (
         AlreadyRunning,
@@ -204,11 +224,11 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
         except ConfigError as e:
             log.error("reload refused, settings unchanged: {error}", error=str(e))
         else:
-            restart = daemon.reload(new)
+            warns, line = reload_line(config_changes(daemon.config, new))
+            daemon.reload(new)
+            # said before a new log level applies: raised to warn, it would hide the line
+            (log.warn if warns else log.info)("{line}", line=line)
             logs.set_level(new.log_level)
-            log.info("configuration reloaded")
-            if restart:
-                log.warn("changed but needs a restart: {names}", names=", ".join(restart))
         notifier.notify("READY=1")
 
     def shutting_down() -> Deferred[None]:
