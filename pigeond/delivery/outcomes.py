@@ -15,6 +15,8 @@ retry looks for it in the transcript first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
@@ -54,6 +56,8 @@ class HandOffOutcomes:
     metrics: DeliveryMetrics
     _clock: IReactorTime
     _closed: bool
+    _opencode_down: Callable[[], bool]
+    _waiting_for_opencode: set[str]
 
     def _now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)
@@ -177,6 +181,14 @@ class HandOffOutcomes:
     ) -> None:
         now_ms = self._now_ms()
         ids = [m.msg_id for m in batch]
+        if kind is FailureKind.OUTAGE and self._opencode_down():
+            # opencode itself is gone: due at once, and the target is not tried again until
+            # it answers (the outage is logged once, and probed, by reachability)
+            self._waiting_for_opencode.add(target)
+            await self._db.write(SwarmRepository.record_outage, ids, text, now_ms, now_ms)
+            log.debug("{msg_ids} to {target} wait for opencode ({error}), no attempt spent",
+                      msg_ids=ids, target=target, error=text)  # fmt: skip
+            return
         if kind is FailureKind.OUTAGE:
             hold_until = decisions[0].retry_at_ms
             assert hold_until is not None

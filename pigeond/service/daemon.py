@@ -303,7 +303,16 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             exchange=exchange,
         )  # fmt: skip
         registry = SessionDirectoryRegistry(client, reactor, config)
-        turns = TurnTracker(reactor, client, config) if config.delivery == "turn" else None
+        reach = client.reachability  # an outage of opencode: everything waits for its end
+
+        def opencode_down() -> bool:
+            return reach.down
+
+        turns = (
+            TurnTracker(reactor, client, config, opencode_down=opencode_down)
+            if config.delivery == "turn"
+            else None
+        )
         # each target's own agent and model, from the events and transcripts read anyway
         modes = ModeTracker(
             client, stream_connected=lambda: events is not None and events.connected
@@ -313,19 +322,21 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         if turns is not None:
             events = EventStream(
                 client, reactor, seen_status(turns.observe, routing), turns.stream_state,
-                on_user_message=modes.observe,
+                on_user_message=modes.observe, outages=reach,
             )  # fmt: skip
         arbiter = Arbiter(
             db, registry, client, reactor, policy=DeliveryPolicy.from_config(config), turns=turns,
             modes=modes, agents=AgentCatalog(client, reactor), database_problem=db_watch.check,
             metrics=metrics, transcripts=client, routing=routing,
             target_locks=None if shared is None else shared.target_locks,
+            opencode_down=opencode_down,
         )  # fmt: skip
+        reach.on_back(arbiter.opencode_back)
         verifier = Verifier(
             db, registry, client, reactor, config,
             on_requeued=arbiter.kick, on_transcript=modes.observe_transcript,
             turns_ended=turns.turns_ended if turns is not None else lambda target: None,
-            routing=routing,
+            routing=routing, opencode_down=opencode_down,
         )  # fmt: skip
 
         def verify() -> None:

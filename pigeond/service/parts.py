@@ -36,13 +36,16 @@ def delivery_health_of(
     if arbiter is None or client is None:
         return DELIVERY_OFF
     stream = "off" if events is None else ("connected" if events.connected else "down")
+    reach = client.reachability
     return DeliveryHealth(
         running=arbiter.running,
         ticking=arbiter.ticking_lately(),
-        opencode={True: "ok", False: "unreachable", None: "not contacted yet"}[client.reachable],
+        opencode=reach.state.value,
         event_stream=stream,
         in_flight=len(arbiter.in_flight_targets()),
         unrecorded=len(arbiter.unrecorded()),
+        unreachable_since_ms=None if reach.since is None else int(reach.since * 1000),
+        unreachable_error=reach.last_error,
     )
 
 
