@@ -114,7 +114,11 @@ class Config:
         3, "times an unseen hand-off is queued again before it fails", between(0, 100)
     )
     outage_retry_s: float = option(
-        30.0, "retry interval while opencode is unreachable", between(0.05, 3600)
+        30.0,
+        "how long a target waits to be tried again when opencode answers but cannot take its"
+        " messages (its folder is missing, an API pigeond does not speak); an unreachable"
+        " opencode is asked again every 2 s instead, and delivery resumes once it answers",
+        between(0.05, 3600),
     )
     default_ttl_s: int = option(
         24 * 3600, "time to live of a message without ttl_s, in seconds", between(1, 30 * 86_400)
