@@ -8,13 +8,21 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from pigeond import __version__
-from pigeond.config import OPTIONS, Config, ConfigError, load_config
+from pigeond.config import (
+    OPTION_BY_NAME,
+    OPTIONS,
+    Config,
+    ConfigError,
+    load_config,
+    read_config_file,
+)
 from pigeond.credentials import TokenError
 from pigeond.db_url import redacted
 from pigeond.storage import StorageError
@@ -153,13 +161,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         first, _, rest = config.render().partition("\n")
         print("\n".join([first, note, rest]))
         return EXIT_OK
-    return run(config, reactor, load)
+    return run(config, reactor, load, runtime_socket_chosen(args, env, config))
 
 
-def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> int:
-    """Serve until SIGTERM/SIGINT; SIGHUP re-reads the configuration."""
+def runtime_socket_chosen(args: argparse.Namespace, env: Mapping[str, str], config: Config) -> bool:
+    """Whether ``runtime_socket`` was set (a flag, a variable or the config file), even to
+    none, rather than left to its default."""
+    option = OPTION_BY_NAME["runtime_socket"]
+    if getattr(args, option.name) is not None or option.env_var in env:
+        return True
+    if config.config_file is None:
+        return False
+    try:
+        return option.name in read_config_file(Path(config.config_file))
+    except ConfigError:  # changed since it was loaded: the next reload says what is wrong
+        return False
+
+
+def run(
+    config: Config,
+    reactor: Any,
+    reload_config: Callable[[], Config],
+    runtime_socket_set: bool = True,
+) -> int:
+    """Serve until SIGTERM/SIGINT; SIGHUP re-reads the configuration.  Unless
+    ``runtime_socket_set``, a missing default runtime socket is said (a warning)."""
     from pigeond.service.daemon import build_daemon, stop_later
     from pigeond.service.logs import start_logging
+    from pigeond.service.parts import runtime_socket_warning
     from pigeond.service.reload import config_changes, reload_line
     from pigeond.service.rlimits import apply_open_files_limit
     from pigeond.service.systemd import (
@@ -211,6 +240,9 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
             reactor.stop()
             return
         daemon.listen_runtime()  # after listen: the first "listening on" line is listen's
+        warning = runtime_socket_warning(config, os.environ, runtime_socket_set)
+        if warning is not None:
+            log.warn("{warning}", warning=warning)
         daemon.start_delivery()
         notifier.notify("READY=1")
         status.start()
