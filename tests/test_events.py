@@ -289,3 +289,28 @@ def test_a_stream_refused_while_opencode_answers_is_one_warning(
                         " 500); reconnecting every 30 s at most, polling turns meanwhile"),
     ]  # fmt: skip
     assert len(opencode.calls) <= 6 + 600 / RECONNECT_BACKOFF_S[-1]
+
+
+class StaleOnce(StoppableOpencode):
+    """The stream's first request meets a kept connection the server had closed (no answer,
+    nothing told to reachability); later ones open."""
+
+    async def open_event_stream(self) -> FakeStreamResponse:
+        if not self.calls:
+            self.calls.append(self.clock.seconds())
+            raise ConnectionError("ResponseNeverReceived: connection lost")
+        return await super().open_event_stream()
+
+
+def test_one_failed_open_is_tried_again_without_a_warning(
+    clock: Clock, log_events: list[tuple[LogLevel, str]]
+) -> None:
+    """A stream that could not be opened once (a stale kept connection) opens on the next
+    try, and the log says only that it connected."""
+    opencode = StaleOnce(clock)
+    connected: list[bool] = []
+    stream_following(opencode, connected).start()
+    clock.advance(RECONNECT_BACKOFF_S[0])
+    assert connected == [True]
+    said = [text for level, text in log_events if level >= LogLevel.info]
+    assert said == ["event stream connected: http://127.0.0.1:4096/global/event"]

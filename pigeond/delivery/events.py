@@ -8,8 +8,9 @@ by :mod:`pigeond.delivery.reachability`) and reconnects the moment it answers.  
 silent for longer than ``stale_s`` (opencode sends a heartbeat every 15 s) is dropped
 and reopened.  While it is down the tracker polls instead.
 
-The log tells the stream's own trouble once: a stream that cannot be opened while
-opencode answers is one warning, and its return one line with how long it was down.
+The log tells the stream's own trouble once: a stream that cannot be opened twice in a
+row while opencode answers (once may be a kept connection gone stale) is one warning,
+and its return one line with how long it was down.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ class EventStream:
         self._client = client
         self._outages = outages
         self._connections = 0  # streams opened so far
+        self._failed_opens = 0  # tries in a row that could not open one, opencode answering
         self._trouble_since: float | None = None  # the stream failing while opencode answers
         self._clock = clock
         self._on_status = on_status
@@ -196,13 +198,16 @@ class EventStream:
             if self._outages is not None and self._outages.down:
                 # opencode is gone: its outage is logged and probed; reopen once it answers
                 log.debug("event stream down ({reason}); waiting for opencode", reason=reason)
-                failures = 0
+                failures = self._failed_opens = 0
                 self._sleep = self._outages.when_back()
             else:
                 lasted = self._clock.seconds() - opened_at
                 failures = 0 if lasted > HEALTHY_S else failures + 1
                 delay = self._backoff_s[min(failures, len(self._backoff_s)) - 1] if failures else 0
-                if self._connections == connections:
+                self._failed_opens = (
+                    self._failed_opens + 1 if self._connections == connections else 0
+                )
+                if self._failed_opens >= 2:  # once may be a stale connection: tried again
                     self._trouble(reason, delay)
                 else:
                     log.debug("event stream down ({reason}); reconnecting in {delay} s",

@@ -98,9 +98,10 @@ class OpencodeClient:
                 "GET", self._base + "/global/event", unbuffered=True,
                 headers=Headers({b"accept": [b"text/event-stream"]}), **self.request_options(),
             )  # fmt: skip
-        except CONNECTION_GONE + CLOSED_BEFORE_ANSWER as e:
-            if not was_cancelled(e):
-                self.reachability.failed(f"{what}: {describe_transport_error(e)}")
+        except CONNECTION_GONE as e:
+            # (closed before an answer is not told: treq may have handed the stream a kept
+            # connection that had gone stale; the stream's next try says what is true)
+            self.reachability.failed(f"{what}: {describe_transport_error(e)}")
             raise
         self._note_answer(what, int(response.code))
         content_type = b"".join(response.headers.getRawHeaders(b"content-type", []))
