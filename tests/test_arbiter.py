@@ -323,28 +323,30 @@ def test_during_an_outage_of_opencode_a_failed_hand_off_stays_due(
 
 
 def tried_in_an_outage(h: Harness, down: list[bool]) -> None:
-    """opencode goes down as a message waits: its one try fails as an outage, and ten
-    minutes of ticks pass."""
+    """opencode goes down as a message waits: its try fails as an outage."""
     down[0] = True
     h.send()
     h.arbiter.start()
     h.opencode.fail_all(OpencodeError("GET /session/x: refused", kind=FailureKind.OUTAGE))
-    h.clock.pump([TICK_S] * 1200)
 
 
-def test_a_target_is_tried_once_in_an_outage_of_opencode(
+def test_in_an_outage_of_opencode_a_target_is_tried_once_per_outage_retry(
     repo: SwarmRepository, clock: Clock
 ) -> None:
-    """Its queue's head says why it waits; then ticks and sends find the message due, but
-    nothing more goes to opencode until it is back."""
+    """Ticks and sends find the message due, but its target is tried again only after
+    outage_retry_s (the probe, not the targets, finds opencode's return)."""
     h, down = outage_harness(repo, clock)
     tried_in_an_outage(h, down)
     h.arbiter.kick("ses_target")
+    h.clock.pump([TICK_S] * int(OUTAGE_S / TICK_S - 1))
     assert len(h.prompts_to("ses_target")) == 1
+    h.clock.pump([TICK_S] * 2)
+    assert len(h.prompts_to("ses_target")) == 2
 
 
 def test_the_end_of_an_outage_hands_off_at_once(repo: SwarmRepository, clock: Clock) -> None:
-    """opencode_back drains every due target then and there, not at the next tick."""
+    """opencode_back drains every due target then and there, not at the next tick nor
+    after outage_retry_s."""
     h, down = outage_harness(repo, clock)
     tried_in_an_outage(h, down)
     down[0] = False

@@ -115,9 +115,9 @@ class Config:
     )
     outage_retry_s: float = option(
         30.0,
-        "how long a target waits to be tried again when opencode answers but cannot take its"
-        " messages (its folder is missing, an API pigeond does not speak); an unreachable"
-        " opencode is asked again every 2 s instead, and delivery resumes once it answers",
+        "retry interval while opencode is unreachable or cannot take a target's messages"
+        " (its folder is missing); an unreachable opencode is also asked every 2 s at most,"
+        " and delivery resumes as soon as it answers",
         between(0.05, 3600),
     )
     default_ttl_s: int = option(

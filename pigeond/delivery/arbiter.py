@@ -110,13 +110,15 @@ class Arbiter(TargetDrain):
         ``transcripts`` is where a message in doubt is looked for (see recovery).
         ``target_locks`` make a drain exclusive across daemons on one PostgreSQL, and
         ``routing`` leaves the targets another daemon's opencode has to that daemon.
-        ``opencode_down`` says whether an outage of opencode is under way: each target is
-        tried once in it (its queue's head then says why it waits), then waits for
-        :meth:`opencode_back` (see :mod:`pigeond.delivery.reachability`)."""
+        ``opencode_down`` says whether an outage of opencode is under way: a target tried
+        in it (its queue's head then says why it waits) is tried again after
+        ``outage_retry_s``, or at once when :meth:`opencode_back` ends the outage (see
+        :mod:`pigeond.delivery.reachability`)."""
         self._db = db
         self._opencode_down = opencode_down
-        # targets tried in the outage under way: nothing more goes to them until it ends
-        self._waiting_for_opencode: set[str] = set()
+        # targets tried in the outage under way, and until when (ms) nothing more goes to
+        # them unless it ends; in memory, so its end lets them all go at once
+        self._waiting_for_opencode: dict[str, int] = {}
         self._target_locks = target_locks
         self._routing = routing
         # every target's next batch, and every hand-off record, made together under load
@@ -130,7 +132,7 @@ class Arbiter(TargetDrain):
         self._registry = registry
         self._recovery = HandOffRecovery(
             db, registry, transcripts, clock, opencode_down=opencode_down,
-            wait_for_opencode=self._waiting_for_opencode.add,
+            wait_for_opencode=self._wait_for_opencode,
         )  # fmt: skip
         self._prompter = ModeAwarePrompter(opencode, modes, agents)
         self._clock = clock
@@ -300,18 +302,19 @@ class Arbiter(TargetDrain):
     def kick(self, target: str) -> None:
         """Start draining ``target`` unless a hand-off to it is already in flight, its
         last failure could not be recorded and is waited out, or it was tried in the
-        outage of opencode under way (its messages wait, due, for :meth:`opencode_back`).
-        A hand-off still to be recorded is recorded first; until it is, the drain sends
-        nothing."""
+        outage of opencode under way less than ``outage_retry_s`` ago (its messages wait,
+        due, for :meth:`opencode_back`).  A hand-off still to be recorded is recorded
+        first; until it is, the drain sends nothing."""
         if target in self._in_flight:
             self._kicked_in_flight.add(target)
             return
         if self._stopping or self._database_vanished():
             return
-        if target in self._waiting_for_opencode:
-            if self._opencode_down():
+        until = self._waiting_for_opencode.get(target)
+        if until is not None:
+            if self._opencode_down() and until > self._now_ms():
                 return
-            self._waiting_for_opencode.discard(target)
+            del self._waiting_for_opencode[target]
         if self._held_until_ms.get(target, 0) > self._now_ms():
             return
         self._held_until_ms.pop(target, None)

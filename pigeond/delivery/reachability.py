@@ -8,9 +8,10 @@ cause), ``/health`` says ``unreachable`` with since when and the last error, and
 on a single probe at a time (``GET /session/status``) asks opencode again:
 :data:`PROBE_BACKOFF_S` after the failure, then every 2 s at most (each wait shortened at
 random by up to :data:`JITTER`, so daemons started together do not ask in step).
-Meanwhile nothing else calls it: the arbiter starts no hand-off, the verifier reads no
+Meanwhile little else calls it: the arbiter tries each target once per
+``outage_retry_s`` (its queue's head says why it waits), the verifier reads no
 transcript, a turn wait polls no status, the event stream waits.  So a ten-minute outage
-costs about 300 connection attempts, however many targets wait.
+costs about 300 probes, and 20 tries per waiting target at the default 30 s.
 
 The first answer, of the probe or of any other call, ends the outage: logged once (info,
 with how long it lasted), and whatever waited goes on at once (:meth:`on_back` and
