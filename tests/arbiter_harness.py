@@ -10,7 +10,7 @@ a ``kill -9`` and a restart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,9 +159,11 @@ def make_harness(
     transcripts: bool = False,
     opencode: InMemoryOpencode | None = None,
     target_locks: TargetLocks | None = None,
+    opencode_down: Callable[[], bool] = lambda: False,
 ) -> Harness:
     """``transcripts``: the arbiter reads the in-memory opencode's transcripts (to end a
-    doubt, see pigeond/delivery/recovery.py); ``opencode``: an existing one (a restart)."""
+    doubt, see pigeond/delivery/recovery.py); ``opencode``: an existing one (a restart);
+    ``opencode_down``: whether an outage of opencode is under way (reachability's view)."""
     opencode, registry = opencode or InMemoryOpencode(), FakeRegistry()
     policy = DeliveryPolicy(tick_s=TICK_S, max_attempts=10, batch_max=batch_max,
                             outage_retry_s=OUTAGE_S, verify_grace_s=60)  # fmt: skip
@@ -169,14 +171,21 @@ def make_harness(
         InlineDatabase(repo), registry, opencode, clock, policy=policy, turns=turns,
         check_directory=lambda d: f"{d} does not exist" if d in missing_dirs else None,
         modes=modes, agents=agents, transcripts=opencode if transcripts else None,
-        target_locks=target_locks,
+        target_locks=target_locks, opencode_down=opencode_down,
     )  # fmt: skip
     return Harness(repo, clock, opencode, registry, arbiter, turns)
 
 
-def restarted(h: Harness, *, batch_max: int = 1, turns: TurnTracker | None = None) -> Harness:
+def restarted(
+    h: Harness,
+    *,
+    batch_max: int = 1,
+    turns: TurnTracker | None = None,
+    opencode_down: Callable[[], bool] = lambda: False,
+) -> Harness:
     """A new arbiter on the same database, clock and opencode: pigeond after a ``kill -9``
     (the old arbiter is dropped as it was, its prompts left unanswered) and a restart."""
     return make_harness(
-        h.repo, h.clock, batch_max=batch_max, turns=turns, transcripts=True, opencode=h.opencode
-    )
+        h.repo, h.clock, batch_max=batch_max, turns=turns, transcripts=True,
+        opencode=h.opencode, opencode_down=opencode_down,
+    )  # fmt: skip

@@ -94,11 +94,11 @@ class _Server(ThreadingHTTPServer):
     block_on_close = False
     allow_reuse_address = True
 
-    def __init__(self, fake: FakeOpencode) -> None:
+    def __init__(self, fake: FakeOpencode, port: int = 0) -> None:
         self.fake = fake
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(("127.0.0.1", port), _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
@@ -243,11 +243,12 @@ class FakeOpencode:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self) -> None:
-        """Bind a free port on 127.0.0.1 and serve in a daemon thread."""
+    def start(self, port: int = 0) -> None:
+        """Bind ``port`` (a free one when 0) on 127.0.0.1 and serve in a daemon thread; the
+        port of an earlier :meth:`stop` starts it again where pigeond expects it."""
         if self._server is not None:
             raise RuntimeError("the fake opencode is already running")
-        server = _Server(self)
+        server = _Server(self, port)
         thread = threading.Thread(
             target=server.serve_forever,
             kwargs={"poll_interval": 0.05},

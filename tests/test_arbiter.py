@@ -287,7 +287,8 @@ def test_batch_is_bounded(repo: SwarmRepository, clock: Clock) -> None:
 
 
 def test_outage_holds_without_spending_attempts(h: Harness) -> None:
-    """opencode unreachable: the message waits the outage interval, attempts stay 0."""
+    """An outage failure while opencode itself answers (reachability not down: a folder, an
+    API it cannot use): the message waits outage_retry_s, attempts stay 0."""
     msg_id = h.send()
     h.arbiter.start()
     for _ in range(3):
@@ -298,6 +299,59 @@ def test_outage_holds_without_spending_attempts(h: Harness) -> None:
         assert stored.next_retry_at == h.now_ms() + int(OUTAGE_S * 1000)
         h.clock.advance(OUTAGE_S)
     assert len(h.prompts_to("ses_target")) == 4
+
+
+def outage_harness(repo: SwarmRepository, clock: Clock) -> tuple[Harness, list[bool]]:
+    """An arbiter whose view of opencode's reachability the test sets (``down[0]``)."""
+    down = [False]
+    return make_harness(repo, clock, opencode_down=lambda: down[0]), down
+
+
+def test_during_an_outage_of_opencode_a_failed_hand_off_stays_due(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """opencode unreachable: the message is due at once, no attempt spent, not held for
+    outage_retry_s: the end of the outage lets it go."""
+    h, down = outage_harness(repo, clock)
+    msg_id = h.send()
+    h.arbiter.kick("ses_target")
+    down[0] = True
+    h.opencode.fail_all(OpencodeError("GET /session/x: refused", kind=FailureKind.OUTAGE))
+    stored = h.repo.get(msg_id)
+    assert stored is not None
+    assert (stored.state, stored.attempts, stored.next_retry_at) == ("queued", 0, h.now_ms())
+
+
+def tried_in_an_outage(h: Harness, down: list[bool]) -> None:
+    """opencode goes down as a message waits: its try fails as an outage."""
+    down[0] = True
+    h.send()
+    h.arbiter.start()
+    h.opencode.fail_all(OpencodeError("GET /session/x: refused", kind=FailureKind.OUTAGE))
+
+
+def test_in_an_outage_of_opencode_a_target_is_tried_once_per_outage_retry(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """Ticks and sends find the message due, but its target is tried again only after
+    outage_retry_s (the probe, not the targets, finds opencode's return)."""
+    h, down = outage_harness(repo, clock)
+    tried_in_an_outage(h, down)
+    h.arbiter.kick("ses_target")
+    h.clock.pump([TICK_S] * int(OUTAGE_S / TICK_S - 1))
+    assert len(h.prompts_to("ses_target")) == 1
+    h.clock.pump([TICK_S] * 2)
+    assert len(h.prompts_to("ses_target")) == 2
+
+
+def test_the_end_of_an_outage_hands_off_at_once(repo: SwarmRepository, clock: Clock) -> None:
+    """opencode_back drains every due target then and there, not at the next tick nor
+    after outage_retry_s."""
+    h, down = outage_harness(repo, clock)
+    tried_in_an_outage(h, down)
+    down[0] = False
+    h.arbiter.opencode_back()
+    assert len(h.prompts_to("ses_target")) == 2
 
 
 def test_bad_request_fails_at_once(h: Harness) -> None:

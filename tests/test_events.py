@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import pytest_twisted
@@ -11,14 +11,25 @@ from treq.client import HTTPClient
 from twisted.internet import reactor as global_reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.internet.error import ConnectionDone, ConnectionRefusedError
 from twisted.internet.task import Clock, deferLater
+from twisted.internet.testing import StringTransport
+from twisted.logger import LogLevel
+from twisted.python.failure import Failure
 from twisted.web import server
 from twisted.web.client import Agent
 from twisted.web.resource import Resource
 
 from pigeond.config import Config
-from pigeond.delivery.events import EventStream, ServerSentEvents, session_status_of
+from pigeond.delivery import events
+from pigeond.delivery.events import (
+    RECONNECT_BACKOFF_S,
+    EventStream,
+    ServerSentEvents,
+    session_status_of,
+)
 from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.reachability import OpencodeReachability
 from tests.http_helpers import result_of, stub_client
 
 BUSY = {"type": "session.status", "properties": {"sessionID": "ses_a", "status": {"type": "busy"}}}
@@ -149,3 +160,157 @@ def test_a_connected_stream_shows_opencode_reachable() -> None:
     assert client.reachable is None
     result_of(Deferred.fromCoroutine(client.open_event_stream()))
     assert client.reachable is True
+
+
+class FakeStreamResponse:
+    """A 200 ``/global/event`` answer whose body stays open until :meth:`drop`."""
+
+    def __init__(self) -> None:
+        self.protocol: ServerSentEvents | None = None
+
+    def deliverBody(self, protocol: ServerSentEvents) -> None:
+        self.protocol = protocol
+        protocol.makeConnection(StringTransport())  # type: ignore[no-untyped-call]
+
+    def drop(self) -> None:
+        assert self.protocol is not None
+        self.protocol.connectionLost(Failure(ConnectionDone()))
+
+
+class StoppableOpencode:
+    """opencode's event stream and status route on a Clock, for a stream that follows its
+    reachability: while ``up`` is False every call is refused (and told as the client tells
+    it); the clock time of each call is kept."""
+
+    base_url = "http://127.0.0.1:4096"
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.up = True
+        self.calls: list[float] = []
+        self.streams: list[FakeStreamResponse] = []
+        self.reach = OpencodeReachability(self.base_url, clock, self.probe)
+
+    def _call(self, what: str) -> None:
+        self.calls.append(self.clock.seconds())
+        if not self.up:
+            self.reach.failed(f"{what}: ConnectionRefusedError")
+            raise ConnectionRefusedError(what)
+        self.reach.answered()
+
+    async def open_event_stream(self) -> FakeStreamResponse:
+        self._call("GET /global/event")
+        self.streams.append(FakeStreamResponse())
+        return self.streams[-1]
+
+    async def probe(self) -> None:
+        try:
+            self._call("GET /session/status")
+        except ConnectionRefusedError:
+            return  # told to reach, as the client's probe does
+
+
+def stream_following(opencode: StoppableOpencode, connected: list[bool]) -> EventStream:
+    source = cast(events.EventSource, opencode)
+    return EventStream(
+        source, opencode.clock, lambda s, st: None, connected.append, outages=opencode.reach
+    )
+
+
+def outage_of(opencode: StoppableOpencode, seconds: float) -> None:
+    """opencode stops (its stream drops) for ``seconds``, passed in small steps."""
+    opencode.up = False
+    opencode.streams[-1].drop()
+    for _ in range(round(seconds / 0.05)):
+        opencode.clock.advance(0.05)
+
+
+def test_the_stream_reconnects_within_two_seconds_of_opencodes_return(clock: Clock) -> None:
+    """After a ten-minute outage the stream is open again at most 2 s after opencode is."""
+    opencode = StoppableOpencode(clock)
+    connected: list[bool] = []
+    stream_following(opencode, connected).start()
+    outage_of(opencode, 600)
+    assert connected == [True, False]
+    came_back = clock.seconds()
+    opencode.up = True
+    while connected[-1] is False:
+        clock.advance(0.05)
+    assert clock.seconds() - came_back <= 2.05
+    assert len(opencode.streams) == 2
+
+
+def test_the_stream_makes_no_calls_of_its_own_while_opencode_is_down(clock: Clock) -> None:
+    """During an outage only the probe asks: the stream tries once, then waits for the return."""
+    opencode = StoppableOpencode(clock)
+    stream_following(opencode, []).start()
+    outage_of(opencode, 600)
+    # the first open, its reopen when it dropped, then the probes alone
+    assert len(opencode.calls) == 2 + opencode.reach.probes
+
+
+def test_an_outage_logs_nothing_from_the_stream(
+    clock: Clock, log_events: list[tuple[LogLevel, str]]
+) -> None:
+    """The stream's drop, its retry and its reconnect are debug lines: reachability says
+    the outage (its two lines are the only ones)."""
+    opencode = StoppableOpencode(clock)
+    stream_following(opencode, []).start()
+    outage_of(opencode, 60)
+    opencode.up = True
+    clock.advance(2.5)
+    said = [text for level, text in log_events if level >= LogLevel.info]
+    assert len(said) == 3
+    assert said[0] == "event stream connected: http://127.0.0.1:4096/global/event"
+    assert said[1].startswith("opencode at http://127.0.0.1:4096 unreachable")
+    assert said[2].startswith("opencode at http://127.0.0.1:4096 answers again after")
+
+
+class RefusingStream(StoppableOpencode):
+    """opencode answers every call but refuses its event stream (HTTP 500)."""
+
+    async def open_event_stream(self) -> FakeStreamResponse:
+        self.calls.append(self.clock.seconds())
+        self.reach.answered()
+        raise ConnectionError("GET /global/event answered HTTP 500")
+
+
+def test_a_stream_refused_while_opencode_answers_is_one_warning(
+    clock: Clock, log_events: list[tuple[LogLevel, str]]
+) -> None:
+    """The stream's own trouble is said once, its retries backed off up to the last wait."""
+    opencode = RefusingStream(clock)
+    stream_following(opencode, []).start()
+    for _ in range(1200):
+        clock.advance(0.5)
+    said = [(level, text) for level, text in log_events if level >= LogLevel.info]
+    assert said == [
+        (LogLevel.warn, "event stream down (ConnectionError: GET /global/event answered HTTP"
+                        " 500); reconnecting every 30 s at most, polling turns meanwhile"),
+    ]  # fmt: skip
+    assert len(opencode.calls) <= 6 + 600 / RECONNECT_BACKOFF_S[-1]
+
+
+class StaleOnce(StoppableOpencode):
+    """The stream's first request meets a kept connection the server had closed (no answer,
+    nothing told to reachability); later ones open."""
+
+    async def open_event_stream(self) -> FakeStreamResponse:
+        if not self.calls:
+            self.calls.append(self.clock.seconds())
+            raise ConnectionError("ResponseNeverReceived: connection lost")
+        return await super().open_event_stream()
+
+
+def test_one_failed_open_is_tried_again_without_a_warning(
+    clock: Clock, log_events: list[tuple[LogLevel, str]]
+) -> None:
+    """A stream that could not be opened once (a stale kept connection) opens on the next
+    try, and the log says only that it connected."""
+    opencode = StaleOnce(clock)
+    connected: list[bool] = []
+    stream_following(opencode, connected).start()
+    clock.advance(RECONNECT_BACKOFF_S[0])
+    assert connected == [True]
+    said = [text for level, text in log_events if level >= LogLevel.info]
+    assert said == ["event stream connected: http://127.0.0.1:4096/global/event"]

@@ -232,6 +232,26 @@ def test_an_unreadable_transcript_holds_without_spending_attempts(h: Harness) ->
     assert held.last_error is not None and "cannot be read" in held.last_error
 
 
+def test_an_unreadable_transcript_during_an_outage_waits_for_opencode(h: Harness) -> None:
+    """opencode unreachable (reachability's view) at the restart: the doubt is due again at
+    once, not held for outage_retry_s, and ended as soon as opencode answers."""
+    crash_during_hand_off(h, "msg_1", taken=True)
+    h.clock.advance(SETTLE_S)
+    h.opencode.transcript_error = DOWN
+
+    def down() -> bool:  # as reachability sees it: from the first failed read on
+        return bool(h.opencode.transcript_reads) and h.opencode.transcript_error is not None
+
+    after = restarted(h, opencode_down=down)
+    after.arbiter.kick("ses_target")
+    held = row(h, "msg_1")
+    assert (held.attempts, held.next_retry_at) == (0, h.now_ms())
+    h.opencode.transcript_error = None
+    after.arbiter.start()
+    after.arbiter.opencode_back()
+    assert row(h, "msg_1").state == "handed_off" and len(h.prompts_to("ses_target")) == 1
+
+
 def test_a_held_doubt_is_ended_once_the_transcript_can_be_read(h: Harness) -> None:
     """After the outage hold the transcript is read again; found, nothing is sent."""
     crash_during_hand_off(h, "msg_1", taken=True)

@@ -231,8 +231,11 @@ async def test_deadline_and_refused_connection_are_classified() -> None:
         with pytest.raises(neterror.ConnectError):
             await gone.request("GET", "/x", {})
         client = OpencodeClient(None, url, reactor, config, exchange=gone)  # type: ignore[arg-type]
-        with pytest.raises(OpencodeError) as caught:
-            await client.session_directory("ses_a")
+        try:
+            with pytest.raises(OpencodeError) as caught:
+                await client.session_directory("ses_a")
+        finally:
+            client.close()  # its outage would be probed on the test's reactor
         assert caught.value.kind is FailureKind.OUTAGE
 
 

@@ -5,16 +5,20 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import pytest_twisted
 from treq.client import HTTPClient
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.internet.error import ConnectionDone
 from twisted.internet.protocol import Factory
 from twisted.internet.task import Clock
+from twisted.logger import LogLevel
+from twisted.python.failure import Failure
 from twisted.web import server
+from twisted.web.client import ResponseNeverReceived
 from twisted.web.resource import Resource
 
 from pigeond.config import Config
@@ -300,9 +304,79 @@ async def test_refused_connection_is_an_outage() -> None:
     client = OpencodeClient(
         HTTPClient(Agent(reactor)), f"http://127.0.0.1:{number}", reactor, Config()
     )
-    with pytest.raises(OpencodeError) as caught:
-        await client.prompt_async("ses_a", "/d", ["hi"])
+    try:
+        with pytest.raises(OpencodeError) as caught:
+            await client.prompt_async("ses_a", "/d", ["hi"])
+    finally:
+        client.close()  # its outage would be probed on the test's reactor
     assert caught.value.kind is FailureKind.OUTAGE
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_refused_connection_makes_opencode_unreachable_with_its_error() -> None:
+    """A call that cannot connect starts an outage: unreachable, with the call's error."""
+    from twisted.internet import reactor
+    from twisted.web.client import Agent
+
+    port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(Factory())
+    number = port.getHost().port
+    await port.stopListening()
+    client = OpencodeClient(
+        HTTPClient(Agent(reactor)), f"http://127.0.0.1:{number}", reactor, Config()
+    )
+    try:
+        with pytest.raises(OpencodeError):
+            await client.session_directory("ses_a")
+    finally:
+        client.close()
+    assert client.reachable is False
+    assert client.reachability.last_error is not None
+    assert client.reachability.last_error.startswith(
+        "GET /session/ses_a: ConnectionRefusedError: Connection was refused by other side"
+    )
+
+
+def test_a_gateway_error_is_an_outage_until_opencode_answers(clock: Clock) -> None:
+    """A 503 (a proxy without opencode behind it) makes opencode unreachable, with the
+    call and its status; the next answer makes it reachable again."""
+    fake = FakeOpencodeResource(prompt_status=503)
+    client = client_for(fake, clock)
+    failure_of(run(clock, client.prompt_async("ses_a", "/d", ["x"])))
+    reach = client.reachability
+    assert (client.reachable, reach.last_error) == (
+        False,
+        "POST /session/ses_a/prompt_async: HTTP 503",
+    )
+    result_of(run(clock, client.session_directory("ses_a")))
+    assert (client.reachable, reach.last_error) == (True, None)
+
+
+class StaleFirst:
+    """An HTTP client whose first request meets a kept-alive connection the server had
+    closed (no answer); every later one goes to ``resource``."""
+
+    def __init__(self, resource: Resource) -> None:
+        self._stub = stub_client(resource)
+        self.stale = 1
+
+    def request(self, method: str, url: str, **kwargs: Any) -> Deferred[Any]:
+        if self.stale:
+            self.stale -= 1
+            return fail(ResponseNeverReceived([Failure(ConnectionDone())]))
+        answer: Deferred[Any] = self._stub.request(method, url, **kwargs)
+        return answer
+
+
+def test_a_stale_kept_alive_connection_starts_no_outage(
+    clock: Clock, log_events: list[tuple[LogLevel, str]]
+) -> None:
+    """A pooled connection that had gone stale is retried on a fresh one: opencode answered,
+    so nothing says it was unreachable, not even for a moment."""
+    http = cast(HTTPClient, StaleFirst(FakeOpencodeResource()))
+    client = OpencodeClient(http, URL, clock, Config())
+    assert result_of(run(clock, client.session_directory("ses_a"))) == "/srv/projA"
+    assert client.reachable is True
+    assert [text for level, text in log_events if level >= LogLevel.info] == []
 
 
 def test_read_timeout_is_an_outage(clock: Clock) -> None:

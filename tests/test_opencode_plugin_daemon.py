@@ -63,6 +63,27 @@ def test_status_of_a_sent_message(daemon: DaemonProcess) -> None:
     assert missing.error == "swarm_status: pigeond has no message msg_nothere"
 
 
+def test_status_of_a_channel_message_follows_each_copy(daemon: DaemonProcess) -> None:
+    """swarm_status of a message sent to a channel lists the copy of each other member as
+    GET /swarm/message/<msg_id> does: its msg_id, state and receipt."""
+    env = tcp_env(daemon)
+    for member in (SESSION, TARGET):
+        status, answer = daemon.request_json(
+            "POST", "/swarm/channels/ops/members", {"session": member}
+        )
+        assert status == 201, answer
+    sent = run_tool("swarm_send", {"channel": "ops", "payload": "standup"}, replies=None, env=env)
+    assert sent.ok, sent.error
+    [(msg_id, *_)] = [row for row in stored(daemon) if row[2] is None]
+    [(copy_id, *_)] = [row for row in stored(daemon) if row[2] == TARGET]
+    run = run_tool("swarm_status", {"msg_id": msg_id}, replies=None, env=env)
+    assert run.output == (
+        f"{msg_id} on channel ops: fanned_out, a copy to each of 1 member:\n"
+        f"- {TARGET}: queued, receipt accepted (copy {copy_id})\n"
+        "(swarm_status with a copy's msg_id shows its attempts, times and last error)"
+    )
+
+
 def test_empty_inbox_from_the_daemon(daemon: DaemonProcess) -> None:
     """swarm_read asks for the calling session's inbox, which the daemon answers."""
     run = run_tool("swarm_read", {}, replies=None, env=tcp_env(daemon))

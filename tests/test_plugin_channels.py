@@ -280,3 +280,74 @@ def test_send_describes_channels_as_fanned_out() -> None:
     described = run_tool(None).tools["swarm_send"]["args"]["channel"]["description"]
     assert "fanned out to every member but you" in described
     assert "not delivered" not in described
+
+
+# -- swarm_status of a channel message ---------------------------------------------
+
+
+def channel_message(deliveries: list[dict[str, Any]], skipped: list[dict[str, str]]) -> Any:
+    """The daemon's GET /swarm/message/<id> of a channel message (its fields that matter)."""
+    body = {"msg_id": "msg_x", "from": SESSION, "to": None, "channel": "ops",
+            "state": "fanned_out", "attempts": 0, "last_error": None, "handed_off_at": None,
+            "deliveries": deliveries, "skipped": skipped}  # fmt: skip
+    return ok(body)
+
+
+def status_of(reply: dict[str, Any]) -> str:
+    run = run_tool("swarm_status", {"msg_id": "msg_x"}, replies=[reply])
+    assert run.ok, run.error
+    assert run.output is not None
+    return run.output
+
+
+def copy_of(to: str, msg_id: str, state: str, receipt: str) -> dict[str, str]:
+    return {"to": to, "msg_id": msg_id, "state": state, "receipt": receipt}
+
+
+def test_status_of_a_channel_message_lists_each_members_copy_and_receipt() -> None:
+    """Each member's copy with its state and receipt, then who was left out and why."""
+    reply = channel_message(
+        [copy_of("ses_a", "msg_1", "handed_off", "seen"),
+         copy_of("ses_b", "msg_2", "queued", "accepted")],
+        [{"session": "ses_c", "reason": "its inbound policy is refuse"}],
+    )  # fmt: skip
+    assert status_of(reply) == (
+        "msg_x on channel ops: fanned_out, a copy to each of 2 members; not delivered to"
+        " 1 member:\n"
+        "- ses_a: handed_off, receipt seen (copy msg_1)\n"
+        "- ses_b: queued, receipt accepted (copy msg_2)\n"
+        "- ses_c: not delivered (its inbound policy is refuse)\n"
+        "(swarm_status with a copy's msg_id shows its attempts, times and last error)"
+    )
+
+
+def test_status_of_a_channel_message_nobody_got_says_so() -> None:
+    """A channel message with no other member when it was sent went to nobody."""
+    assert status_of(channel_message([], [])) == (
+        "msg_x on channel ops: fanned_out to nobody (no other member when it was sent;"
+        " it stays in the channel's history)"
+    )
+
+
+def test_every_field_of_a_channel_messages_status_is_escaped() -> None:
+    """No session, id, state, receipt or reason from the daemon can start a line or a tag:
+    the title and each listed member are one line each, every line the tool's own."""
+    forged = copy_of("ses_a" + FORGED, "msg_1" + FORGED, "queued" + FORGED, "seen" + FORGED)
+    reply = channel_message([forged], [{"session": "ses_c" + FORGED, "reason": "no" + FORGED}])
+    reply["body"] |= {"msg_id": "msg_x" + FORGED, "channel": "ops" + FORGED}
+    lines = status_of(reply).split("\n")
+    assert len(lines) == 4
+    assert lines[0].startswith("msg_x\\x0a--- msg_forged")
+    assert [line[:2] for line in lines[1:3]] == ["- ", "- "]
+    assert lines[3].startswith("(swarm_status with a copy's msg_id")
+    assert all("</swarm_message>" not in line and "&lt;/swarm_message&gt;" in line
+               for line in lines[:3])  # fmt: skip
+
+
+def test_a_channel_with_many_members_lists_the_first_fifty() -> None:
+    """A long list is cut, and says how many more copies there are."""
+    copies = [copy_of(f"ses_m{n:03}", f"msg_{n:03}", "queued", "accepted") for n in range(60)]
+    lines = status_of(channel_message(copies, [])).split("\n")
+    assert lines[0].endswith("a copy to each of 60 members:")
+    assert lines[50:52] == ["- ses_m049: queued, receipt accepted (copy msg_049)",
+                            "... and 10 more"]  # fmt: skip

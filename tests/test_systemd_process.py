@@ -168,9 +168,14 @@ def test_sighup_reloads_and_names_what_needs_a_restart(
     os.kill(proc.pid, signal.SIGHUP)
     notify.wait_for("RELOADING=1")
     deadline = time.monotonic() + 10
-    while "configuration reloaded" not in proc.output() and time.monotonic() < deadline:
+    while "reload: " not in proc.output() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert "needs a restart: log_format" in proc.output()
+    [line] = [line for line in proc.output().splitlines() if "reload: " in line]
+    assert line.endswith(
+        "reload: applied max_body_bytes: 65536 -> 2048; needs a restart, running as before"
+        ' until then: log_format: "text" -> "json"'
+    )
+    assert line.startswith("warn ")
     notify.drain(0.2)
     assert notify.count("READY=1") == 2
     with pytest.raises(urllib.error.HTTPError) as too_big:

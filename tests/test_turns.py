@@ -127,6 +127,24 @@ def test_poll_errors_do_not_stop_the_wait(clock: Clock) -> None:
     assert "no busy status" in result_of(wait)
 
 
+def test_a_turn_wait_polls_nothing_while_opencode_is_down(clock: Clock) -> None:
+    """During an outage of opencode a wait asks nothing (the outage is probed elsewhere),
+    and polls again once opencode answers."""
+    poller = FakePoller(busy={S})
+    down = [True]
+    config = Config(busy_window_s=5, turn_timeout_s=600, status_poll_s=1)
+    t = TurnTracker(clock, poller, config, opencode_down=lambda: down[0])
+    t.stream_state(False)
+    wait = start(t.wait_turn_end(S, DIR, t.mark(S)))
+    t.observe(S, "busy")  # the turn started before opencode went away
+    clock.pump([1] * 120)
+    assert poller.polls == 0 and not wait.called
+    down[0] = False
+    poller.busy.clear()
+    clock.advance(1)
+    assert (result_of(wait), poller.polls) == ("turn ended", 1)
+
+
 def test_wait_until_idle_waits_for_a_persons_turn(clock: Clock) -> None:
     """Before a hand-off, a session busy with a turn someone else started is waited for."""
     t = tracker(clock, FakePoller())

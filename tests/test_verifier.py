@@ -184,6 +184,25 @@ def test_tick_checks_each_target_once_per_interval(s: Setup) -> None:
     assert len(s.transcripts.reads) == 2
 
 
+def test_no_transcript_is_read_while_opencode_is_down(repo: SwarmRepository, clock: Clock) -> None:
+    """During an outage of opencode the ticks read nothing; once it answers they do."""
+    transcripts, down = FakeTranscripts(), [True]
+    verifier = Verifier(
+        InlineDatabase(repo), StaticRegistry(), cast(OpencodeClient, transcripts), clock,
+        Config(verify_interval_s=2), opencode_down=lambda: down[0],
+    )  # fmt: skip
+    now = int(clock.seconds() * 1000)
+    repo.accept(new_message(msg_id="msg_1"), now)
+    repo.mark_handed_off("msg_1", now, now + GRACE_MS)
+    for _ in range(300):
+        clock.advance(2)
+        verifier.tick()
+    assert transcripts.reads == []
+    down[0] = False
+    verifier.tick()
+    assert len(transcripts.reads) == 1
+
+
 @dataclass
 class ParkedTranscripts:
     """Every transcript read waits until the test answers it."""

@@ -704,6 +704,7 @@ function renderOwed(owed) {
 }
 
 function renderStatus(message) {
+  if (message.state === "fanned_out") return renderChannelStatus(message);
   const target = message.to ? `to ${field(message.to)}` : `on channel ${field(message.channel)}`;
   const parts = [`${field(message.msg_id)} ${target}: ${field(message.state)}`];
   if (message.attempts) parts.push(`attempts ${field(message.attempts)}`);
@@ -718,6 +719,29 @@ function renderStatus(message) {
   }
   if (message.last_error) parts.push(`last error: ${field(message.last_error, 500)}`);
   return parts.join("; ");
+}
+
+// swarm_status of a channel message (fanned_out): each member's copy, its state and how far
+// along the receipt chain it came (accepted, handed_off, seen, answered), as GET
+// /swarm/message/<id> lists them, then who was left out and why.  Every line of the list
+// is the tool's own ("- "); each field is escaped, so none can start a line or a tag.
+function renderChannelStatus(message) {
+  const deliveries = Array.isArray(message.deliveries) ? message.deliveries : [];
+  const skipped = Array.isArray(message.skipped) ? message.skipped : [];
+  const head = `${field(message.msg_id)} on channel ${field(message.channel)}: fanned_out`;
+  if (deliveries.length === 0 && skipped.length === 0) {
+    return `${head} to nobody (no other member when it was sent; it stays in the channel's history)`;
+  }
+  const left = skipped.length ? `; not delivered to ${counted(skipped.length, "member")}` : "";
+  const title = `${head}, a copy to each of ${counted(deliveries.length, "member")}${left}:`;
+  const copy = (d) =>
+    `${field(d && d.to)}: ${field(d && d.state)}, receipt ${field(d && d.receipt)} (copy ${field(d && d.msg_id)})`;
+  const leftOut = (s) => `${field(s && s.session)}: not delivered (${field(s && s.reason)})`;
+  const lines = [title, ...listLines(deliveries, copy), ...listLines(skipped, leftOut)];
+  if (deliveries.length > 0) {
+    lines.push("(swarm_status with a copy's msg_id shows its attempts, times and last error)");
+  }
+  return lines.join("\n");
 }
 
 function counted(n, noun) {
@@ -922,7 +946,8 @@ function makeTools(env) {
     description: describe(`
       Where a swarm message is: queued, handed_off (given to the target session), failed, expired
       or cancelled, with attempts, times and the last error; for a hand-off, when it was seen in
-      the target's transcript and when the target's turn answered it.`),
+      the target's transcript and when the target's turn answered it.  For a message sent to a
+      channel (fanned_out): each member's copy, its state and receipt, and who did not get it.`),
     args: {
       msg_id: { type: "string", description: "the msg_id swarm_send returned (msg_...)" },
     },

@@ -66,11 +66,14 @@ class DeliveryHealth:
 
     running: bool  # the arbiter runs (false with delivery off)
     ticking: bool  # ...and ticked lately
-    opencode: str  # ok, unreachable, not contacted yet, off
+    opencode: str  # ok, unreachable, not contacted yet, unsupported, off
     event_stream: str  # connected, down, off (delivery=call needs none)
     in_flight: int  # targets with a hand-off in flight
     unrecorded: int  # hand-offs opencode took that the database has not recorded yet
     problem: str | None = None  # what is wrong with opencode, in a sentence (its API...)
+    # while opencode is unreachable: since when (ms since the epoch), and the last error
+    unreachable_since_ms: int | None = None
+    unreachable_error: str | None = None
 
 
 DELIVERY_OFF = DeliveryHealth(False, False, "off", "off", 0, 0)
@@ -272,9 +275,11 @@ class SwarmRoutes:
 
     async def health(self, request: server.Request) -> JsonResponse:
         """200 while the daemon serves (``ok`` says only that), with what a monitor needs:
-        whether delivery runs and ticks, whether opencode answers and the event stream is
-        up, and the queue's counts.  503 and ``ok: false`` once the database file is not
-        the one opened (its counts would describe a file nobody will read again)."""
+        whether delivery runs and ticks, whether opencode answers (while it does not,
+        since when and the last error) and the event stream is up, and the queue's
+        counts.  503 and ``ok: false`` once the database file is not the one opened (its
+        counts would describe a file nobody will read again): an unreachable opencode is
+        opencode's outage, not the daemon's, and messages wait for it."""
         problem = self._storage_problem()
         if problem is not None:
             return JsonResponse(
@@ -298,7 +303,15 @@ class SwarmRoutes:
                 "queued": counts.get(State.QUEUED, 0),
                 "failed": counts.get(State.FAILED, 0),
             }
-            | ({} if delivery.problem is None else {"opencode_problem": delivery.problem}),
+            | ({} if delivery.problem is None else {"opencode_problem": delivery.problem})
+            | (
+                {}
+                if delivery.unreachable_since_ms is None
+                else {
+                    "opencode_unreachable_since": delivery.unreachable_since_ms,
+                    "opencode_error": delivery.unreachable_error or "",
+                }
+            ),
         )
 
     # -- GET /openapi.json ---------------------------------------------------------

@@ -114,7 +114,11 @@ class Config:
         3, "times an unseen hand-off is queued again before it fails", between(0, 100)
     )
     outage_retry_s: float = option(
-        30.0, "retry interval while opencode is unreachable", between(0.05, 3600)
+        30.0,
+        "retry interval while opencode is unreachable or cannot take a target's messages"
+        " (its folder is missing); an unreachable opencode is also asked every 2 s at most,"
+        " and delivery resumes as soon as it answers",
+        between(0.05, 3600),
     )
     default_ttl_s: int = option(
         24 * 3600, "time to live of a message without ttl_s, in seconds", between(1, 30 * 86_400)
@@ -222,16 +226,22 @@ class Config:
         or one in a PostgreSQL URL)."""
         lines = [f"# config file: {self.config_file or '(none)'}"]
         for option in OPTIONS:
-            value = getattr(self, option.name)
-            if option.name == "db":
-                value = redacted(value)
-            lines.append(f"{option.name} = {toml_value(value)}")
-        auth = self.opencode_auth
-        lines.append(
-            "# opencode auth: "
-            + (f"basic, user {auth.username!r} (OPENCODE_SERVER_PASSWORD)" if auth else "none")
-        )
+            lines.append(f"{option.name} = {shown_value(option.name, getattr(self, option.name))}")
+        lines.append("# opencode auth: " + shown_auth(self.opencode_auth))
         return "\n".join(lines)
+
+
+def shown_value(name: str, value: object) -> str:
+    """An option's value as ``--check-config`` and the reload's log line show it: TOML, a
+    PostgreSQL URL's password hidden."""
+    if name == "db" and isinstance(value, str):
+        value = redacted(value)
+    return toml_value(value)
+
+
+def shown_auth(auth: BasicAuth | None) -> str:
+    """opencode's credentials as they may be shown: the user's name, never the password."""
+    return f"basic, user {auth.username!r} (OPENCODE_SERVER_PASSWORD)" if auth else "none"
 
 
 def toml_value(value: object) -> str:

@@ -103,13 +103,22 @@ class Arbiter(TargetDrain):
         transcripts: TranscriptReader | None = None,
         target_locks: TargetLocks | None = None,
         routing: Routing | None = None,
+        opencode_down: Callable[[], bool] = lambda: False,
     ) -> None:
         """``database_problem`` says why the database file is no longer the one opened
         (None while it is); see :class:`pigeond.service.db_watch.DatabaseWatch`.
         ``transcripts`` is where a message in doubt is looked for (see recovery).
         ``target_locks`` make a drain exclusive across daemons on one PostgreSQL, and
-        ``routing`` leaves the targets another daemon's opencode has to that daemon."""
+        ``routing`` leaves the targets another daemon's opencode has to that daemon.
+        ``opencode_down`` says whether an outage of opencode is under way: a target tried
+        in it (its queue's head then says why it waits) is tried again after
+        ``outage_retry_s``, or at once when :meth:`opencode_back` ends the outage (see
+        :mod:`pigeond.delivery.reachability`)."""
         self._db = db
+        self._opencode_down = opencode_down
+        # targets tried in the outage under way, and until when (ms) nothing more goes to
+        # them unless it ends; in memory, so its end lets them all go at once
+        self._waiting_for_opencode: dict[str, int] = {}
         self._target_locks = target_locks
         self._routing = routing
         # every target's next batch, and every hand-off record, made together under load
@@ -121,7 +130,10 @@ class Arbiter(TargetDrain):
         )
         self.metrics = metrics if metrics is not None else DeliveryMetrics()
         self._registry = registry
-        self._recovery = HandOffRecovery(db, registry, transcripts, clock)
+        self._recovery = HandOffRecovery(
+            db, registry, transcripts, clock, opencode_down=opencode_down,
+            wait_for_opencode=self._wait_for_opencode,
+        )  # fmt: skip
         self._prompter = ModeAwarePrompter(opencode, modes, agents)
         self._clock = clock
         self._policy = policy
@@ -280,15 +292,29 @@ class Arbiter(TargetDrain):
         for target in await self._db.read(SwarmRepository.ready_targets, self._now_ms()):
             self.kick(target)
 
+    def opencode_back(self) -> None:
+        """An outage of opencode ended: every due target is drained now, not at the next
+        tick."""
+        self._waiting_for_opencode.clear()
+        if self.running:
+            self.tick()
+
     def kick(self, target: str) -> None:
-        """Start draining ``target`` unless a hand-off to it is already in flight, or its
-        last failure could not be recorded and is waited out.  A hand-off still to be
-        recorded is recorded first; until it is, the drain sends nothing."""
+        """Start draining ``target`` unless a hand-off to it is already in flight, its
+        last failure could not be recorded and is waited out, or it was tried in the
+        outage of opencode under way less than ``outage_retry_s`` ago (its messages wait,
+        due, for :meth:`opencode_back`).  A hand-off still to be recorded is recorded
+        first; until it is, the drain sends nothing."""
         if target in self._in_flight:
             self._kicked_in_flight.add(target)
             return
         if self._stopping or self._database_vanished():
             return
+        until = self._waiting_for_opencode.get(target)
+        if until is not None:
+            if self._opencode_down() and until > self._now_ms():
+                return
+            del self._waiting_for_opencode[target]
         if self._held_until_ms.get(target, 0) > self._now_ms():
             return
         self._held_until_ms.pop(target, None)

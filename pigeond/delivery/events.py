@@ -1,9 +1,16 @@
 """One connection to opencode's ``GET /global/event`` stream for every target.
 
 Only ``session.status`` and ``session.idle`` matter here: they feed the
-:class:`~pigeond.delivery.turns.TurnTracker`.  The stream reconnects with backoff; a
-stream silent for longer than ``stale_s`` (opencode sends a heartbeat every
-15 s) is dropped and reopened.  While it is down the tracker polls instead.
+:class:`~pigeond.delivery.turns.TurnTracker`.  A dropped stream is reopened at once, then
+with a backoff (:data:`RECONNECT_BACKOFF_S`) while opencode answers other calls; while
+opencode is unreachable the stream waits for its return (probed, and the outage logged,
+by :mod:`pigeond.delivery.reachability`) and reconnects the moment it answers.  A stream
+silent for longer than ``stale_s`` (opencode sends a heartbeat every 15 s) is dropped
+and reopened.  While it is down the tracker polls instead.
+
+The log tells the stream's own trouble once: a stream that cannot be opened twice in a
+row while opencode answers (once may be a kept connection gone stale) is one warning,
+and its return one line with how long it was down.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.protocol import Protocol as TransportProtocol
 from twisted.internet.task import deferLater
@@ -20,9 +27,16 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.iweb import IResponse
 
+from pigeond.delivery.reachability import how_long
+
 log = Logger()
 
-RECONNECT_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+# The waits before reopening a stream that failed again soon after it opened, while
+# opencode answers other calls (turns are polled meanwhile); the last repeats.  An
+# unreachable opencode is waited for instead, and the stream reopened once it answers.
+RECONNECT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+# A stream that lasted this long was healthy: the next failure starts the backoff afresh.
+HEALTHY_S = 30.0
 _MAX_LINE = 4 * 1024 * 1024
 # The event types read here; any other event (most of them: a turn streams its text as
 # message.part.* deltas) is dropped before it is parsed as JSON.
@@ -110,6 +124,16 @@ class EventSource(Protocol):
     async def open_event_stream(self) -> IResponse: ...
 
 
+class Outages(Protocol):
+    """Whether opencode is unreachable, and its return
+    (:class:`~pigeond.delivery.reachability.OpencodeReachability`)."""
+
+    @property
+    def down(self) -> bool: ...
+
+    def when_back(self) -> Deferred[None]: ...
+
+
 class EventStream:
     def __init__(
         self,
@@ -121,8 +145,14 @@ class EventStream:
         on_user_message: Callable[[str, dict[str, Any]], None] = lambda session, info: None,
         stale_s: float = 60.0,
         backoff_s: tuple[float, ...] = RECONNECT_BACKOFF_S,
+        outages: Outages | None = None,
     ) -> None:
+        """``outages`` None: opencode's reachability is not followed (the backoff alone)."""
         self._client = client
+        self._outages = outages
+        self._connections = 0  # streams opened so far
+        self._failed_opens = 0  # tries in a row that could not open one, opencode answering
+        self._trouble_since: float | None = None  # the stream failing while opencode answers
         self._clock = clock
         self._on_status = on_status
         self._on_connected = on_connected
@@ -156,6 +186,7 @@ class EventStream:
         failures = 0
         while self._running:
             opened_at = self._clock.seconds()
+            connections = self._connections
             try:
                 await self._listen_once()
                 reason = "closed by opencode"
@@ -164,15 +195,40 @@ class EventStream:
             self._set_connected(False)
             if self.stopped:
                 return
-            failures = 0 if self._clock.seconds() - opened_at > 30 else failures + 1
-            delay = self._backoff_s[min(failures, len(self._backoff_s)) - 1] if failures else 0.5
-            log.info("event stream down ({reason}); reconnecting in {delay} s",
-                     reason=reason, delay=delay)  # fmt: skip
-            self._sleep = deferLater(self._clock, delay, lambda: None)
+            if self._outages is not None and self._outages.down:
+                # opencode is gone: its outage is logged and probed; reopen once it answers
+                log.debug("event stream down ({reason}); waiting for opencode", reason=reason)
+                failures = self._failed_opens = 0
+                self._sleep = self._outages.when_back()
+            else:
+                lasted = self._clock.seconds() - opened_at
+                failures = 0 if lasted > HEALTHY_S else failures + 1
+                delay = self._backoff_s[min(failures, len(self._backoff_s)) - 1] if failures else 0
+                self._failed_opens = (
+                    self._failed_opens + 1 if self._connections == connections else 0
+                )
+                if self._failed_opens >= 2:  # once may be a stale connection: tried again
+                    self._trouble(reason, delay)
+                else:
+                    log.debug("event stream down ({reason}); reconnecting in {delay} s",
+                              reason=reason, delay=delay)  # fmt: skip
+                self._sleep = deferLater(self._clock, delay, lambda: None)
             try:
                 await self._sleep
-            except Exception:
-                return
+            except CancelledError:
+                return  # stopped
+
+    def _trouble(self, reason: str, delay: float) -> None:
+        """The stream could not be opened although opencode answers: said once, when it
+        begins (every retry is a debug line)."""
+        if self._trouble_since is None:
+            self._trouble_since = self._clock.seconds()
+            log.warn("event stream down ({reason}); reconnecting every {cap:g} s at most,"
+                     " polling turns meanwhile", reason=reason,
+                     cap=max(self._backoff_s))  # fmt: skip
+        else:
+            log.debug("event stream still down ({reason}); reconnecting in {delay} s",
+                      reason=reason, delay=delay)  # fmt: skip
 
     async def _listen_once(self) -> None:
         response = await self._client.open_event_stream()
@@ -204,7 +260,22 @@ class EventStream:
             self.connected = connected
             self._on_connected(connected)
             if connected:
-                log.info("event stream connected: {url}/global/event", url=self._client.base_url)
+                self._connections += 1
+                self._said_connected()
+
+    def _said_connected(self) -> None:
+        """The first connection is told, and the end of the stream's own trouble; a reconnect
+        after a drop or an outage of opencode (told by reachability) is a debug line."""
+        url = self._client.base_url
+        if self._trouble_since is not None:
+            lasted = how_long(self._clock.seconds() - self._trouble_since)
+            self._trouble_since = None
+            log.info("event stream connected again after {lasted}: {url}/global/event",
+                     lasted=lasted, url=url)  # fmt: skip
+        elif self._connections == 1:
+            log.info("event stream connected: {url}/global/event", url=url)
+        else:
+            log.debug("event stream connected again: {url}/global/event", url=url)
 
     def _handle(self, data: str) -> None:
         if not any(kind in data for kind in _WANTED):

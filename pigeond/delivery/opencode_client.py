@@ -3,22 +3,19 @@
 The deadline covers the whole exchange (connect, headers and body): a server
 that accepts the connection and then hangs must not hold a target's delivery
 slot forever.  Every failure is classified, because the arbiter treats them
-differently (see :class:`FailureKind`).
+differently (see :mod:`pigeond.delivery.opencode_errors`), and every call tells
+:mod:`pigeond.delivery.reachability` whether opencode answered.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Coroutine, Mapping, Sequence
-from enum import Enum
 from typing import Any, TypeVar
 
 from treq.client import HTTPClient
-from twisted.internet import error as neterror
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.interfaces import IReactorTime
-from twisted.python.failure import Failure
-from twisted.web.client import RequestTransmissionFailed, ResponseNeverReceived
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IResponse
 
@@ -26,88 +23,29 @@ from pigeond.config import Config
 from pigeond.credentials import BasicAuth
 from pigeond.delivery.api_support import PROBE_PATH, ApiSupport, is_html, missing_route
 from pigeond.delivery.http_exchange import HttpExchange
+from pigeond.delivery.opencode_errors import (
+    CLOSED_BEFORE_ANSWER,
+    CONNECTION_GONE,
+    OUTAGE_STATUSES,
+    DeadlineExceeded,
+    FailureKind,
+    OpencodeError,
+    SessionNotFound,
+    UnsupportedApi,
+    describe_transport_error,
+    short_text,
+    status_error,
+    was_cancelled,
+)
+from pigeond.delivery.reachability import OpencodeReachability, Reach
 
 T = TypeVar("T")
 
-_MAX_ERROR_TEXT = 300
-_OUTAGE_STATUSES = frozenset({401, 403, 502, 503, 504})
-# The connection died before any answer: opencode is down or restarting, or a
-# pooled keep-alive connection had been closed by the server.
-_CONNECTION_GONE = (
-    neterror.ConnectError,
-    neterror.DNSLookupError,
-    neterror.ConnectingCancelledError,
-)
-_CLOSED_BEFORE_ANSWER = (ResponseNeverReceived, RequestTransmissionFailed)
-
-
-class FailureKind(Enum):
-    OUTAGE = "outage"  # opencode unreachable: retry on a flat interval, no attempt spent
-    PERMANENT = "permanent"  # retrying cannot help: fail at once
-    ATTEMPT = "attempt"  # anything else: spend an attempt, back off
-
-
-class OpencodeError(Exception):
-    """A call to opencode did not succeed; the text is what operators see in ``last_error``."""
-
-    def __init__(
-        self, message: str, status: int | None = None, kind: FailureKind = FailureKind.ATTEMPT
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-
-
-class DeadlineExceeded(OpencodeError):
-    """No complete answer within the deadline; never retried at once."""
-
-
-class UnsupportedApi(OpencodeError):
-    """opencode answers without its v1 routes (2.x?): held as an outage, never retried
-    another way (see :mod:`pigeond.delivery.api_support`)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, kind=FailureKind.OUTAGE)
-
-
-class SessionNotFound(OpencodeError):
-    """opencode answered 404 for the session: it does not exist (anymore)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, 404, FailureKind.PERMANENT)
-
-
-def _short(body: bytes) -> str:
-    text = body.decode("utf-8", errors="replace").strip().replace("\n", " ")
-    return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "…"
-
-
-def _describe(error: BaseException) -> str:
-    """One readable line for a transport error (ResponseFailed wraps its real reasons)."""
-    reasons = getattr(error, "reasons", None)
-    if isinstance(reasons, list) and reasons:
-        inner = "; ".join(
-            f"{type(r.value).__name__}: {r.getErrorMessage()}" if isinstance(r, Failure) else str(r)
-            for r in reasons
-        )
-        return f"{type(error).__name__} ({inner})"
-    return f"{type(error).__name__}: {error}"
-
-
-def _was_cancelled(error: BaseException | None) -> bool:
-    """A request we cancelled ourselves (shutdown), not one the server dropped."""
-    reasons = getattr(error, "reasons", None) or []
-    return any(isinstance(r, Failure) and r.check(CancelledError) for r in reasons)
-
-
-def _status_error(what: str, status: int, body: bytes) -> OpencodeError:
-    if status in _OUTAGE_STATUSES:
-        kind = FailureKind.OUTAGE
-    elif status == 400:
-        kind = FailureKind.PERMANENT
-    else:
-        kind = FailureKind.ATTEMPT
-    return OpencodeError(f"{what}: HTTP {status}: {_short(body)}", status, kind)
+# the errors are declared in opencode_errors; every caller imports them from here
+__all__ = [
+    "DeadlineExceeded", "FailureKind", "OpencodeClient", "OpencodeError", "SessionNotFound",
+    "UnsupportedApi", "user_texts_of",
+]  # fmt: skip
 
 
 class OpencodeClient:
@@ -131,7 +69,8 @@ class OpencodeClient:
         self.configure(config)
         self._auth = auth
         self._lean = exchange
-        self.reachable: bool | None = None  # what the last call showed; None before any
+        # whether opencode answers, told by every call; it probes through an outage
+        self.reachability = OpencodeReachability(self._base, clock, self._probe_reachable)
         self.api = ApiSupport(self._base, self._probe_api)  # is v1 there (see api_support)
 
     def configure(self, config: Config) -> None:
@@ -142,15 +81,29 @@ class OpencodeClient:
     def base_url(self) -> str:
         return self._base
 
+    @property
+    def reachable(self) -> bool | None:
+        """What the calls showed: True (answered), False (an outage), None (none made)."""
+        return {Reach.OK: True, Reach.UNREACHABLE: False, Reach.NOT_CONTACTED: None}[
+            self.reachability.state
+        ]
+
     async def open_event_stream(self) -> IResponse:
         """``GET /global/event`` with no deadline and the body not read: the stream's 200
         response, for its reader to take the body as it comes (``deliverBody``).  Any
         other answer is read and raised as a ConnectionError."""
-        response = await self._http.request(
-            "GET", self._base + "/global/event", unbuffered=True,
-            headers=Headers({b"accept": [b"text/event-stream"]}), **self.request_options(),
-        )  # fmt: skip
-        self.reachable = int(response.code) not in _OUTAGE_STATUSES
+        what = "GET /global/event"
+        try:
+            response = await self._http.request(
+                "GET", self._base + "/global/event", unbuffered=True,
+                headers=Headers({b"accept": [b"text/event-stream"]}), **self.request_options(),
+            )  # fmt: skip
+        except CONNECTION_GONE as e:
+            # (closed before an answer is not told: treq may have handed the stream a kept
+            # connection that had gone stale; the stream's next try says what is true)
+            self.reachability.failed(f"{what}: {describe_transport_error(e)}")
+            raise
+        self._note_answer(what, int(response.code))
         content_type = b"".join(response.headers.getRawHeaders(b"content-type", []))
         if response.code != 200 or b"text/html" in content_type.lower():
             await self._refuse_missing_route(int(response.code), await response.content())
@@ -167,8 +120,9 @@ class OpencodeClient:
         return options
 
     def close(self) -> None:
-        """At shutdown: close the kept-alive connections of ``exchange`` (treq's pool is
-        the daemon's to close)."""
+        """At shutdown: stop probing, and close the kept-alive connections of ``exchange``
+        (treq's pool is the daemon's to close)."""
+        self.reachability.stop()
         if self._lean is not None:
             self._lean.close()
 
@@ -184,16 +138,36 @@ class OpencodeClient:
         if data is not None:
             headers["content-type"] = "application/json"
         if self._lean is not None:
-            code, content = await self._lean.request(method, path, headers, data, fresh=fresh)
+            return await self._lean.request(method, path, headers, data, fresh=fresh)
+        kwargs = self.request_options() | {"headers": headers}
+        if data is not None:
+            kwargs["data"] = data
+        response = await self._http.request(method, self._base + path, **kwargs)
+        content = await response.content()
+        return int(response.code), content
+
+    def _note_answer(self, what: str, status: int) -> None:
+        """An answer came: opencode is there, unless the status says it is not (a proxy's
+        502-504 without it behind, or credentials it refuses)."""
+        if status in OUTAGE_STATUSES:
+            self.reachability.failed(f"{what}: HTTP {status}")
         else:
-            kwargs = self.request_options() | {"headers": headers}
-            if data is not None:
-                kwargs["data"] = data
-            response = await self._http.request(method, self._base + path, **kwargs)
-            content = await response.content()
-            code = int(response.code)
-        self.reachable = code not in _OUTAGE_STATUSES
-        return code, content
+            self.reachability.answered()
+
+    def _note_failure(self, error: OpencodeError) -> None:
+        """A call that got no answer: no connection could be made, or it was closed before
+        any answer (never our own deadline or cancel: opencode may be slow, not gone)."""
+        cause = error.__cause__
+        if isinstance(cause, CONNECTION_GONE + CLOSED_BEFORE_ANSWER) and not was_cancelled(cause):
+            self.reachability.failed(str(error))
+
+    async def _probe_reachable(self) -> None:
+        """One question to an unreachable opencode: ``GET /session/status``, the route turns
+        are polled with.  Its outcome reaches :attr:`reachability` as every call's does."""
+        try:
+            await self._call("GET " + PROBE_PATH, "GET", PROBE_PATH, {"accept": "application/json"})
+        except OpencodeError:
+            return  # told to reachability by _call; the next probe follows its backoff
 
     async def _call(
         self, what: str, method: str, path: str, headers: dict[str, str], body: Any | None = None
@@ -204,18 +178,25 @@ class OpencodeClient:
         # (e.g. still starting).  A prompt that gets no answer may have been taken.
         on_timeout = FailureKind.OUTAGE if method == "GET" else FailureKind.ATTEMPT
         try:
-            return await self._with_deadline(
+            status, content = await self._with_deadline(
                 what, self._exchange(method, path, headers, body), on_timeout
             )
         except DeadlineExceeded:
             raise
         except OpencodeError as e:
-            closed = isinstance(e.__cause__, _CLOSED_BEFORE_ANSWER)
-            if not (closed and e.kind is FailureKind.OUTAGE) or _was_cancelled(e.__cause__):
+            closed = isinstance(e.__cause__, CLOSED_BEFORE_ANSWER)
+            if not (closed and e.kind is FailureKind.OUTAGE) or was_cancelled(e.__cause__):
+                self._note_failure(e)
                 raise
-        return await self._with_deadline(
-            what, self._exchange(method, path, headers, body, fresh=True), on_timeout
-        )
+            try:
+                status, content = await self._with_deadline(
+                    what, self._exchange(method, path, headers, body, fresh=True), on_timeout
+                )
+            except OpencodeError as again:
+                self._note_failure(again)
+                raise
+        self._note_answer(what, status)
+        return status, content
 
     async def _with_deadline(
         self,
@@ -244,12 +225,10 @@ class OpencodeClient:
                 ) from e
             kind = (
                 FailureKind.OUTAGE
-                if isinstance(e, _CONNECTION_GONE + _CLOSED_BEFORE_ANSWER)
+                if isinstance(e, CONNECTION_GONE + CLOSED_BEFORE_ANSWER)
                 else FailureKind.ATTEMPT
             )
-            if kind is FailureKind.OUTAGE:
-                self.reachable = False
-            raise OpencodeError(f"{what}: {_describe(e)}", kind=kind) from e
+            raise OpencodeError(f"{what}: {describe_transport_error(e)}", kind=kind) from e
 
     async def _get_json(
         self, path: str, directory: str | None = None, *, names_session: bool = True
@@ -264,11 +243,11 @@ class OpencodeClient:
         if status == 404 and names_session:
             raise SessionNotFound(f"{what}: session not found")
         if not 200 <= status < 300:
-            raise _status_error(what, status, body)
+            raise status_error(what, status, body)
         try:
             answer = json.loads(body)
         except ValueError as e:
-            raise OpencodeError(f"{what}: not JSON: {_short(body)}") from e
+            raise OpencodeError(f"{what}: not JSON: {short_text(body)}") from e
         self.api.saw_v1()
         return answer
 
@@ -315,9 +294,9 @@ class OpencodeClient:
         status, answer = await self._call(what, "POST", path, headers, body)
         await self._refuse_missing_route(status, answer)
         if status == 404:
-            raise SessionNotFound(f"{what}: HTTP 404: {_short(answer)}")
+            raise SessionNotFound(f"{what}: HTTP 404: {short_text(answer)}")
         if not 200 <= status < 300:
-            raise _status_error(what, status, answer)
+            raise status_error(what, status, answer)
         if is_html(answer):  # a web page is no hand-off, whatever the status
             raise OpencodeError(f"{what}: HTTP {status}: a web page, not opencode's API")
         self.api.saw_v1()
@@ -327,7 +306,7 @@ class OpencodeClient:
         answer = await self._get_json("/session/status", directory, names_session=False)
         if not isinstance(answer, dict):
             raise OpencodeError(
-                f"GET /session/status: not an object: {_short(str(answer).encode())}"
+                f"GET /session/status: not an object: {short_text(str(answer).encode())}"
             )
         return {
             str(k): str(v.get("type")) if isinstance(v, dict) else "busy" for k, v in answer.items()
@@ -337,7 +316,7 @@ class OpencodeClient:
         """The agents opencode has for ``directory`` (``GET /agent``)."""
         answer = await self._get_json("/agent", directory, names_session=False)
         if not isinstance(answer, list):
-            raise OpencodeError(f"GET /agent: not a list: {_short(str(answer).encode())}")
+            raise OpencodeError(f"GET /agent: not a list: {short_text(str(answer).encode())}")
         return {a["name"] for a in answer if isinstance(a, dict) and isinstance(a.get("name"), str)}
 
     async def messages(

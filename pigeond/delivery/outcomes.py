@@ -15,6 +15,8 @@ retry looks for it in the transcript first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
@@ -54,6 +56,8 @@ class HandOffOutcomes:
     metrics: DeliveryMetrics
     _clock: IReactorTime
     _closed: bool
+    _opencode_down: Callable[[], bool]
+    _waiting_for_opencode: dict[str, int]
 
     def _now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)
@@ -158,6 +162,11 @@ class HandOffOutcomes:
                 s=(hold_until - now_ms) / 1000,
             )  # fmt: skip
 
+    def _wait_for_opencode(self, target: str) -> None:
+        """Hold ``target`` until the outage of opencode ends, or for ``outage_retry_s``."""
+        until = self._now_ms() + int(self._policy.outage_retry_s * 1000)
+        self._waiting_for_opencode[target] = until
+
     def _hold(self, target: str, batch: list[StoredMessage], why: str) -> None:
         """Not a delivery failure (a bug of ours, logged with its traceback where it was
         caught): spend no attempt and write nothing; hold ``target`` for outage_retry_s."""
@@ -177,6 +186,15 @@ class HandOffOutcomes:
     ) -> None:
         now_ms = self._now_ms()
         ids = [m.msg_id for m in batch]
+        if kind is FailureKind.OUTAGE and self._opencode_down():
+            # opencode itself is gone: due at once, the target held in memory until it
+            # answers (or outage_retry_s passes); the outage is logged once, and probed,
+            # by reachability
+            self._wait_for_opencode(target)
+            await self._db.write(SwarmRepository.record_outage, ids, text, now_ms, now_ms)
+            log.debug("{msg_ids} to {target} wait for opencode ({error}), no attempt spent",
+                      msg_ids=ids, target=target, error=text)  # fmt: skip
+            return
         if kind is FailureKind.OUTAGE:
             hold_until = decisions[0].retry_at_ms
             assert hold_until is not None

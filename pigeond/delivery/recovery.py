@@ -12,8 +12,9 @@ hand-off: a user text part of the target's transcript beginning with the envelop
 opening tag carrying its msg_id (:func:`~pigeond.delivery.verifier.envelope_ids`).
 Found, it is handed off and verified without a new prompt; not found, it is sent again.
 
-A transcript that cannot be read (opencode down) proves nothing: the messages in doubt
-are held, no attempt spent, for ``outage_retry_s``, never sent on a guess.  A transcript
+A transcript that cannot be read proves nothing: the messages in doubt are held, no
+attempt spent, never sent on a guess: until opencode answers again when it is unreachable
+(:mod:`pigeond.delivery.reachability`), else for ``outage_retry_s``.  A transcript
 read just after the intent (a fast restart) may not show yet a prompt opencode is still
 taking in, so "not found" counts only once :data:`SETTLE_S` have passed since the intent.
 """
@@ -70,10 +71,18 @@ class HandOffRecovery:
         registry: DirectoryResolver,
         transcripts: TranscriptReader | None,
         clock: IReactorTime,
+        *,
+        opencode_down: Callable[[], bool] = lambda: False,
+        wait_for_opencode: Callable[[str], None] = lambda target: None,
     ) -> None:
         """``transcripts`` None: nothing can be looked up, a message in doubt is sent
-        again (at least once, as before intents; only tests that never crash pass None)."""
+        again (at least once, as before intents; only tests that never crash pass None).
+        ``opencode_down``: an outage of opencode is under way; a doubt it leaves is due
+        again at once, and its target is given to ``wait_for_opencode`` (the arbiter tries
+        it again when the outage ends)."""
         self._db = db
+        self._opencode_down = opencode_down
+        self._wait_for_opencode = wait_for_opencode
         self._registry = registry
         self._transcripts = transcripts
         self._clock = clock
@@ -117,7 +126,10 @@ class HandOffRecovery:
         try:
             found = await self._find(target, doubtful)
         except OpencodeError as e:
-            until = self._now_ms() + int(hold_s * 1000)
+            waits_for_opencode = self._opencode_down()
+            if waits_for_opencode:
+                self._wait_for_opencode(target)
+            until = self._now_ms() + (0 if waits_for_opencode else int(hold_s * 1000))
             reason = (
                 f"in doubt (its hand-off's outcome was not recorded) and {target}'s transcript"
                 f" cannot be read to tell: {e}; not sent again until it can"
@@ -127,8 +139,9 @@ class HandOffRecovery:
                 missing_until=until, reason=reason,
             )  # fmt: skip
             log.info("{msg_ids} to {target} in doubt; transcript unreadable ({error});"
-                     " holding them {s} s, no attempt spent",
-                     msg_ids=ids, target=target, error=str(e), s=hold_s)  # fmt: skip
+                     " holding them {hold}, no attempt spent", msg_ids=ids, target=target,
+                     error=str(e), hold="until opencode answers" if waits_for_opencode
+                     else f"{hold_s:g} s")  # fmt: skip
             return False
         now_ms = self._now_ms()
         missing = [m for m in doubtful if m.msg_id not in found]

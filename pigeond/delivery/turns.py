@@ -6,12 +6,14 @@ the running turn (1.18) or starts a parallel one (1.15).  So after a hand-off
 the arbiter waits here until that turn has ended.  Busy/idle comes from
 opencode's event stream (:mod:`pigeond.delivery.events` calls :meth:`observe`); while
 the stream is down, from polling ``GET /session/status`` with the session's
-own directory.
+own directory, except while opencode is unreachable: a wait then polls nothing until it
+answers again (:mod:`pigeond.delivery.reachability` probes it meanwhile).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,10 +57,14 @@ class TurnTracker:
         clock: IReactorTime,
         poller: BusyPoller,
         config: Config,
+        *,
+        opencode_down: Callable[[], bool] = lambda: False,
     ) -> None:
-        """``config`` gives ``busy_window_s``, ``turn_timeout_s``, ``status_poll_s``."""
+        """``config`` gives ``busy_window_s``, ``turn_timeout_s``, ``status_poll_s``;
+        ``opencode_down`` says whether an outage of opencode is under way."""
         self._clock = clock
         self._poller = poller
+        self._opencode_down = opencode_down
         self.configure(config)
         self._sessions: dict[str, SessionTurns] = defaultdict(SessionTurns)
         self._waiters: dict[str, list[Deferred[None]]] = defaultdict(list)
@@ -144,10 +150,14 @@ class TurnTracker:
             await self._next_change(session, remaining)
             return
         await self._next_change(session, min(self._poll_interval_s, remaining))
+        if self._opencode_down():
+            return  # no status to be had: the outage is probed, and logged, elsewhere
         try:
             await self._poll(session, directory)
         except OpencodeError as e:
-            log.info("status poll for {target} failed: {error}", target=session, error=str(e))
+            # an outage that began with this poll is logged by reachability
+            said = log.debug if self._opencode_down() else log.info
+            said("status poll for {target} failed: {error}", target=session, error=str(e))
 
     async def wait_until_idle(self, session: str, directory: str) -> str:
         """Before a hand-off: wait while a turn runs (one a person may have started)."""

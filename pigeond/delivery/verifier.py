@@ -108,12 +108,17 @@ class Verifier:
         on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
         turns_ended: Callable[[str], TurnCount | None] = lambda target: None,
         routing: Routing | None = None,
+        opencode_down: Callable[[], bool] = lambda: False,
     ) -> None:
         """``config`` gives ``verify_interval_s``, ``max_requeues`` and ``turn_timeout_s``;
         ``turns_ended`` (:meth:`~pigeond.delivery.turns.TurnTracker.turns_ended`) changes
         when a target's turn may have ended (None: it cannot tell).  ``routing`` leaves the
-        targets of another daemon's opencode (a database shared by several) to it."""
+        targets of another daemon's opencode (a database shared by several) to it.  While
+        ``opencode_down`` (an outage of opencode, probed elsewhere) nothing is checked: no
+        transcript can be read; a hand-off overdue meanwhile is looked for in the whole
+        transcript once opencode answers."""
         self._routing = routing
+        self._opencode_down = opencode_down
         self._listing_error: str | None = None  # the last listing failure, said once
         self._db = db
         self._registry = registry
@@ -150,7 +155,7 @@ class Verifier:
         """Start a check for each target with unverified hand-offs, and for each with seen
         messages awaiting an answer whose turn may have ended, at most once per interval;
         nothing while the last tick's list of targets is still being read."""
-        if self._listing is not None or self.is_closed():
+        if self._listing is not None or self.is_closed() or self._opencode_down():
             return
         listing = Deferred.fromCoroutine(self._check_targets())
         if listing.called:
@@ -255,7 +260,8 @@ class Verifier:
         except SessionNotFound:
             messages, homes = [], {}
         except OpencodeError as e:
-            log.info("cannot read {target}'s transcript yet: {error}", target=target, error=str(e))
+            said = log.debug if self._opencode_down() else log.info  # an outage: logged once
+            said("cannot read {target}'s transcript yet: {error}", target=target, error=str(e))
             self._look_again(target)
             return
         if self.is_closed():

@@ -52,6 +52,7 @@ from pigeond.service.parts import (
     timer_job,
 )
 from pigeond.service.pruner import Pruner
+from pigeond.service.reload import RESTART_ONLY, config_changes, needing_restart
 from pigeond.service.shared_db import SharedDatabaseParts, seen_status, shared_database_parts
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database, open_threaded
@@ -244,20 +245,12 @@ class Daemon:
         return self.arbiter is None or self.arbiter.ticking(within_s)
 
     def reload(self, new: Config) -> list[str]:
-        """Apply what can change while running; return the options that need a restart."""
-        fixed = [
-            "listen", "db", "opencode_url", "delivery", "log_format", "auth", "token_file",
-            "runtime_socket",
-        ]  # fmt: skip
-        needs_restart = [o for o in fixed if getattr(new, o) != getattr(self.config, o)]
-        if new.opencode_auth != self.config.opencode_auth:
-            needs_restart.append("opencode auth")
-        if new.allow_group != self.config.allow_group:
-            # who may send changes now; the runtime socket's file group and mode at restart
-            needs_restart.append("allow_group (the runtime socket file's group)")
+        """Apply what can change while running; return the settings that need a restart
+        (in part, for allow_group: see :mod:`pigeond.service.reload`)."""
+        needs_restart = needing_restart(config_changes(self.config, new))
         for part in self.reconfigurable():
             part.configure(new)
-        kept = {o: getattr(self.config, o) for o in fixed}
+        kept = {o: getattr(self.config, o) for o in RESTART_ONLY}
         self.config = replace(new, **kept, opencode_auth=self.config.opencode_auth)
         return needs_restart
 
@@ -310,7 +303,16 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             exchange=exchange,
         )  # fmt: skip
         registry = SessionDirectoryRegistry(client, reactor, config)
-        turns = TurnTracker(reactor, client, config) if config.delivery == "turn" else None
+        reach = client.reachability  # an outage of opencode: everything waits for its end
+
+        def opencode_down() -> bool:
+            return reach.down
+
+        turns = (
+            TurnTracker(reactor, client, config, opencode_down=opencode_down)
+            if config.delivery == "turn"
+            else None
+        )
         # each target's own agent and model, from the events and transcripts read anyway
         modes = ModeTracker(
             client, stream_connected=lambda: events is not None and events.connected
@@ -320,19 +322,21 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         if turns is not None:
             events = EventStream(
                 client, reactor, seen_status(turns.observe, routing), turns.stream_state,
-                on_user_message=modes.observe,
+                on_user_message=modes.observe, outages=reach,
             )  # fmt: skip
         arbiter = Arbiter(
             db, registry, client, reactor, policy=DeliveryPolicy.from_config(config), turns=turns,
             modes=modes, agents=AgentCatalog(client, reactor), database_problem=db_watch.check,
             metrics=metrics, transcripts=client, routing=routing,
             target_locks=None if shared is None else shared.target_locks,
+            opencode_down=opencode_down,
         )  # fmt: skip
+        reach.on_back(arbiter.opencode_back)
         verifier = Verifier(
             db, registry, client, reactor, config,
             on_requeued=arbiter.kick, on_transcript=modes.observe_transcript,
             turns_ended=turns.turns_ended if turns is not None else lambda target: None,
-            routing=routing,
+            routing=routing, opencode_down=opencode_down,
         )  # fmt: skip
 
         def verify() -> None:

@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from pigeond import __version__
 from pigeond.config import (
+    OPTION_BY_NAME,
     OPTIONS,
     SERVICE_ENVIRONMENT,
     SYSTEM_CONFIG_FILE,
     Config,
     ConfigError,
     load_config,
+    read_config_file,
 )
 from pigeond.credentials import TokenError
 from pigeond.db_url import redacted
@@ -44,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--check-config",
         action="store_true",
-        help="print the effective configuration and exit (2 on an error)",
+        help="print the effective configuration and exit (2 on an error); only check it"
+        " when standard output is the journal (systemctl reload)",
     )
     for option in OPTIONS:
         parser.add_argument(
@@ -112,6 +117,20 @@ def check_config_environment(
     return dict(env), note
 
 
+def stdout_is_journal(env: Mapping[str, str], stream: TextIO = sys.stdout) -> bool:
+    """Whether standard output is the journal: systemd sets ``JOURNAL_STREAM`` to its device
+    and inode for a unit's commands (``ExecReload=`` among them); a terminal or a pipe the
+    command's output was sent to is another file."""
+    device, colon, inode = env.get("JOURNAL_STREAM", "").partition(":")
+    if not (colon and device.isdigit() and inode.isdigit()):
+        return False
+    try:
+        st = os.fstat(stream.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # closed, or no file behind it
+        return False
+    return (st.st_dev, st.st_ino) == (int(device), int(inode))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from twisted.internet import reactor
@@ -132,16 +151,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         return _fail(str(e), EXIT_USAGE)
     if args.check_config:
+        if stdout_is_journal(os.environ):
+            # systemctl reload's check (ExecReload=): the daemon logs what the reload changed
+            return EXIT_OK
         first, _, rest = config.render().partition("\n")
         print("\n".join([first, note, rest]))
         return EXIT_OK
-    return run(config, reactor, load)
+    return run(config, reactor, load, runtime_socket_chosen(args, env, config))
 
 
-def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> int:
-    """Serve until SIGTERM/SIGINT; SIGHUP re-reads the configuration."""
+def runtime_socket_chosen(args: argparse.Namespace, env: Mapping[str, str], config: Config) -> bool:
+    """Whether ``runtime_socket`` was set (a flag, a variable or the config file), even to
+    none, rather than left to its default."""
+    option = OPTION_BY_NAME["runtime_socket"]
+    if getattr(args, option.name) is not None or option.env_var in env:
+        return True
+    if config.config_file is None:
+        return False
+    try:
+        return option.name in read_config_file(Path(config.config_file))
+    except ConfigError:  # changed since it was loaded: the next reload says what is wrong
+        return False
+
+
+def run(
+    config: Config,
+    reactor: Any,
+    reload_config: Callable[[], Config],
+    runtime_socket_set: bool = True,
+) -> int:
+    """Serve until SIGTERM/SIGINT; SIGHUP re-reads the configuration.  Unless
+    ``runtime_socket_set``, a missing default runtime socket is said (a warning)."""
     from pigeond.service.daemon import build_daemon, stop_later
     from pigeond.service.logs import start_logging
+    from pigeond.service.parts import runtime_socket_warning
+    from pigeond.service.reload import config_changes, reload_line
     from pigeond.service.rlimits import apply_open_files_limit
     from pigeond.service.systemd import (
         AlreadyRunning,
@@ -192,6 +236,9 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
             reactor.stop()
             return
         daemon.listen_runtime()  # after listen: the first "listening on" line is listen's
+        warning = runtime_socket_warning(config, os.environ, runtime_socket_set)
+        if warning is not None:
+            log.warn("{warning}", warning=warning)
         daemon.start_delivery()
         notifier.notify("READY=1")
         status.start()
@@ -205,11 +252,11 @@ def run(config: Config, reactor: Any, reload_config: Callable[[], Config]) -> in
         except ConfigError as e:
             log.error("reload refused, settings unchanged: {error}", error=str(e))
         else:
-            restart = daemon.reload(new)
+            warns, line = reload_line(config_changes(daemon.config, new))
+            daemon.reload(new)
+            # said before a new log level applies: raised to warn, it would hide the line
+            (log.warn if warns else log.info)("{line}", line=line)
             logs.set_level(new.log_level)
-            log.info("configuration reloaded")
-            if restart:
-                log.warn("changed but needs a restart: {names}", names=", ".join(restart))
         notifier.notify("READY=1")
 
     def shutting_down() -> Deferred[None]:

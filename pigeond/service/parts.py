@@ -1,10 +1,11 @@
 """The pieces the daemon's wiring is made of: periodic jobs, what delivery's health is,
-the delivery policy and the access policy from a Config, and how a listener is named."""
+the delivery policy and the access policy from a Config, how a listener is named, and
+why there is no runtime socket."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from twisted.application.internet import TimerService
@@ -12,7 +13,7 @@ from twisted.internet.interfaces import IListeningPort, IReactorTime
 
 from pigeond.api.access import AccessPolicy
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth
-from pigeond.config import Config, default_token_path
+from pigeond.config import OPTION_BY_NAME, Config, default_runtime_socket, default_token_path
 from pigeond.credentials import load_or_create_token
 from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
@@ -36,13 +37,35 @@ def delivery_health_of(
     if arbiter is None or client is None:
         return DELIVERY_OFF
     stream = "off" if events is None else ("connected" if events.connected else "down")
+    reach = client.reachability
     return DeliveryHealth(
         running=arbiter.running,
         ticking=arbiter.ticking_lately(),
-        opencode={True: "ok", False: "unreachable", None: "not contacted yet"}[client.reachable],
+        opencode=reach.state.value,
         event_stream=stream,
         in_flight=len(arbiter.in_flight_targets()),
         unrecorded=len(arbiter.unrecorded()),
+        unreachable_since_ms=None if reach.since is None else int(reach.since * 1000),
+        unreachable_error=reach.last_error,
+    )
+
+
+def runtime_socket_warning(config: Config, env: Mapping[str, str], chosen: bool) -> str | None:
+    """Why clients have no Unix socket, when it is only for want of a default: no
+    ``runtime_socket`` was chosen (``chosen``: set by a flag, a variable or the file, even
+    to none), none could be defaulted (no ``$XDG_RUNTIME_DIR``, not the system service) and
+    ``listen`` is not a Unix socket itself.  A root shell, a container or ssh without
+    logind has no ``$XDG_RUNTIME_DIR``; without this line nothing would say so."""
+    if chosen or config.runtime_socket or default_runtime_socket(env):
+        return None
+    if config.listen.lower().startswith("unix:") or "domain=unix" in config.listen.lower():
+        return None
+    option = OPTION_BY_NAME["runtime_socket"]
+    return (
+        "no Unix socket: XDG_RUNTIME_DIR is not set (a root shell, a container, ssh without"
+        " logind?), so runtime_socket has no default and clients need TCP and the token;"
+        f" set runtime_socket ({option.flag}, {option.env_var}) to a socket path, or"
+        " XDG_RUNTIME_DIR, to get one"
     )
 
 
