@@ -63,7 +63,10 @@ INSTALLED_PATHS = (
     Path("/var/lib/pigeond"),
     Path("/var/lib/private/pigeond"),
     Path("/lib/systemd/system/pigeond.service"),
+    Path("/run/pigeond"),
 )
+# An admin's drop-in, which purge keeps (and names); the .deb test makes one and removes it.
+ADMIN_DROPIN = Path("/etc/systemd/system/pigeond.service.d/override.conf")
 # Where the maintainer scripts leave traces (enablement symlinks, masks, state).
 SNAPSHOT_ROOTS = (
     Path("/etc/systemd"),
@@ -677,7 +680,7 @@ def clean_machine() -> Iterator[None]:
             pytest.fail("the .deb test must run as root in CI (it installs the package)")
         pytest.skip("installing a .deb needs root; CI runs this as root")
     status = dpkg_status("pigeond")
-    present = [str(p) for p in INSTALLED_PATHS if p.exists() or p.is_symlink()]
+    present = [str(p) for p in (*INSTALLED_PATHS, ADMIN_DROPIN) if p.exists() or p.is_symlink()]
     if status not in ("", "unknown ok not-installed") or present:
         pytest.fail(
             "pigeond is already installed or has leftovers on this machine "
@@ -691,6 +694,10 @@ def clean_machine() -> Iterator[None]:
     finally:
         if dpkg_status("pigeond") not in ("", "unknown ok not-installed"):
             run(["dpkg", "--purge", "pigeond"])
+        ADMIN_DROPIN.unlink(missing_ok=True)
+        if ADMIN_DROPIN.parent.is_dir() and not any(ADMIN_DROPIN.parent.iterdir()):
+            ADMIN_DROPIN.parent.rmdir()
+        shutil.rmtree("/run/pigeond", ignore_errors=True)
         shutil.rmtree("/var/lib/private/pigeond", ignore_errors=True)
         if Path("/var/lib/pigeond").is_symlink():
             Path("/var/lib/pigeond").unlink()
@@ -869,11 +876,25 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
     assert Path("/etc/pigeond/pigeond.toml").is_file()
     assert Path("/var/lib/pigeond/pigeond.db").is_file()
 
-    # purge drops them, and the units' enablement state
-    ok(["dpkg", "--purge", "pigeond"])
+    # what pigeond-unix.socket (DirectoryMode=) leaves in /run, and an admin's drop-in
+    Path("/run/pigeond").mkdir(mode=0o755)
+    ADMIN_DROPIN.parent.mkdir(parents=True, exist_ok=True)
+    ADMIN_DROPIN.write_text("[Service]\nEnvironment=PIGEOND_LOG_LEVEL=debug\n")
+
+    # purge drops them and /run/pigeond, and the units' enablement state; it keeps the
+    # admin's drop-in, and says so
+    purged = run(["dpkg", "--purge", "pigeond"])
+    assert purged.returncode == 0, purged.stdout + purged.stderr
     assert dpkg_status("pigeond") in ("", "unknown ok not-installed")
     leftovers = [str(p) for p in INSTALLED_PATHS if p.exists() or p.is_symlink()]
     assert leftovers == []
+    assert ADMIN_DROPIN.is_file()
+    assert (
+        f"pigeond: purge leaves {ADMIN_DROPIN} (not the package's file):"
+        " remove it if you no longer want it"
+    ) in purged.stderr.splitlines()
+    ADMIN_DROPIN.unlink()
+    ADMIN_DROPIN.parent.rmdir()
     assert snapshot() == before
     # Debian keeps a package's system users after a purge (files they owned may remain)
     assert run(["getent", "passwd", "pigeond"]).returncode == 0
