@@ -139,10 +139,13 @@ def copy_for_verify(unit: Path, dest_dir: Path, exec_start: Path) -> Path:
     /usr/bin/pigeond (verify checks that every command it names exists)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     text = unit.read_text()
-    assert "\nExecStart=/usr/bin/pigeond\n" in text, f"{unit}: ExecStart is not /usr/bin/pigeond"
+    # the program only: arguments after it (--config FILE, --check-config) stay
+    runs_pigeond = re.compile(r"^(ExecStart|ExecReload)=/usr/bin/pigeond(?=\s|$)", re.M)
+    assert re.search(r"^ExecStart=/usr/bin/pigeond(\s|$)", text, re.M), (
+        f"{unit}: ExecStart does not run /usr/bin/pigeond"
+    )
     dest = dest_dir / unit.name
-    text = text.replace("\nExecStart=/usr/bin/pigeond\n", f"\nExecStart={exec_start}\n")
-    dest.write_text(text.replace("\nExecReload=/usr/bin/pigeond ", f"\nExecReload={exec_start} "))
+    dest.write_text(runs_pigeond.sub(lambda m: f"{m.group(1)}={exec_start}", text))
     return dest
 
 
@@ -349,7 +352,6 @@ def test_system_unit_has_the_required_settings() -> None:
         "Type": "notify",
         "NotifyAccess": "main",
         "Restart": "on-failure",
-        "ExecStart": "/usr/bin/pigeond",
         "ExecReload": "/bin/kill -HUP $MAINPID",
         "User": "pigeond",
         "Group": "pigeond",
@@ -363,6 +365,7 @@ def test_system_unit_has_the_required_settings() -> None:
         "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
     }
     assert {k: service.get(k) for k in expected} == expected
+    assert service["ExecStart"].split()[0] == "/usr/bin/pigeond"
     assert re.fullmatch(r"\d+s", service["WatchdogSec"])
     assert values(SYSTEM_UNIT, "Service", "SystemCallFilter")[0] == "@system-service"
     # no network namespace: opencode and the clients are on the host's loopback
@@ -372,22 +375,26 @@ def test_system_unit_has_the_required_settings() -> None:
 
 @pytest.mark.parametrize("unit", [SYSTEM_UNIT, USER_UNIT], ids=["system", "user"])
 def test_reload_checks_the_configuration_before_the_signal(unit: Path) -> None:
-    """ExecReload= runs ``pigeond --check-config`` first (the same binary as ExecStart, no
-    --config: it reads the file the service reads), and only then sends SIGHUP."""
+    """ExecReload= first runs the service's own command line with ``--check-config`` (so
+    it reads the file the service reads), and only then sends SIGHUP."""
+    [exec_start] = values(unit, "Service", "ExecStart")
+    assert exec_start.split()[0] == "/usr/bin/pigeond"
     reload = values(unit, "Service", "ExecReload")
-    assert reload == ["/usr/bin/pigeond --check-config", "/bin/kill -HUP $MAINPID"]
-    assert reload[0].split()[0] == values(unit, "Service", "ExecStart")[0]
+    assert reload == [f"{exec_start} --check-config", "/bin/kill -HUP $MAINPID"]
 
 
 def reload_as_systemd_does(pid: int, env: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
     """The system unit's ExecReload= commands, run one after the other as systemd runs them
-    ($MAINPID is ``pid``, /usr/bin/pigeond this virtualenv's); the first that fails ends the
-    reload, and so does ``systemctl reload`` (exit 1)."""
+    ($MAINPID is ``pid``, /usr/bin/pigeond this virtualenv's, /etc/pigeond/pigeond.toml, if
+    named, the file in ``env``'s PIGEOND_CONFIG); the first that fails ends the reload, and
+    so does ``systemctl reload`` (exit 1)."""
+    installed = {
+        "/usr/bin/pigeond": str(VENV_PIGEOND),
+        "/etc/pigeond/pigeond.toml": env["PIGEOND_CONFIG"],
+    }
     results = []
     for line in values(SYSTEM_UNIT, "Service", "ExecReload"):
-        argv = [arg.replace("$MAINPID", str(pid)) for arg in shlex.split(line)]
-        if argv[0] == "/usr/bin/pigeond":
-            argv[0] = str(VENV_PIGEOND)
+        argv = [installed.get(a, a).replace("$MAINPID", str(pid)) for a in shlex.split(line)]
         results.append(run(argv, env=env))
         if results[-1].returncode != 0:
             break
