@@ -47,9 +47,11 @@ dist: $(STAMP)
 	rm -f dist/pigeond-*.tar.gz dist/pigeond-*.whl
 	$(BIN)/python -m build --outdir dist .
 
-## Debian package dist/pigeond_<version>_<arch>.deb, built with dpkg-deb (packaging/build_deb.py)
+## Debian package dist/pigeond_<version>_<arch>.deb, built with dpkg-deb (packaging/build_deb.py);
+## DEB_COMPRESS_LEVEL=1 (xz level, default 6) builds one to install right away a few times faster
 deb: $(STAMP) system-deps
-	$(BIN)/python packaging/build_deb.py --outdir dist --workdir build/deb
+	$(BIN)/python packaging/build_deb.py --outdir dist --workdir build/deb \
+		$(if $(DEB_COMPRESS_LEVEL),--compress-level $(DEB_COMPRESS_LEVEL))
 
 # Debian tools the .deb and the unit tests need: dpkg-deb (dpkg), systemd-analyze
 # (systemd), PostgreSQL's server programs for the tests' private clusters (postgresql:

@@ -72,7 +72,10 @@ INSTALLED_PATHS = (
     Path("/var/lib/pigeond"),
     Path("/var/lib/private/pigeond"),
     Path("/lib/systemd/system/pigeond.service"),
+    Path("/run/pigeond"),
 )
+# An admin's drop-in, which purge keeps (and names); the .deb test makes one and removes it.
+ADMIN_DROPIN = Path("/etc/systemd/system/pigeond.service.d/override.conf")
 # Where the maintainer scripts leave traces (enablement symlinks, masks, state).
 SNAPSHOT_ROOTS = (
     Path("/etc/systemd"),
@@ -145,10 +148,13 @@ def copy_for_verify(unit: Path, dest_dir: Path, exec_start: Path) -> Path:
     /usr/bin/pigeond (verify checks that every command it names exists)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     text = unit.read_text()
-    assert "\nExecStart=/usr/bin/pigeond\n" in text, f"{unit}: ExecStart is not /usr/bin/pigeond"
+    # the program only: arguments after it (--config FILE, --check-config) stay
+    runs_pigeond = re.compile(r"^(ExecStart|ExecReload)=/usr/bin/pigeond(?=\s|$)", re.M)
+    assert re.search(r"^ExecStart=/usr/bin/pigeond(\s|$)", text, re.M), (
+        f"{unit}: ExecStart does not run /usr/bin/pigeond"
+    )
     dest = dest_dir / unit.name
-    text = text.replace("\nExecStart=/usr/bin/pigeond\n", f"\nExecStart={exec_start}\n")
-    dest.write_text(text.replace("\nExecReload=/usr/bin/pigeond ", f"\nExecReload={exec_start} "))
+    dest.write_text(runs_pigeond.sub(lambda m: f"{m.group(1)}={exec_start}", text))
     return dest
 
 
@@ -347,7 +353,6 @@ def test_system_unit_has_the_required_settings() -> None:
         "Type": "notify",
         "NotifyAccess": "main",
         "Restart": "on-failure",
-        "ExecStart": "/usr/bin/pigeond",
         "ExecReload": "/bin/kill -HUP $MAINPID",
         "User": "pigeond",
         "Group": "pigeond",
@@ -361,6 +366,7 @@ def test_system_unit_has_the_required_settings() -> None:
         "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
     }
     assert {k: service.get(k) for k in expected} == expected
+    assert service["ExecStart"].split()[0] == "/usr/bin/pigeond"
     assert re.fullmatch(r"\d+s", service["WatchdogSec"])
     assert values(SYSTEM_UNIT, "Service", "SystemCallFilter")[0] == "@system-service"
     # no network namespace: opencode and the clients are on the host's loopback
@@ -385,22 +391,26 @@ def test_the_system_unit_names_its_config_file() -> None:
 
 @pytest.mark.parametrize("unit", [SYSTEM_UNIT, USER_UNIT], ids=["system", "user"])
 def test_reload_checks_the_configuration_before_the_signal(unit: Path) -> None:
-    """ExecReload= runs ``pigeond --check-config`` first (the same binary as ExecStart, no
-    --config: it reads the file the service reads), and only then sends SIGHUP."""
+    """ExecReload= first runs the service's own command line with ``--check-config`` (so
+    it reads the file the service reads), and only then sends SIGHUP."""
+    [exec_start] = values(unit, "Service", "ExecStart")
+    assert exec_start.split()[0] == "/usr/bin/pigeond"
     reload = values(unit, "Service", "ExecReload")
-    assert reload == ["/usr/bin/pigeond --check-config", "/bin/kill -HUP $MAINPID"]
-    assert reload[0].split()[0] == values(unit, "Service", "ExecStart")[0]
+    assert reload == [f"{exec_start} --check-config", "/bin/kill -HUP $MAINPID"]
 
 
 def reload_as_systemd_does(pid: int, env: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
     """The system unit's ExecReload= commands, run one after the other as systemd runs them
-    ($MAINPID is ``pid``, /usr/bin/pigeond this virtualenv's); the first that fails ends the
-    reload, and so does ``systemctl reload`` (exit 1)."""
+    ($MAINPID is ``pid``, /usr/bin/pigeond this virtualenv's, /etc/pigeond/pigeond.toml, if
+    named, the file in ``env``'s PIGEOND_CONFIG); the first that fails ends the reload, and
+    so does ``systemctl reload`` (exit 1)."""
+    installed = {
+        "/usr/bin/pigeond": str(VENV_PIGEOND),
+        "/etc/pigeond/pigeond.toml": env["PIGEOND_CONFIG"],
+    }
     results = []
     for line in values(SYSTEM_UNIT, "Service", "ExecReload"):
-        argv = [arg.replace("$MAINPID", str(pid)) for arg in shlex.split(line)]
-        if argv[0] == "/usr/bin/pigeond":
-            argv[0] = str(VENV_PIGEOND)
+        argv = [installed.get(a, a).replace("$MAINPID", str(pid)) for a in shlex.split(line)]
         results.append(run(argv, env=env))
         if results[-1].returncode != 0:
             break
@@ -695,7 +705,7 @@ def clean_machine() -> Iterator[None]:
             pytest.fail("the .deb test must run as root in CI (it installs the package)")
         pytest.skip("installing a .deb needs root; CI runs this as root")
     status = dpkg_status("pigeond")
-    present = [str(p) for p in INSTALLED_PATHS if p.exists() or p.is_symlink()]
+    present = [str(p) for p in (*INSTALLED_PATHS, ADMIN_DROPIN) if p.exists() or p.is_symlink()]
     if status not in ("", "unknown ok not-installed") or present:
         pytest.fail(
             "pigeond is already installed or has leftovers on this machine "
@@ -709,6 +719,10 @@ def clean_machine() -> Iterator[None]:
     finally:
         if dpkg_status("pigeond") not in ("", "unknown ok not-installed"):
             run(["dpkg", "--purge", "pigeond"])
+        ADMIN_DROPIN.unlink(missing_ok=True)
+        if ADMIN_DROPIN.parent.is_dir() and not any(ADMIN_DROPIN.parent.iterdir()):
+            ADMIN_DROPIN.parent.rmdir()
+        shutil.rmtree("/run/pigeond", ignore_errors=True)
         shutil.rmtree("/var/lib/private/pigeond", ignore_errors=True)
         if Path("/var/lib/pigeond").is_symlink():
             Path("/var/lib/pigeond").unlink()
@@ -889,11 +903,25 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
     assert Path("/etc/pigeond/pigeond.toml").is_file()
     assert Path("/var/lib/pigeond/pigeond.db").is_file()
 
-    # purge drops them, and the units' enablement state
-    ok(["dpkg", "--purge", "pigeond"])
+    # what pigeond-unix.socket (DirectoryMode=) leaves in /run, and an admin's drop-in
+    Path("/run/pigeond").mkdir(mode=0o755)
+    ADMIN_DROPIN.parent.mkdir(parents=True, exist_ok=True)
+    ADMIN_DROPIN.write_text("[Service]\nEnvironment=PIGEOND_LOG_LEVEL=debug\n")
+
+    # purge drops them and /run/pigeond, and the units' enablement state; it keeps the
+    # admin's drop-in, and says so
+    purged = run(["dpkg", "--purge", "pigeond"])
+    assert purged.returncode == 0, purged.stdout + purged.stderr
     assert dpkg_status("pigeond") in ("", "unknown ok not-installed")
     leftovers = [str(p) for p in INSTALLED_PATHS if p.exists() or p.is_symlink()]
     assert leftovers == []
+    assert ADMIN_DROPIN.is_file()
+    assert (
+        f"pigeond: purge leaves {ADMIN_DROPIN} (not the package's file):"
+        " remove it if you no longer want it"
+    ) in purged.stderr.splitlines()
+    ADMIN_DROPIN.unlink()
+    ADMIN_DROPIN.parent.rmdir()
     assert snapshot() == before
     # Debian keeps a package's system users after a purge (files they owned may remain)
     assert run(["getent", "passwd", "pigeond"]).returncode == 0
