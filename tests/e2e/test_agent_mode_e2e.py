@@ -261,13 +261,13 @@ def test_backlog_during_the_persons_turn_goes_out_as_one_prompt_in_its_mode(
     server, directory = opencode_any, opencode_any.dirs["dirA"]
     session = planning_session(server, fake_llm, directory)
     daemon = start_pigeond(daemons, tmp_path / "p.db", server.url)
-    fake_llm.delay_s = 2.0
-    person_prompts(
-        server, fake_llm, session, directory, "a long think",
-        agent="plan", model=OTHER_MODEL, wait=False,
-    )  # fmt: skip
-    sent = [post(daemon, {"from": f"ses_peer{n}", "to": session, "payload": f"note {n}"})
-            for n in range(3)]  # fmt: skip
+    with fake_llm.turns_held():
+        person_prompts(
+            server, fake_llm, session, directory, "a long think",
+            agent="plan", model=OTHER_MODEL, wait=False,
+        )  # fmt: skip
+        sent = [post(daemon, {"from": f"ses_peer{n}", "to": session, "payload": f"note {n}"})
+                for n in range(3)]  # fmt: skip
     wait_delivered(server, session, sent, directory)
 
     assert batches_in_transcript(server, session) == [sent], "one prompt, in the order sent"

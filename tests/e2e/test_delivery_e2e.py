@@ -175,12 +175,12 @@ def test_hand_off_waits_for_the_running_turn(
     """Messages sent during a turn are handed off only after it ended, each in its own turn."""
     server, directory = opencode_1_18, opencode_1_18.dirs["dirC"]
     session = server.create_session(directory, "turns")
-    fake_llm.delay_s = 1.0
     daemon = start_pigeond(daemons, tmp_path / "p.db", server.url, "--batch-max", "1")
-    first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
-    fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, PATIENCE_S, "the first turn")
-    later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
-             for n in range(2)]  # fmt: skip
+    with fake_llm.turns_held():
+        first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
+        fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, PATIENCE_S, "the first turn")
+        later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
+                 for n in range(2)]  # fmt: skip
     wait_delivered(server, session, [first, *later], directory)
 
     turns = session_completions(fake_llm, session)
@@ -198,12 +198,12 @@ def test_backlog_during_a_turn_costs_one_more_turn(
     """With batching, messages that wait out a turn go over together: one more turn."""
     server, directory = opencode_1_18, opencode_1_18.dirs["dirD"]
     session = server.create_session(directory, "batching")
-    fake_llm.delay_s = 1.0
     daemon = start_pigeond(daemons, tmp_path / "p.db", server.url)
-    first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
-    fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, PATIENCE_S, "the first turn")
-    later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
-             for n in range(3)]  # fmt: skip
+    with fake_llm.turns_held():
+        first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
+        fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, PATIENCE_S, "the first turn")
+        later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
+                 for n in range(3)]  # fmt: skip
     wait_delivered(server, session, [first, *later], directory)
     assert batches_in_transcript(server, session) == [[first], later]
     assert len(session_completions(fake_llm, session)) == 2
@@ -215,14 +215,16 @@ def test_call_mode_gets_fewer_replies_than_messages(
     """Without turn-awareness opencode merges prompts sent while busy: fewer replies."""
     server, directory = opencode_1_18, opencode_1_18.dirs["dirA"]
     session = server.create_session(directory, "call mode")
-    fake_llm.delay_s = 1.0
-    daemon = start_pigeond(
-        daemons, tmp_path / "p.db", server.url, "--delivery", "call", "--batch-max", "1"
-    )
-    first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
-    fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, PATIENCE_S, "the first turn")
-    later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
-             for n in range(3)]  # fmt: skip
+    db = tmp_path / "p.db"
+    daemon = start_pigeond(daemons, db, server.url, "--delivery", "call", "--batch-max", "1")
+    with fake_llm.turns_held():
+        first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
+        fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, PATIENCE_S, "the first turn")
+        later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
+                 for n in range(3)]  # fmt: skip
+        # call delivery hands them off at once, during the turn
+        wait_until(lambda: all(rows(db)[m][0] == "handed_off" for m in later), PATIENCE_S,
+                   "the later ones handed off")  # fmt: skip
     wait_delivered(server, session, [first, *later], directory)
     assert len(session_completions(fake_llm, session)) < 4
 

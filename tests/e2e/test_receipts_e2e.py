@@ -72,13 +72,13 @@ def test_a_batch_of_three_is_answered_by_the_turn_that_consumed_it(
     answers all three."""
     server, directory = opencode_1_18, opencode_1_18.dirs["dirB"]
     session = server.create_session(directory, "receipt batch")
-    fake_llm.delay_s = 1.5
     daemon = start_pigeond(daemons, tmp_path / "p.db", server.url)
-    assert server.prompt_async(session, directory, "the person's own prompt") == 204
-    fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, PATIENCE_S, "the person's turn")
-    sent = [
-        post(daemon, {"from": "ses_b", "to": session, "payload": f"part {n}"}) for n in range(3)
-    ]
+    with fake_llm.turns_held():
+        assert server.prompt_async(session, directory, "the person's own prompt") == 204
+        fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, PATIENCE_S, "the person's turn")
+        sent = [
+            post(daemon, {"from": "ses_b", "to": session, "payload": f"part {n}"}) for n in range(3)
+        ]
 
     def all_answered() -> bool:
         return all(receipt(daemon, m)["answered_at"] is not None for m in sent)
