@@ -372,7 +372,7 @@ def test_every_accepted_message_is_delivered_after_kill_9(
                     log.accepted[answer["msg_id"]] = target
                 else:
                     log.errors.append(f"{status} {answer}")
-            time.sleep(0.02)
+            time.sleep(0.02)  # the senders' pace
 
     threads = [threading.Thread(target=sender, args=(i,), daemon=True) for i in range(senders)]
     for t in threads:
