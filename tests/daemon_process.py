@@ -35,10 +35,12 @@ from typing import Any
 from pigeond.model import StoredMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.operator import open_existing
+from tests.polling import PATIENCE_S, wait_until
 
 LISTENING_RE = re.compile(r"pigeond\.service\.daemon: listening on (\S+)")
-DEFAULT_START_TIMEOUT_S = 15.0
-DEFAULT_STOP_TIMEOUT_S = 10.0
+# bounds on a start (to its "listening on" line) and a clean stop on a loaded machine
+DEFAULT_START_TIMEOUT_S = PATIENCE_S
+DEFAULT_STOP_TIMEOUT_S = PATIENCE_S
 
 
 def isolated_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -189,7 +191,7 @@ class DaemonProcess:
     def _finish(self) -> None:
         """After the process has exited: collect the rest of its output, close the pipe."""
         if self._drainer is not None:
-            self._drainer.join(timeout=5)
+            self._drainer.join(timeout=PATIENCE_S)
         if self._proc is not None and self._proc.stdout is not None:
             self._proc.stdout.close()
 
@@ -288,7 +290,7 @@ class DaemonProcess:
         return {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
 
     def request_json(
-        self, method: str, path: str, body: Any = None, timeout_s: float = 10.0
+        self, method: str, path: str, body: Any = None, timeout_s: float = PATIENCE_S
     ) -> tuple[int, Any]:
         """One request over TCP with the token; the status and the decoded JSON answer."""
         request = urllib.request.Request(
@@ -310,6 +312,25 @@ class DaemonProcess:
             return repo.list_messages(limit=1000)
         finally:
             repo.close()
+
+    def cpu_s(self) -> float:
+        """The CPU time (user and system, every thread) the daemon has used so far."""
+        stat = Path(f"/proc/{self.pid}/stat").read_text(encoding="ascii")
+        fields = stat.rsplit(")", 1)[1].split()  # from field 3 on: the name may hold spaces
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def wait_idle(self, window_s: float = 1.0, busy_s: float = 0.05) -> None:
+        """Wait until the daemon uses less than ``busy_s`` of CPU over ``window_s``: whatever
+        it was going to do with what it was sent, it has done.  (Idle, its timers take a
+        few ms a second; at work, it gets several times ``busy_s`` even from a machine with
+        a dozen processes wanting each of its cores.)"""
+
+        def quiet() -> bool:
+            before = self.cpu_s()
+            time.sleep(window_s)
+            return self.cpu_s() - before < busy_s
+
+        wait_until(quiet, PATIENCE_S, "pigeond to go idle", every_s=0)
 
     def output(self) -> str:
         """Everything the daemon wrote so far (stdout and stderr)."""
@@ -353,4 +374,4 @@ class DaemonFactory:
         """Stop every daemon still running (SIGTERM, then SIGKILL) and close its pipe."""
         for daemon in self._started:
             if daemon.started:
-                daemon.stop(timeout_s=5)
+                daemon.stop()

@@ -5,10 +5,12 @@ It speaks the two calls pigeond makes (see ``pigeond/delivery/opencode_client.py
 * ``GET /session/<id>`` answers 200 ``{"id": ..., "directory": ...}`` for a
   registered session and 404 (opencode's ``NotFoundError`` shape) otherwise;
 * ``POST /session/<id>/prompt_async`` holds every call for ``hold_s`` seconds
-  (100 ms by default) and answers 204, like opencode does once it has queued
-  the prompt; an unknown session gets 404.
+  (100 ms by default; cut short when the fake stops) and answers 204, like
+  opencode does once it has queued the prompt; an unknown session gets 404.
 
-Every prompt_async call is recorded as a :class:`PromptCall` with its
+Every prompt_async call to a known session is counted as it arrives, before its hold
+(:meth:`FakeOpencode.arrivals`): a test waits on that to know a prompt is being held.
+Once answered, it is recorded as a :class:`PromptCall` with its
 session, its start and end (``time.monotonic()``, the same clock as the test
 process), the ``x-opencode-directory`` header and the parsed JSON body.  The
 server is a :class:`~http.server.ThreadingHTTPServer`, so calls are served
@@ -202,7 +204,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = None
         known = self.fake.directory_of(session) is not None
         if known:
-            time.sleep(self.fake.hold_s)
+            self.fake._record_arrival(session)
+            self.fake._stopped.wait(self.fake.hold_s)
         status = 204 if known else 404
         self.fake._record_prompt(
             PromptCall(
@@ -238,6 +241,9 @@ class FakeOpencode:
         self._sessions: dict[str, Path] = {}
         self._prompts: list[PromptCall] = []
         self._lookups: list[str] = []
+        self._arrivals: list[str] = []
+        # set by stop(): a prompt still held is answered at once
+        self._stopped = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -248,6 +254,7 @@ class FakeOpencode:
         port of an earlier :meth:`stop` starts it again where pigeond expects it."""
         if self._server is not None:
             raise RuntimeError("the fake opencode is already running")
+        self._stopped.clear()
         server = _Server(self, port)
         thread = threading.Thread(
             target=server.serve_forever,
@@ -264,6 +271,7 @@ class FakeOpencode:
         self._server = self._thread = None
         if server is None:
             return
+        self._stopped.set()
         server.shutdown()
         server.server_close()
         server.close_connections()
@@ -315,6 +323,10 @@ class FakeOpencode:
             self._prompts.append(call)
             self._changed.notify_all()
 
+    def _record_arrival(self, session_id: str) -> None:
+        with self._lock:
+            self._arrivals.append(session_id)
+
     def _record_lookup(self, session_id: str) -> None:
         with self._lock:
             self._lookups.append(session_id)
@@ -324,6 +336,13 @@ class FakeOpencode:
         with self._lock:
             calls = list(self._prompts)
         return calls if session is None else [c for c in calls if c.session == session]
+
+    def arrivals(self, session: str | None = None) -> list[str]:
+        """The session ids of the prompt_async calls to known sessions that have arrived
+        (their body read), answered or still held, in order."""
+        with self._lock:
+            arrived = list(self._arrivals)
+        return arrived if session is None else [s for s in arrived if s == session]
 
     def lookups(self) -> list[str]:
         """The session ids of every ``GET /session/<id>`` so far, in order."""

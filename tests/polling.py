@@ -8,6 +8,11 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+# How long a wait for something another process does may last: enough for a machine with
+# four test workers on two cores and another process keeping a core busy.  A bound on a
+# wait that normally ends in milliseconds, never a claim about how fast anything is.
+PATIENCE_S = 60.0
+
 
 def wait_until(
     check: Callable[[], T | None], timeout_s: float, what: str, every_s: float = 0.02

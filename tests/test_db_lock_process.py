@@ -11,7 +11,6 @@ from __future__ import annotations
 import socket
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,14 @@ from typing import Any
 import pytest
 
 from tests.daemon_process import DaemonFactory, DaemonProcess
+from tests.polling import PATIENCE_S, wait_until
 from tests.raw_http import health_probe
 
 pytestmark = pytest.mark.slow
 
 SEND = {"from": "ses_sender", "to": "ses_target", "payload": "while the lock is held"}
+# well under the 5 s busy timeout: an answer that waited for the lock would miss it
+UNLOCKED_ANSWER_S = 2.0
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def daemon(daemons: DaemonFactory, tmp_path: Path) -> DaemonProcess:
 @pytest.fixture
 def write_lock(daemon: DaemonProcess) -> Iterator[sqlite3.Connection]:
     """Another process's connection holding the write lock until the test commits it."""
-    conn = sqlite3.connect(daemon.db, isolation_level=None, timeout=0)
+    conn = sqlite3.connect(daemon.db, isolation_level=None, timeout=PATIENCE_S)
     conn.execute("BEGIN IMMEDIATE")
     yield conn
     if conn.in_transaction:
@@ -62,12 +64,12 @@ def test_health_answers_while_a_send_waits_for_the_lock(
     lock goes within the busy timeout."""
     sending, answers = send_in_background(daemon, SEND | {"msg_id": "msg_1"})
     for _ in range(5):
-        response, _elapsed = health_probe(daemon.port, timeout_s=2.0)
+        response, _elapsed = health_probe(daemon.port, timeout_s=UNLOCKED_ANSWER_S)
         assert response is not None and response.status == 200
         assert response.json()["ok"] is True
     assert answers == []  # the send is still waiting for the lock
     write_lock.execute("COMMIT")
-    sending.join(timeout=10)
+    sending.join(timeout=PATIENCE_S)
     assert [status for status, _ in answers] == [202]
 
 
@@ -88,9 +90,13 @@ def test_reads_answer_while_the_lock_is_held(
     daemon: DaemonProcess, write_lock: sqlite3.Connection
 ) -> None:
     """The inbox and a message's state are reads: they answer while writes wait."""
-    status, answer = daemon.request_json("GET", "/swarm/inbox?session=ses_target", timeout_s=2)
+    status, answer = daemon.request_json(
+        "GET", "/swarm/inbox?session=ses_target", timeout_s=UNLOCKED_ANSWER_S
+    )
     assert (status, answer["messages"]) == (200, [])
-    status, answer = daemon.request_json("GET", "/swarm/message/msg_none", timeout_s=2)
+    status, answer = daemon.request_json(
+        "GET", "/swarm/message/msg_none", timeout_s=UNLOCKED_ANSWER_S
+    )
     assert status == 404
 
 
@@ -102,28 +108,25 @@ def test_a_stop_answers_the_send_under_way(
     sending, answers = send_in_background(daemon, SEND | {"msg_id": "msg_1"})
     assert wait_for_send_to_wait(daemon)
     daemon.terminate()
-    assert wait_until_refused(daemon.port)
+    wait_until(lambda: refused(daemon.port), PATIENCE_S, "connections refused", every_s=0.05)
     write_lock.execute("COMMIT")
-    sending.join(timeout=10)
+    sending.join(timeout=PATIENCE_S)
     assert [status for status, _ in answers] == [202], daemon.output()
     assert daemon.wait() == 0
     assert [m.msg_id for m in daemon.stored_messages()] == ["msg_1"]
 
 
 def wait_for_send_to_wait(daemon: DaemonProcess) -> bool:
-    """Whether the daemon has the send (its request fully read) within a few seconds: a
-    /health answered after the send was made is answered after the send was read."""
-    response, _ = health_probe(daemon.port, timeout_s=5.0)
+    """Whether the daemon has the send (its request fully read): a /health answered after
+    the send was made is answered after the send was read."""
+    response, _ = health_probe(daemon.port, timeout_s=PATIENCE_S)
     return response is not None and response.status == 200
 
 
-def wait_until_refused(port: int, timeout_s: float = 5.0) -> bool:
-    """Whether connections to ``port`` are refused (the daemon stopped listening) in time."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        except ConnectionRefusedError:
-            return True
-        time.sleep(0.05)
+def refused(port: int) -> bool:
+    """Whether a connection to ``port`` is refused (the daemon stopped listening)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S).close()
+    except ConnectionRefusedError:
+        return True
     return False

@@ -19,7 +19,7 @@ import pytest
 from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
 from tests.fake_opencode import FakeOpencode
 from tests.fault_helpers import TARGET, fill, prompts_per_message, send, states
-from tests.polling import wait_until
+from tests.polling import PATIENCE_S, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -60,6 +60,13 @@ def health(daemon: DaemonProcess) -> tuple[int, dict[str, Any]]:
         return e.code, json.loads(e.read())
 
 
+def full_disk_met(daemon: DaemonProcess) -> bool:
+    """Whether a hand-off met the full disk: the disk filled either before the hand-off's
+    intent was written (nothing is sent) or after it (sent, and not recorded)."""
+    output = daemon.output()
+    return "paused: database write failed" in output or "could not record it" in output
+
+
 def test_full_disk_does_not_repeat_prompts(
     small_disk: Path, daemons: DaemonFactory, opencode: FakeOpencode
 ) -> None:
@@ -68,22 +75,28 @@ def test_full_disk_does_not_repeat_prompts(
     daemon = daemons.start(small_disk / "pigeond.db", opencode_url=opencode.url)
     healthy_ids = [send(daemon)[1]["msg_id"] for _ in range(3)]
     wait_until(
-        lambda: all(m.verified_at for m in daemon.stored_messages()), 15, "healthy hand-offs"
-    )
+        lambda: all(m.verified_at for m in daemon.stored_messages()), PATIENCE_S,
+        "healthy hand-offs",
+    )  # fmt: skip
     healthy = prompts_per_message(opencode)
     opencode.hold_s = 1.0
     full_ids = [send(daemon)[1]["msg_id"] for _ in range(3)]
     filler = fill(small_disk)  # while the first prompt is held
-    time.sleep(3)  # 60 ticks of 50 ms: the storm measured before this fix
+    wait_until(lambda: full_disk_met(daemon), PATIENCE_S, "a hand-off to meet the full disk")
+    # nothing outside counts the arbiter's ticks, so the storm (a prompt every tick, as
+    # measured before this fix) gets a window of wall time: 60 ticks of 50 ms
+    time.sleep(3)
     assert send(daemon)[0] == 503
     during = prompts_per_message(opencode)
     filler.unlink()
-    wait_until(lambda: set(states(daemon, full_ids).values()) == {"handed_off"}, 20, "late records")
+    wait_until(
+        lambda: set(states(daemon, full_ids).values()) == {"handed_off"}, PATIENCE_S,
+        "late records",
+    )  # fmt: skip
     after = prompts_per_message(opencode)
     # the disk fills either before the first one's intent is written (nothing is sent) or
     # after it (sent once, and its hand-off recorded late or at once, as the WAL has room)
     output = daemon.output()
-    assert "could not record it" in output or "paused: database write failed" in output
     assert output.count("paused: database write failed") <= 1, "logged once, not every tick"
     assert [healthy[i] for i in healthy_ids] == [1, 1, 1]
     assert during[full_ids[0]] <= 1 and [during[i] for i in full_ids[1:]] == [0, 0]
@@ -123,12 +136,11 @@ def test_stop_past_the_timeout_is_clean(
 ) -> None:
     """SIGTERM while hand-offs run past --stop-timeout-s: exit 0, nothing critical, and the
     messages are still queued for the next start, which hands them off."""
-    opencode.hold_s = 3.0
+    opencode.hold_s = PATIENCE_S  # held past the stop (the fake's own stop ends it)
     db = tmp_path / "state" / "pigeond.db"
     daemon = daemons.start(db, opencode_url=opencode.url, extra_args=["--stop-timeout-s", "0.5"])
     msg_id = send(daemon)[1]["msg_id"]
-    wait_until(lambda: TARGET in opencode.lookups(), 10, "the hand-off to start")
-    time.sleep(0.5)  # the prompt is with opencode, held
+    wait_until(lambda: opencode.arrivals(TARGET), PATIENCE_S, "the prompt held by opencode")
     assert daemon.stop() == 0
     output = daemon.output()
     assert "critical" not in output and "Traceback" not in output, output
@@ -136,4 +148,4 @@ def test_stop_past_the_timeout_is_clean(
     assert states(daemon, [msg_id]) == {msg_id: "queued"}
     opencode.hold_s = 0.1
     again = daemons.start(db, opencode_url=opencode.url)
-    wait_until(lambda: states(again, [msg_id])[msg_id] == "handed_off", 15, "delivery")
+    wait_until(lambda: states(again, [msg_id])[msg_id] == "handed_off", PATIENCE_S, "delivery")

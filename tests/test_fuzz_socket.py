@@ -222,7 +222,7 @@ def test_slow_requests_get_408_by_their_deadline(daemon: DaemonProcess, tmp_path
                     break
                 if time.monotonic() - started > 0.5:
                     tally.probe_health(daemon)
-                time.sleep(0.1)
+                time.sleep(0.1)  # the trickle's pace
             for client in clients:
                 tally.inputs += 1
                 (response,) = parse_responses(client.received)

@@ -21,6 +21,7 @@ from pigeond.config import Config
 from pigeond.credentials import BasicAuth
 from pigeond.delivery.http_exchange import MAX_HEAD, HttpExchange
 from pigeond.delivery.opencode_client import FailureKind, OpencodeClient, OpencodeError
+from tests.polling import PATIENCE_S
 
 Action = bytes | Callable[["Scripted"], None]
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
@@ -120,6 +121,15 @@ def sleep(seconds: float) -> Deferred[None]:
     return d
 
 
+async def until(check: Callable[[], object], what: str) -> None:
+    """Let the reactor run (the scripted server is on it too) until ``check()`` is true."""
+    deadline = reactor.seconds() + PATIENCE_S
+    while not check():
+        if reactor.seconds() >= deadline:
+            raise AssertionError(f"timed out after {PATIENCE_S:g} s waiting for {what}")
+        await sleep(0.01)
+
+
 @pytest_twisted.ensureDeferred
 async def test_answers_by_length_by_chunks_and_by_close() -> None:
     """Kept-alive answers reuse one connection; a close-delimited one is read to the end."""
@@ -202,7 +212,7 @@ async def test_a_cancelled_call_drops_its_connection() -> None:
         server.script.answers = [hang, OK]
         exchange = HttpExchange(reactor, server.url)
         call = Deferred.fromCoroutine(exchange.request("GET", "/slow", {}))
-        await sleep(0.05)
+        await until(lambda: server.script.requests, "the request at the server")
         call.cancel()
         with pytest.raises(CancelledError):
             await call
@@ -246,10 +256,7 @@ async def test_close_drops_the_idle_connections() -> None:
         exchange = HttpExchange(reactor, server.url)
         await exchange.request("GET", "/a", {})
         exchange.close()
-        for _ in range(50):
-            if server.script.lost:
-                break
-            await sleep(0.01)
+        await until(lambda: server.script.lost, "the connection to close")
         assert server.script.lost == 1
 
 

@@ -6,14 +6,15 @@ The backlog is written straight into the daemon's database before it starts (sen
 and then reads nothing but the status line, with a tiny receive buffer, so its answer
 stays in the daemon's send buffer: what the daemon holds for it is what it buffered.
 Memory is the daemon's peak resident size (``VmHWM`` in ``/proc/<pid>/status``), so no
-short-lived peak between two samples is missed.
+short-lived peak between two samples is missed.  What /health costs is the daemon's CPU
+time from the request to its answer (queued behind the stalled readers' first answers, it
+pays for those): unlike the wall time, a busy machine leaves it as it is.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -25,6 +26,7 @@ from pigeond.cli.pigeon import main as pigeon
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.inbox_load import READER, handed_off, inbox_request, stalled_reader, status_line
 from tests.plugin_runner import run_tool
+from tests.polling import PATIENCE_S
 from tests.process_stats import memory_mib
 
 pytestmark = pytest.mark.slow
@@ -34,7 +36,7 @@ BACKLOG_PAYLOAD_BYTES = 256 * 1024
 STALLED_CLIENTS = 16
 PIPELINED = 32  # inbox requests each stalled client sends at once
 RSS_LIMIT_MIB = 300
-HEALTH_WITHIN_S = 1.0
+HEALTH_CPU_S = 1.0
 # the smallest inbox_max_bytes the config allows; the readers' payloads below make pages
 # of one, two and one messages, then an oversized one alone, then the last
 SMALL_BUDGET = 1024
@@ -49,11 +51,12 @@ def backlogged(daemons: DaemonFactory, tmp_path: Path) -> DaemonProcess:
     return daemons.start(db, opencode_url="")
 
 
-def health_latency_s(daemon: DaemonProcess) -> float:
-    started = time.monotonic()
-    with urllib.request.urlopen(daemon.base_url + "/health", timeout=30) as answer:
+def health_cost_s(daemon: DaemonProcess) -> float:
+    """GET /health (answered, ok); the daemon's CPU time from the request to the answer."""
+    before = daemon.cpu_s()
+    with urllib.request.urlopen(daemon.base_url + "/health", timeout=PATIENCE_S) as answer:
         assert json.loads(answer.read())["ok"] is True
-    return time.monotonic() - started
+    return daemon.cpu_s() - before
 
 
 @pytest.fixture
@@ -67,15 +70,15 @@ def test_stalled_readers_of_a_large_backlog_cost_bounded_memory(
     backlogged: DaemonProcess, sockets: ExitStack
 ) -> None:
     """16 clients that ask for limit=1000 of a 50 MB inbox and never read: the daemon's peak
-    RSS stays under 300 MiB and /health answers within 1 s."""
+    RSS stays under 300 MiB and /health is answered for under 1 s of its CPU."""
     request = inbox_request(backlogged)
     clients = [
         sockets.enter_context(stalled_reader(backlogged, request)) for _ in range(STALLED_CLIENTS)
     ]
-    latency = health_latency_s(backlogged)  # queued behind the 16 inbox requests
+    cost = health_cost_s(backlogged)  # queued behind the 16 inbox requests
     assert all(status_line(c) == b"HTTP/1.1 200" for c in clients)
-    assert latency < HEALTH_WITHIN_S
-    assert health_latency_s(backlogged) < HEALTH_WITHIN_S
+    assert cost < HEALTH_CPU_S
+    assert health_cost_s(backlogged) < HEALTH_CPU_S
     assert memory_mib(backlogged.pid, "VmHWM") < RSS_LIMIT_MIB
 
 
@@ -83,15 +86,16 @@ def test_pipelining_stalled_readers_hold_one_answer_each(
     backlogged: DaemonProcess, sockets: ExitStack
 ) -> None:
     """16 clients that each pipeline 32 inbox requests and never read: only their first
-    answers are built, so the peak RSS stays under 300 MiB and /health answers within 1 s."""
+    answers are built, so the peak RSS stays under 300 MiB and /health is answered for under
+    1 s of the daemon's CPU."""
     requests = inbox_request(backlogged) * PIPELINED
     clients = [
         sockets.enter_context(stalled_reader(backlogged, requests)) for _ in range(STALLED_CLIENTS)
     ]
-    latency = health_latency_s(backlogged)
+    cost = health_cost_s(backlogged)
     assert all(status_line(c) == b"HTTP/1.1 200" for c in clients)
-    time.sleep(1.0)  # would the pipelined requests be answered, they would be by now
-    assert latency < HEALTH_WITHIN_S
+    backlogged.wait_idle()  # would it build the pipelined answers, it would have by now
+    assert cost < HEALTH_CPU_S
     assert memory_mib(backlogged.pid, "VmHWM") < RSS_LIMIT_MIB
 
 

@@ -8,7 +8,6 @@ import grp
 import os
 import socket
 import stat
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from pigeond.service.listeners import (
     with_default_mode,
 )
 from tests.daemon_process import DaemonFactory, DaemonProcess
+from tests.polling import PATIENCE_S, wait_until
 from tests.unix_http import unix_get
 
 ROOT = os.geteuid() == 0
@@ -52,7 +52,7 @@ def site() -> Site:
 
 
 async def get_async(path: str | Path, target: str = "/") -> bytes:
-    answer: bytes = await threads.deferToThread(unix_get, path, target)
+    answer: bytes = await threads.deferToThread(unix_get, path, target, PATIENCE_S)
     return answer
 
 
@@ -376,12 +376,13 @@ async def test_a_socket_put_in_its_place_is_not_removed_on_stop(tmp_path: Path) 
 # -- the daemon ----------------------------------------------------------------------------
 
 
-def wait_for_runtime_socket(proc: DaemonProcess, timeout_s: float = 10) -> None:
-    """The runtime socket's line comes after the first "listening on" that start() waits for."""
-    deadline = time.monotonic() + timeout_s
-    while "(runtime socket)" not in proc.output():
-        assert time.monotonic() < deadline, proc.output()
-        time.sleep(0.02)
+def wait_for_line(proc: DaemonProcess, text: str) -> None:
+    """A line after the first "listening on" (that start() waits for) that has ``text``."""
+    wait_until(lambda: text in proc.output(), PATIENCE_S, f"{text!r} in the log")
+
+
+def wait_for_runtime_socket(proc: DaemonProcess) -> None:
+    wait_for_line(proc, "(runtime socket)")
 
 
 @pytest.mark.slow
@@ -397,7 +398,7 @@ def test_daemon_serves_its_runtime_socket_and_removes_it_on_stop(
     )
     assert proc.address.startswith("tcp:127.0.0.1:")
     wait_for_runtime_socket(proc)
-    assert b'"ok": true' in unix_get(path, "/health")
+    assert b'"ok": true' in unix_get(path, "/health", PATIENCE_S)
     assert f"also listening on unix:{path} (runtime socket)" in proc.output()
     assert proc.stop() == 0
     assert not path.exists()
@@ -414,7 +415,7 @@ def test_daemon_replaces_the_socket_its_crash_left(tmp_path: Path, daemons: Daem
     assert stat.S_ISSOCK(os.lstat(path).st_mode)
     proc = daemons.start(tmp_path / "p.db", opencode_url="", env=env)
     wait_for_runtime_socket(proc)
-    assert b'"ok": true' in unix_get(path, "/health")
+    assert b'"ok": true' in unix_get(path, "/health", PATIENCE_S)
     assert "removed the stale runtime socket" in proc.output()
 
 
@@ -431,11 +432,8 @@ def test_daemon_with_a_refused_folder_still_serves_tcp(
         opencode_url="",
         env={"PIGEOND_RUNTIME_SOCKET": str(folder / "pigeond.sock")},
     )
-    deadline = time.monotonic() + 10
-    while "runtime socket" not in proc.output():
-        assert time.monotonic() < deadline, proc.output()
-        time.sleep(0.02)
-    with socket.create_connection(("127.0.0.1", proc.port), timeout=5) as client:
+    wait_for_line(proc, "runtime socket")
+    with socket.create_connection(("127.0.0.1", proc.port), timeout=PATIENCE_S) as client:
         client.sendall(b"GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n")
         answer = client.makefile("rb").read()
     assert answer.startswith(b"HTTP/1.0 200") or answer.startswith(b"HTTP/1.1 200")

@@ -10,47 +10,64 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from pigeond.storage import SwarmRepository
 from pigeond.storage.postgres import open_postgres
+from pigeond.storage.postgres.schema import DUE_CHANNEL
 from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
 from tests.fake_opencode import FakeOpencode
 from tests.pg_cluster import PgCluster
+from tests.polling import PATIENCE_S, wait_until
 
 pytestmark = pytest.mark.slow
 
 TARGET = "ses_target"
-DELIVERY_TIMEOUT_S = 30.0
+# the longest tick pigeond allows: between two ticks only a notification wakes a daemon
+SLOW_TICK_S = 60.0
+SLOW_TICK = ("--tick-ms", str(int(SLOW_TICK_S * 1000)))
 
 
-def send(daemon: DaemonProcess, msg_id: str) -> int:
+def send(daemon: DaemonProcess, msg_id: str, to: str = TARGET) -> int:
     """POST one message; the status (0 when the daemon did not answer at all)."""
-    body = {"msg_id": msg_id, "from": "ses_sender", "to": TARGET, "payload": f"hi {msg_id}"}
+    body = {"msg_id": msg_id, "from": "ses_sender", "to": to, "payload": f"hi {msg_id}"}
     try:
-        status, _ = daemon.request_json("POST", "/swarm/send", body, timeout_s=15)
+        status, _ = daemon.request_json("POST", "/swarm/send", body)
     except OSError:
         return 0
     return status
 
 
-def wait_delivered(fake: FakeOpencode, msg_ids: set[str]) -> list[str]:
+def wait_delivered(fake: FakeOpencode, msg_ids: set[str], target: str = TARGET) -> list[str]:
     """Every msg_id's prompt reached the fake opencode; the msg_ids prompted, in order."""
-    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
-    while True:
-        prompted = [c.msg_id for c in fake.prompt_calls(TARGET)]
-        if msg_ids <= set(prompted):
-            return prompted
-        assert time.monotonic() < deadline, f"not delivered: {sorted(msg_ids - set(prompted))}"
-        time.sleep(0.05)
+
+    def prompted() -> list[str] | None:
+        ids = [c.msg_id for c in fake.prompt_calls(target)]
+        return ids if msg_ids <= set(ids) else None
+
+    return wait_until(prompted, PATIENCE_S, f"the prompts of {sorted(msg_ids)}")
 
 
 def wait_recorded(daemon: DaemonProcess, msg_id: str) -> None:
     """``msg_id`` is recorded handed off (the prompt reaches opencode a moment before)."""
-    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
-    while daemon.request_json("GET", f"/swarm/message/{msg_id}")[1]["state"] != "handed_off":
-        assert time.monotonic() < deadline, f"{msg_id} not recorded as handed off"
-        time.sleep(0.05)
+    wait_until(
+        lambda: daemon.request_json("GET", f"/swarm/message/{msg_id}")[1]["state"]
+        == "handed_off", PATIENCE_S, f"{msg_id} recorded as handed off",
+    )  # fmt: skip
+
+
+def listeners(pg_url: str) -> int:
+    """How many connections to the database listen for sends (one per daemon, once its
+    listener is connected), as PostgreSQL shows them."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query = %s",
+            (f"LISTEN {DUE_CHANNEL}",),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def test_a_daemon_on_postgresql_delivers_what_it_accepts(
@@ -83,10 +100,10 @@ def test_postgresql_stopped_mid_stream_loses_nothing_that_got_a_202(
             assert status == 503 or health.get("status") != "ok", health
         finally:
             pg_cluster.pg_ctl("start")
-        deadline = time.monotonic() + DELIVERY_TIMEOUT_S
-        while send(daemon, "msg_after") != 202:
-            assert time.monotonic() < deadline, "sends did not resume after PostgreSQL came back"
-            time.sleep(0.2)
+        wait_until(
+            lambda: send(daemon, "msg_after") == 202, PATIENCE_S,
+            "sends to resume after PostgreSQL came back", every_s=0.2,
+        )  # fmt: skip
         accepted.add("msg_after")
         prompted = wait_delivered(fake, accepted)
         assert sorted(m for m in prompted if m in accepted) == sorted(accepted)
@@ -213,24 +230,27 @@ def test_kill_9_of_the_target_s_daemon_loses_nothing(
 def test_a_send_through_one_host_wakes_the_other_at_once(
     daemons: DaemonFactory, tmp_path: Path, pg_url: str
 ) -> None:
-    """With a tick of 30 s, a send accepted by host A for host B's session is handed off
-    by B within seconds: A's accept notifies (LISTEN/NOTIFY), B's arbiter is kicked."""
+    """With a tick of 60 s, a send accepted by host A for host B's session is handed off
+    by B before B's next tick: A's accept notifies (LISTEN/NOTIFY), B's arbiter is kicked."""
     with FakeOpencode(tmp_path / "a") as fake_a, FakeOpencode(tmp_path / "b") as fake_b:
         fake_b.add_session(TARGET)
-        slow = ("--tick-ms", "30000")
+        fake_b.add_session("ses_primer")
         host_a = daemons.start(
-            pg_url, opencode_url=fake_a.url, extra_args=("--daemon-name", "host-a", *slow),
+            pg_url, opencode_url=fake_a.url, extra_args=("--daemon-name", "host-a", *SLOW_TICK),
             env={"XDG_STATE_HOME": str(tmp_path / "host-a")},
         )  # fmt: skip
+        # queued before B starts, so B's first tick hands it off: once it has, that tick
+        # has read the queue, and only a notification (or the next tick) wakes B again
+        assert send(host_a, "msg_primer", to="ses_primer") == 202
+        b_spawned_at = time.monotonic()
         daemons.start(
-            pg_url, opencode_url=fake_b.url, extra_args=("--daemon-name", "host-b", *slow),
+            pg_url, opencode_url=fake_b.url, extra_args=("--daemon-name", "host-b", *SLOW_TICK),
             env={"XDG_STATE_HOME": str(tmp_path / "host-b")},
         )  # fmt: skip
-        time.sleep(1.0)  # both past their first tick: only a notification wakes B now
-        sent_at = time.monotonic()
+        wait_delivered(fake_b, {"msg_primer"}, target="ses_primer")
+        wait_until(lambda: listeners(pg_url) == 2, PATIENCE_S, "both daemons to listen")
         assert send(host_a, "msg_wake") == 202
-        deadline = sent_at + 10.0
-        while not fake_b.prompt_calls(TARGET):
-            assert time.monotonic() < deadline, "B was not woken before its next tick"
-            time.sleep(0.05)
+        # B's first tick came after its spawn, so its next one comes no sooner than this
+        before_next_tick_s = b_spawned_at + SLOW_TICK_S - time.monotonic()
+        wait_until(lambda: fake_b.prompt_calls(TARGET), before_next_tick_s, "B to be woken")
         assert [c.msg_id for c in fake_b.prompt_calls(TARGET)] == ["msg_wake"]

@@ -10,12 +10,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.screens import ConfirmScreen
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.fake_opencode import FakeOpencode
-from tests.tui_support import highlight, settle
+from tests.polling import PATIENCE_S, wait_until
+from tests.tui_support import highlight, table_keys
 
 pytestmark = pytest.mark.slow
 
@@ -31,16 +33,18 @@ def send(daemon: DaemonProcess, to: str, payload: str) -> str:
     request = urllib.request.Request(
         daemon.base_url + "/swarm/send", data=body, method="POST", headers=daemon.auth_headers
     )
-    with urllib.request.urlopen(request, timeout=5) as response:
+    with urllib.request.urlopen(request, timeout=PATIENCE_S) as response:
         return str(json.loads(response.read())["msg_id"])
 
 
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
+async def until(pilot: Pilot[None], check: Callable[[], object], what: str) -> None:
+    """Let the app run until ``check()`` is true.  (Not "until its workers are done": its
+    timer starts a read every 0.2 s, which cancels one still running, so on a busy machine
+    there may never be a moment with none running, or none cancelled.)"""
+    deadline = time.monotonic() + PATIENCE_S
     while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+        assert time.monotonic() < deadline, f"timed out after {PATIENCE_S:g} s waiting for {what}"
+        await pilot.pause(0.05)
 
 
 def test_requeue_in_the_tui_while_the_daemon_delivers(
@@ -55,33 +59,38 @@ def test_requeue_in_the_tui_while_the_daemon_delivers(
     fake.add_session("ses_busy")
     fake.add_session("ses_later")
     daemon = daemons.start(db, opencode_url=fake.url)
+
+    def delivered(msg_id: str) -> bool:
+        return any(c.msg_id == msg_id for c in fake.prompt_calls())
+
+    def busy_delivered() -> bool:
+        return len(fake.prompt_calls("ses_busy")) == 20
+
     first = send(daemon, "ses_later", "while it is there")  # pigeond now knows it exists
-    wait_until(lambda: any(c.msg_id == first for c in fake.prompt_calls()), 10, "the first")
+    wait_until(lambda: delivered(first), PATIENCE_S, "the first")
     fake.remove_session("ses_later")
     lost = send(daemon, "ses_later", "for a session that is gone for now")
-    wait_until(lambda: "failed for good" in daemon.output(), 10, "the message to fail")
+    wait_until(lambda: "failed for good" in daemon.output(), PATIENCE_S, "the message to fail")
     fake.add_session("ses_later")
 
     async def run() -> PigeonApp:
         app = PigeonApp(db, interval=0.2)
         async with app.run_test(size=(160, 50)) as pilot:
-            await settle(app, pilot)
             await pilot.press("2")  # failed
-            await settle(app, pilot)
+            await until(pilot, lambda: table_keys(app, "#messages") == [lost], "the failed tab")
             await highlight(app, pilot, lost)
             for n in range(20):  # the daemon writes while the TUI reads and writes
                 await asyncio.to_thread(send, daemon, "ses_busy", f"busy {n}")
             await pilot.press("u")
-            await pilot.pause()
-            assert isinstance(app.screen, ConfirmScreen)
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
             await pilot.press("y")
-            await settle(app, pilot)
-            await pilot.pause(0.5)
+            await until(pilot, lambda: any(lost in r for r in app.reports), "the requeue's report")
+            # the TUI reads on while the daemon delivers the requeued and the busy ones
+            await until(pilot, lambda: delivered(lost) and busy_delivered(), "the deliveries")
         return app
 
     app = asyncio.run(run())
     assert f"{lost} requeued" in app.reports, app.reports
-    wait_until(lambda: any(c.msg_id == lost for c in fake.prompt_calls()), 15, "the delivery")
-    wait_until(lambda: len(fake.prompt_calls("ses_busy")) == 20, 15, "the busy deliveries")
+    assert delivered(lost) and busy_delivered()
     assert "locked" not in daemon.output()
     assert not any("locked" in r for r in app.reports), app.reports

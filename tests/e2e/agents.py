@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests import polling
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
+from tests.polling import PATIENCE_S
 
 TURN_ARGS = ("--delivery", "turn", "--batch-max", "10", "--status-poll-s", "0.2")
-TOOL_TIMEOUT_S = 60.0
+TOOL_TIMEOUT_S = PATIENCE_S
 OPENING = re.compile(r"^<swarm_message ([^>]*)>")
 
 
@@ -42,12 +43,8 @@ def start_pigeond(
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout_s: float = TOOL_TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (found := check()):
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout_s:g} s")
-        time.sleep(0.05)
-    return found
+    """tests/polling.py's wait_until, with what is awaited first (as these tests read)."""
+    return polling.wait_until(check, timeout_s, what, every_s=0.05)
 
 
 class Agent:

@@ -7,6 +7,8 @@ The server speaks just enough of the OpenAI API for opencode:
 * ``POST /v1/chat/completions``: with ``"stream": true`` (what opencode sends)
   an SSE stream of ``chat.completion.chunk`` objects spread over
   :attr:`FakeLLM.delay_s` seconds; without it one JSON body after the delay.
+  Inside :meth:`FakeLLM.turns_held` a main completion answers nothing until the
+  block ends: a turn that lasts while a test sends what must arrive during it.
   The last chunk always carries a ``finish_reason`` (``stop``, or
   ``tool_calls`` after a tool call): without one opencode records the
   finish as ``unknown`` and calls the model again, forever.
@@ -35,11 +37,12 @@ Stdlib only; binds 127.0.0.1 on a free port; serves from a daemon thread.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
@@ -54,6 +57,8 @@ from tests.e2e.tool_script import (
 )
 
 MODEL_ID = "fake-model"
+# the longest a held turn waits for its release (a test that failed inside turns_held)
+HOLD_LIMIT_S = 120.0
 TITLE_REPLY = "Fake session title"
 _COMPLETION_PATHS = ("/v1/chat/completions", "/chat/completions")
 _MODELS_PATHS = ("/v1/models", "/models")
@@ -132,6 +137,8 @@ class FakeLLM:
         self._max_in_flight: collections.Counter[tuple[Kind, str | None]] = collections.Counter()
         self._generation = 0
         self._last_start = 0.0
+        self._turns_released = threading.Event()
+        self._turns_released.set()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -156,6 +163,7 @@ class FakeLLM:
         server, self._server = self._server, None
         if server is None:
             return
+        self._turns_released.set()
         server.shutdown()
         server.server_close()
         if self._thread is not None:
@@ -185,6 +193,7 @@ class FakeLLM:
 
         A request that started before the reset is not recorded when it ends.
         """
+        self._turns_released.set()
         with self._lock:
             self._generation += 1
             self._records.clear()
@@ -218,6 +227,17 @@ class FakeLLM:
         with self._lock:
             kinds: tuple[Kind, ...] = ("main", "title") if kind is None else (kind,)
             return sum(self._in_flight[(k, None)] for k in kinds)
+
+    @contextlib.contextmanager
+    def turns_held(self) -> Iterator[None]:
+        """Main completions that start in the block answer nothing until it ends: the turn
+        runs (opencode shows the session busy) for as long as the test needs, on any
+        machine, instead of for a delay the test must beat."""
+        self._turns_released.clear()
+        try:
+            yield
+        finally:
+            self._turns_released.set()
 
     def wait_for(
         self, predicate: Callable[[FakeLLM], bool], timeout_s: float, what: str = "condition"
@@ -290,6 +310,8 @@ class FakeLLM:
             self._changed.notify_all()
         error: str | None = None
         try:
+            if kind == "main":
+                self._turns_released.wait(HOLD_LIMIT_S)
             if request.get("stream"):
                 self._stream(handler, reply, delay, chunks, tool_call)
             else:

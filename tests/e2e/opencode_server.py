@@ -41,10 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from tests.polling import PATIENCE_S
+
 DEFAULT_PROJECTS = ("dirA", "dirB", "dirC", "dirD")
-DEFAULT_START_TIMEOUT_S = 60.0
-DEFAULT_STOP_TIMEOUT_S = 10.0
-DEFAULT_REQUEST_TIMEOUT_S = 10.0
+DEFAULT_START_TIMEOUT_S = PATIENCE_S
+DEFAULT_STOP_TIMEOUT_S = 10.0  # then SIGKILL: a stop never fails
+DEFAULT_REQUEST_TIMEOUT_S = PATIENCE_S
+# one readiness probe at start; they are repeated until DEFAULT_START_TIMEOUT_S
+READY_PROBE_TIMEOUT_S = 10.0
 READY_PATH = "/session/status"
 _STRAY_CONFIG_NAMES = ("opencode.json", "opencode.jsonc", ".opencode")
 _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SHELL", "USER", "LOGNAME")
@@ -385,7 +389,7 @@ class OpencodeServer:
                     + self.log_tail()
                 )
             try:
-                response = self.request("GET", READY_PATH, timeout_s=2.0)
+                response = self.request("GET", READY_PATH, timeout_s=READY_PROBE_TIMEOUT_S)
                 if response.status == 200:
                     return
                 last_error = f"HTTP {response.status}"

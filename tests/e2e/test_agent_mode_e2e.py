@@ -31,9 +31,9 @@ from tests.e2e.test_delivery_e2e import (
     session_completions,
     start_pigeond,
     wait_delivered,
-    wait_until,
 )
 from tests.e2e.test_opencode_race import IDLE_TIMEOUT_S, session_with_one_turn
+from tests.polling import PATIENCE_S, wait_until
 
 OTHER_MODEL = ("fake", "fake-model-2")
 DEFAULT_MODEL = ("fake", "fake-model")
@@ -129,11 +129,11 @@ def handed_to(daemon: DaemonProcess, msg_id: str) -> Any:
         request = urllib.request.Request(
             f"{daemon.base_url}/swarm/message/{msg_id}", headers=daemon.auth_headers
         )
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=PATIENCE_S) as response:
             assert response.status == 200
             return json.loads(response.read())["handed_to"]
 
-    wait_until(lambda: fetch() is not None, 10, f"the hand-off record of {msg_id}")
+    wait_until(lambda: fetch() is not None, PATIENCE_S, f"the hand-off record of {msg_id}")
     return fetch()
 
 
@@ -145,7 +145,7 @@ def shown_columns(db: Path, msg_id: str, home: Path) -> dict[str, str]:
         env=isolated_env(home),
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=PATIENCE_S,
         check=True,
     )
     head = result.stdout.split("\n\n", 1)[0]
@@ -261,13 +261,13 @@ def test_backlog_during_the_persons_turn_goes_out_as_one_prompt_in_its_mode(
     server, directory = opencode_any, opencode_any.dirs["dirA"]
     session = planning_session(server, fake_llm, directory)
     daemon = start_pigeond(daemons, tmp_path / "p.db", server.url)
-    fake_llm.delay_s = 2.0
-    person_prompts(
-        server, fake_llm, session, directory, "a long think",
-        agent="plan", model=OTHER_MODEL, wait=False,
-    )  # fmt: skip
-    sent = [post(daemon, {"from": f"ses_peer{n}", "to": session, "payload": f"note {n}"})
-            for n in range(3)]  # fmt: skip
+    with fake_llm.turns_held():
+        person_prompts(
+            server, fake_llm, session, directory, "a long think",
+            agent="plan", model=OTHER_MODEL, wait=False,
+        )  # fmt: skip
+        sent = [post(daemon, {"from": f"ses_peer{n}", "to": session, "payload": f"note {n}"})
+                for n in range(3)]  # fmt: skip
     wait_delivered(server, session, sent, directory)
 
     assert batches_in_transcript(server, session) == [sent], "one prompt, in the order sent"

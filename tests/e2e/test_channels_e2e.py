@@ -18,6 +18,7 @@ from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.e2e.agents import Agent, start_pigeond, wait_until
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
+from tests.polling import PATIENCE_S
 
 TEAM = "team.backend"
 MSG_ID = re.compile(r"\bmsg_[A-Za-z0-9_-]+")
@@ -34,7 +35,7 @@ def join(agent: Agent) -> str:
     """The agent's model joins team.backend with swarm_channel; what the tool returned."""
     part = agent.call("swarm_channel", {"action": "join", "channel": TEAM})
     assert part["state"]["status"] == "completed", part["state"]
-    agent.server.wait_idle(agent.id, agent.directory, timeout_s=60)
+    agent.server.wait_idle(agent.id, agent.directory, timeout_s=PATIENCE_S)
     return str(part["state"]["output"])
 
 

@@ -18,8 +18,11 @@ from tests.daemon_process import DaemonFactory
 from tests.e2e.agents import Agent, start_pigeond, wait_until
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
+from tests.polling import PATIENCE_S
 
-TICKS_S = 2.0  # four of the arbiter's ticks: long enough for a hand-off, were one due
+# Nothing outside counts the arbiter's ticks, so a held message gets a window of wall
+# time in which to be (wrongly) handed off: 40 ticks of the test daemons' 50 ms.
+TICKS_S = 2.0
 
 
 @pytest.fixture
@@ -32,7 +35,7 @@ def set_policy(agent: Agent, policy: str) -> str:
     """The agent's model calls swarm_policy; what the tool returned."""
     part = agent.call("swarm_policy", {"policy": policy})
     assert part["state"]["status"] == "completed", part["state"]
-    agent.server.wait_idle(agent.id, agent.directory, timeout_s=60)
+    agent.server.wait_idle(agent.id, agent.directory, timeout_s=PATIENCE_S)
     return str(part["state"]["output"])
 
 

@@ -22,12 +22,13 @@ from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
 from tests.e2e.test_delivery_e2e import batches_in_transcript, post
+from tests.polling import PATIENCE_S, wait_until
 
 KILLS = 30
 TARGETS = 4
 SENT_PER_ROUND = 6
 KILL_WITHIN_S = 0.4
-LOOP_BUDGET_S = 90.0  # the loop stops early (fewer kills) rather than run longer
+LOOP_BUDGET_S = 3 * PATIENCE_S  # the loop stops early (fewer kills) rather than run longer
 RECOVERED_LINE = "found in the transcript"  # pigeond's log line for a hand-off not sent again
 ARGS = (
     "--batch-max", "3", "--verify-grace-s", "30", "--verify-interval-s", "0.3",
@@ -39,7 +40,7 @@ MODES = ("call", "turn")
 
 def start(factory: DaemonFactory, db: Path, url: str, delivery: str) -> DaemonProcess:
     args = [*ARGS, "--delivery", delivery]
-    return factory.start(db, opencode_url=url, extra_args=args, timeout_s=30)
+    return factory.start(db, opencode_url=url, extra_args=args)
 
 
 def open_rows(db: Path) -> int:
@@ -67,10 +68,8 @@ def test_kill_9_during_hand_offs_delivers_each_message_once(
     """30 kill -9 during hand-offs, each followed by a restart: 0 duplicates, 0 lost."""
     server = opencode_1_18
     fake_llm.delay_s = 0.05
-    sessions = [
-        server.create_session(server.dirs[d], f"crash {n}")
-        for n, d in enumerate(["dirA", "dirB", "dirC", "dirA"][:TARGETS])
-    ]
+    directories = [server.dirs[d] for d in ["dirA", "dirB", "dirC", "dirA"][:TARGETS]]
+    sessions = [server.create_session(d, f"crash {n}") for n, d in enumerate(directories)]
     db = tmp_path / "p.db"
     rng = random.Random(14)
     sent: list[str] = []
@@ -84,15 +83,15 @@ def test_kill_9_during_hand_offs_delivers_each_message_once(
             body = {"from": "ses_crasher", "to": sessions[n % TARGETS],
                     "payload": f"round {kills} message {n}"}  # fmt: skip
             sent.append(post(daemon, body))
-        time.sleep(rng.uniform(0, KILL_WITHIN_S))
+        time.sleep(rng.uniform(0, KILL_WITHIN_S))  # a random moment to crash
         daemon.kill()
         kills += 1
 
     started.append(start(daemons, db, server.url, "turn"))
-    deadline = time.monotonic() + 60
-    while open_rows(db) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)  # the last prompts' user messages reach the transcripts
+    wait_until(lambda: open_rows(db) == 0, PATIENCE_S, "every message handed off", every_s=0.2)
+    for session, directory in zip(sessions, directories, strict=True):
+        # its turns have run: every prompt it took (a repeat too) is in its transcript
+        server.wait_idle(session, directory, timeout_s=PATIENCE_S)
     counts = transcript_counts(server, sessions)
     duplicates = {m: n for m, n in counts.items() if n > 1}
     lost = [m for m in sent if m not in counts]

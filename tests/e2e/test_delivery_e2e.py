@@ -11,9 +11,8 @@ import json
 import re
 import sqlite3
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.e2e.completion import Completion
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
+from tests.polling import PATIENCE_S, wait_until
 
 RANK = {"urgent": 0, "normal": 1, "low": 2}
 OPENING_ID = re.compile(r'^<swarm_message [^>]*\bmsg_id="([^"]*)"')
@@ -42,7 +42,7 @@ def post(daemon: DaemonProcess, body: dict[str, Any]) -> str:
         daemon.base_url + "/swarm/send", data=json.dumps(body).encode(), method="POST",
         headers=daemon.auth_headers,
     )  # fmt: skip
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=PATIENCE_S) as response:
         assert response.status == 202
         return str(json.loads(response.read())["msg_id"])
 
@@ -54,7 +54,7 @@ def send_all(daemon: DaemonProcess, target: str, plan: Sequence[Sequence[str]]) 
     barrier = threading.Barrier(len(plan))
 
     def sender(index: int, priorities: Sequence[str]) -> None:
-        barrier.wait(timeout=10)
+        barrier.wait(timeout=PATIENCE_S)
         for n, priority in enumerate(priorities):
             body = {"from": f"ses_sender{index}", "to": target, "priority": priority,
                     "payload": f"task {n} from sender {index}"}  # fmt: skip
@@ -66,7 +66,7 @@ def send_all(daemon: DaemonProcess, target: str, plan: Sequence[Sequence[str]]) 
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=30)
+        thread.join(timeout=PATIENCE_S)
     assert len(sent) == sum(len(p) for p in plan)
     return sent
 
@@ -88,14 +88,6 @@ def batches_in_transcript(server: OpencodeServer, session: str) -> list[list[str
     return batches
 
 
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.1)
-
-
 def wait_delivered(
     server: OpencodeServer, session: str, ids: Sequence[str], directory: str
 ) -> None:
@@ -103,8 +95,8 @@ def wait_delivered(
         seen = {i for batch in batches_in_transcript(server, session) for i in batch}
         return set(ids) <= seen
 
-    wait_until(all_in, 60, f"{len(ids)} messages in {session}'s transcript")
-    server.wait_idle(session, directory, timeout_s=60)
+    wait_until(all_in, PATIENCE_S, f"{len(ids)} messages in {session}'s transcript", every_s=0.1)
+    server.wait_idle(session, directory, timeout_s=PATIENCE_S)
 
 
 def accept_order(db: Path) -> dict[str, int]:
@@ -183,12 +175,12 @@ def test_hand_off_waits_for_the_running_turn(
     """Messages sent during a turn are handed off only after it ended, each in its own turn."""
     server, directory = opencode_1_18, opencode_1_18.dirs["dirC"]
     session = server.create_session(directory, "turns")
-    fake_llm.delay_s = 1.0
     daemon = start_pigeond(daemons, tmp_path / "p.db", server.url, "--batch-max", "1")
-    first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
-    fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, 20, "the first turn")
-    later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
-             for n in range(2)]  # fmt: skip
+    with fake_llm.turns_held():
+        first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
+        fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, PATIENCE_S, "the first turn")
+        later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
+                 for n in range(2)]  # fmt: skip
     wait_delivered(server, session, [first, *later], directory)
 
     turns = session_completions(fake_llm, session)
@@ -206,12 +198,12 @@ def test_backlog_during_a_turn_costs_one_more_turn(
     """With batching, messages that wait out a turn go over together: one more turn."""
     server, directory = opencode_1_18, opencode_1_18.dirs["dirD"]
     session = server.create_session(directory, "batching")
-    fake_llm.delay_s = 1.0
     daemon = start_pigeond(daemons, tmp_path / "p.db", server.url)
-    first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
-    fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, 20, "the first turn")
-    later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
-             for n in range(3)]  # fmt: skip
+    with fake_llm.turns_held():
+        first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
+        fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, PATIENCE_S, "the first turn")
+        later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
+                 for n in range(3)]  # fmt: skip
     wait_delivered(server, session, [first, *later], directory)
     assert batches_in_transcript(server, session) == [[first], later]
     assert len(session_completions(fake_llm, session)) == 2
@@ -223,14 +215,16 @@ def test_call_mode_gets_fewer_replies_than_messages(
     """Without turn-awareness opencode merges prompts sent while busy: fewer replies."""
     server, directory = opencode_1_18, opencode_1_18.dirs["dirA"]
     session = server.create_session(directory, "call mode")
-    fake_llm.delay_s = 1.0
-    daemon = start_pigeond(
-        daemons, tmp_path / "p.db", server.url, "--delivery", "call", "--batch-max", "1"
-    )
-    first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
-    fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, 20, "the first turn")
-    later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
-             for n in range(3)]  # fmt: skip
+    db = tmp_path / "p.db"
+    daemon = start_pigeond(daemons, db, server.url, "--delivery", "call", "--batch-max", "1")
+    with fake_llm.turns_held():
+        first = post(daemon, {"from": "ses_a", "to": session, "payload": "first"})
+        fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, PATIENCE_S, "the first turn")
+        later = [post(daemon, {"from": "ses_b", "to": session, "payload": f"later {n}"})
+                 for n in range(3)]  # fmt: skip
+        # call delivery hands them off at once, during the turn
+        wait_until(lambda: all(rows(db)[m][0] == "handed_off" for m in later), PATIENCE_S,
+                   "the later ones handed off")  # fmt: skip
     wait_delivered(server, session, [first, *later], directory)
     assert len(session_completions(fake_llm, session)) < 4
 
@@ -247,14 +241,16 @@ def test_outage_loses_nothing_and_spends_no_attempts(
     try:
         sent = [post(daemon, {"from": "ses_a", "to": session, "payload": f"during outage {n}"})
                 for n in range(3)]  # fmt: skip
-        time.sleep(2.5)  # five outage retry intervals
+        # five tries, each met by the outage and logged: none may spend an attempt
+        wait_until(lambda: daemon.output().count(f"{session} unreachable (") >= 5, PATIENCE_S,
+                   "five outage retries")  # fmt: skip
         held = rows(db)
         assert all(held[m][0] == "queued" and held[m][1] == 0 for m in sent), held
         assert all(held[m][3] for m in sent[:1]), "the head of the queue says why it waits"
     finally:
         server.start()
     wait_delivered(server, session, sent, directory)
-    wait_until(lambda: all(rows(db)[m][2] is not None for m in sent), 20, "verification")
+    wait_until(lambda: all(rows(db)[m][2] is not None for m in sent), PATIENCE_S, "verification")
     final = rows(db)
     assert all(final[m][:2] == ("handed_off", 0) for m in sent), final
 
@@ -272,7 +268,7 @@ def test_deleted_directory_holds_until_it_is_back(
     daemon = start_pigeond(daemons, db, server.url)
     directory.rmdir()
     msg_id = post(daemon, {"from": "ses_a", "to": session, "payload": "are you there?"})
-    wait_until(lambda: rows(db)[msg_id][3] is not None, 10, "the hold")
+    wait_until(lambda: rows(db)[msg_id][3] is not None, PATIENCE_S, "the hold")
     state, attempts, _, error = rows(db)[msg_id]
     assert (state, attempts) == ("queued", 0) and "does not exist" in str(error)
     assert batches_in_transcript(server, session) == []

@@ -36,10 +36,11 @@ from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
 from tests.e2e.test_delivery_e2e import batches_in_transcript
 from tests.pg_cluster import PgCluster
+from tests.polling import PATIENCE_S
 
 ROUNDS = 4
 OUTAGE_S = 1.5  # well within the tool's retries (PLUGIN_SEND_RETRY_S)
-DELIVERY_TIMEOUT_S = 60.0
+DELIVERY_TIMEOUT_S = PATIENCE_S
 HOST_ARGS = (*TURN_ARGS, "--verify-interval-s", "0.3")
 
 
@@ -59,7 +60,7 @@ class Host:
         """(Re)start this host's pigeond on its port; the running one."""
         self.daemon = self.factory.start(
             self.db, opencode_url=self.server.url, listen=f"tcp:{self.port}:interface=127.0.0.1",
-            extra_args=(*HOST_ARGS, "--daemon-name", self.name), timeout_s=30,
+            extra_args=(*HOST_ARGS, "--daemon-name", self.name),
         )  # fmt: skip
         return self.daemon
 
@@ -289,13 +290,13 @@ def test_a_postgresql_restart_mid_stream_loses_nothing_that_got_a_202(
     try:
         probes = {
             host.name: host.pigeond.request_json(
-                "POST", "/swarm/send", timeout_s=15,
+                "POST", "/swarm/send",
                 body={"msg_id": f"msg_probe_{host.name.replace('-', '_')}",
                       "from": senders[0].id, "to": target.id, "payload": "during the outage"},
             )[0]
             for host in (a, b)
         }  # fmt: skip
-        time.sleep(OUTAGE_S)
+        time.sleep(OUTAGE_S)  # the outage's length
     finally:
         pg_cluster.pg_ctl("start")
     assert probes == {"host-a": 503, "host-b": 503}

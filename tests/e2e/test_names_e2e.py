@@ -17,6 +17,7 @@ from tests.daemon_process import DaemonFactory
 from tests.e2e.agents import Agent, start_pigeond, wait_until
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
+from tests.polling import PATIENCE_S
 
 
 @pytest.fixture
@@ -61,12 +62,12 @@ def test_a_message_to_a_name_reaches_its_holder_and_its_successor(
     assert (envelope["to"], envelope["to_name"]) == (a.id, "reviewer")
     assert (envelope["from"], envelope["from_name"]) == (b.id, "builder")
 
-    a.server.wait_idle(a.id, a.directory, timeout_s=60)
+    a.server.wait_idle(a.id, a.directory, timeout_s=PATIENCE_S)
     deleted = a.server.request("DELETE", f"/session/{a.id}", directory=a.directory)
     assert deleted.status == 200, deleted.body
     successor = Agent(a.server, a.llm, "dirA", "reviewer again")
     assert claim(successor, "reviewer").startswith("you are now reviewer")
-    b.server.wait_idle(b.id, b.directory, timeout_s=60)
+    b.server.wait_idle(b.id, b.directory, timeout_s=PATIENCE_S)
     second = send_to_name(b, "Review PR 8")
     envelope = envelope_of(successor, second)
     assert (envelope["to"], envelope["to_name"]) == (successor.id, "reviewer")

@@ -30,12 +30,13 @@ from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.e2e.completion import Completion, ack_for
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import DEFAULT_PROJECTS, OpencodeError, OpencodeServer
+from tests.polling import PATIENCE_S
 
 N_PROMPTS = 4
-RACE_TIMEOUT_S = 20.0
-IDLE_TIMEOUT_S = 60.0  # generous: a loaded CI machine can be slow to start a turn
-DELIVERY_TIMEOUT_S = 30.0
-QUIET_S = 1.0
+RACE_TIMEOUT_S = PATIENCE_S
+IDLE_TIMEOUT_S = PATIENCE_S
+DELIVERY_TIMEOUT_S = PATIENCE_S
+QUIET_S = 1.0  # no model call for this long: opencode's loops have stopped
 
 
 # -- helpers ---------------------------------------------------------------------
@@ -51,7 +52,7 @@ def fire_together(
 
     def fire(index: int) -> None:
         try:
-            barrier.wait(timeout=10)
+            barrier.wait(timeout=PATIENCE_S)
             statuses[index] = server.prompt_async(session_id, directories[index], texts[index])
         except BaseException as exc:
             errors.append(exc)
@@ -60,7 +61,7 @@ def fire_together(
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=30)
+        thread.join(timeout=PATIENCE_S)
     assert not errors, f"prompt_async failed: {errors!r}"
     assert not any(t.is_alive() for t in threads), "a prompt_async call hung"
     return statuses
@@ -132,7 +133,7 @@ def call_pigeond(
     daemon: DaemonProcess, method: str, path: str, body: dict[str, Any] | None = None
 ) -> tuple[int, Any]:
     """One request to pigeond over TCP; returns the status and the parsed JSON answer."""
-    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=PATIENCE_S)
     try:
         data = None if body is None else json.dumps(body).encode("utf-8")
         conn.request(method, path, body=data, headers=daemon.auth_headers)

@@ -8,6 +8,7 @@ only says "ACK"): after ``--reply-within-s`` B's transcript gets exactly one
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.e2e.agents import Agent, start_pigeond, wait_until
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
+from tests.polling import PATIENCE_S
 
 REPLY_WITHIN_S = 3
 
@@ -57,7 +59,7 @@ def test_a_reply_with_reply_to_clears_what_is_owed(
     msg_id = ask(a, b)
     assert [o["msg_id"] for o in owed(daemon, b.id)["owes"]] == [msg_id]
     assert [o["msg_id"] for o in owed(daemon, a.id)["owed"]] == [msg_id]
-    b.server.wait_idle(b.id, b.directory, timeout_s=60)
+    b.server.wait_idle(b.id, b.directory, timeout_s=PATIENCE_S)
     part = b.call("swarm_send", {"to": a.id, "payload": "PR 7 looks good", "reply_to": msg_id})
     assert part["state"]["status"] == "completed", part["state"]
     assert owed(daemon, b.id)["owes"] == [] and owed(daemon, a.id)["owed"] == []
@@ -71,11 +73,15 @@ def test_an_unmet_reply_reminds_the_target_once_then_tells_the_sender_once(
     extra = ("--reply-within-s", str(REPLY_WITHIN_S))
     daemon = start_pigeond(daemons, tmp_path, a.server, plugin_pigeond_port, extra)
     msg_id = ask(a, b)
-    [reminder] = wait_until(lambda: kinds_from_pigeond(b, "reply.reminder"), "the reminder", 30)
+    [reminder] = wait_until(lambda: kinds_from_pigeond(b, "reply.reminder"), "the reminder")
     assert (reminder["reply_to"], reminder["to"]) == (msg_id, b.id)
-    [overdue] = wait_until(lambda: kinds_from_pigeond(a, "reply.overdue"), "the overdue notice", 30)
+    [overdue] = wait_until(lambda: kinds_from_pigeond(a, "reply.overdue"), "the overdue notice")
     assert (overdue["reply_to"], overdue["to"]) == (msg_id, a.id)
-    time.sleep(2 * REPLY_WITHIN_S)  # long enough for a second reminder or notice, were one due
+    # the obligations' schedule is wall time: a second reminder or notice, were one due,
+    # would be queued within REPLY_WITHIN_S of the last, and is seen in the log at once
+    time.sleep(2 * REPLY_WITHIN_S)
+    swept = re.findall(r"owed replies: (\d+) reminded, (\d+) overdue", daemon.output())
+    assert [(int(r), int(o)) for r, o in swept] == [(1, 0), (0, 1)], swept
     assert len(kinds_from_pigeond(b, "reply.reminder")) == 1
     assert len(kinds_from_pigeond(a, "reply.overdue")) == 1
     [still] = owed(daemon, b.id)["owes"]

@@ -15,8 +15,8 @@ from tests.e2e.test_delivery_e2e import (
     batches_in_transcript,
     post,
     start_pigeond,
-    wait_until,
 )
+from tests.polling import PATIENCE_S, wait_until
 from tests.test_integration_delivery import PIGEON_SEND
 
 
@@ -53,8 +53,8 @@ def test_one_message_is_answered_and_pigeon_send_waits_for_it(
     daemon = start_pigeond(daemons, tmp_path / "p.db", server.url)
     cli = subprocess.run(
         [str(PIGEON_SEND), "--url", daemon.base_url, "--from", "ses_a", "--wait",
-         "--until", "answered", "--timeout", "60", session, "please answer"],
-        capture_output=True, text=True, timeout=90, env=isolated_env(tmp_path / "home"),
+         "--until", "answered", "--timeout", str(int(PATIENCE_S)), session, "please answer"],
+        capture_output=True, text=True, timeout=2 * PATIENCE_S, env=isolated_env(tmp_path / "home"),
     )  # fmt: skip
     assert cli.returncode == 0, cli.stderr
     msg_id = cli.stdout.strip()
@@ -72,18 +72,18 @@ def test_a_batch_of_three_is_answered_by_the_turn_that_consumed_it(
     answers all three."""
     server, directory = opencode_1_18, opencode_1_18.dirs["dirB"]
     session = server.create_session(directory, "receipt batch")
-    fake_llm.delay_s = 1.5
     daemon = start_pigeond(daemons, tmp_path / "p.db", server.url)
-    assert server.prompt_async(session, directory, "the person's own prompt") == 204
-    fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, 20, "the person's turn")
-    sent = [
-        post(daemon, {"from": "ses_b", "to": session, "payload": f"part {n}"}) for n in range(3)
-    ]
+    with fake_llm.turns_held():
+        assert server.prompt_async(session, directory, "the person's own prompt") == 204
+        fake_llm.wait_for(lambda llm: llm.in_flight("main") > 0, PATIENCE_S, "the person's turn")
+        sent = [
+            post(daemon, {"from": "ses_b", "to": session, "payload": f"part {n}"}) for n in range(3)
+        ]
 
     def all_answered() -> bool:
         return all(receipt(daemon, m)["answered_at"] is not None for m in sent)
 
-    wait_until(all_answered, 60, "three answers")
+    wait_until(all_answered, PATIENCE_S, "three answers")
     assert batches_in_transcript(server, session) == [sent]
     bodies = [receipt(daemon, m) for m in sent]
     assert {b["receipt"] for b in bodies} == {"answered"}

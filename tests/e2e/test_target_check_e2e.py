@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.daemon_process import DaemonFactory
 from tests.e2e.opencode_server import OpencodeServer
+from tests.polling import PATIENCE_S
 
 UNKNOWN = "ses_0000nosuchsession0000"
 PIGEON_SEND = Path(sys.executable).parent / "pigeon-send"
@@ -38,7 +39,7 @@ def test_unknown_target_is_refused_while_opencode_is_up(
     cli = subprocess.run(
         [str(PIGEON_SEND), "--url", daemon.base_url, "--from", "ses_sender", UNKNOWN, "hi"],
         env={"PATH": os.environ.get("PATH", ""), "PIGEOND_TOKEN": daemon.token},
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True, text=True, timeout=PATIENCE_S, check=False,
     )  # fmt: skip
     assert (cli.returncode, cli.stdout) == (1, "")
     assert line in cli.stderr
