@@ -236,14 +236,17 @@ def test_outage_loses_nothing_and_spends_no_attempts(
     server, directory = opencode_1_18, opencode_1_18.dirs["dirB"]
     session = server.create_session(directory, "outage")
     db = tmp_path / "p.db"
-    daemon = start_pigeond(daemons, db, server.url)
+    daemon = start_pigeond(daemons, db, server.url, "--log-level", "debug")
     server.stop()
     try:
         sent = [post(daemon, {"from": "ses_a", "to": session, "payload": f"during outage {n}"})
                 for n in range(3)]  # fmt: skip
-        # five tries, each met by the outage and logged: none may spend an attempt
-        wait_until(lambda: daemon.output().count(f"{session} unreachable (") >= 5, PATIENCE_S,
-                   "five outage retries")  # fmt: skip
+        # five tries, each met by the outage (a debug line each): none may spend an attempt
+        tried = f"to {session} wait for opencode ("
+        wait_until(lambda: daemon.output().count(tried) >= 5, PATIENCE_S,
+                   "five tries during the outage")  # fmt: skip
+        said = f"opencode at {server.url} unreachable ("
+        assert daemon.output().count(said) == 1, "the outage is said once, as it starts"
         held = rows(db)
         assert all(held[m][0] == "queued" and held[m][1] == 0 for m in sent), held
         assert all(held[m][3] for m in sent[:1]), "the head of the queue says why it waits"
