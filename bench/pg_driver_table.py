@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/pg_driver_table.py [--quick] [--runs N] [--commits durable|fast]
 
-The question of README's "Why psycopg in threads": integrate psycopg 3 with Twisted as
+The question of docs/performance.md's "Why psycopg in threads": integrate psycopg 3 with Twisted as
 ``twisted.enterprise.adbapi`` does (a sync connection per thread, called through
 ``deferToThreadPool``: what pigeond does), or with psycopg's ``AsyncConnection`` under
 Twisted's asyncio reactor?  Each variant runs in a process of its own (each installs its

@@ -21,7 +21,7 @@ from pigeond.api.openapi import openapi_document
 DOCUMENT = openapi_document()
 SCHEMA = schemathesis.openapi.from_dict(DOCUMENT)
 
-# What the gate and the HTTP layer may answer before any route runs (README "HTTP API").
+# What the gate and the HTTP layer may answer before any route runs (docs/http-api.md).
 BEFORE_ROUTING = frozenset({400, 401, 403, 408, 413, 414, 415, 421, 431, 503})
 
 

@@ -33,7 +33,7 @@ MAX_RUN_S = 600  # a bound on a busy machine, not a figure: the run takes about 
 #   ``since`` cursor must name a real position (state no schema holds), and JSON Schema
 #   counts 5647.0 as an integer where pigeond takes only integer literals for ttl_s;
 # - unsupported_method: a POST without ``Content-Type: application/json`` to a GET-only
-#   route gets the gate's 415 before routing could say 405 (README "Security": 415 on every
+#   route gets the gate's 415 before routing could say 405 (docs/security.md: 415 on every
 #   route); tests/test_fuzz_routes.py holds 405 and its Allow header to the document.
 EXCLUDED_CHECKS = "positive_data_acceptance,unsupported_method"
 

@@ -6,7 +6,7 @@ minute later (false success).  With opencode reachable, such a send gets 404
 accepted as before, and the 202 says whether the target was checked
 (``"target_checked": true|false``).
 
-What it costs the accept path (see the README's Performance section): for a
+What it costs the accept path (see docs/performance.md): for a
 target opencode named within ``registry_ttl_s`` (every target a hand-off or a
 send went to lately) one dict lookup, and nothing awaited.  Any other target is
 looked up once (``GET /session/<id>``) through the registry, which caches the

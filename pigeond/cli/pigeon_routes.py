@@ -1,5 +1,5 @@
 """``pigeon routes``: which daemon delivers to which session, on a database several
-daemons share (PostgreSQL: see README "Beyond one machine").  On a SQLite file, which one
+daemons share (PostgreSQL: see docs/multi-host.md).  On a SQLite file, which one
 daemon alone serves, the list is empty.  Every field is escaped like every ``pigeon``
 table; ``--json`` is exact."""
 

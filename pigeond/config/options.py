@@ -3,7 +3,7 @@
 :class:`Config` holds the settings; each option is one field made by
 :func:`option`, and :data:`OPTIONS` is derived from those fields.  The flag
 (``--tick-ms``), the variable (``PIGEOND_TICK_MS``), the file key, ``--help``,
-``--check-config``, the README's table and ``packaging/pigeond.toml`` all come
+``--check-config``, docs/reference/configuration.md and ``packaging/pigeond.toml`` all come
 from (or are tested against) that one declaration, so they cannot drift.
 """
 
