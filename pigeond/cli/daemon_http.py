@@ -161,14 +161,9 @@ def socket_refusal(path: str) -> str:
         return _closed_folder(path)
     except OSError as e:
         return f"{path}: cannot connect: {e.strerror}"
-    group = _name_of_group(sock.st_gid)
-    mode = stat.S_IMODE(sock.st_mode)
-    where = (
-        f"{path} exists but is not open to you (owner {_name_of_user(sock.st_uid)},"
-        f" group {group}, mode {mode:04o})"
-    )
-    if mode & stat.S_IWGRP:
-        return f"{where}: {_group_fix(group, sock.st_gid)}"
+    where = f"{path} exists but is not open to you ({_whose(sock)})"
+    if stat.S_IMODE(sock.st_mode) & stat.S_IWGRP:
+        return f"{where}: {_group_fix(_name_of_group(sock.st_gid), sock.st_gid)}"
     return f"{where}: only its owner may use it; is it another user's pigeond?"
 
 
@@ -179,15 +174,18 @@ def _closed_folder(path: str) -> str:
         info = os.stat(folder)
     except OSError as e:
         return f"{path}: cannot connect: {e.strerror}"
-    group = _name_of_group(info.st_gid)
-    mode = stat.S_IMODE(info.st_mode)
-    where = (
-        f"{path}: its folder {folder} is not open to you (owner {_name_of_user(info.st_uid)},"
-        f" group {group}, mode {mode:04o})"
-    )
-    if mode & stat.S_IXGRP:
-        return f"{where}: {_group_fix(group, info.st_gid)}"
+    where = f"{path}: its folder {folder} is not open to you ({_whose(info)})"
+    if stat.S_IMODE(info.st_mode) & stat.S_IXGRP:
+        return f"{where}: {_group_fix(_name_of_group(info.st_gid), info.st_gid)}"
     return f"{where}: only its owner may use it"
+
+
+def _whose(info: os.stat_result) -> str:
+    """``owner O, group G, mode 0660`` of a file or folder."""
+    return (
+        f"owner {_name_of_user(info.st_uid)}, group {_name_of_group(info.st_gid)},"
+        f" mode {stat.S_IMODE(info.st_mode):04o}"
+    )
 
 
 def closed_system_socket(address: DaemonAddress, system_socket: str) -> str | None:
