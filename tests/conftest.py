@@ -13,6 +13,7 @@ from zope.interface import implementer
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.postgres import open_postgres
 from tests.daemon_process import DaemonFactory
+from tests.fake_opencode import FakeOpencode
 from tests.fixed_time import START_S
 from tests.pg_cluster import PgCluster, running_cluster
 
@@ -92,6 +93,13 @@ def clock() -> Clock:
     c = Clock()
     c.advance(START_S)
     return c
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeOpencode]:
+    """A fake opencode on 127.0.0.1 (tests/fake_opencode.py), stopped after the test."""
+    with FakeOpencode(tmp_path / "opencode") as server:
+        yield server
 
 
 @pytest.fixture

@@ -292,18 +292,23 @@ def test_busy_sessions(clock: Clock) -> None:
     assert fake.directories == ["/srv/a"]
 
 
-@pytest_twisted.ensureDeferred
-async def test_refused_connection_is_an_outage() -> None:
-    """Nothing listening on the port: an outage, not a spent attempt."""
+async def client_of_a_closed_port() -> OpencodeClient:
+    """A client on the real reactor for a loopback port nothing listens on."""
     from twisted.internet import reactor
     from twisted.web.client import Agent
 
     port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(Factory())
     number = port.getHost().port
     await port.stopListening()
-    client = OpencodeClient(
+    return OpencodeClient(
         HTTPClient(Agent(reactor)), f"http://127.0.0.1:{number}", reactor, Config()
     )
+
+
+@pytest_twisted.ensureDeferred
+async def test_refused_connection_is_an_outage() -> None:
+    """Nothing listening on the port: an outage, not a spent attempt."""
+    client = await client_of_a_closed_port()
     try:
         with pytest.raises(OpencodeError) as caught:
             await client.prompt_async("ses_a", "/d", ["hi"])
@@ -315,15 +320,7 @@ async def test_refused_connection_is_an_outage() -> None:
 @pytest_twisted.ensureDeferred
 async def test_a_refused_connection_makes_opencode_unreachable_with_its_error() -> None:
     """A call that cannot connect starts an outage: unreachable, with the call's error."""
-    from twisted.internet import reactor
-    from twisted.web.client import Agent
-
-    port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(Factory())
-    number = port.getHost().port
-    await port.stopListening()
-    client = OpencodeClient(
-        HTTPClient(Agent(reactor)), f"http://127.0.0.1:{number}", reactor, Config()
-    )
+    client = await client_of_a_closed_port()
     try:
         with pytest.raises(OpencodeError):
             await client.session_directory("ses_a")

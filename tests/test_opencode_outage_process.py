@@ -21,12 +21,6 @@ TARGET = "ses_target"
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> Iterator[FakeOpencode]:
-    with FakeOpencode(tmp_path / "opencode") as server:
-        yield server
-
-
-@pytest.fixture
 def daemons(tmp_path: Path, fake: FakeOpencode) -> Iterator[DaemonFactory]:
     # depends on ``fake`` so the daemons stop before the fake opencode does
     factory = DaemonFactory(tmp_path)

@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,12 +20,6 @@ from tests.polling import PATIENCE_S, wait_until
 from tests.tui_support import highlight, table_keys
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def fake(tmp_path: Path) -> Iterator[FakeOpencode]:
-    with FakeOpencode(tmp_path / "opencode") as server:
-        yield server
 
 
 def send(daemon: DaemonProcess, to: str, payload: str) -> str:
