@@ -328,13 +328,13 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             db, registry, client, reactor, policy=DeliveryPolicy.from_config(config), turns=turns,
             modes=modes, agents=AgentCatalog(client, reactor), database_problem=db_watch.check,
             metrics=metrics, transcripts=client, routing=routing,
+            on_transcript=modes.observe_transcript,
             target_locks=None if shared is None else shared.target_locks,
             opencode_down=opencode_down,
         )  # fmt: skip
         reach.on_back(arbiter.opencode_back)
         verifier = Verifier(
-            db, registry, client, reactor, config,
-            on_requeued=arbiter.kick, on_transcript=modes.observe_transcript,
+            db, arbiter.runtimes.transcripts_of, reactor, config, on_requeued=arbiter.kick,
             turns_ended=turns.turns_ended if turns is not None else lambda target: None,
             routing=routing, opencode_down=opencode_down,
         )  # fmt: skip
