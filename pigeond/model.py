@@ -192,6 +192,16 @@ class StoredMessage(NewMessage):
         """How far along :data:`RECEIPT_STAGES` a direct message has come."""
         return receipt_stage(self.state, self.verified_at, self.answered_at)
 
+    @property
+    def to_runtime(self) -> str | None:
+        """The runtime of the target (None for a channel's own message, or an id of none)."""
+        if self.to_session is None:
+            return None
+        try:
+            return runtime_of(self.to_session).value
+        except ValueError:
+            return None
+
     def handed_to(self) -> dict[str, object] | None:
         """The agent and model a message was handed to, as ``GET /swarm/message`` shows it."""
         if self.handed_off_at is None:

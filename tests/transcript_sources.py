@@ -26,9 +26,7 @@ def opencode_transcripts(
     on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
 ) -> Callable[[str], TranscriptSource | None]:
     """Every target's transcript read from ``reader`` (a fake opencode's ``messages``)."""
-    source = OpencodeTranscripts(
-        StaticRegistry(), _as_reader(reader), on_transcript=on_transcript
-    )
+    source = OpencodeTranscripts(StaticRegistry(), _as_reader(reader), on_transcript=on_transcript)
     return lambda target: source
 
 

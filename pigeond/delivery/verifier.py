@@ -159,6 +159,17 @@ class Verifier:
                 self._waiting.append(target)
         self._start_checks()
 
+    def check_soon(self, target: str) -> None:
+        """A turn of ``target`` just ended (a Claude Code session's Stop hook): look in its
+        transcript now, ahead of the targets waiting, not at the next interval."""
+        if target in self._checking or self.is_closed():
+            return
+        self._last_check[target] = self._clock.seconds()
+        if target in self._waiting:
+            self._waiting.remove(target)
+        self._waiting.appendleft(target)
+        self._start_checks()
+
     def _turn_ended(self, target: str) -> bool:
         """Whether a turn of ``target`` may have ended since its answers were last looked
         for (always, when that cannot be told)."""
