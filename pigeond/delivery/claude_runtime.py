@@ -19,13 +19,14 @@ An MCP-only member (Codex: its client names no session) is asked for when its ow
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred
 
-from pigeond.delivery.claude_transcript import answers_in, envelope_homes, read_entries
+from pigeond.delivery.claude_transcript import answers_in, envelope_homes, read_tail
 from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.pull_slots import Ask, Handed, PullSlot, PullSlots
 from pigeond.delivery.runtime import Prepared, TranscriptSource
@@ -158,6 +159,12 @@ class McpRuntime:
         self._slots.close_all()
 
 
+def _read(path: str, max_bytes: int) -> tuple[list[dict[str, Any]], bool]:
+    """The entries of the file's last ``max_bytes``, and whether that was all of it."""
+    size = os.stat(path).st_size
+    return read_tail(path, max_bytes), size <= max_bytes
+
+
 @dataclass(frozen=True, slots=True)
 class ClaudeTranscript:
     """The entries read of a Claude Code transcript (the whole file: ``complete``)."""
@@ -167,10 +174,10 @@ class ClaudeTranscript:
 
     @property
     def homes(self) -> Mapping[str, str | None]:
-        return envelope_homes(self.entries)
+        return dict(envelope_homes(self.entries))
 
     def answers(self, where: Mapping[str, str]) -> dict[str, str]:
-        return answers_in(self.entries, dict(where))
+        return answers_in(self.entries, where)
 
 
 class ClaudeTranscripts:
@@ -193,7 +200,7 @@ class ClaudeTranscripts:
             MAX_READ_BYTES if limit is None else max(MIN_TAIL_BYTES, limit * TAIL_BYTES_PER_MESSAGE)
         )
         try:
-            entries, complete = await self._in_thread(lambda: read_entries(path, max_bytes))
+            entries, complete = await self._in_thread(lambda: _read(path, max_bytes))
         except OSError as e:
             raise HandOffError(
                 f"cannot read {target}'s transcript {path}: {e.strerror or e}",
