@@ -47,7 +47,12 @@ from pigeond.delivery.turns import TurnTracker
 from pigeond.delivery.verifier import Verifier
 from pigeond.service.db_watch import DatabaseWatch
 from pigeond.service.listeners import listen_runtime_socket, server_endpoint
-from pigeond.service.members import MemberLiveness, member_parts, turns_ended_of
+from pigeond.service.members import (
+    MemberLiveness,
+    NoDelivery,
+    member_parts,
+    turns_ended_of,
+)
 from pigeond.service.parts import (
     access_policy,
     delivery_health_with_api,
@@ -293,6 +298,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     events: EventStream | None = None
     pool: HTTPConnectionPool | None = None
     delivery: DeliveryParts | None = None
+    members = member_parts(db, reactor)
     if config.arbiter_enabled:
         exchange = None
         if http is None:
@@ -331,7 +337,6 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
                 client, reactor, seen_status(turns.observe, routing), turns.stream_state,
                 on_user_message=modes.observe, outages=reach,
             )  # fmt: skip
-        members = member_parts(db, reactor)
         arbiter = Arbiter(
             db, registry, client, reactor, policy=DeliveryPolicy.from_config(config), turns=turns,
             modes=modes, agents=AgentCatalog(client, reactor), database_problem=db_watch.check,
@@ -401,8 +406,12 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     NamesRoute(db, reactor, liveness).install(api)
     channels = ChannelRoutes(db, reactor, config, liveness)
     channels.install(api)
-    if delivery is not None:
-        AgentRoutes(delivery.doors).install(api)
+    doors = (
+        MemberDoors(reactor, members.slots, members.claude, members.paths, NoDelivery())
+        if delivery is None
+        else delivery.doors
+    )
+    AgentRoutes(doors).install(api)
     site = make_site(api, config, reactor=reactor)
     pruner = Pruner(db, reactor, retention_days=config.retention_days)
     return Daemon(

@@ -48,6 +48,14 @@ def member_parts(db: Database, reactor: Any) -> MemberParts:
     return MemberParts(slots, paths, claude, McpRuntime(slots))
 
 
+class NoDelivery:
+    """The drains of a daemon with delivery off: none starts, so every ask is answered
+    with nothing at once (a Claude Code session stops as if pigeond were not there)."""
+
+    def start_drain(self, target: str) -> bool:
+        return False
+
+
 def turns_ended_of(
     claude: ClaudeRuntime, turns: TurnTracker | None
 ) -> Callable[[str], TurnCount | None]:
