@@ -12,7 +12,9 @@ from zope.interface import implementer
 
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.postgres import open_postgres
+from tests.claude_code import ClaudeCode, ClaudeInstallError, ensure_claude_code
 from tests.daemon_process import DaemonFactory
+from tests.fake_anthropic import FakeAnthropic
 from tests.fake_opencode import FakeOpencode
 from tests.fixed_time import START_S
 from tests.pg_cluster import PgCluster, running_cluster
@@ -144,3 +146,29 @@ def log_events(log_capture: LogCapture) -> list[tuple[LogLevel, str]]:
 def logged(log_capture: LogCapture) -> list[str]:
     """Every log line emitted during the test, formatted."""
     return log_capture.lines
+
+
+@pytest.fixture(scope="session")
+def claude_binary() -> Path:
+    """The pinned real Claude Code (tests/claude_code.py), installed with npm on first use."""
+    try:
+        return ensure_claude_code()
+    except ClaudeInstallError as exc:  # fail, never skip: these tests are part of the suite
+        pytest.fail(f"cannot install Claude Code: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def fake_anthropic(tmp_path: Path) -> Iterator[FakeAnthropic]:
+    """A fake Anthropic model on 127.0.0.1 (tests/fake_anthropic.py), its requests logged
+    in tmp_path/fake_anthropic.jsonl."""
+    fake = FakeAnthropic(log_path=tmp_path / "fake_anthropic.jsonl").start()
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+@pytest.fixture
+def claude(claude_binary: Path, fake_anthropic: FakeAnthropic, tmp_path: Path) -> ClaudeCode:
+    """The real Claude Code in a private HOME (tmp_path/claude-home) against the fake model."""
+    return ClaudeCode(claude_binary, tmp_path / "claude-home", fake_anthropic.base_url)

@@ -83,7 +83,7 @@ def ensure_opencode(version: str) -> Path:
         return found
     root = opencode_cache()
     root.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(root / ".install.lock", LOCK_TIMEOUT_S):
+    with exclusive_lock(root / ".install.lock", LOCK_TIMEOUT_S):
         found = installed_binary(version)  # another process may have finished meanwhile
         if found is not None:
             return found
@@ -91,7 +91,7 @@ def ensure_opencode(version: str) -> Path:
 
 
 @contextlib.contextmanager
-def _exclusive_lock(path: Path, timeout_s: float) -> Iterator[None]:
+def exclusive_lock(path: Path, timeout_s: float) -> Iterator[None]:
     """An exclusive ``flock`` on ``path``, waited for at most ``timeout_s``."""
     with open(path, "a+b") as handle:
         deadline = time.monotonic() + timeout_s
