@@ -52,7 +52,7 @@ def standin() -> Iterator[AgentRoutesStandIn]:
 
 
 def hook_input(command: str, **changes: Any) -> str:
-    fields = {
+    fields: dict[str, Any] = {
         "session_id": SESSION,
         "transcript_path": TRANSCRIPT,
         "cwd": "/home/user/p",
