@@ -87,6 +87,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/python bench/backends_table.py
 	$(BIN)/python bench/pg_driver_table.py
 	$(BIN)/python bench/memory_table.py
+	$(BIN)/python bench/hook_turn_end.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,102 @@
+"""What ``pigeon-hook stop`` adds to every Claude Code turn's end when nothing is waiting.
+
+    .venv/bin/python bench/hook_turn_end.py [--starts 40] [--runs 5]
+
+Claude Code runs the Stop hook as a new process at the end of every turn, so its whole
+wall time (the process's start and imports included) is time a person waits.  Each start
+here is one ``pigeon-hook stop`` with Claude Code's hook JSON on stdin, against a stand-in
+of pigeond's turn-end route on a Unix socket answering ``{"text": null}`` at once
+(tests/agent_routes_standin.py): the hook's own cost, not pigeond's.  The baseline,
+measured in the same run and interleaved with it, is ``python -c pass`` with the same
+interpreter: what any Python hook costs at least.  Figures are p50 and p90 of the starts
+of a run, then the median of the runs; the goal is a p50 of at most 150 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.agent_routes_standin import AgentRoutesStandIn
+
+GOAL_P50_MS = 150.0
+HOOK = Path(sys.executable).parent / "pigeon-hook"
+SESSION = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+HOOK_INPUT = json.dumps(
+    {
+        "session_id": SESSION,
+        "transcript_path": f"/tmp/projects/-bench/{SESSION}.jsonl",
+        "cwd": "/tmp",
+        "hook_event_name": "Stop",
+        "stop_hook_active": False,
+    }
+).encode()
+
+
+def timed(command: list[str], env: dict[str, str]) -> float:
+    """Milliseconds from starting ``command`` to its exit (which must be clean and silent)."""
+    started = time.perf_counter()
+    done = subprocess.run(command, input=HOOK_INPUT, capture_output=True, env=env, check=False)
+    elapsed = (time.perf_counter() - started) * 1000
+    if done.returncode != 0 or done.stdout or done.stderr:
+        raise SystemExit(f"{command[0]} failed: {done.returncode} {done.stdout!r} {done.stderr!r}")
+    return elapsed
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--starts", type=int, default=40, help="starts of each per run")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    standin = AgentRoutesStandIn()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PIGEOND_URL": standin.url}
+    commands = {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "pigeon-hook stop": [str(HOOK), "stop"],
+    }
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    try:
+        for command in commands.values():  # warm the page cache once
+            timed(command, env)
+        for _ in range(args.runs):
+            times: dict[str, list[float]] = {name: [] for name in commands}
+            for _ in range(args.starts):
+                for name, command in commands.items():
+                    times[name].append(timed(command, env))
+            for name, values in times.items():
+                runs[name].append((percentile(values, 50), percentile(values, 90)))
+    finally:
+        standin.close()
+    python = platform.python_version()
+    print(f"pigeon-hook stop, nothing waiting: wall time of a start (ms), Python {python},"
+          f" {args.runs} runs of {args.starts} starts, median of the runs")  # fmt: skip
+    print("| command | p50 | p90 |")
+    print("| --- | ---: | ---: |")
+    medians = {}
+    for name, figures in runs.items():
+        p50 = statistics.median(f[0] for f in figures)
+        p90 = statistics.median(f[1] for f in figures)
+        medians[name] = p50
+        print(f"| {name} | {p50:.1f} | {p90:.1f} |")
+    hook, base = medians["pigeon-hook stop"], medians["python -c pass"]
+    verdict = "met" if hook <= GOAL_P50_MS else "NOT met"
+    print(f"\nratio hook/baseline (p50): {hook / base:.2f}; the hook's own cost:"
+          f" {hook - base:.1f} ms; goal p50 <= {GOAL_P50_MS:g} ms: {verdict}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
