@@ -25,6 +25,13 @@ from pigeond.model import NAME_RE
 from pigeond.terminal import visible
 
 SERVER = "pigeon"
+# Codex starts an MCP server with a filtered environment: these pass through, so that
+# pigeon-mcp finds pigeond as every client does (pigeond.credentials.ADDRESS_SOURCES,
+# client_token) from what Codex's own environment has
+PASSED_THROUGH = (
+    "PIGEOND_URL", "PIGEOND_TOKEN", "PIGEOND_TOKEN_FILE", "PIGEOND_SEND_RETRY_S",
+    "XDG_RUNTIME_DIR", "XDG_STATE_HOME",
+)  # fmt: skip
 EXECUTABLE = "pigeon-mcp"
 
 
@@ -62,6 +69,7 @@ def server_table(command: str, name: str | None) -> Table:
     table = tomlkit.table()
     table.add("command", command)
     table.add("args", ["--as", f"@{name}"] if name is not None else [])
+    table.add("env_vars", list(PASSED_THROUGH))
     table.add("required", True)
     table.add("default_tools_approval_mode", "approve")
     return table
