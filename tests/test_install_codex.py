@@ -49,6 +49,7 @@ def test_install_adds_the_server_and_keeps_everything_else(home: Path) -> None:
     assert server == {
         "command": install_codex.pigeon_mcp_path(),
         "args": ["--as", "@reviewer"],
+        "env_vars": list(install_codex.PASSED_THROUGH),
         "required": True,
         "default_tools_approval_mode": "approve",
     }
