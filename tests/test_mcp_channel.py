@@ -45,7 +45,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         self.server.bodies.append({"path": self.path, **body})
         first = len(self.server.bodies) == 1
-        answer = {"text": BATCH, "msg_ids": ["msg_1"]} if first else {"text": None, "msg_ids": []}
+        answer: dict[str, Any] = (
+            {"text": BATCH, "msg_ids": ["msg_1"]} if first else {"text": None, "msg_ids": []}
+        )
         data = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
