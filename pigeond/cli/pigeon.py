@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlencode
 
-from pigeond.cli import install_plugin, pigeon_send
+from pigeond.cli import install_codex, install_plugin, pigeon_send
 from pigeond.cli.actions import (
     ACTIONS,
     NoDatabase,
@@ -246,6 +246,13 @@ def cmd_install_plugin(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         raise UsageError(str(e)) from e
 
 
+def cmd_install_codex(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    try:
+        return install_codex.run(args.as_name, args.uninstall, env)
+    except install_codex.InstallError as e:
+        raise UsageError(str(e)) from e
+
+
 # -- dispatch ----------------------------------------------------------------------
 
 
@@ -290,6 +297,8 @@ def main(
             return cmd_inbox(args, env)
         if args.command == "install-plugin":
             return cmd_install_plugin(args, env)
+        if args.command == "install-codex":
+            return cmd_install_codex(args, env)
         if args.command == "name":
             return cmd_name(args, env)
         if args.command == "channel" and args.verb in DAEMON_VERBS:
