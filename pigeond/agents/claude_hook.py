@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import IO, Any, Final
 
-from pigeond.model import RUNTIME_IDS, Runtime
 from pigeond.cli.daemon_http import UsageError, call_daemon
 from pigeond.credentials import TokenError, client_token, daemon_address
+from pigeond.model import RUNTIME_IDS, Runtime
 from pigeond.terminal import visible
 
 PROG: Final = "pigeon-hook"

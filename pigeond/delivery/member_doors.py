@@ -126,7 +126,8 @@ class MemberDoors:
         """A channel's ask (a Claude Code session) or a read's (an MCP-only member)."""
         if runtime_of(session) is Runtime.MCP:
             await self._paths.register(session, Runtime.MCP, None)
-            handed = await self._ask(session, Ask.READ, min(wait_s, ANSWER_WITHIN_S))
+            # a read takes what is due now: answered when its drain ends, whatever wait_s
+            handed = await self._ask(session, Ask.READ, ANSWER_WITHIN_S)
         else:
             handed = await self._ask(session, Ask.IDLE, wait_s)
         return NOTHING if handed is None else handed.view()
