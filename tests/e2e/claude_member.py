@@ -16,6 +16,7 @@ from tests.claude_code import ClaudeCode, ClaudeRun
 from tests.daemon_process import DaemonProcess
 
 HOOK = Path(sys.executable).parent / "pigeon-hook"
+MCP_SERVER = Path(sys.executable).parent / "pigeon-mcp"
 FEEDBACK = "Stop hook feedback:\n"
 OPENING = re.compile(r'^<swarm_message [^>]*\bmsg_id="([^"]*)"', re.MULTILINE)
 HOOK_EVENTS = {"SessionStart": "session-start", "UserPromptSubmit": "prompt-submit", "Stop": "stop"}
@@ -51,11 +52,11 @@ class ClaudeMember:
     def env(self) -> dict[str, str]:
         return {"PIGEOND_URL": self.daemon.base_url, "PIGEOND_TOKEN": self.daemon.token}
 
-    def turn(self, prompt: str) -> ClaudeRun:
+    def turn(self, prompt: str, *args: str) -> ClaudeRun:
         """One ``claude -p`` run of the session: its first creates it, the rest resume it."""
         flag = "--session-id" if self.runs == 0 else "--resume"
         self.runs += 1
-        run = self.claude.run(prompt, self.project, flag, self.id, env=self.env())
+        run = self.claude.run(prompt, self.project, flag, self.id, *args, env=self.env())
         assert run.returncode == 0, (run.stdout, run.stderr)
         return run
 

@@ -4,6 +4,7 @@ and answered from its transcript, in batches, in channels, across ``kill -9``.""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -15,7 +16,7 @@ import pytest
 from tests.claude_code import ClaudeCode
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.e2e.agents import Agent, start_pigeond, wait_until
-from tests.e2e.claude_member import HOOK, ClaudeMember
+from tests.e2e.claude_member import HOOK, MCP_SERVER, ClaudeMember
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
 
@@ -77,6 +78,28 @@ def test_an_opencode_send_reaches_a_claude_session_at_its_turn_end_once(
         lambda: all(receipt(daemon, msg_id) == "answered" for msg_id in ids), "both answered"
     )
     assert answered
+
+
+def test_a_claude_session_sends_to_an_opencode_session_through_its_mcp_tool(
+    member: ClaudeMember, daemon: DaemonProcess, opencode_with_plugin: OpencodeServer,
+    fake_llm: FakeLLM, tmp_path: Path,
+) -> None:  # fmt: skip
+    """mcp__pigeon__swarm_send from Claude Code: the envelope, from the Claude Code session,
+    is in the opencode transcript exactly once."""
+    target = Agent(opencode_with_plugin, fake_llm, "dirA", "target")
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"pigeon": {"command": str(MCP_SERVER)}}}))
+    args = {"to": target.id, "payload": "hello from Claude Code"}
+    run = member.turn(
+        f"CALLTOOL mcp__pigeon__swarm_send {json.dumps(args)}",
+        "--mcp-config", str(config), "--allowedTools", "mcp__pigeon",
+    )  # fmt: skip
+    assert "tool said:" in run.result["result"], run.result
+    wait_until(lambda: len(target.envelopes()) == 1, "the envelope in opencode")
+    daemon.wait_idle()
+    [(attributes, text)] = target.envelopes()
+    assert attributes["from"] == member.id
+    assert text.count("hello from Claude Code") == 1
 
 
 def test_three_waiting_messages_arrive_as_one_batch_urgent_first(
