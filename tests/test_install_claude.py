@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from pigeond.cli import install_claude
-from pigeond.cli.install_claude import SKILL_NAME, Programs, bundled_skill
+from pigeond.cli.install_claude import Programs
+from pigeond.cli.install_plugin import SKILL_NAME, bundled_skill
 
 PIGEON = Path(sys.executable).parent / "pigeon"
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from pigeond.cli import install_claude
-from pigeond.cli.install_claude import SKILL_NAME, Programs
+from pigeond.cli.install_claude import Programs
+from pigeond.cli.install_plugin import SKILL_NAME
 from pigeond.delivery.claude_transcript import answers_in, envelope_homes, read_tail
 from tests.agent_routes_standin import AgentRoutesStandIn
 from tests.claude_code import ClaudeCode, ClaudeRun

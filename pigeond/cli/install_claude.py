@@ -37,23 +37,17 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from pigeond.agents.claude_hook import EVENTS
 from pigeond.cli import claude_settings as cs
-from pigeond.cli.install_plugin import InstallError
+from pigeond.cli.install_plugin import SKILL_NAME, InstallError, bundled_skill
 
-SKILL_NAME = "swarm-messaging"
 SKILL_FILE = "SKILL.md"
 # Claude Code's hook event → pigeon-hook's command
 HOOK_EVENTS = {event.hook: command for command, event in EVENTS.items()}
 PRIVATE, SHARED = 0o600, 0o644
-
-
-def bundled_skill() -> bytes:
-    return (files("pigeond") / "agents" / "skill" / SKILL_NAME / SKILL_FILE).read_bytes()
 
 
 @dataclass(frozen=True, slots=True)
