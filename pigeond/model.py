@@ -19,7 +19,41 @@ PRIORITIES: Final = ("urgent", "normal", "low")
 DEFAULT_KIND: Final = "chat"
 DEFAULT_PRIORITY: Final = "normal"
 
-SESSION_ID_RE: Final = re.compile(r"^ses_[A-Za-z0-9_-]{1,128}$")
+# -- members and their runtimes -------------------------------------------------------
+# A member's id says which agent runtime it lives in, and so how a batch reaches it: one
+# declaration per runtime, in the order a session id is matched against them.
+OPENCODE_SESSION: Final = r"ses_[A-Za-z0-9_-]{1,128}"
+# Claude Code's session id exactly as it gives it (``CLAUDE_CODE_SESSION_ID``): a UUID.
+CLAUDE_SESSION: Final = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+# A member whose client names no session (Codex): ``pigeon-mcp --as @reviewer`` is
+# ``mcp_reviewer``; the part after ``mcp_`` is a name (NAME_RE).
+MCP_MEMBER: Final = r"mcp_[a-z0-9][a-z0-9_.-]{0,63}"
+
+
+class Runtime(StrEnum):
+    """How a member takes a batch (see docs/agents-other.md)."""
+
+    OPENCODE = "opencode"  # pushed with prompt_async, one turn at a time
+    CLAUDE = "claude"  # at its turn end by the Stop hook, and pushed on its channel when idle
+    MCP = "mcp"  # pull only: handed off when its own swarm_read asks
+
+
+RUNTIME_IDS: Final = {
+    Runtime.OPENCODE: re.compile(f"^{OPENCODE_SESSION}$"),
+    Runtime.CLAUDE: re.compile(f"^{CLAUDE_SESSION}$"),
+    Runtime.MCP: re.compile(f"^{MCP_MEMBER}$"),
+}
+SESSION_ID_RE: Final = re.compile(f"^(?:{OPENCODE_SESSION}|{CLAUDE_SESSION}|{MCP_MEMBER})$")
+
+
+def runtime_of(session: str) -> Runtime:
+    """The runtime a member id belongs to; ValueError for an id of none."""
+    for runtime, pattern in RUNTIME_IDS.items():
+        if pattern.fullmatch(session):
+            return runtime
+    raise ValueError(f"{session!r} is not a member id")
+
+
 SENDER_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 MSG_ID_RE: Final = re.compile(r"^msg_[A-Za-z0-9_-]{1,128}$")
 CHANNEL_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -157,6 +191,16 @@ class StoredMessage(NewMessage):
     def receipt(self) -> str:
         """How far along :data:`RECEIPT_STAGES` a direct message has come."""
         return receipt_stage(self.state, self.verified_at, self.answered_at)
+
+    @property
+    def to_runtime(self) -> str | None:
+        """The runtime of the target (None for a channel's own message, or an id of none)."""
+        if self.to_session is None:
+            return None
+        try:
+            return runtime_of(self.to_session).value
+        except ValueError:
+            return None
 
     def handed_to(self) -> dict[str, object] | None:
         """The agent and model a message was handed to, as ``GET /swarm/message`` shows it."""

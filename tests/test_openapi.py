@@ -36,10 +36,12 @@ from pigeond.model import (
     NAME_RE,
     NOTICE_KIND,
     PRIORITIES,
+    RUNTIME_IDS,
     SENDER_RE,
     SESSION_ID_RE,
     HandoffMode,
     NewMessage,
+    Runtime,
     State,
     is_reserved_sender,
 )
@@ -54,6 +56,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGED = Path(pigeond.__file__).parent / "api" / "openapi.json"
 TOKEN = "o" * 43
 DOC = openapi_document()
+AGENT_PREFIX = "/swarm/agent/"
 SCHEMAS: dict[str, Any] = DOC["components"]["schemas"]
 # the model's rule for each field or parameter of that name, wherever the document has one
 PATTERNS = {
@@ -166,9 +169,28 @@ def test_the_version_is_the_package_version() -> None:
 
 def test_every_pattern_is_the_models() -> None:
     """Each field and parameter with a model rule has exactly that rule as its pattern."""
-    found = [(name, s["pattern"]) for name, s in walk(DOC) if name in PATTERNS and "pattern" in s]
+    paths = {p: item for p, item in DOC["paths"].items() if not p.startswith(AGENT_PREFIX)}
+    rest = {**DOC, "paths": paths}
+    found = [(name, s["pattern"]) for name, s in walk(rest) if name in PATTERNS and "pattern" in s]
     assert {name for name, _ in found} == set(PATTERNS)
     assert [(n, p) for n, p in found if p != PATTERNS[n].pattern] == []
+
+
+def test_the_agent_routes_take_the_ids_of_the_runtimes_that_ask() -> None:
+    """/swarm/agent/*: a Claude Code session id, and for a wait an MCP-only member's too."""
+    claude, mcp = RUNTIME_IDS[Runtime.CLAUDE].pattern, RUNTIME_IDS[Runtime.MCP].pattern
+    found = {
+        path: schema["pattern"]
+        for path, item in DOC["paths"].items()
+        if path.startswith(AGENT_PREFIX)
+        for name, schema in walk(item)
+        if name == "session"
+    }
+    assert found == {
+        "/swarm/agent/claude/event": claude,
+        "/swarm/agent/claude/turn-end": claude,
+        "/swarm/agent/wait": f"^(?:{claude[1:-1]}|{mcp[1:-1]})$",
+    }
 
 
 def test_enums_and_bounds_are_the_codes() -> None:

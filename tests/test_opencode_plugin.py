@@ -276,7 +276,11 @@ BAD_SEND_ARGS = [
     ({"payload": "x"}, "give exactly one of 'to' (a session id) or 'channel'"),
     ({"to": TARGET, "channel": "c", "payload": "x"}, "give exactly one of 'to'"),
     ({"to": 5, "payload": "x"}, "'to' must be a string, not 5"),
-    ({"to": "bob", "payload": "x"}, "'to' must be a session id like ses_... or @name, not \"bob\""),
+    (
+        {"to": "bob", "payload": "x"},
+        "'to' must be a session id (ses_..., a Claude Code session uuid, mcp_name)"
+        ' or @name, not "bob"',
+    ),
     ({"channel": "Bad Name", "payload": "x"}, "'channel' must be a channel name"),
     ({"to": TARGET}, "'payload' (the message text) is required"),
     ({"to": TARGET, "payload": "  \n"}, "must not be empty"),

@@ -5,7 +5,7 @@ injected clock, the turn tracker's count of turn ends, storage/receipts.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from twisted.internet.defer import Deferred
@@ -13,7 +13,6 @@ from twisted.internet.task import Clock
 
 from pigeond.config import Config
 from pigeond.delivery.answers import answers_in
-from pigeond.delivery.opencode_client import OpencodeClient
 from pigeond.delivery.turns import TurnCount, TurnTracker
 from pigeond.delivery.verifier import Verifier
 from pigeond.envelope import render_envelope
@@ -22,6 +21,7 @@ from pigeond.storage.database import InlineDatabase
 from tests.http_helpers import result_of
 from tests.messages import assistant_entry, new_message, user_entry
 from tests.storage_helpers import seen_message
+from tests.transcript_sources import opencode_transcripts
 
 pytestmark = pytest.mark.both_backends
 
@@ -125,15 +125,6 @@ class Transcripts:
 
 
 @dataclass
-class StaticRegistry:
-    async def resolve(self, session_id: str) -> str:
-        return "/work/" + session_id
-
-    def invalidate(self, session_id: str) -> None:
-        pass
-
-
-@dataclass
 class Rig:
     repo: SwarmRepository
     clock: Clock
@@ -175,7 +166,7 @@ def rig(repo: SwarmRepository, clock: Clock) -> Rig:
     transcripts = Transcripts()
     turns: dict[str, TurnCount | None] = {}
     verifier = Verifier(
-        InlineDatabase(repo), StaticRegistry(), cast(OpencodeClient, transcripts), clock,
+        InlineDatabase(repo), opencode_transcripts(transcripts), clock,
         Config(verify_interval_s=2, max_requeues=3, turn_timeout_s=TURN_TIMEOUT_S),
         turns_ended=lambda target: turns.get(target),
     )  # fmt: skip

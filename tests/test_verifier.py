@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from twisted.internet.defer import Deferred
@@ -14,16 +14,17 @@ from twisted.logger import LogLevel
 from pigeond.config import Config
 from pigeond.delivery.opencode_client import (
     FailureKind,
-    OpencodeClient,
     OpencodeError,
     SessionNotFound,
 )
-from pigeond.delivery.verifier import CHECKS_AT_ONCE, Verifier, envelope_ids
+from pigeond.delivery.opencode_transcript import envelope_ids
+from pigeond.delivery.verifier import CHECKS_AT_ONCE, Verifier
 from pigeond.envelope import render_envelope
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from tests.http_helpers import result_of
 from tests.messages import new_message
+from tests.transcript_sources import opencode_transcripts
 
 pytestmark = pytest.mark.both_backends
 
@@ -47,15 +48,6 @@ class FakeTranscripts:
             {"info": {"role": "user", "agent": "plan"}, "parts": [{"type": "text", "text": t}]}
             for t in self.texts.get(session_id, [])
         ]
-
-
-@dataclass
-class StaticRegistry:
-    async def resolve(self, session_id: str) -> str:
-        return "/work/" + session_id
-
-    def invalidate(self, session_id: str) -> None:
-        pass
 
 
 @dataclass
@@ -86,9 +78,9 @@ def s(repo: SwarmRepository, clock: Clock) -> Setup:
     transcripts, requeued = FakeTranscripts(), list[str]()
     seen: list[tuple[str, list[dict[str, Any]]]] = []
     verifier = Verifier(
-        InlineDatabase(repo), StaticRegistry(), cast(OpencodeClient, transcripts), clock,
-        Config(verify_interval_s=2, max_requeues=3), on_requeued=requeued.append,
-        on_transcript=lambda target, infos: seen.append((target, infos)),
+        InlineDatabase(repo), opencode_transcripts(
+            transcripts, on_transcript=lambda target, infos: seen.append((target, infos))
+        ), clock, Config(verify_interval_s=2, max_requeues=3), on_requeued=requeued.append,
     )  # fmt: skip
     return Setup(repo, clock, transcripts, verifier, requeued, seen)
 
@@ -188,7 +180,7 @@ def test_no_transcript_is_read_while_opencode_is_down(repo: SwarmRepository, clo
     """During an outage of opencode the ticks read nothing; once it answers they do."""
     transcripts, down = FakeTranscripts(), [True]
     verifier = Verifier(
-        InlineDatabase(repo), StaticRegistry(), cast(OpencodeClient, transcripts), clock,
+        InlineDatabase(repo), opencode_transcripts(transcripts), clock,
         Config(verify_interval_s=2), opencode_down=lambda: down[0],
     )  # fmt: skip
     now = int(clock.seconds() * 1000)
@@ -224,7 +216,7 @@ def test_a_few_transcripts_are_read_at_once_and_every_due_target_is_checked(
     one ends, until all ten were read."""
     transcripts = ParkedTranscripts()
     verifier = Verifier(
-        InlineDatabase(repo), StaticRegistry(), cast(OpencodeClient, transcripts), clock,
+        InlineDatabase(repo), opencode_transcripts(transcripts), clock,
         Config(verify_interval_s=2, max_requeues=3),
     )  # fmt: skip
     targets = [f"ses_t{i}" for i in range(10)]

@@ -45,12 +45,12 @@ const PRIORITIES = ["urgent", "normal", "low"];
 const POLICIES = ["accept", "hold", "refuse"]; // pigeond.consent.POLICIES (a test holds them together)
 const ALLOW_ENTRY_RE = /^@?[A-Za-z0-9_.-]{1,128}$/; // pigeond.consent.ALLOW_ENTRY_RE
 const MAX_ALLOW = 64;
-const SESSION_ID_RE = /^ses_[A-Za-z0-9_-]{1,128}$/;
+const SESSION_ID_RE = /^(?:ses_[A-Za-z0-9_-]{1,128}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|mcp_[a-z0-9][a-z0-9_.-]{0,63})$/;
 const MSG_ID_RE = /^msg_[A-Za-z0-9_-]{1,128}$/;
 const CHANNEL_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
 const NAME_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/; // pigeond's NAME_RE (pigeond/model.py)
 // swarm_send's to: a session id, or @name for whoever holds the name when pigeond accepts it
-const TARGET_RE = /^(ses_[A-Za-z0-9_-]{1,128}|@[a-z0-9][a-z0-9_.-]{0,63})$/;
+const TARGET_RE = /^(?:ses_[A-Za-z0-9_-]{1,128}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|mcp_[a-z0-9][a-z0-9_.-]{0,63}|@[a-z0-9][a-z0-9_.-]{0,63})$/;
 const CURSOR_RE = /^(cur_[0-9]{1,18}|msg_[A-Za-z0-9_-]{1,128})$/;
 const HISTORY_CURSOR_RE = /^cur_[0-9]{1,18}$/; // a channel's history pages by cur_N only
 const CHANNEL_ACTIONS = ["join", "leave", "list", "history"];
@@ -105,7 +105,7 @@ function oneOf(tool, args, key, choices) {
 function parseSendArgs(args) {
   const tool = "swarm_send";
   checkArgs(tool, args, ["to", "channel", "payload", "kind", "priority", "reply_to", "expects_reply", "reply_within_s"]);
-  const to = stringArg(tool, args, "to", TARGET_RE, "a session id like ses_... or @name");
+  const to = stringArg(tool, args, "to", TARGET_RE, "a session id (ses_..., a Claude Code session uuid, mcp_name) or @name");
   const channel = stringArg(tool, args, "channel", CHANNEL_RE, CHANNEL_HINT);
   if ((to === undefined) === (channel === undefined)) {
     throw new ToolError(`${tool}: give exactly one of 'to' (a session id) or 'channel'`);

@@ -1,2 +1,3 @@
-"""Clients that run beside the coding agents (Claude Code's hooks, the MCP tools' names and
-skill): small, stdlib-only, and never the daemon's layers."""
+"""Clients that run inside or beside the coding agents (Claude Code's hooks, ``pigeon-mcp``,
+the installers' files and the skill): stdlib HTTP to the daemon, like the CLIs; no daemon
+layer, no Twisted."""

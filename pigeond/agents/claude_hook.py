@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import IO, Any, Final
 
-from pigeond.agents.session_ids import CLAUDE_SESSION_RE
 from pigeond.cli.daemon_http import UsageError, call_daemon
 from pigeond.credentials import TokenError, client_token, daemon_address
+from pigeond.model import RUNTIME_IDS, Runtime
 from pigeond.terminal import visible
 
 PROG: Final = "pigeon-hook"
@@ -46,6 +46,7 @@ DEADLINE_S: Final = 2.0
 STDIN_LIMIT: Final = 1024 * 1024
 EVENT_ROUTE: Final = "/swarm/agent/claude/event"
 TURN_END_ROUTE: Final = "/swarm/agent/claude/turn-end"
+CLAUDE_SESSION_RE: Final = RUNTIME_IDS[Runtime.CLAUDE]
 
 
 @dataclass(frozen=True, slots=True)

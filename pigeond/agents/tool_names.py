@@ -1,11 +1,11 @@
-"""The swarm tools an agent has (pigeon-mcp's MCP tools; the opencode plugin has the first
-six), declared once: the skill (pigeond/agents/skill/) may name only these."""
+"""The swarm tools an agent gets, declared once: ``pigeon-mcp`` serves exactly these, and
+the skill and docs tests check their texts name the same ones."""
 
 from __future__ import annotations
 
 from typing import Final
 
-TOOL_NAMES: Final = (
+TOOL_NAMES: Final[tuple[str, ...]] = (
     "swarm_send",
     "swarm_read",
     "swarm_status",

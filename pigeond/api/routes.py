@@ -263,6 +263,7 @@ class SwarmRoutes:
                 "last_error": stored.last_error,
                 "next_retry_at": stored.next_retry_at,
                 "expires_at": stored.expires_at,
+                "to_runtime": stored.to_runtime,
                 "handed_to": stored.handed_to(),
                 "receipt": stored.receipt(),
                 "answered_at": stored.answered_at,

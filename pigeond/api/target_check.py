@@ -1,7 +1,9 @@
 """Refusing, at send, a message to a session opencode does not have.
 
 Without it a send to a mistyped or deleted session got a 202 and failed a
-minute later (false success).  With opencode reachable, such a send gets 404
+minute later (false success).  A Claude Code session or an MCP-only member is known
+once it registered (its hooks, its name claim): the registry's liveness asks
+(:class:`pigeond.service.members.MemberLiveness`).  With opencode reachable, such a send gets 404
 ``{"error": "no session ses_… in opencode at <url>"}`` at once; otherwise it is
 accepted as before, and the 202 says whether the target was checked
 (``"target_checked": true|false``).
@@ -30,7 +32,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.api.web import HttpError
-from pigeond.model import NewMessage
+from pigeond.model import NewMessage, Runtime, runtime_of
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
 
@@ -59,6 +61,22 @@ class SharedRoutes(Protocol):
     async def routed_elsewhere(self, session: str) -> bool:
         """Whether another daemon's opencode has ``session`` (a fresh route of its)."""
         ...
+
+
+def unknown_target(target: str, opencode_url: str) -> str:
+    """Why a send to ``target`` is refused: where pigeond looked for it."""
+    runtime = runtime_of(target)
+    if runtime is Runtime.OPENCODE:
+        return f"no session {target} in opencode at {opencode_url}"
+    if runtime is Runtime.MCP:
+        return (
+            f"no member {target}: it exists once its pigeon-mcp has claimed its name"
+            f" (pigeon-mcp --as @{target.removeprefix('mcp_')})"
+        )
+    return (
+        f"no Claude Code session {target} is known to pigeond: a session registers when its"
+        " hooks run (pigeon install-claude)"
+    )
 
 
 class TargetCheck:
@@ -106,7 +124,7 @@ class TargetCheck:
             return await self._shared.routed_elsewhere(target)
         if await self._db.read(SwarmRepository.is_stored, message.msg_id):
             return False  # a retry: answered as it was when it was stored
-        raise HttpError(404, f"no session {target} in opencode at {self._url}")
+        raise HttpError(404, unknown_target(target, self._url))
 
     async def _within_wait(
         self, target: str, lookup: Coroutine[Any, Any, bool | None]

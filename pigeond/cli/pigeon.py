@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlencode
 
-from pigeond.cli import install_claude, install_plugin, pigeon_send
+from pigeond.cli import install_claude, install_codex, install_plugin, pigeon_send
 from pigeond.cli.actions import (
     ACTIONS,
     NoDatabase,
@@ -254,6 +254,13 @@ def cmd_install_claude(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         raise UsageError(str(e)) from e
 
 
+def cmd_install_codex(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    try:
+        return install_codex.run(args.as_name, args.uninstall, env)
+    except install_codex.InstallError as e:
+        raise UsageError(str(e)) from e
+
+
 # -- dispatch ----------------------------------------------------------------------
 
 
@@ -300,6 +307,8 @@ def main(
             return cmd_install_plugin(args, env)
         if args.command == "install-claude":
             return cmd_install_claude(args, env)
+        if args.command == "install-codex":
+            return cmd_install_codex(args, env)
         if args.command == "name":
             return cmd_name(args, env)
         if args.command == "channel" and args.verb in DAEMON_VERBS:

@@ -137,5 +137,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--uninstall", action="store_true", help="remove exactly what install-claude added"
     )
 
+    codex = sub.add_parser(
+        "install-codex",
+        help="register pigeon-mcp (the swarm tools) with Codex in $CODEX_HOME/config.toml",
+        description="Add [mcp_servers.pigeon] to Codex's config.toml ($CODEX_HOME, default"
+        " ~/.codex), keeping everything else in it as it is.",
+    )
+    codex.add_argument(
+        "--as",
+        dest="as_name",
+        metavar="NAME",
+        help="the name the Codex session goes by (pigeon-mcp --as @NAME, the member mcp_NAME):"
+        " needed to read its inbox; without it, sending needs 'from'",
+    )
+    codex.add_argument("--uninstall", action="store_true", help="remove [mcp_servers.pigeon]")
+
     sub.add_parser("send", help="send a message: exactly pigeon-send", add_help=False)
     return parser

@@ -239,6 +239,7 @@ def detail(message: StoredMessage, now_ms: int) -> Detail:
             fields.append((name, format_time(value)))
         else:
             fields.append((name, "-" if value is None else str(value)))
+    fields.append(("to_runtime", message.to_runtime or "-"))  # how the target takes it
     fields.append(("receipt", message.receipt()))
     fields.append(("age", format_age(now_ms - message.created_at)))
     return Detail(fields, message.payload, render_envelope(message))

@@ -6,7 +6,8 @@ through ``_in_flight[target]``, a single Deferred that drains that target's
 queue.  In ``turn`` delivery the drain also holds the slot until the turn its
 prompt started has ended, so the next prompt never lands in a running turn.
 What one drain does is :mod:`pigeond.delivery.drain`; what it writes once a hand-off
-has ended, :mod:`pigeond.delivery.outcomes`.  Different targets drain in parallel.
+has ended, :mod:`pigeond.delivery.outcomes`; how each runtime takes a batch,
+:mod:`pigeond.delivery.runtime`.  Different targets drain in parallel.
 The tick (:attr:`Arbiter.ticking_service`, a ``TimerService`` of its own, started
 and stopped with the arbiter) is the safety net for retries and restarts (the expiry
 sweep and the verifier are jobs of their own); a new message for an idle target is
@@ -34,7 +35,8 @@ twice (:mod:`pigeond.delivery.recovery`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from twisted.application.internet import TimerService
 from twisted.internet.defer import Deferred, DeferredList, succeed
@@ -52,6 +54,9 @@ from pigeond.delivery.grouping import (
     record_hand_offs,
 )
 from pigeond.delivery.metrics import DeliveryMetrics
+from pigeond.delivery.opencode_runtime import OpencodeRuntime, OpencodeTranscripts
+from pigeond.delivery.opencode_transcript import TranscriptReader
+from pigeond.delivery.outcomes import DrainState, HandOffOutcomes
 from pigeond.delivery.policy import (
     BACKOFF_SCHEDULE_S,
     DeliveryPolicy,
@@ -68,8 +73,8 @@ from pigeond.delivery.prompting import (
 from pigeond.delivery.recovery import HandOffRecovery
 from pigeond.delivery.registry import DirectoryResolver
 from pigeond.delivery.routing import Routing
+from pigeond.delivery.runtime import AgentRuntime, Runtimes
 from pigeond.delivery.turns import TurnTracker
-from pigeond.delivery.verifier import TranscriptReader
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
@@ -85,7 +90,7 @@ __all__ = [
 ]  # fmt: skip
 
 
-class Arbiter(TargetDrain):
+class Arbiter:
     def __init__(
         self,
         db: Database,
@@ -104,8 +109,14 @@ class Arbiter(TargetDrain):
         target_locks: TargetLocks | None = None,
         routing: Routing | None = None,
         opencode_down: Callable[[], bool] = lambda: False,
+        runtimes: Sequence[AgentRuntime] = (),
+        on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
     ) -> None:
-        """``database_problem`` says why the database file is no longer the one opened
+        """The opencode runtime is built from ``registry``, ``opencode``, ``turns``,
+        ``check_directory``, ``modes``, ``agents`` and ``transcripts`` (whose reads tell
+        ``on_transcript`` the agent and model of each turn); ``runtimes`` are the
+        others (Claude Code, MCP-only members: :mod:`pigeond.delivery.claude_runtime`).
+        ``database_problem`` says why the database file is no longer the one opened
         (None while it is); see :class:`pigeond.service.db_watch.DatabaseWatch`.
         ``transcripts`` is where a message in doubt is looked for (see recovery).
         ``target_locks`` make a drain exclusive across daemons on one PostgreSQL, and
@@ -116,43 +127,46 @@ class Arbiter(TargetDrain):
         :mod:`pigeond.delivery.reachability`)."""
         self._db = db
         self._opencode_down = opencode_down
-        # targets tried in the outage under way, and until when (ms) nothing more goes to
-        # them unless it ends; in memory, so its end lets them all go at once
-        self._waiting_for_opencode: dict[str, int] = {}
-        self._target_locks = target_locks
         self._routing = routing
-        # every target's next batch, and every hand-off record, made together under load
-        self._ready_reads: Grouped[ReadyAsk, list[StoredMessage]] = Grouped(
-            lambda asks: db.read(ready_batches, asks)
-        )
-        self._hand_off_writes: Grouped[HandOffRecord, list[str]] = Grouped(
-            lambda records: db.write(record_hand_offs, records)
-        )
-        self.metrics = metrics if metrics is not None else DeliveryMetrics()
-        self._registry = registry
-        self._recovery = HandOffRecovery(
-            db, registry, transcripts, clock, opencode_down=opencode_down,
-            wait_for_opencode=self._wait_for_opencode,
-        )  # fmt: skip
-        self._prompter = ModeAwarePrompter(opencode, modes, agents)
         self._clock = clock
         self._policy = policy
-        self._turns = turns
-        self._check_directory = check_directory
+        self.metrics = metrics if metrics is not None else DeliveryMetrics()
+        self._state = DrainState()
+        opencode_transcripts = (
+            OpencodeTranscripts(registry, transcripts, on_transcript=on_transcript)
+            if transcripts is not None
+            else None
+        )
+        self.opencode = OpencodeRuntime(
+            registry, ModeAwarePrompter(opencode, modes, agents), clock, self.metrics,
+            turns=turns, check_directory=check_directory, transcripts=opencode_transcripts,
+        )  # fmt: skip
+        self.runtimes = Runtimes([self.opencode, *runtimes])
+        # every target's next batch, and every hand-off record, made together under load
+        ready_reads: Grouped[ReadyAsk, list[StoredMessage]] = Grouped(
+            lambda asks: db.read(ready_batches, asks)
+        )
+        hand_off_writes: Grouped[HandOffRecord, list[str]] = Grouped(
+            lambda records: db.write(record_hand_offs, records)
+        )
+        self._outcomes = HandOffOutcomes(
+            db, hand_off_writes, self._state, lambda: self._policy, registry, self.metrics,
+            clock, opencode_down,
+        )  # fmt: skip
+        recovery = HandOffRecovery(
+            db, self.runtimes.transcripts_of, clock, opencode_down=opencode_down,
+            wait_for_opencode=self._outcomes.wait_for_opencode,
+        )  # fmt: skip
+        self._drains = TargetDrain(
+            self._state, self._outcomes, self.runtimes, ready_reads, recovery,
+            lambda: self._policy, database_vanished=self._database_vanished,
+            target_locks=target_locks, routing=routing,
+        )  # fmt: skip
         self._in_flight: dict[str, Deferred[None]] = {}
-        # targets kicked while their drain was under way: it reads their queue once more
-        self._kicked_in_flight: set[str] = set()
-        self._turn_waits: set[Deferred[str]] = set()
         self.ticking_service = self._tick_service(policy.tick_s)
-        self._stopping = False
-        self._closed = False
         self._database_problem = database_problem
         self._database_gone: str | None = None
-        self._unrecorded: dict[str, UnrecordedHandOff] = {}
-        # targets whose failure could not be recorded either: held in memory until then
-        self._held_until_ms: dict[str, int] = {}
         self._step_errors: dict[str, str] = {}
-        self._paused: dict[str, str] = {}  # a drain's database error, logged once per target
         self._tick_running = False
         self.last_tick_at: float | None = None
 
@@ -163,7 +177,7 @@ class Arbiter(TargetDrain):
         return bool(self.ticking_service.running)
 
     def start(self) -> None:
-        self._stopping = False
+        self._state.stopping = False
         if not self.ticking_service.running:
             self.ticking_service.startService()
 
@@ -172,11 +186,11 @@ class Arbiter(TargetDrain):
 
         Waits for turns to end are cut short: the prompt is already handed off.
         """
-        self._stopping = True
+        self._state.stopping = True
         if self.ticking_service.running:
             self.ticking_service.stopService()
-        for wait in list(self._turn_waits):
-            wait.cancel()
+        for runtime in self.runtimes.all():
+            runtime.stop()
         pending = list(self._in_flight.values())
         if not pending:
             return succeed(None)
@@ -185,26 +199,27 @@ class Arbiter(TargetDrain):
     async def close(self) -> None:
         """The database is about to be closed (shutdown): record what is still only in
         memory if the database lets us, and never touch it again, whatever ends late."""
-        self._stopping = True
-        if self._closed:
+        self._state.stopping = True
+        if self._state.closed:
             return
         if self._database_gone is None:
-            for target in list(self._unrecorded):
-                await self._retry_record(target)
-        for lost in self._unrecorded.values():
+            for target in list(self._state.unrecorded):
+                await self._outcomes.retry_record(target)
+        for lost in self._state.unrecorded.values():
             log.warn(
                 "{msg_ids} were handed off to {target} but never recorded ({error});"
                 " they stay queued and in doubt: looked for in the transcript after the restart",
                 msg_ids=list(lost.msg_ids), target=lost.target, error=lost.error,
             )  # fmt: skip
-        self._closed = True
+        self._state.closed = True
 
     def in_flight_targets(self) -> list[str]:
         return sorted(self._in_flight)
 
     def unrecorded(self) -> list[UnrecordedHandOff]:
         """Hand-offs opencode took that the database has not recorded yet, by target."""
-        return [self._unrecorded[t] for t in sorted(self._unrecorded)]
+        unrecorded = self._state.unrecorded
+        return [unrecorded[t] for t in sorted(unrecorded)]
 
     def configure(self, config: Config) -> None:
         """A reload's settings (see :meth:`set_policy`)."""
@@ -246,7 +261,7 @@ class Arbiter(TargetDrain):
 
         Never raises: an exception would stop the ticking service for good."""
         self.last_tick_at = self._clock.seconds()
-        if self._closed or self._tick_running or self._database_vanished():
+        if self._state.closed or self._tick_running or self._database_vanished():
             return
         self._tick_running = True
         steps = Deferred.fromCoroutine(self._tick_steps())
@@ -259,7 +274,7 @@ class Arbiter(TargetDrain):
     async def _tick_steps(self) -> None:
         steps = (self._record_unrecorded, self._dispatch_ready)
         for step in steps:
-            if self._closed:
+            if self._state.closed:
                 return
             try:
                 await step()
@@ -284,53 +299,73 @@ class Arbiter(TargetDrain):
         return self._database_gone is not None
 
     async def _record_unrecorded(self) -> None:
-        for target in list(self._unrecorded):
+        for target in list(self._state.unrecorded):
             if target not in self._in_flight:  # a drain of it records it itself
-                await self._retry_record(target)
+                await self._outcomes.retry_record(target)
 
     async def _dispatch_ready(self) -> None:
         for target in await self._db.read(SwarmRepository.ready_targets, self._now_ms()):
-            self.kick(target)
+            if self.runtimes.of(target).may_take_now(target):
+                self.kick(target)
 
     def opencode_back(self) -> None:
         """An outage of opencode ended: every due target is drained now, not at the next
         tick."""
-        self._waiting_for_opencode.clear()
+        self._state.waiting_for_opencode.clear()
         if self.running:
             self.tick()
 
     def kick(self, target: str) -> None:
+        """See :meth:`start_drain`."""
+        self.start_drain(target)
+
+    def start_drain(self, target: str) -> bool:
         """Start draining ``target`` unless a hand-off to it is already in flight, its
         last failure could not be recorded and is waited out, or it was tried in the
         outage of opencode under way less than ``outage_retry_s`` ago (its messages wait,
         due, for :meth:`opencode_back`).  A hand-off still to be recorded is recorded
-        first; until it is, the drain sends nothing."""
+        first; until it is, the drain sends nothing.  Whether a drain of ``target`` runs
+        (or ran at once) after the call: one in flight reads its queue once more."""
+        state = self._state
         if target in self._in_flight:
-            self._kicked_in_flight.add(target)
-            return
-        if self._stopping or self._database_vanished():
-            return
-        until = self._waiting_for_opencode.get(target)
+            state.kicked_in_flight.add(target)
+            return True
+        if state.stopping or self._database_vanished():
+            return False
+        until = state.waiting_for_opencode.get(target)
         if until is not None:
             if self._opencode_down() and until > self._now_ms():
-                return
-            del self._waiting_for_opencode[target]
-        if self._held_until_ms.get(target, 0) > self._now_ms():
-            return
-        self._held_until_ms.pop(target, None)
-        drain = Deferred.fromCoroutine(self._drain(target))
+                return False
+            del state.waiting_for_opencode[target]
+        if state.held_until_ms.get(target, 0) > self._now_ms():
+            return False
+        state.held_until_ms.pop(target, None)
+        drain = Deferred.fromCoroutine(self._drains.drain(target))
+        drain.addBoth(self._drain_ended, target)
         if drain.called:
             # finished synchronously: nothing is in flight, and the errback
             # below must still see a failure
             drain.addErrback(self._log_drain_failure, target)
-            return
+            return True
         self._in_flight[target] = drain
         drain.addErrback(self._log_drain_failure, target)
         drain.addBoth(self._release, target)
+        return True
+
+    def drained(self, target: str) -> Deferred[None] | None:
+        """The drain of ``target`` in flight, if one is (fires when it ends)."""
+        return self._in_flight.get(target)
+
+    def _drain_ended(self, result: object, target: str) -> object:
+        self.runtimes.of(target).drain_ended(target)
+        return result
+
+    def _now_ms(self) -> int:
+        return self._outcomes.now_ms()
 
     def _release(self, result: object, target: str) -> object:
         self._in_flight.pop(target, None)
-        self._kicked_in_flight.discard(target)
+        self._state.kicked_in_flight.discard(target)
         return result
 
     def _log_drain_failure(self, failure: Failure, target: str) -> None:

@@ -1,33 +1,40 @@
-"""One target's drain: its due messages handed to opencode a batch at a time, in order.
+"""One target's drain: its due messages handed to its runtime a batch at a time, in order.
 
-A part of :class:`~pigeond.delivery.arbiter.Arbiter`, kept apart so each file reads as
-one concern: the arbiter decides *which* targets to drain and keeps at most one drain
-in flight per target; this is *what one drain does*.  Each batch is the due head of
-the queue, bounded by ``batch_max`` and ``batch_max_bytes``; before it is sent the
-target's directory is checked, in ``turn`` delivery its running turn waited out, its
-mode asked for and the intent committed (:mod:`pigeond.delivery.recovery`); after it,
-the outcome is written (:mod:`pigeond.delivery.outcomes`) and, in ``turn`` delivery,
-the turn the prompt started waited for, so the next prompt never lands in a running
-turn.  A database that cannot be read pauses the drain until a later tick: it is not
-the delivery's failure, so no attempt is spent on it.
+The arbiter (:mod:`pigeond.delivery.arbiter`) decides *which* targets to drain and keeps
+at most one drain in flight per target; this is *what one drain does*, the same for
+every runtime (:mod:`pigeond.delivery.runtime`), in named steps:
+
+1. :meth:`TargetDrain._next_batch`: the due head of the queue, bounded by ``batch_max``
+   and ``batch_max_bytes``, once no message of it is in doubt (a crash during its last
+   hand-off, ended from the transcript: :mod:`pigeond.delivery.recovery`);
+2. the runtime prepares (an opencode session's directory checked, its running turn
+   waited out, its mode asked for); a wait makes the drain read the queue again;
+3. :meth:`TargetDrain._may_still_send`: not stopping, the database still the one opened,
+   the target's lock (several daemons on one PostgreSQL) still ours;
+4. the intent is committed, then the runtime hands the batch off;
+5. the outcome is written (:mod:`pigeond.delivery.outcomes`), and the runtime waits
+   until the target may take the next batch (the turn the prompt started ended).
+
+A database that cannot be read pauses the drain until a later tick: it is not the
+delivery's failure, so no attempt is spent on it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from pigeond.delivery.failures import HandOffError
 from pigeond.delivery.grouping import Grouped, ReadyAsk
-from pigeond.delivery.opencode_client import FailureKind, OpencodeError
-from pigeond.delivery.outcomes import HandOffOutcomes
-from pigeond.delivery.policy import within_bytes
-from pigeond.delivery.prompting import ModeAwarePrompter, handoff_mode
+from pigeond.delivery.outcomes import DrainState, HandOffOutcomes
+from pigeond.delivery.policy import DeliveryPolicy, within_bytes
 from pigeond.delivery.recovery import HandOffRecovery
 from pigeond.delivery.routing import Routing
-from pigeond.delivery.turns import TURN_ENDED, TurnMark, TurnTracker
+from pigeond.delivery.runtime import AgentRuntime, Prepared, Runtimes
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError
 
@@ -50,46 +57,51 @@ class TargetLocks(Protocol):
     def release(self, target: str) -> Deferred[None]: ...
 
 
-class TargetDrain(HandOffOutcomes):
-    """Draining one target; mixed into the Arbiter, which sets these."""
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The due head of a queue, its envelopes, and whether more may be due behind it (a
+    bound cut it)."""
 
-    _ready_reads: Grouped[ReadyAsk, list[StoredMessage]]
-    _recovery: HandOffRecovery
-    _prompter: ModeAwarePrompter
-    _turns: TurnTracker | None
-    _check_directory: Callable[[str], str | None]
-    _kicked_in_flight: set[str]
-    _turn_waits: set[Deferred[str]]
-    _paused: dict[str, str]
-    _stopping: bool
-    _target_locks: TargetLocks | None
-    _routing: Routing | None
-    # whether the database file is no longer the one opened (logged once)
-    _database_vanished: Callable[[], bool]
+    messages: list[StoredMessage]
+    texts: list[str]
+    more: bool
 
-    @property
-    def stopping(self) -> bool:
-        """Set by :meth:`~pigeond.delivery.arbiter.Arbiter.stop`; a drain reads it again
-        after every wait."""
-        return self._stopping
 
-    async def _next_batch(self, target: str) -> tuple[list[StoredMessage], list[str], bool]:
-        """The due head of the queue, bounded by ``batch_max`` and ``batch_max_bytes``, and
-        whether more may be due behind it (a bound cut the batch)."""
-        self._kicked_in_flight.discard(target)  # this read sees what was kicked so far
+class TargetDrain:
+    """Draining one target at a time, through its runtime (one per target at once: the
+    arbiter's ``_in_flight`` sees to that)."""
 
-        def read() -> Deferred[list[StoredMessage]]:
-            return self._ready_reads(ReadyAsk(target, self._now_ms(), self._policy.batch_max))
+    def __init__(
+        self,
+        state: DrainState,
+        outcomes: HandOffOutcomes,
+        runtimes: Runtimes,
+        ready_reads: Grouped[ReadyAsk, list[StoredMessage]],
+        recovery: HandOffRecovery,
+        policy: Callable[[], DeliveryPolicy],
+        *,
+        database_vanished: Callable[[], bool],
+        target_locks: TargetLocks | None = None,
+        routing: Routing | None = None,
+    ) -> None:
+        """``policy`` gives the settings in force; ``database_vanished`` whether the
+        database file is no longer the one opened (logged once where it is told)."""
+        self._state = state
+        self._outcomes = outcomes
+        self._runtimes = runtimes
+        self._ready_reads = ready_reads
+        self._recovery = recovery
+        self._policy = policy
+        self._database_vanished = database_vanished
+        self._target_locks = target_locks
+        self._routing = routing
 
-        # a message in doubt (a crash during its hand-off) is looked for in the transcript
-        due = await self._recovery.settled(target, await read(), read, self._policy.outage_retry_s)
-        batch, texts = within_bytes(due, self._policy.batch_max_bytes)
-        return batch, texts, len(due) >= self._policy.batch_max or len(batch) < len(due)
-
-    async def _drain(self, target: str) -> None:
-        """Hand off ``target``'s due messages, a batch at a time, until none is due or one
-        fails.  A database that cannot be read pauses the drain until a later tick: it is
-        not the delivery's failure, so no attempt is spent on it."""
+    async def drain(self, target: str) -> None:
+        """Hand off ``target``'s due messages, a batch at a time, until none is due, one
+        fails, or its runtime cannot take one now."""
+        runtime = self._runtimes.of(target)
+        if not runtime.may_take_now(target):
+            return  # a pull runtime nobody asks for now: its messages wait, untouched
         locks = self._target_locks
         try:
             if self._routing is not None and not await self._routing.mine(target):
@@ -97,95 +109,99 @@ class TargetDrain(HandOffOutcomes):
             if locks is not None and not await locks.acquire(target):
                 return  # another daemon drains it; the tick asks again
             try:
-                await self._drain_batches(target)
+                await self._batches(target, runtime)
             finally:
                 if locks is not None:
                     await locks.release(target)
         except StorageError as e:
             # a full disk fails every tick's intent write: say so once, not twenty times a second
-            if not self._closed and self._paused.get(target) != str(e):
+            if not self._state.closed and self._state.paused.get(target) != str(e):
                 log.error("delivery to {target} paused: {error}; trying again every tick",
-                               target=target, error=str(e))  # fmt: skip
-            self._paused[target] = str(e)
+                          target=target, error=str(e))  # fmt: skip
+            self._state.paused[target] = str(e)
         else:
-            self._paused.pop(target, None)
+            self._state.paused.pop(target, None)
 
-    async def _drain_batches(self, target: str) -> None:
+    async def _next_batch(self, target: str) -> Batch:
+        """The due head of the queue, bounded by ``batch_max`` and ``batch_max_bytes``."""
+        self._state.kicked_in_flight.discard(target)  # this read sees what was kicked so far
+        policy = self._policy()
+
+        def read() -> Deferred[list[StoredMessage]]:
+            return self._ready_reads(ReadyAsk(target, self._outcomes.now_ms(), policy.batch_max))
+
+        # a message in doubt (a crash during its hand-off) is looked for in the transcript
+        due = await self._recovery.settled(target, await read(), read, policy.outage_retry_s)
+        messages, texts = within_bytes(due, policy.batch_max_bytes)
+        return Batch(messages, texts, len(due) >= policy.batch_max or len(messages) < len(due))
+
+    async def _may_still_send(self, target: str) -> bool:
+        """Whether nothing since the batch was read forbids sending it: pigeond stopping,
+        the database file replaced, the target's lock lost with its connection."""
+        if self._state.stopping or self._database_vanished():
+            return False  # nothing was sent; the messages stay queued
+        if self._target_locks is not None and not await self._target_locks.held(target):
+            log.warn("{target}: its lock died with its connection: another daemon"
+                     " may deliver to it now; nothing sent", target=target)  # fmt: skip
+            return False
+        return True
+
+    async def _batches(self, target: str, runtime: AgentRuntime) -> None:
         """The queue is read again after a hand-off only if something may be due there:
         a bound cut the batch, or the target was kicked meanwhile (a send, a requeue, the
         tick); otherwise that read would find nothing.  (What comes without a kick, from
         another process, waits for the tick.)"""
-        if target in self._unrecorded and not await self._retry_record(target):
+        if target in self._state.unrecorded and not await self._outcomes.retry_record(target):
             return
         more = True
-        while more and not self._stopping:
-            batch, texts, more = await self._next_batch(target)
-            if not batch:
+        while more and not self._state.stopping:
+            batch = await self._next_batch(target)
+            if not batch.messages:
                 return
-            try:
-                directory = await self._registry.resolve(target)
-                problem = self._check_directory(directory)
-                if problem is not None:
-                    raise OpencodeError(problem, kind=FailureKind.OUTAGE)
-                if self._turns is not None:
-                    waited_from = self._clock.seconds()
-                    known_idle = self._turns.known_idle(target)
-                    why = await self._turns.wait_until_idle(target, directory)
-                    self.metrics.turn_wait.observe(self._clock.seconds() - waited_from)
-                    if why != "idle":
-                        log.warn("{target}: {why}", target=target, why=why)
-                    if self.stopping:
-                        return
-                    if not known_idle:
-                        # messages may have come (more urgent ones too) while we waited
-                        batch, texts, more = await self._next_batch(target)
-                        if not batch:
-                            return
-                mode, note = await self._prompter.mode(target, directory)
-                if self.stopping or self._database_vanished():
-                    return  # nothing was sent; the messages stay queued
-                if self._target_locks is not None and not await self._target_locks.held(target):
-                    log.warn("{target}: its lock died with its connection: another daemon"
-                             " may deliver to it now; nothing sent", target=target)  # fmt: skip
-                    return
-                batch, texts = await self._recovery.record(batch, texts)  # before the call
-                if not batch:
-                    continue  # cancelled meanwhile
-                mark = self._turns.mark(target) if self._turns is not None else None
-                mode, note = await self._prompter.send(target, directory, texts, mode, note)
-            except OpencodeError as e:
-                if self._ended_late(target, batch, f"failed: {e}"):
-                    return
-                await self._record_failure(target, batch, e)
+            handed = await self._hand_off(target, runtime, batch)
+            if handed is None:
                 return
-            except StorageError:
-                raise  # reading the queue again failed: nothing was sent
-            except Exception:
-                # a bug of ours, not the delivery's: never charged to the messages
-                log.failure("delivery to {target} hit an error", target=target)
-                self.metrics.failures.labels("internal").inc()
-                self._hold(target, batch, "an internal error (see the traceback above)")
-                return
-            self._count_hand_off(batch)
-            if self._ended_late(target, batch, "taken by opencode"):
-                return
-            if not await self._record_hand_off(target, batch, handoff_mode(mode, note)):
-                return
-            if self._turns is not None and mark is not None:
-                await self._wait_turn_end(target, directory, mark)
-            more = more or target in self._kicked_in_flight
+            await runtime.after_hand_off(target, handed)
+            more = batch.more or target in self._state.kicked_in_flight
 
-    async def _wait_turn_end(self, target: str, directory: str, mark: TurnMark) -> None:
-        assert self._turns is not None
-        wait = Deferred.fromCoroutine(self._turns.wait_turn_end(target, directory, mark))
-        self._turn_waits.add(wait)
+    async def _hand_off(self, target: str, runtime: AgentRuntime, batch: Batch) -> Prepared | None:
+        """Steps 2 to 5 for one batch; what the runtime prepared when the batch was handed
+        off and recorded, else None (nothing more goes to ``target`` in this drain)."""
+        outcomes = self._outcomes
+        messages = batch.messages
         try:
-            why = await wait
-        except CancelledError:
-            return
-        finally:
-            self._turn_waits.discard(wait)
-        # the usual end is a debug line (one per hand-off, the hand-off's own line says
-        # enough); a wait cut short by a timeout explains a delay: info
-        level = log.debug if why == TURN_ENDED else log.info
-        level("{target}: {why}", target=target, why=why)
+            prepared = await runtime.prepare(target)
+            if prepared is None or self._state.stopping:
+                return None
+            if prepared.waited:
+                # messages may have come (more urgent ones too) while the runtime waited
+                batch = await self._next_batch(target)
+                if not batch.messages:
+                    return None
+            if not await self._may_still_send(target):
+                return None
+            messages, texts = await self._recovery.record(batch.messages, batch.texts)
+            if not messages:  # cancelled meanwhile: the next ones, if any
+                batch = await self._next_batch(target)
+                return await self._hand_off(target, runtime, batch) if batch.messages else None
+            mode = await runtime.hand_off(target, prepared, texts)
+        except HandOffError as e:
+            if outcomes.ended_late(target, messages, f"failed: {e}"):
+                return None
+            await outcomes.record_failure(target, messages, e)
+            return None
+        except StorageError:
+            raise  # reading the queue again failed: nothing was sent
+        except Exception:
+            # a bug of ours, not the delivery's: never charged to the messages
+            log.failure("delivery to {target} hit an error", target=target)
+            outcomes.metrics.failures.labels("internal").inc()
+            outcomes.hold(target, messages, "an internal error (see the traceback above)")
+            return None
+        outcomes.count_hand_off(messages)
+        if outcomes.ended_late(target, messages, f"taken by {runtime.name}"):
+            return None
+        seen = runtime.transcripts is None  # nothing to verify it in: it was seen when made
+        if not await outcomes.record_hand_off(target, messages, mode, seen=seen):
+            return None
+        return prepared

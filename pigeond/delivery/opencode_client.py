@@ -22,13 +22,13 @@ from twisted.web.iweb import IResponse
 from pigeond.config import Config
 from pigeond.credentials import BasicAuth
 from pigeond.delivery.api_support import PROBE_PATH, ApiSupport, is_html, missing_route
+from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.opencode_errors import (
     CLOSED_BEFORE_ANSWER,
     CONNECTION_GONE,
     OUTAGE_STATUSES,
     DeadlineExceeded,
-    FailureKind,
     OpencodeError,
     SessionNotFound,
     UnsupportedApi,

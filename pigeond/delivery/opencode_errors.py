@@ -9,12 +9,12 @@ for :mod:`pigeond.delivery.reachability`'s view of an outage.
 
 from __future__ import annotations
 
-from enum import Enum
-
 from twisted.internet import error as neterror
 from twisted.internet.defer import CancelledError
 from twisted.python.failure import Failure
 from twisted.web.client import RequestTransmissionFailed, ResponseNeverReceived
+
+from pigeond.delivery.failures import FailureKind, HandOffError
 
 MAX_ERROR_TEXT = 300
 OUTAGE_STATUSES = frozenset({401, 403, 502, 503, 504})
@@ -28,23 +28,8 @@ CONNECTION_GONE = (
 CLOSED_BEFORE_ANSWER = (ResponseNeverReceived, RequestTransmissionFailed)
 
 
-class FailureKind(Enum):
-    # opencode unreachable, or not usable for this target now: no attempt spent; held
-    # until opencode answers again (see reachability) or for outage_retry_s
-    OUTAGE = "outage"
-    PERMANENT = "permanent"  # retrying cannot help: fail at once
-    ATTEMPT = "attempt"  # anything else: spend an attempt, back off
-
-
-class OpencodeError(Exception):
+class OpencodeError(HandOffError):
     """A call to opencode did not succeed; the text is what operators see in ``last_error``."""
-
-    def __init__(
-        self, message: str, status: int | None = None, kind: FailureKind = FailureKind.ATTEMPT
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
 
 
 class DeadlineExceeded(OpencodeError):

@@ -1,8 +1,8 @@
 """What the arbiter writes once a hand-off has ended: taken by opencode (and counted), or
 failed (and what :func:`~pigeond.delivery.policy.decide_retry` says follows).
 
-A part of :class:`~pigeond.delivery.arbiter.Arbiter`, kept apart so each file reads as
-one concern: the arbiter decides *when* to hand off; this records *what happened*.
+The arbiter and its drains (:mod:`pigeond.delivery.drain`) decide *when* to hand off;
+this records *what happened*, whatever the runtime.
 The database may refuse to record it (disk full): a prompt opencode took is then kept
 in memory as an :class:`UnrecordedHandOff` and its target held, so the same messages
 are never prompted again while the record is missing; a failure that cannot be written
@@ -16,18 +16,15 @@ retry looks for it in the transcript first.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.grouping import Grouped, HandOffRecord
 from pigeond.delivery.metrics import DeliveryMetrics
-from pigeond.delivery.opencode_client import (
-    DeadlineExceeded,
-    FailureKind,
-    OpencodeError,
-    SessionNotFound,
-)
+from pigeond.delivery.opencode_client import DeadlineExceeded, OpencodeError, SessionNotFound
 from pigeond.delivery.policy import (
     DeliveryPolicy,
     Next,
@@ -44,55 +41,96 @@ from pigeond.storage.database import Database
 log = Logger(namespace="pigeond.delivery.arbiter")  # one story in the logs with the arbiter's
 
 
+@dataclass
+class DrainState:
+    """What the arbiter, its drains and the outcome writer share, by target: one object
+    that all three are given, so none sets attributes of another."""
+
+    # hand-offs a runtime took that the database has not recorded yet
+    unrecorded: dict[str, UnrecordedHandOff] = field(default_factory=dict)
+    # targets whose failure could not be recorded either: held in memory until then
+    held_until_ms: dict[str, int] = field(default_factory=dict)
+    # targets tried in the outage of opencode under way, and until when (ms) nothing more
+    # goes to them unless it ends; in memory, so its end lets them all go at once
+    waiting_for_opencode: dict[str, int] = field(default_factory=dict)
+    # targets kicked while their drain was under way: it reads their queue once more
+    kicked_in_flight: set[str] = field(default_factory=set)
+    # a drain's database error, logged once per target
+    paused: dict[str, str] = field(default_factory=dict)
+    stopping: bool = False  # set by Arbiter.stop; a drain reads it again after every wait
+    closed: bool = False  # the database is closed (or about to be): nothing is written
+
+
 class HandOffOutcomes:
-    """Recording a hand-off's outcome; mixed into the Arbiter, which sets these."""
+    """Recording a hand-off's outcome."""
 
-    _db: Database
-    _hand_off_writes: Grouped[HandOffRecord, list[str]]
-    _policy: DeliveryPolicy
-    _registry: DirectoryResolver
-    _unrecorded: dict[str, UnrecordedHandOff]
-    _held_until_ms: dict[str, int]
-    metrics: DeliveryMetrics
-    _clock: IReactorTime
-    _closed: bool
-    _opencode_down: Callable[[], bool]
-    _waiting_for_opencode: dict[str, int]
+    def __init__(
+        self,
+        db: Database,
+        hand_off_writes: Grouped[HandOffRecord, list[str]],
+        state: DrainState,
+        policy: Callable[[], DeliveryPolicy],
+        registry: DirectoryResolver,
+        metrics: DeliveryMetrics,
+        clock: IReactorTime,
+        opencode_down: Callable[[], bool],
+    ) -> None:
+        """``policy`` gives the settings in force (a reload changes them);
+        ``registry`` confirms an opencode session gone before its 404 fails messages."""
+        self._db = db
+        self._hand_off_writes = hand_off_writes
+        self._state = state
+        self._policy_now = policy
+        self._registry = registry
+        self.metrics = metrics
+        self._clock = clock
+        self._opencode_down = opencode_down
 
-    def _now_ms(self) -> int:
+    @property
+    def _policy(self) -> DeliveryPolicy:
+        return self._policy_now()
+
+    def now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)
 
     # -- scheduling ------------------------------------------------------------
 
-    def _ended_late(self, target: str, batch: list[StoredMessage], outcome: str) -> bool:
+    def ended_late(self, target: str, batch: list[StoredMessage], outcome: str) -> bool:
         """A hand-off that ends after :meth:`close` must not write: the database is closed
         (or about to be).  Its messages stay queued for the next start."""
-        if not self._closed:
+        if not self._state.closed:
             return False
         log.info("{msg_ids} to {target} {outcome} after pigeond stopped; left queued",
                       msg_ids=[m.msg_id for m in batch], target=target,
                       outcome=outcome)  # fmt: skip
         return True
 
-    def _count_hand_off(self, batch: list[StoredMessage]) -> None:
-        now_ms = self._now_ms()
+    def count_hand_off(self, batch: list[StoredMessage]) -> None:
+        now_ms = self.now_ms()
         self.metrics.hand_offs.inc()
         self.metrics.messages_handed_off.inc(len(batch))
         for message in batch:
             self.metrics.accept_to_hand_off.observe(max(0, now_ms - message.created_at) / 1000)
 
-    async def _record_hand_off(
-        self, target: str, batch: list[StoredMessage], mode: HandoffMode = NO_MODE
+    async def record_hand_off(
+        self,
+        target: str,
+        batch: list[StoredMessage],
+        mode: HandoffMode = NO_MODE,
+        *,
+        seen: bool = False,
     ) -> bool:
-        """Record a prompt opencode took; if the database cannot, keep it in memory and hold
-        ``target`` until it can (False): sending the batch again would run another turn."""
-        now_ms = self._now_ms()
+        """Record a batch its runtime took; if the database cannot, keep it in memory and
+        hold ``target`` until it can (False): sending the batch again would run another
+        turn.  ``seen``: the runtime has no transcript to verify it in (a pull-only member
+        read it through pigeond itself), so it is seen now."""
+        now_ms = self.now_ms()
         verify_by = now_ms + int(self._policy.verify_grace_s * 1000)
         ids = [m.msg_id for m in batch]
         try:
             await self._hand_off_writes(HandOffRecord(tuple(ids), now_ms, verify_by, mode))
         except StorageError as e:
-            self._unrecorded[target] = UnrecordedHandOff(
+            self._state.unrecorded[target] = UnrecordedHandOff(
                 target, tuple(ids), now_ms, verify_by, mode, str(e)
             )
             log.error(
@@ -102,11 +140,17 @@ class HandOffOutcomes:
             )  # fmt: skip
             return False
         self._log_handed_off(target, ids, mode)
+        if seen:
+            try:
+                await self._db.write(SwarmRepository.mark_verified, ids, now_ms)
+            except StorageError as e:  # the verifier would never see it: said, not retried
+                log.error("{msg_ids} handed off to {target} could not be marked seen: {error}",
+                          msg_ids=ids, target=target, error=str(e))  # fmt: skip
         return True
 
-    async def _retry_record(self, target: str) -> bool:
+    async def retry_record(self, target: str) -> bool:
         """Try again to record ``target``'s unrecorded hand-off, as of when it happened."""
-        pending = self._unrecorded[target]
+        pending = self._state.unrecorded[target]
         try:
             await self._db.write(
                 SwarmRepository.mark_handed_off_many,
@@ -114,10 +158,10 @@ class HandOffOutcomes:
             )  # fmt: skip
         except StorageError:
             return False
-        if self._unrecorded.get(target) is not pending:
+        if self._state.unrecorded.get(target) is not pending:
             return True  # recorded meanwhile by another caller
-        del self._unrecorded[target]
-        late_s = (self._now_ms() - pending.at_ms) / 1000
+        del self._state.unrecorded[target]
+        late_s = (self.now_ms() - pending.at_ms) / 1000
         log.info("recorded the hand-off of {msg_ids} to {target}, {s:.1f} s late",
                       msg_ids=list(pending.msg_ids), target=target, s=late_s)  # fmt: skip
         self._log_handed_off(target, list(pending.msg_ids), pending.mode)
@@ -129,24 +173,27 @@ class HandOffOutcomes:
                           msg_id=msg_id, target=target, n=len(ids),
                           mode=describe_mode(mode))  # fmt: skip
 
-    async def _record_failure(
-        self, target: str, batch: list[StoredMessage], error: OpencodeError
+    async def record_failure(
+        self, target: str, batch: list[StoredMessage], error: HandOffError
     ) -> None:
         """Write what follows a failed hand-off (:func:`decide_retry`); if the database cannot,
         hold ``target`` in memory for the wait it would have had: without a hold the next
         tick would prompt again at once."""
         kind, text = error.kind, str(error) or repr(error)
+        if kind is FailureKind.NOT_TAKEN:
+            await self._not_taken(target, batch, text)
+            return
         self.metrics.failures.labels(kind.value).inc()
         if isinstance(error, SessionNotFound):
             confirmed = await self._confirm_gone(target)
             text = f"session not found: {text}"
             if confirmed is None:
-                self._hold(target, batch, text)
+                self.hold(target, batch, text)
                 return
             kind = confirmed
-            if self._ended_late(target, batch, f"failed: {text}"):
+            if self.ended_late(target, batch, f"failed: {text}"):
                 return
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         decisions = [decide_retry(kind, m.attempts, now_ms, self._policy) for m in batch]
         try:
             await self._write_failure(
@@ -154,7 +201,7 @@ class HandOffOutcomes:
             )
         except StorageError as e:
             hold_until = min(d.retry_at_ms or now_ms for d in decisions)
-            self._held_until_ms[target] = hold_until
+            self._state.held_until_ms[target] = hold_until
             log.error(
                 "{msg_ids} to {target} failed ({failure}) and the failure could not be"
                 " recorded: {error}; holding {target} for {s} s",
@@ -162,15 +209,29 @@ class HandOffOutcomes:
                 s=(hold_until - now_ms) / 1000,
             )  # fmt: skip
 
-    def _wait_for_opencode(self, target: str) -> None:
-        """Hold ``target`` until the outage of opencode ends, or for ``outage_retry_s``."""
-        until = self._now_ms() + int(self._policy.outage_retry_s * 1000)
-        self._waiting_for_opencode[target] = until
+    async def _not_taken(self, target: str, batch: list[StoredMessage], text: str) -> None:
+        """A pull runtime's session stopped asking before the batch was given to it: the
+        messages stay due, nothing spent; only their intent is cleared (nothing went)."""
+        ids = [m.msg_id for m in batch]
+        now_ms = self.now_ms()
+        try:
+            await self._db.write(SwarmRepository.record_outage, ids, text, now_ms, now_ms)
+        except StorageError as e:
+            log.warn("{msg_ids} to {target} were not taken ({why}); could not record it:"
+                     " {error}", msg_ids=ids, target=target, why=text, error=str(e))  # fmt: skip
+            return
+        log.info("{msg_ids} to {target} not taken: {why}; they wait for its next ask",
+                 msg_ids=ids, target=target, why=text)  # fmt: skip
 
-    def _hold(self, target: str, batch: list[StoredMessage], why: str) -> None:
+    def wait_for_opencode(self, target: str) -> None:
+        """Hold ``target`` until the outage of opencode ends, or for ``outage_retry_s``."""
+        until = self.now_ms() + int(self._policy.outage_retry_s * 1000)
+        self._state.waiting_for_opencode[target] = until
+
+    def hold(self, target: str, batch: list[StoredMessage], why: str) -> None:
         """Not a delivery failure (a bug of ours, logged with its traceback where it was
         caught): spend no attempt and write nothing; hold ``target`` for outage_retry_s."""
-        self._held_until_ms[target] = self._now_ms() + int(self._policy.outage_retry_s * 1000)
+        self._state.held_until_ms[target] = self.now_ms() + int(self._policy.outage_retry_s * 1000)
         log.warn("{msg_ids} to {target} held for {s} s, no attempt spent: {why}",
                       msg_ids=[m.msg_id for m in batch], target=target,
                       s=self._policy.outage_retry_s, why=why)  # fmt: skip
@@ -184,13 +245,13 @@ class HandOffOutcomes:
         decisions: list[RetryDecision],
         may_have_arrived: bool = False,
     ) -> None:
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         ids = [m.msg_id for m in batch]
         if kind is FailureKind.OUTAGE and self._opencode_down():
             # opencode itself is gone: due at once, the target held in memory until it
             # answers (or outage_retry_s passes); the outage is logged once, and probed,
             # by reachability
-            self._wait_for_opencode(target)
+            self.wait_for_opencode(target)
             await self._db.write(SwarmRepository.record_outage, ids, text, now_ms, now_ms)
             log.debug("{msg_ids} to {target} wait for opencode ({error}), no attempt spent",
                       msg_ids=ids, target=target, error=text)  # fmt: skip

@@ -9,7 +9,8 @@ every target's intent shares one commit, as their hand-off records do, see
 message that still carries it is *in doubt*, and nothing goes to its target until the
 doubt is ended (:meth:`HandOffRecovery.settled`) the way the verifier looks for a
 hand-off: a user text part of the target's transcript beginning with the envelope's
-opening tag carrying its msg_id (:func:`~pigeond.delivery.verifier.envelope_ids`).
+opening tag carrying its msg_id, in the target's transcript as its runtime reads it
+(:class:`~pigeond.delivery.runtime.TranscriptSource`).
 Found, it is handed off and verified without a new prompt; not found, it is sent again.
 
 A transcript that cannot be read proves nothing: the messages in doubt are held, no
@@ -28,11 +29,11 @@ from typing import Final
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from pigeond.delivery.failures import HandOffError
 from pigeond.delivery.grouping import Grouped
-from pigeond.delivery.opencode_client import OpencodeError, SessionNotFound, user_texts_of
-from pigeond.delivery.registry import DirectoryResolver
-from pigeond.delivery.verifier import RECENT_MESSAGES, TranscriptReader, envelope_ids
-from pigeond.model import StoredMessage
+from pigeond.delivery.opencode_transcript import RECENT_MESSAGES
+from pigeond.delivery.runtime import TranscriptSource
+from pigeond.model import Runtime, StoredMessage, runtime_of
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
 
@@ -68,22 +69,21 @@ class HandOffRecovery:
     def __init__(
         self,
         db: Database,
-        registry: DirectoryResolver,
-        transcripts: TranscriptReader | None,
+        transcripts: Callable[[str], TranscriptSource | None] | None,
         clock: IReactorTime,
         *,
         opencode_down: Callable[[], bool] = lambda: False,
         wait_for_opencode: Callable[[str], None] = lambda target: None,
     ) -> None:
-        """``transcripts`` None: nothing can be looked up, a message in doubt is sent
-        again (at least once, as before intents; only tests that never crash pass None).
+        """``transcripts`` gives a target's transcript as its runtime reads it.  None (or
+        None for a target): nothing can be looked up, a message in doubt is sent again (at
+        least once, as before intents; only tests that never crash pass None).
         ``opencode_down``: an outage of opencode is under way; a doubt it leaves is due
         again at once, and its target is given to ``wait_for_opencode`` (the arbiter tries
         it again when the outage ends)."""
         self._db = db
         self._opencode_down = opencode_down
         self._wait_for_opencode = wait_for_opencode
-        self._registry = registry
         self._transcripts = transcripts
         self._clock = clock
         self._writes: Grouped[IntentRecord, list[str]] = Grouped(
@@ -125,8 +125,8 @@ class HandOffRecovery:
         ids = [m.msg_id for m in doubtful]
         try:
             found = await self._find(target, doubtful)
-        except OpencodeError as e:
-            waits_for_opencode = self._opencode_down()
+        except HandOffError as e:
+            waits_for_opencode = self._opencode_down() and runtime_of(target) is Runtime.OPENCODE
             if waits_for_opencode:
                 self._wait_for_opencode(target)
             until = self._now_ms() + (0 if waits_for_opencode else int(hold_s * 1000))
@@ -147,7 +147,7 @@ class HandOffRecovery:
         missing = [m for m in doubtful if m.msg_id not in found]
         settle_at = max((m.handoff_intent_at or 0 for m in missing), default=0)
         settle_at += int(SETTLE_S * 1000)
-        too_soon = bool(missing) and now_ms < settle_at and self._transcripts is not None
+        too_soon = bool(missing) and now_ms < settle_at and self._source(target) is not None
         recorded = await self._db.write(
             SwarmRepository.settle_intents,
             [m.msg_id for m in doubtful if m.msg_id in found], [m.msg_id for m in missing],
@@ -167,21 +167,20 @@ class HandOffRecovery:
                      else "sending again")  # fmt: skip
         return not too_soon
 
+    def _source(self, target: str) -> TranscriptSource | None:
+        return self._transcripts(target) if self._transcripts is not None else None
+
     async def _find(self, target: str, doubtful: list[StoredMessage]) -> set[str]:
         """The msg_ids of ``doubtful`` in the transcript: the newest messages first, the
-        whole transcript when some are not among them.  A session opencode does not have
+        whole transcript when some are not among them.  A session its runtime does not have
         holds none of them (sent again, its 404 fails them as usual)."""
-        if self._transcripts is None:
+        source = self._source(target)
+        if source is None:
             return set()
         wanted = {m.msg_id for m in doubtful}
-        try:
-            directory = await self._registry.resolve(target)
-            limit = max(RECENT_MESSAGES, 4 * len(doubtful))
-            messages = await self._transcripts.messages(target, directory, limit)
-            found = envelope_ids(user_texts_of(messages)) & wanted
-            if found != wanted and len(messages) >= limit:
-                messages = await self._transcripts.messages(target, directory, None)
-                found = envelope_ids(user_texts_of(messages)) & wanted
-        except SessionNotFound:
-            return set()
+        transcript = await source.read(target, max(RECENT_MESSAGES, 4 * len(doubtful)))
+        found = set(transcript.homes) & wanted
+        if found != wanted and not transcript.complete:
+            transcript = await source.read(target, None)
+            found = set(transcript.homes) & wanted
         return found

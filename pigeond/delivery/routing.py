@@ -29,12 +29,13 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from pigeond.model import SESSION_ID_RE
+from pigeond.model import RUNTIME_IDS, Runtime
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
 
 log = Logger()
 
+_OPENCODE_ID: Final = RUNTIME_IDS[Runtime.OPENCODE]
 # A route not seen by its daemon for this long may move to a daemon that sees the session.
 STALE_S: Final = 120.0
 # How long an answer is kept in memory: ours (then written again, so never stale while
@@ -71,7 +72,11 @@ class Routing:
         self._not_ours: dict[str, float] = {}  # target -> until when it is known not to be
 
     async def mine(self, target: str) -> bool:
-        """Whether this daemon delivers to ``target`` (see the module)."""
+        """Whether this daemon delivers to ``target`` (see the module).  Routes are about
+        opencode sessions: any other member is asked for its batches by its own agent, at
+        the daemon that agent talks to, and is every daemon's."""
+        if not _OPENCODE_ID.fullmatch(target):
+            return True
         now = self._clock.seconds()
         if self._ours.get(target, 0.0) > now:
             return True
@@ -100,7 +105,7 @@ class Routing:
         """A send came from ``session`` (an agent's plugin talks to its own host's daemon):
         routed here when our opencode has it, looked up once when not known yet."""
         if (
-            not SESSION_ID_RE.fullmatch(session)
+            not _OPENCODE_ID.fullmatch(session)
             or self._ours.get(session, 0.0) > self._clock.seconds()
         ):
             return

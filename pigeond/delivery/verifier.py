@@ -19,10 +19,8 @@ answer is written when a turn ends); while the stream is down, every interval.
 
 from __future__ import annotations
 
-import re
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -30,49 +28,22 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.config import Config
-from pigeond.delivery.answers import answers_in
-from pigeond.delivery.opencode_client import (
-    OpencodeError,
-    SessionNotFound,
-    user_texts_of,
-)
-from pigeond.delivery.registry import DirectoryResolver
+from pigeond.delivery.failures import HandOffError
+from pigeond.delivery.opencode_transcript import RECENT_MESSAGES
 from pigeond.delivery.routing import Routing
+from pigeond.delivery.runtime import TranscriptSource, TranscriptView
 from pigeond.delivery.turns import TurnCount
-from pigeond.model import StoredMessage
+from pigeond.model import Runtime, StoredMessage, runtime_of
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
 
 log = Logger()
 
-_OPENING_MSG_ID = re.compile(r'^<swarm_message [^>]*\bmsg_id="([^"]*)"')
-RECENT_MESSAGES = 50
 # Transcripts read at once.  Every target with hand-offs falls due in the same tick, so
 # unbounded, a hundred targets meant a hundred transcripts (and their unverified rows)
 # in memory together every interval: a burst that delayed hand-offs and set the
 # process's memory high-water mark.  The rest wait their turn, each started as one ends.
 CHECKS_AT_ONCE = 4
-
-
-def envelope_ids(texts: Iterable[str]) -> set[str]:
-    """msg_ids of the parts that begin with a ``<swarm_message ...>`` opening tag."""
-    ids = set()
-    for text in texts:
-        match = _OPENING_MSG_ID.match(text)
-        if match is not None:
-            ids.add(match.group(1))
-    return ids
-
-
-def envelope_homes(messages: Iterable[dict[str, Any]]) -> dict[str, str | None]:
-    """msg_id → opencode's id of the user message with a part that begins with its
-    ``<swarm_message ...>`` opening tag (see :func:`envelope_ids`); None when it has none."""
-    homes: dict[str, str | None] = {}
-    for message in messages:
-        home = message.get("info", {}).get("id")
-        found = envelope_ids(user_texts_of([message]))
-        homes.update(dict.fromkeys(found, home if isinstance(home, str) else None))
-    return homes
 
 
 def _targets(repo: SwarmRepository, since_ms: int) -> tuple[list[str], list[str]]:
@@ -87,46 +58,36 @@ def _awaiting(
     return repo.awaiting_verification(target), repo.awaiting_answer(target, since_ms)
 
 
-class TranscriptReader(Protocol):
-    """What the verifier reads (:class:`~pigeond.delivery.opencode_client.OpencodeClient`)."""
-
-    async def messages(
-        self, session_id: str, directory: str, limit: int | None = None
-    ) -> list[dict[str, Any]]: ...
-
-
 class Verifier:
     def __init__(
         self,
         db: Database,
-        registry: DirectoryResolver,
-        client: TranscriptReader,
+        transcripts: Callable[[str], TranscriptSource | None],
         clock: IReactorTime,
         config: Config,
         *,
         on_requeued: Callable[[str], None] = lambda target: None,
-        on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
         turns_ended: Callable[[str], TurnCount | None] = lambda target: None,
         routing: Routing | None = None,
         opencode_down: Callable[[], bool] = lambda: False,
     ) -> None:
-        """``config`` gives ``verify_interval_s``, ``max_requeues`` and ``turn_timeout_s``;
+        """``transcripts`` gives each target's transcript, as its runtime reads it (None: a
+        runtime whose hand-offs are seen when made).
+        ``config`` gives ``verify_interval_s``, ``max_requeues`` and ``turn_timeout_s``;
         ``turns_ended`` (:meth:`~pigeond.delivery.turns.TurnTracker.turns_ended`) changes
         when a target's turn may have ended (None: it cannot tell).  ``routing`` leaves the
         targets of another daemon's opencode (a database shared by several) to it.  While
-        ``opencode_down`` (an outage of opencode, probed elsewhere) nothing is checked: no
-        transcript can be read; a hand-off overdue meanwhile is looked for in the whole
-        transcript once opencode answers."""
+        ``opencode_down`` (an outage of opencode, probed elsewhere) no opencode target is
+        checked: no transcript can be read; a hand-off overdue meanwhile is looked for in
+        the whole transcript once opencode answers."""
         self._routing = routing
         self._opencode_down = opencode_down
         self._listing_error: str | None = None  # the last listing failure, said once
         self._db = db
-        self._registry = registry
-        self._client = client
+        self._transcripts = transcripts
         self._clock = clock
         self.configure(config)
         self._on_requeued = on_requeued
-        self._on_transcript = on_transcript
         self._turns_ended = turns_ended
         self._turns_at_look: dict[str, TurnCount | None] = {}  # when answers were looked for
         # target → msg_id → the user message its envelope came in, for the seen messages
@@ -155,7 +116,7 @@ class Verifier:
         """Start a check for each target with unverified hand-offs, and for each with seen
         messages awaiting an answer whose turn may have ended, at most once per interval;
         nothing while the last tick's list of targets is still being read."""
-        if self._listing is not None or self.is_closed() or self._opencode_down():
+        if self._listing is not None or self.is_closed():
             return
         listing = Deferred.fromCoroutine(self._check_targets())
         if listing.called:
@@ -191,9 +152,22 @@ class Verifier:
         for target in [*unseen, *answers_only]:
             if target in self._checking or now - self._last_check.get(target, 0) < self._interval_s:
                 continue
+            if self._cannot_read_now(target):
+                continue
             self._last_check[target] = now
             if target not in self._waiting:
                 self._waiting.append(target)
+        self._start_checks()
+
+    def check_soon(self, target: str) -> None:
+        """A turn of ``target`` just ended (a Claude Code session's Stop hook): look in its
+        transcript now, ahead of the targets waiting, not at the next interval."""
+        if target in self._checking or self.is_closed():
+            return
+        self._last_check[target] = self._clock.seconds()
+        if target in self._waiting:
+            self._waiting.remove(target)
+        self._waiting.appendleft(target)
         self._start_checks()
 
     def _turn_ended(self, target: str) -> bool:
@@ -222,8 +196,13 @@ class Verifier:
         self._start_checks()
         return result
 
+    def _cannot_read_now(self, target: str) -> bool:
+        """An opencode target while opencode is out (its outage is probed elsewhere)."""
+        return self._opencode_down() and runtime_of(target) is Runtime.OPENCODE
+
     async def check(self, target: str) -> None:
-        if self.is_closed():
+        source = self._transcripts(target)
+        if self.is_closed() or source is None or self._cannot_read_now(target):
             return
         if self._routing is not None:
             try:
@@ -246,30 +225,23 @@ class Verifier:
             return
         now_ms = self._now_ms()
         overdue = any(m.verify_by is not None and m.verify_by <= now_ms for m in waiting)
+        # the newest messages first; the whole transcript only before giving up
+        # (an answer is among the newest: the turn that wrote it ended last)
+        limit = None if overdue else max(RECENT_MESSAGES, 4 * len(waiting) + 2 * len(unanswered))
         try:
-            directory = await self._registry.resolve(target)
-            # the newest messages first; the whole transcript only before giving up
-            # (an answer is among the newest: the turn that wrote it ended last)
-            limit = (
-                None if overdue else max(RECENT_MESSAGES, 4 * len(waiting) + 2 * len(unanswered))
-            )
-            messages = await self._client.messages(target, directory, limit)
-            homes = envelope_homes(messages)
-            # what the transcript says of the target's agent and model, for the next hand-off
-            self._on_transcript(target, [m["info"] for m in messages])
-        except SessionNotFound:
-            messages, homes = [], {}
-        except OpencodeError as e:
-            said = log.debug if self._opencode_down() else log.info  # an outage: logged once
+            transcript = await source.read(target, limit)
+        except HandOffError as e:
+            said = log.debug if self._cannot_read_now(target) else log.info  # logged once
             said("cannot read {target}'s transcript yet: {error}", target=target, error=str(e))
             self._look_again(target)
             return
+        homes = dict(transcript.homes)
         if self.is_closed():
             return  # the database closed while the transcript was read (shutdown)
         try:
             seen = await self._record(target, waiting, set(homes))
             await self._record_answers(target, [*(m.msg_id for m in unanswered), *seen],
-                                       messages, homes)  # fmt: skip
+                                       transcript, homes)  # fmt: skip
         except StorageError as e:
             # a full or locked disk: nothing is lost, the same check runs again next interval
             log.error("cannot record what {target}'s transcript shows yet: {error}",
@@ -289,14 +261,14 @@ class Verifier:
         return self._closed
 
     async def _record_answers(
-        self, target: str, awaiting: list[str], messages: list[dict[str, Any]],
-        homes: dict[str, str | None],
+        self, target: str, awaiting: list[str], transcript: TranscriptView,
+        homes: Mapping[str, str | None],
     ) -> None:  # fmt: skip
-        """Record the answers ``messages`` show to the ``awaiting`` msg_ids; remember where
-        the others' envelopes are for the next look."""
+        """Record the answers ``transcript`` shows to the ``awaiting`` msg_ids; remember
+        where the others' envelopes are for the next look."""
         known = self._homes.get(target, {})
         where = {m: h for m in awaiting if (h := homes.get(m) or known.get(m)) is not None}
-        answers = answers_in(messages, where)
+        answers = transcript.answers(where)
         if answers:
             answered = await self._db.write(SwarmRepository.mark_answered, answers, self._now_ms())
             for msg_id in answered:

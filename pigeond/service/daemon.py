@@ -19,6 +19,7 @@ from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from pigeond.api.access import AccessPolicy
+from pigeond.api.agents import AgentRoutes
 from pigeond.api.channels import ChannelRoutes
 from pigeond.api.flood import FloodGuard
 from pigeond.api.metrics import MetricsRoute
@@ -33,6 +34,7 @@ from pigeond.config import Config
 from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
 from pigeond.delivery.http_exchange import HttpExchange
+from pigeond.delivery.member_doors import MemberDoors
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import OpencodeClient
 from pigeond.delivery.policy import DeliveryPolicy
@@ -45,6 +47,12 @@ from pigeond.delivery.turns import TurnTracker
 from pigeond.delivery.verifier import Verifier
 from pigeond.service.db_watch import DatabaseWatch
 from pigeond.service.listeners import listen_runtime_socket, server_endpoint
+from pigeond.service.members import (
+    MemberLiveness,
+    NoDelivery,
+    member_parts,
+    turns_ended_of,
+)
 from pigeond.service.parts import (
     access_policy,
     delivery_health_with_api,
@@ -75,7 +83,11 @@ class DeliveryParts:
     verifier: Verifier
     turns: TurnTracker | None
     # on PostgreSQL, each drain's lock and the routes (None on a SQLite file)
-    shared: SharedDatabaseParts | None = None
+    shared: SharedDatabaseParts | None
+    # whether a session exists, asked of its own runtime (opencode, or the members)
+    liveness: MemberLiveness
+    # /swarm/agent/*: the members that ask for their messages (Claude Code, MCP-only)
+    doors: MemberDoors
 
     @property
     def routing(self) -> Routing | None:
@@ -286,6 +298,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     events: EventStream | None = None
     pool: HTTPConnectionPool | None = None
     delivery: DeliveryParts | None = None
+    members = member_parts(db, reactor)
     if config.arbiter_enabled:
         exchange = None
         if http is None:
@@ -328,14 +341,14 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             db, registry, client, reactor, policy=DeliveryPolicy.from_config(config), turns=turns,
             modes=modes, agents=AgentCatalog(client, reactor), database_problem=db_watch.check,
             metrics=metrics, transcripts=client, routing=routing,
+            on_transcript=modes.observe_transcript,
             target_locks=None if shared is None else shared.target_locks,
-            opencode_down=opencode_down,
+            opencode_down=opencode_down, runtimes=[members.claude, members.mcp],
         )  # fmt: skip
         reach.on_back(arbiter.opencode_back)
         verifier = Verifier(
-            db, registry, client, reactor, config,
-            on_requeued=arbiter.kick, on_transcript=modes.observe_transcript,
-            turns_ended=turns.turns_ended if turns is not None else lambda target: None,
+            db, arbiter.runtimes.transcripts_of, reactor, config, on_requeued=arbiter.kick,
+            turns_ended=turns_ended_of(members.claude, turns),
             routing=routing, opencode_down=opencode_down,
         )  # fmt: skip
 
@@ -344,7 +357,13 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
                 verifier.tick()
 
         timer_job("verify", config.tick_ms / 1000, verify, reactor).setServiceParent(jobs)
-        delivery = DeliveryParts(client, registry, verifier, turns, shared)
+        doors = MemberDoors(
+            reactor, members.slots, members.claude, members.paths, arbiter,
+            verify=verifier.check_soon,
+        )  # fmt: skip
+        delivery = DeliveryParts(
+            client, registry, verifier, turns, shared, MemberLiveness(registry, db), doors
+        )
         if shared is not None:
             shared.listen(arbiter.kick)
     # owed replies: reminders and overdue notices, kicked at once when delivery runs
@@ -374,7 +393,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         target_check=None
         if delivery is None
         else TargetCheck(
-            delivery.registry, config.opencode_url, reactor, db, shared=delivery.routing
+            delivery.liveness, config.opencode_url, reactor, db, shared=delivery.routing
         ),
     )
     access, notes = access_policy(config)
@@ -383,9 +402,16 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     OwedRoute(db).install(api)
     PolicyRoutes(db, policies, reactor).install(api)
     SearchRoute(db, lambda: routes.inbox_max_bytes).install(api)
-    NamesRoute(db, reactor, None if delivery is None else delivery.registry).install(api)
-    channels = ChannelRoutes(db, reactor, config, None if delivery is None else delivery.registry)
+    liveness = None if delivery is None else delivery.liveness
+    NamesRoute(db, reactor, liveness).install(api)
+    channels = ChannelRoutes(db, reactor, config, liveness)
     channels.install(api)
+    doors = (
+        MemberDoors(reactor, members.slots, members.claude, members.paths, NoDelivery())
+        if delivery is None
+        else delivery.doors
+    )
+    AgentRoutes(doors).install(api)
     site = make_site(api, config, reactor=reactor)
     pruner = Pruner(db, reactor, retention_days=config.retention_days)
     return Daemon(

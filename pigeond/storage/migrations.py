@@ -245,6 +245,20 @@ CREATE TABLE swarm_routes (
 CREATE INDEX idx_swarm_routes_daemon ON swarm_routes (daemon, last_seen_at);
 """
 
+# Members of other runtimes than opencode (Claude Code sessions, MCP-only members): they
+# say themselves that they exist (a Claude Code session's hooks, a member's own read), and
+# where a Claude Code session's transcript is, which its hand-offs are verified in
+# (pigeond/storage/members.py).  opencode's sessions are opencode's to know.
+_V16_MEMBERS = """
+CREATE TABLE swarm_members (
+    session         TEXT PRIMARY KEY,
+    runtime         TEXT NOT NULL,
+    transcript_path TEXT,
+    registered_at   INTEGER NOT NULL,
+    last_seen_at    INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
 Migration = Callable[[sqlite3.Connection], None]
 
 
@@ -289,6 +303,7 @@ MIGRATIONS: list[Migration] = [
     _script(V13_SEARCH),
     _script(V14_CHANNELS),
     _script(_V15_ROUTES),
+    _script(_V16_MEMBERS),
 ]
 
 __all__ = [

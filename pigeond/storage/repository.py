@@ -19,6 +19,7 @@ from pigeond.storage.base import COLUMNS, Connection, reads, row_to_message
 from pigeond.storage.channels import Channels
 from pigeond.storage.delivery import DEFAULT_NOTICE_TTL_MS, DeliveryTransitions
 from pigeond.storage.intents import HandOffIntents
+from pigeond.storage.members import Members
 from pigeond.storage.names import Names
 from pigeond.storage.obligations import Obligations
 from pigeond.storage.operator import OperatorActions
@@ -107,6 +108,7 @@ class SwarmRepository(
     Policies,
     Channels,
     Routes,
+    Members,
 ):
     def __init__(self, conn: Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS) -> None:
         super().__init__(conn)

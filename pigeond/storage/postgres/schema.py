@@ -265,7 +265,17 @@ CREATE TABLE swarm_routes (
 CREATE INDEX idx_swarm_routes_daemon ON swarm_routes (daemon, last_seen_at);
 """
 
+_V16: Final = """
+CREATE TABLE swarm_members (
+    session         TEXT PRIMARY KEY,
+    runtime         TEXT NOT NULL,
+    transcript_path TEXT,
+    registered_at   BIGINT NOT NULL,
+    last_seen_at    BIGINT NOT NULL
+);
+"""
+
 # One entry per version, in order; each is run as one script in one transaction.
 PG_MIGRATIONS: Final = (
-    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15, _V16,
 )  # fmt: skip

@@ -1,0 +1,101 @@
+"""The runtimes beside opencode, wired: Claude Code sessions and MCP-only members.
+
+Built once per daemon with delivery on (:func:`member_parts`), given to the arbiter as
+runtimes, to the verifier as a turn count, to the API as ``/swarm/agent/*``
+(:class:`~pigeond.delivery.member_doors.MemberDoors`), and to the name and channel routes
+as a liveness that asks each member's own runtime (:class:`MemberLiveness`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from twisted.internet.defer import Deferred
+from twisted.internet.threads import deferToThreadPool
+
+from pigeond.delivery.claude_runtime import ClaudeRuntime, ClaudeTranscripts, McpRuntime
+from pigeond.delivery.member_doors import TranscriptPaths
+from pigeond.delivery.pull_slots import PullSlots
+from pigeond.delivery.registry import SessionDirectoryRegistry
+from pigeond.delivery.turns import TurnCount, TurnTracker
+from pigeond.model import Runtime, runtime_of
+from pigeond.storage import SwarmRepository
+from pigeond.storage.database import Database
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class MemberParts:
+    slots: PullSlots
+    paths: TranscriptPaths
+    claude: ClaudeRuntime
+    mcp: McpRuntime
+
+
+def member_parts(db: Database, reactor: Any) -> MemberParts:
+    """The Claude Code and MCP-only runtimes; transcripts are read in the reactor's
+    thread pool (a file read never holds the reactor)."""
+
+    def in_thread(call: Callable[[], T]) -> Deferred[T]:
+        return deferToThreadPool(reactor, reactor.getThreadPool(), call)
+
+    slots = PullSlots()
+    paths = TranscriptPaths(db, reactor)
+    claude = ClaudeRuntime(slots, ClaudeTranscripts(paths.path_of, in_thread))
+    return MemberParts(slots, paths, claude, McpRuntime(slots))
+
+
+class NoDelivery:
+    """The drains of a daemon with delivery off: none starts, so every ask is answered
+    with nothing at once (a Claude Code session stops as if pigeond were not there)."""
+
+    def start_drain(self, target: str) -> bool:
+        return False
+
+
+def turns_ended_of(
+    claude: ClaudeRuntime, turns: TurnTracker | None
+) -> Callable[[str], TurnCount | None]:
+    """Each target's turn-end count, from its own runtime (see the verifier)."""
+
+    def turns_ended(target: str) -> TurnCount | None:
+        if _runtime(target) is Runtime.CLAUDE:
+            return claude.turns_ended(target)
+        return turns.turns_ended(target) if turns is not None else None
+
+    return turns_ended
+
+
+def _runtime(session: str) -> Runtime | None:
+    try:
+        return runtime_of(session)
+    except ValueError:
+        return None
+
+
+class MemberLiveness:
+    """Whether a session exists, asked of its own runtime: opencode for its sessions, the
+    members that registered for the others (a name held by a live Claude Code session
+    must not be taken as if its holder were gone)."""
+
+    def __init__(self, registry: SessionDirectoryRegistry, db: Database) -> None:
+        self._registry = registry
+        self._db = db
+
+    def cached(self, session_id: str) -> bool:
+        return _runtime(session_id) is Runtime.OPENCODE and self._registry.cached(session_id)
+
+    def invalidate(self, session_id: str) -> None:
+        self._registry.invalidate(session_id)
+
+    async def resolve(self, session_id: str) -> str:
+        return await self._registry.resolve(session_id)
+
+    async def exists(self, session_id: str) -> bool | None:
+        if _runtime(session_id) is Runtime.OPENCODE:
+            return await self._registry.exists(session_id)
+        # a member says itself that it exists (its hooks, its reads, its name claim)
+        return bool(await self._db.read(SwarmRepository.is_known_member, session_id))
