@@ -10,6 +10,7 @@ that Claude Code starts the server the install registered and lets the model cal
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,3 +130,32 @@ def test_a_user_install_loads_everywhere(
     assert f"- {SKILL_NAME}:" in listed_skills(run.entries())
     after = json.loads((claude.home / ".claude.json").read_text(encoding="utf-8"))
     assert {k: v for k, v in after.items() if k != "mcpServers"}.keys() >= state.keys()
+
+
+def test_the_real_pigeon_mcp_answers_after_a_cli_install(
+    claude: ClaudeCode, standin: AgentRoutesStandIn, tmp_path: Path
+) -> None:
+    """`pigeon install-claude --project DIR` names the installed pigeon-mcp: a plain claude -p
+    in DIR calls its swarm_status tool (pigeond is the stand-in, which knows no message)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    pigeon = Path(sys.executable).parent / "pigeon"
+    done = subprocess.run(
+        [str(pigeon), "install-claude", "--project", str(project)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    prompt = 'CALLTOOL mcp__pigeon__swarm_status {"msg_id": "msg_nope"}'
+    run = claude.run(
+        prompt, project, "--allowedTools", "mcp__pigeon", env={"PIGEOND_URL": standin.url}
+    )
+    tool_results = [
+        block
+        for entry in run.entries()
+        if entry.get("type") == "user" and isinstance(entry["message"]["content"], list)
+        for block in entry["message"]["content"]
+        if block.get("type") == "tool_result"
+    ]
+    assert len(tool_results) == 1
+    assert "haven't granted" not in json.dumps(tool_results)
+    assert run.result["result"].startswith("tool said: swarm_status: ")
