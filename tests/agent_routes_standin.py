@@ -1,9 +1,10 @@
 """A stand-in for pigeond's agent routes (``/swarm/agent/...``) on a Unix socket.
 
 ``pigeon-hook`` is tested against it: each request is recorded, and answered with what the
-test set (:attr:`AgentRoutesStandIn.status`, :attr:`AgentRoutesStandIn.body`, raw bytes so
-a test can answer garbage); while :meth:`AgentRoutesStandIn.holding` is on, answers wait
-until it ends (a daemon slower than the hook's bound).  Stdlib only; serves from daemon
+test set (:meth:`AgentRoutesStandIn.answer`, raw bytes so a test can answer garbage;
+:meth:`AgentRoutesStandIn.answer_once` for the next request only); while
+:meth:`AgentRoutesStandIn.holding` is on, answers wait until it ends (a daemon slower than
+the hook's bound).  Stdlib only; serves from daemon
 threads; the socket lives in a short private folder (a Unix socket path has ~108 bytes).
 """
 
@@ -48,7 +49,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = raw
         standin.record(Seen("POST", self.path, body))
         standin.released.wait(HOLD_LIMIT_S)
-        data = standin.body
+        data = standin.next_body()
         self.send_response(standin.status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
@@ -71,6 +72,7 @@ class AgentRoutesStandIn:
         self.released = threading.Event()
         self.released.set()
         self._seen: list[Seen] = []
+        self._once: list[bytes] = []
         self._lock = threading.Lock()
         self._folder = Path(tempfile.mkdtemp(prefix="pgh-"))
         self.socket_path = self._folder / "pigeond.sock"
@@ -81,6 +83,15 @@ class AgentRoutesStandIn:
     @property
     def url(self) -> str:
         return f"unix:{self.socket_path}"
+
+    def answer_once(self, body: Any) -> None:
+        """Answer ``body`` (JSON-encoded) with 200 to the next request, then as before."""
+        with self._lock:
+            self._once.append(json.dumps(body).encode())
+
+    def next_body(self) -> bytes:
+        with self._lock:
+            return self._once.pop(0) if self._once else self.body
 
     def answer(self, body: Any, status: int = 200) -> None:
         """Answer ``body`` (JSON-encoded unless bytes) with ``status`` from now on."""

@@ -14,8 +14,12 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.e2e.opencode_dist import LOCK_TIMEOUT_S, NPM_INSTALL_TIMEOUT_S, cache_root
-from tests.e2e.opencode_dist import exclusive_lock
+from tests.e2e.opencode_dist import (
+    LOCK_TIMEOUT_S,
+    NPM_INSTALL_TIMEOUT_S,
+    cache_root,
+    exclusive_lock,
+)
 
 CODEX_VERSION = "0.171.0"
 ENTRY = Path("node_modules") / "@openai" / "codex" / "bin" / "codex.js"

@@ -667,7 +667,8 @@ def test_default_config_file_shows_every_option_with_its_default(tmp_path: Path)
 
 @pytest.mark.slow
 def test_wheel_and_sdist_build(tmp_path: Path) -> None:
-    """``python -m build`` makes an sdist and a wheel carrying every console script."""
+    """``python -m build`` makes an sdist and a wheel carrying every console script, the
+    opencode plugin and the swarm-messaging skill."""
     ok([sys.executable, "-m", "build", "--outdir", tmp_path, REPO], timeout=BUILD_TIMEOUT_S)
     version = __version__
     wheel = tmp_path / f"pigeond-{version}-py3-none-any.whl"
@@ -681,6 +682,9 @@ def test_wheel_and_sdist_build(tmp_path: Path) -> None:
     assert plugin in names
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read(plugin) == (REPO / "packaging/opencode-plugin/pigeond-swarm.js").read_bytes()
+    skill = "pigeond/agents/skill/swarm-messaging/SKILL.md"
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read(skill) == (REPO / skill).read_bytes()
     assert not [n for n in names if n.startswith(("tests/", "packaging/", "systemd/"))]
     scripts = re.findall(r"^(\S+) = ", entry_points.split("[console_scripts]")[1], re.M)
     assert sorted(scripts) == SCRIPTS

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pigeond.cli.install_plugin import PLUGIN_FILE, bundled_plugin
+from pigeond.cli.install_plugin import PLUGIN_FILE, bundled_plugin, bundled_skill
 from pigeond.cli.pigeon import main
 from pigeond.credentials import DEFAULT_URL, SYSTEM_SOCKET, address_order
 
@@ -80,7 +80,8 @@ def test_second_install_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFi
     os.utime(target, (1_000_000, 1_000_000))
     capsys.readouterr()
     assert main(["install-plugin"], env) == 0
-    assert capsys.readouterr().out == f"already up to date: {target}\n"
+    skill = tmp_path / "opencode" / "skill" / "swarm-messaging" / "SKILL.md"
+    assert capsys.readouterr().out == f"already up to date: {target}\nalready up to date: {skill}\n"
     assert target.stat().st_mtime == 1_000_000
 
 
@@ -139,3 +140,11 @@ def test_the_plugin_looks_in_the_same_places() -> None:
     assert chain in source
     discover = source[source.index("async function discoverSocket(env)") :]
     assert discover.index("env.XDG_RUNTIME_DIR") < discover.index("SYSTEM_SOCKET")
+
+
+def test_the_skill_goes_beside_the_plugin(tmp_path: Path) -> None:
+    """--project DIR also writes DIR/.opencode/skill/swarm-messaging/SKILL.md, mode 644."""
+    assert main(["install-plugin", "--project", str(tmp_path)], {}) == 0
+    skill = tmp_path / ".opencode" / "skill" / "swarm-messaging" / "SKILL.md"
+    assert skill.read_bytes() == bundled_skill()
+    assert stat.S_IMODE(skill.stat().st_mode) == 0o644

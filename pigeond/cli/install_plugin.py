@@ -4,7 +4,9 @@ opencode loads ``plugin/*.js`` from its global config folder
 (``$XDG_CONFIG_HOME/opencode``, else ``~/.config/opencode``) for every
 session, and from ``.opencode/plugin`` in a project (or any folder above it)
 for that project's sessions.  The plugin ships inside the Python package, so
-``pigeon`` installs the copy that matches the daemon it came with.
+``pigeon`` installs the copy that matches the daemon it came with.  Beside it goes the
+swarm-messaging skill (``skill/swarm-messaging/SKILL.md`` in the same folder), which
+opencode 1.15 and 1.18 list to the model (checked with the real binaries).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from importlib.resources import files
 from pathlib import Path
 
 from pigeond.credentials import address_order
+
+SKILL_NAME = "swarm-messaging"
 
 PLUGIN_FILE = "pigeond-swarm.js"
 # The plugin looks for pigeond as pigeon-send does (its daemonConfig and discoverSocket),
@@ -45,6 +49,11 @@ class Installed:
     outcome: Outcome
     other_copy: Path | None
     """A copy of the plugin in opencode's other plugin folder, which it would load too."""
+
+
+def bundled_skill() -> bytes:
+    """The swarm-messaging skill (pigeond/agents/skill/), for opencode and Claude Code."""
+    return (files("pigeond") / "agents" / "skill" / SKILL_NAME / "SKILL.md").read_bytes()
 
 
 def bundled_plugin() -> bytes:
@@ -77,14 +86,26 @@ def install(folder: Path, source: bytes | None = None) -> Installed:
     target = folder / PLUGIN_FILE
     other = folder.parent / _OTHER_FOLDER[folder.name] / PLUGIN_FILE
     other_copy = other if other.exists() else None
+    return Installed(target, write_file(target, source), other_copy)
+
+
+def skill_path(plugin_folder: Path) -> Path:
+    """Where opencode (1.15 and 1.18 alike) finds the skill beside the plugin folder:
+    ``skill/<name>/SKILL.md`` in the same config folder (``.opencode``, or opencode's
+    global one); it lists it to the model, and its ``skill`` tool reads it."""
+    return plugin_folder.parent / "skill" / SKILL_NAME / "SKILL.md"
+
+
+def write_file(target: Path, source: bytes) -> Outcome:
+    """Write ``source`` to ``target`` atomically, mode 0644, unless it is there already."""
     try:
         current: bytes | None = target.read_bytes()
     except FileNotFoundError:
         current = None
     if current == source:
-        return Installed(target, Outcome.UNCHANGED, other_copy)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{PLUGIN_FILE}.", dir=folder)
+        return Outcome.UNCHANGED
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(source)
@@ -96,8 +117,7 @@ def install(folder: Path, source: bytes | None = None) -> Installed:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    outcome = Outcome.INSTALLED if current is None else Outcome.UPDATED
-    return Installed(target, outcome, other_copy)
+    return Outcome.INSTALLED if current is None else Outcome.UPDATED
 
 
 def run(project: str | None, env: Mapping[str, str]) -> int:
@@ -114,12 +134,20 @@ def run(project: str | None, env: Mapping[str, str]) -> int:
         )
         return 1
     print(f"{done.outcome.value}: {done.path}")
+    skill = skill_path(folder)
+    try:
+        skill_outcome = write_file(skill, bundled_skill())
+    except OSError as e:
+        print(f"pigeon: cannot install the skill into {skill.parent}: {e.strerror or e}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    print(f"{skill_outcome.value}: {skill}")
     if done.other_copy is not None:
         print(
             f"pigeon: opencode also loads {done.other_copy}: remove it, or every swarm tool"
             " is registered twice",
             file=sys.stderr,
         )
-    if done.outcome is not Outcome.UNCHANGED:
+    if (done.outcome, skill_outcome) != (Outcome.UNCHANGED, Outcome.UNCHANGED):
         print(f"opencode loads it when it next starts; {TOOLS_REACH}")
     return 0

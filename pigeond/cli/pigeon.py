@@ -5,7 +5,8 @@ the daemon runs, or a ``postgresql://`` URL, never printed with its password) an
 changes messages only through conditional writes in the storage package; ``prune``
 (``pigeon_prune``) deletes done history older than a cutoff, as the daemon's pruner
 does; ``inbox``, ``send``, ``name`` and ``channel join|leave`` go through the daemon's
-HTTP API; ``install-plugin`` puts the opencode plugin in place.  Text output shows
+HTTP API; ``install-plugin`` puts the opencode plugin in place, ``install-claude``
+registers pigeond with Claude Code.  Text output shows
 every message field through ``terminal.visible`` (control characters, escape
 sequences and bidi overrides escaped); ``--json`` output is exact.  Exit codes: 0
 every named message changed (or the read, prune or install worked), 1 any did not,
@@ -29,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlencode
 
-from pigeond.cli import install_codex, install_plugin, pigeon_send
+from pigeond.cli import install_claude, install_codex, install_plugin, pigeon_send
 from pigeond.cli.actions import (
     ACTIONS,
     NoDatabase,
@@ -246,6 +247,13 @@ def cmd_install_plugin(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         raise UsageError(str(e)) from e
 
 
+def cmd_install_claude(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    try:
+        return install_claude.run(args.project, args.uninstall, env)
+    except install_plugin.InstallError as e:
+        raise UsageError(str(e)) from e
+
+
 def cmd_install_codex(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     try:
         return install_codex.run(args.as_name, args.uninstall, env)
@@ -297,6 +305,8 @@ def main(
             return cmd_inbox(args, env)
         if args.command == "install-plugin":
             return cmd_install_plugin(args, env)
+        if args.command == "install-claude":
+            return cmd_install_claude(args, env)
         if args.command == "install-codex":
             return cmd_install_codex(args, env)
         if args.command == "name":

@@ -111,6 +111,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--project", metavar="DIR", help="DIR/.opencode/plugin: sessions in DIR and below"
     )
 
+    claude = sub.add_parser(
+        "install-claude",
+        help="register pigeond with Claude Code: the pigeon MCP server, its hooks, its skill",
+        description="Merge pigeond's MCP server (pigeon-mcp), hooks (pigeon-hook) and skill"
+        " (swarm-messaging) into Claude Code's settings for the user (the default) or one"
+        " project, keeping everything else in them as it is.",
+    )
+    scope = claude.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--user",
+        dest="project",
+        action="store_const",
+        const=None,
+        help="~/.claude.json (mcpServers), ~/.claude/settings.json (hooks), ~/.claude/skills"
+        " ($CLAUDE_CONFIG_DIR for ~/.claude when set): every session",
+    )
+    scope.add_argument(
+        "--project",
+        metavar="DIR",
+        help="DIR/.mcp.json, DIR/.claude/settings.local.json, DIR/.claude/skills: sessions"
+        " started in DIR",
+    )
+    claude.add_argument(
+        "--uninstall", action="store_true", help="remove exactly what install-claude added"
+    )
+
     codex = sub.add_parser(
         "install-codex",
         help="register pigeon-mcp (the swarm tools) with Codex in $CODEX_HOME/config.toml",

@@ -155,7 +155,11 @@ def test_kill_9_around_the_hook_s_hand_off_loses_and_repeats_nothing(
         sent.append(send(daemon, session.id, f"message {round_}"))
         hooks_before = len(list(marks.iterdir()))
         run = session.start_turn(f"turn {round_}")
-        wait_until(lambda n=hooks_before: len(list(marks.iterdir())) > n, "the Stop hook ran")
+
+        def hook_ran(n: int = hooks_before) -> bool:
+            return len(list(marks.iterdir())) > n
+
+        wait_until(hook_ran, "the Stop hook ran")
         time.sleep(0.003 * round_)  # the kill lands anywhere in the hook's request
         os.kill(daemon.pid, signal.SIGKILL)
         daemon.wait()
