@@ -110,3 +110,18 @@ def test_a_message_shows_its_target_s_runtime(daemon: Daemon) -> None:
     stored = repo.get(message.msg_id)
     assert stored is not None
     assert dict(detail(stored, 2_000).fields)["to_runtime"] == "claude"
+
+
+def test_a_channel_wait_with_delivery_off_is_refused_at_once(daemon: Daemon) -> None:
+    """Nothing can be handed off: 409 now, never a wait of wait_s."""
+    status, answer = daemon_call(
+        daemon, "POST", "/swarm/agent/wait", {"session": CLAUDE, "wait_s": 25}
+    )
+    assert status == 409 and "delivery is off" in answer["error"]
+
+
+def test_stop_hook_active_must_be_true_or_false(daemon: Daemon) -> None:
+    """null is not a boolean."""
+    body = {"session": CLAUDE, "transcript_path": TRANSCRIPT, "stop_hook_active": None}
+    status, answer = daemon_call(daemon, "POST", "/swarm/agent/claude/turn-end", body)
+    assert status == 400 and "stop_hook_active" in answer["error"]

@@ -11,7 +11,7 @@ from twisted.logger import LogLevel
 
 from pigeond.config import Config
 from pigeond.delivery.reminders import ReminderSweep
-from pigeond.model import REMINDER_KIND, Owed
+from pigeond.model import REMINDER_KIND, SESSION_ID_RE, Owed
 from pigeond.service.daemon import Daemon
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.database import InlineDatabase
@@ -107,7 +107,7 @@ def test_owed_lists_what_a_session_owes_and_is_owed(daemon: Daemon) -> None:
     ("query", "error"),
     [
         ("", "query parameter 'session' is required"),
-        ("?session=bob", "query parameter 'session' must match ^ses_[A-Za-z0-9_-]{1,128}$"),
+        ("?session=bob", f"query parameter 'session' must match {SESSION_ID_RE.pattern}"),
     ],
 )
 def test_owed_needs_a_session(daemon: Daemon, query: str, error: str) -> None:

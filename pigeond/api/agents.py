@@ -10,7 +10,8 @@ route but ``/health`` they are behind the daemon's access check.
   "stop_hook_active"?}``: its turn ended; answered within a second with the batch handed
   off now (``{"text", "msg_ids"}``) or ``{"text": null, "msg_ids": []}``;
 - ``POST /swarm/agent/wait`` ``{"session", "wait_s"}``: a channel's long wait (a Claude
-  Code session), or an MCP-only member's read (``mcp_<name>``), answered the same way.
+  Code session), or an MCP-only member's read (``mcp_<name>``), answered the same way;
+  409 in a daemon with delivery off (a Stop hook's ask is answered with nothing there).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Final, Protocol
 from twisted.web import server
 
 from pigeond.api.send_request import InvalidRequest, decode_json_object
-from pigeond.api.web import JsonApi, JsonResponse, read_body
+from pigeond.api.web import HttpError, JsonApi, JsonResponse, read_body
 from pigeond.model import RUNTIME_IDS, Runtime
 
 EVENT_PATH: Final = "/swarm/agent/claude/event"
@@ -30,6 +31,7 @@ WAIT_PATH: Final = "/swarm/agent/wait"
 EVENTS: Final = ("session_start", "prompt_submit")
 MAX_WAIT_S: Final = 30.0
 MAX_PATH_CHARS: Final = 4096
+NO_DELIVERY: Final = "delivery is off in this pigeond (no opencode_url): nothing is handed off"
 
 _CLAUDE = RUNTIME_IDS[Runtime.CLAUDE]
 _ASKERS = (RUNTIME_IDS[Runtime.CLAUDE], RUNTIME_IDS[Runtime.MCP])
@@ -37,6 +39,11 @@ _ASKERS = (RUNTIME_IDS[Runtime.CLAUDE], RUNTIME_IDS[Runtime.MCP])
 
 class AgentDoors(Protocol):
     """What the routes call (:class:`pigeond.delivery.member_doors.MemberDoors`)."""
+
+    @property
+    def delivering(self) -> bool:
+        """False in a daemon with delivery off: nothing can ever be handed off."""
+        ...
 
     async def claude_event(self, session: str, event: str, transcript_path: str) -> None: ...
 
@@ -98,7 +105,7 @@ class AgentRoutes:
         body = decode_json_object(read_body(request))
         session = _claude_session(body)
         active = body.get("stop_hook_active", False)
-        if active is not None and not isinstance(active, bool):
+        if not isinstance(active, bool):
             raise InvalidRequest("field 'stop_hook_active' must be true or false")
         return JsonResponse(200, await self._doors.turn_end(session, _transcript_path(body)))
 
@@ -116,4 +123,6 @@ class AgentRoutes:
             or not 0 <= wait_s <= MAX_WAIT_S
         ):
             raise InvalidRequest(f"field 'wait_s' must be a number from 0 to {MAX_WAIT_S:g}")
+        if not self._doors.delivering:  # a wait would last its whole wait_s, every time
+            raise HttpError(409, NO_DELIVERY)
         return JsonResponse(200, await self._doors.wait(session, float(wait_s)))

@@ -90,15 +90,18 @@ class MemberDoors:
         drains: Drains,
         *,
         verify: Callable[[str], None] = lambda target: None,
+        delivering: bool = True,
     ) -> None:
         """``verify`` looks in a target's transcript now (its turn just ended: what it was
-        given is there, and perhaps answered)."""
+        given is there, and perhaps answered).  ``delivering`` False: a daemon with delivery
+        off, whose drains never start."""
         self._clock = clock
         self._slots = slots
         self._claude = claude
         self._paths = paths
         self._drains = drains
         self._verify = verify
+        self.delivering = delivering
 
     async def claude_event(self, session: str, event: str, transcript_path: str) -> None:
         """``session_start`` or ``prompt_submit`` from a Claude Code session's hook."""

@@ -407,7 +407,9 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     channels = ChannelRoutes(db, reactor, config, liveness)
     channels.install(api)
     doors = (
-        MemberDoors(reactor, members.slots, members.claude, members.paths, NoDelivery())
+        MemberDoors(
+            reactor, members.slots, members.claude, members.paths, NoDelivery(), delivering=False
+        )
         if delivery is None
         else delivery.doors
     )
