@@ -20,6 +20,7 @@ import pytest
 from pigeond.agents.claude_hook import DEADLINE_S, EVENTS
 from tests.agent_routes_standin import AgentRoutesStandIn
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
+from tests.polling import PATIENCE_S, wait_until
 
 pytestmark = pytest.mark.slow  # each starts the hook's process
 
@@ -113,9 +114,23 @@ def test_session_events_are_told_and_print_nothing(
     standin.answer({"session": SESSION, "runtime": "claude"})
     run = run_hook(command, hook_input(command), standin.url)
     assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
-    [seen] = standin.seen
+    [seen] = wait_until(lambda: standin.seen, PATIENCE_S, "the event posted")
     assert seen.path == "/swarm/agent/claude/event"
     assert seen.body == {"event": event, "session": SESSION, "transcript_path": TRANSCRIPT}
+
+
+@pytest.mark.parametrize("command", ["session-start", "prompt-submit"])
+def test_a_person_s_prompt_never_waits_for_a_slow_pigeond(
+    standin: AgentRoutesStandIn, command: str
+) -> None:
+    """session-start and prompt-submit exit while pigeond still holds its answer: the
+    request goes on in a child of its own."""
+    standin.answer({"session": SESSION, "runtime": "claude"})
+    with standin.holding():
+        run = run_hook(command, hook_input(command), standin.url)
+        assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
+        assert standin.released.is_set() is False  # the answer was still held
+    wait_until(lambda: standin.seen, PATIENCE_S, "the event posted")
 
 
 def test_pigeond_down_is_one_line_and_exit_0(tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ the hook's JSON on stdin (``session_id``, ``transcript_path``, ``hook_event_name
 - ``pigeon-hook session-start`` (SessionStart): ``POST /swarm/agent/claude/event`` with
   ``session_start``: pigeond registers the session and where its transcript is;
 - ``pigeon-hook prompt-submit`` (UserPromptSubmit): the same with ``prompt_submit``: a
-  person's turn runs now;
+  person's turn runs now.  Neither prints anything, so neither is waited for: the request
+  is made by a child process of its own (:func:`in_background`) and the hook exits at
+  once, whatever pigeond does: a person's prompt is never delayed by pigeond;
 - ``pigeon-hook stop`` (Stop): ``POST /swarm/agent/claude/turn-end``; when pigeond hands
   a batch off, prints ``{"decision": "block", "reason": <the envelopes>}`` so Claude Code
   runs one more turn with them (its transcript shows ``Stop hook feedback:`` and them).
@@ -30,7 +32,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import IO, Any, Final
@@ -155,15 +157,20 @@ def run(
     stderr: IO[str],
     env: Mapping[str, str],
     deadline: float,
+    detach: Callable[[Callable[[], object]], None] | None = None,
 ) -> None:
-    """One hook run; HookFailure (or _Overdue) says why it gave up."""
+    """One hook run; HookFailure (or _Overdue) says why it gave up.  ``detach`` runs what
+    needs no answer where the session does not wait for it (None: here and now)."""
     if len(argv) != 1 or argv[0] not in EVENTS:
         raise HookFailure(USAGE)
     event = EVENTS[argv[0]]
     body = request_body(event, read_input(stdin))
-    answer = ask_pigeond(event, body, env, deadline)
     if event.daemon_event is not None:
+        # nothing to print: a person's prompt, or the session's start, never waits for it
+        told = detach if detach is not None else _now
+        told(lambda: ask_pigeond(event, body, env, time.monotonic() + DEADLINE_S))
         return
+    answer = ask_pigeond(event, body, env, deadline)
     printed = block_output(answer)
     if printed is not None:
         stdout.write(printed + "\n")
@@ -177,6 +184,7 @@ def main(
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
     env: Mapping[str, str] | None = None,
+    detach: Callable[[Callable[[], object]], None] | None = None,
 ) -> int:
     """Always 0: a hook that fails must leave Claude Code's turn as it was."""
     stdin = sys.stdin if stdin is None else stdin
@@ -189,7 +197,7 @@ def main(
     try:
         try:
             signal.setitimer(signal.ITIMER_REAL, DEADLINE_S)
-            run(argv, stdin, stdout, stderr, env, deadline)
+            run(argv, stdin, stdout, stderr, env, deadline, detach)
         finally:  # the alarm is off before anything is said
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
@@ -210,5 +218,30 @@ def _say(stderr: IO[str], line: str) -> None:
         pass  # nowhere left to say it
 
 
+def _now(call: Callable[[], object]) -> None:
+    call()
+
+
+def in_background(call: Callable[[], object]) -> None:
+    """Run ``call`` in a child process of its own that nobody waits for, bounded by
+    :data:`DEADLINE_S` too: the hook itself exits at once.  The child has no stdout or
+    stderr (Claude Code's pipes are closed in it), so what it meets is said nowhere: a
+    session event is a hint to pigeond (the turn's end registers the session anyway)."""
+    if os.fork() != 0:
+        return
+    try:
+        os.setsid()
+        nowhere = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(nowhere, fd)
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, DEADLINE_S)
+        call()
+    except BaseException:
+        pass
+    finally:
+        os._exit(0)
+
+
 def entry() -> None:
-    sys.exit(main())
+    sys.exit(main(detach=in_background))
