@@ -105,9 +105,9 @@ def main() -> None:
         medians[name] = p50
         print(f"| {name} | {p50:.1f} | {p90:.1f} |")
     hook, own = medians["pigeon-hook stop, pigeond"], medians["pigeon-hook stop, stand-in"]
-    base = medians["python -c pass"]
+    baseline = medians["python -c pass"]
     verdict = "met" if hook <= GOAL_P50_MS else "NOT met"
-    print(f"\nratio hook/baseline (p50): {hook / base:.2f} against pigeond, {own / base:.2f}"
+    print(f"\nratio hook/baseline (p50): {hook / baseline:.2f} against pigeond, {own / baseline:.2f}"
           f" against the stand-in; pigeond's turn end adds {hook - own:.1f} ms;"
           f" goal p50 <= {GOAL_P50_MS:g} ms (against pigeond): {verdict}")  # fmt: skip
 
