@@ -118,6 +118,13 @@ RULES: tuple[Rule, ...] = (
         Verdict.SYNTAX_ONLY,
         "needs systemd as PID 1 or a user manager, which the test machine does not run",
     ),
+    Rule(
+        r"(claude|codex) ",
+        Verdict.SYNTAX_ONLY,
+        "starts Claude Code or Codex, which need a model provider; the tests run the pinned"
+        " releases offline against fake models (tests/e2e/test_claude_code_e2e.py,"
+        " tests/e2e/test_codex_e2e.py)",
+    ),
     Rule(r"export PATH=", Verdict.RUN),
     Rule(r"(pigeond|pigeon|pigeon-send|curl) ", Verdict.RUN),
     Rule(r"TOKEN=", Verdict.RUN),
@@ -369,7 +376,12 @@ class World:
 
     def env(self) -> dict[str, str]:
         extra = {"XDG_RUNTIME_DIR": str(self.runtime_dir), "OPENCODE_SESSION_ID": AGENT_SESSION}
-        return without_pigeond_on_path(isolated_env(self.home, extra))
+        env = without_pigeond_on_path(isolated_env(self.home, extra))
+        # pigeon install-claude and install-codex write into the temporary home, never
+        # into the folders a developer's own Claude Code or Codex settings name
+        for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "CLAUDE_CODE_SESSION_ID"):
+            env.pop(name, None)
+        return env
 
 
 def wait_until_handed_off(daemon: DaemonProcess, msg_id: str) -> None:
