@@ -108,7 +108,8 @@ def main() -> None:
     baseline = medians["python -c pass"]
     verdict = "met" if hook <= GOAL_P50_MS else "NOT met"
     print(f"\nratio hook/baseline (p50): {hook / baseline:.2f} against pigeond,"
-          f" {own / baseline:.2f} against the stand-in; pigeond's turn end adds {hook - own:.1f} ms;"
+          f" {own / baseline:.2f} against the stand-in;"
+          f" pigeond's turn end adds {hook - own:.1f} ms;"
           f" goal p50 <= {GOAL_P50_MS:g} ms (against pigeond): {verdict}")  # fmt: skip
 
 
