@@ -130,6 +130,46 @@ def test_with_channel_a_batch_is_pushed_as_one_channel_notification(
         proc.communicate()
 
 
+def discover(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """A 2026-07-28 client's opening request, as Claude Code 2.1.332 sends it first."""
+    assert proc.stdout is not None
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    send(proc, {"id": 0, "method": "server/discover", "params": {"_meta": meta}})
+    return read_until(proc.stdout, lambda m: m.get("id") == 0)
+
+
+def test_with_channel_the_2026_era_is_refused_so_the_client_shakes_hands(
+    tmp_path: Path, stand_in: WaitStandIn
+) -> None:
+    """--channel: server/discover is not served (Claude Code drops channel notifications on
+    a 2026-07-28 connection); the handshake after it declares the channel."""
+    url = f"http://127.0.0.1:{stand_in.server_address[1]}"
+    proc = start(tmp_path, url, "--channel")
+    try:
+        assert discover(proc)["error"]["code"] == -32601  # method not found
+        result = handshake(proc)
+        assert result["protocolVersion"] == "2025-11-25"
+        assert result["capabilities"]["experimental"] == {"claude/channel": {}}
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def test_without_channel_the_2026_era_is_served(tmp_path: Path, stand_in: WaitStandIn) -> None:
+    """No --channel: server/discover answers (both protocol eras are served)."""
+    url = f"http://127.0.0.1:{stand_in.server_address[1]}"
+    proc = start(tmp_path, url)
+    try:
+        assert "2026-07-28" in discover(proc)["result"]["supportedVersions"]
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
 def test_without_channel_nothing_is_declared_or_polled(
     tmp_path: Path, stand_in: WaitStandIn
 ) -> None:

@@ -20,8 +20,11 @@ import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.server.runner import serve_loop
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
+from mcp.shared._stream_protocols import ReadStream, WriteStream
+from mcp.shared.message import SessionMessage
 from pydantic import BaseModel
 
 from pigeond import __version__
@@ -95,6 +98,31 @@ class PigeonServer(Server[Any]):
         return super().create_initialization_options(
             notification_options, experimental or None, extensions
         )
+
+    async def run(
+        self,
+        read_stream: ReadStream[SessionMessage | Exception],
+        write_stream: WriteStream[SessionMessage],
+        initialization_options: InitializationOptions,
+        raise_exceptions: bool = False,
+    ) -> None:
+        """With the channel on, the handshake era only (``initialize``, where the capability
+        above is declared): Claude Code 2.1.332 opens a 2026-07-28 connection
+        (``server/discover``) whenever a server serves one, and on such a connection it
+        drops channel notifications ("no unsolicited notification path").  Refused
+        ``server/discover`` (method not found), it falls back to the handshake."""
+        if not self.channel:
+            await super().run(read_stream, write_stream, initialization_options, raise_exceptions)
+            return
+        async with self.lifespan(self) as lifespan_context:
+            await serve_loop(
+                self,
+                read_stream,
+                write_stream,
+                lifespan_state=lifespan_context,
+                init_options=initialization_options,
+                raise_exceptions=raise_exceptions,
+            )
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
