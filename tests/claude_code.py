@@ -40,6 +40,14 @@ LOCK_TIMEOUT_S = 900.0
 VERSION_PROBE_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 120.0
 _MARKER = "pigeond-claude-code.json"
+API_KEY = "sk-fake-key-for-tests-only"
+# Variables that keep Claude Code off the network in ``claude -p``; in the interactive
+# session they also switch the channels feature off (see tests/claude_tui.py).
+PRIVACY_VARIABLES = (
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+    "DISABLE_TELEMETRY",
+    "DISABLE_AUTOUPDATER",
+)
 
 
 class ClaudeInstallError(RuntimeError):
@@ -195,10 +203,8 @@ def claude_env(home: Path, base_url: str, extra: Mapping[str, str] | None = None
         "HOME": str(home),
         "LANG": "C.UTF-8",
         "ANTHROPIC_BASE_URL": base_url,
-        "ANTHROPIC_API_KEY": "sk-fake-key-for-tests-only",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
+        "ANTHROPIC_API_KEY": API_KEY,
+        **dict.fromkeys(PRIVACY_VARIABLES, "1"),
         "XDG_CONFIG_HOME": str(home / ".config"),
         "XDG_CACHE_HOME": str(home / ".cache"),
         "XDG_DATA_HOME": str(home / ".local/share"),

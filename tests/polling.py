@@ -27,3 +27,14 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(every_s)
+
+
+class Budget:
+    """One bound shared by a sequence of waits (a test that must end in time whichever of
+    them fails): each is given what is left of it."""
+
+    def __init__(self, total_s: float) -> None:
+        self._deadline = time.monotonic() + total_s
+
+    def left(self) -> float:
+        return max(0.0, self._deadline - time.monotonic())

@@ -1,6 +1,7 @@
 """A real Claude Code session as a member of the swarm, for the end-to-end tests: its
 project's hooks call ``pigeon-hook`` (as ``pigeon install-claude`` writes them), and each
-``claude -p`` run is one or more turns of the one session."""
+``claude -p`` run is one or more turns of the one session; or the session is the
+interactive one, under tmux, with pigeond's channel (:meth:`ClaudeMember.start_tui`)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from tests.claude_code import ClaudeCode, ClaudeRun
+from tests.claude_tui import ClaudeTui, DeadEndProxy, seed_config, tui_env
 from tests.daemon_process import DaemonProcess
+from tests.polling import PATIENCE_S
 
 HOOK = Path(sys.executable).parent / "pigeon-hook"
 MCP_SERVER = Path(sys.executable).parent / "pigeon-mcp"
 FEEDBACK = "Stop hook feedback:\n"
 OPENING = re.compile(r'^<swarm_message [^>]*\bmsg_id="([^"]*)"', re.MULTILINE)
+CHANNEL_SERVER = "pigeon"  # the MCP server's name: the channel is server:pigeon
 HOOK_EVENTS = {"SessionStart": "session-start", "UserPromptSubmit": "prompt-submit", "Stop": "stop"}
 
 
@@ -31,6 +35,25 @@ def hooks_settings(stop_command: str | None = None) -> dict[str, Any]:
             command = stop_command
         hooks[event] = [{"hooks": [{"type": "command", "command": command}]}]
     return {"hooks": hooks}
+
+
+def send(daemon: DaemonProcess, to: str, payload: str, **fields: object) -> str:
+    """``POST /swarm/send`` from ``ses_tester``; the msg_id it was accepted as."""
+    body = {"from": "ses_tester", "to": to, "payload": payload, **fields}
+    status, answer = daemon.request_json("POST", "/swarm/send", body)
+    assert status == 202, answer
+    return str(answer["msg_id"])
+
+
+def stored(daemon: DaemonProcess, msg_id: str) -> dict[str, Any]:
+    """``GET /swarm/message/<msg_id>``."""
+    status, found = daemon.request_json("GET", f"/swarm/message/{msg_id}")
+    assert status == 200 and isinstance(found, dict), found
+    return found
+
+
+def receipt(daemon: DaemonProcess, msg_id: str) -> str:
+    return str(stored(daemon, msg_id)["receipt"])
 
 
 class ClaudeMember:
@@ -70,6 +93,26 @@ class ClaudeMember:
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
+    def start_tui(
+        self, proxy: DeadEndProxy, folder: Path, timeout_s: float = PATIENCE_S
+    ) -> ClaudeTui:
+        """The session, interactive, with ``pigeon-mcp --channel`` as its channel; started,
+        its channels' consent given; files (MCP config, tmux socket) in ``folder``."""
+        config = folder / "mcp.json"
+        server = {"command": str(MCP_SERVER), "args": ["--channel"]}
+        config.write_text(json.dumps({"mcpServers": {CHANNEL_SERVER: server}}))
+        seed_config(self.claude.home, self.project)
+        args = ["--mcp-config", str(config), "--session-id", self.id]
+        args += ["--dangerously-load-development-channels", f"server:{CHANNEL_SERVER}"]
+        tui = ClaudeTui(self.claude, self.project, tui_env(self.claude, proxy, self.env()), args,
+                        folder)  # fmt: skip
+        try:
+            tui.accept(timeout_s)
+        except BaseException:
+            tui.close()
+            raise
+        return tui
+
     def transcript(self) -> Path:
         found = list((self.claude.home / ".claude" / "projects").glob(f"*/{self.id}.jsonl"))
         assert len(found) == 1, found
@@ -89,6 +132,30 @@ class ClaudeMember:
             if isinstance(content, str) and content.startswith(FEEDBACK):
                 texts.append(content[len(FEEDBACK) :])
         return texts
+
+    def user_texts(self) -> list[str]:
+        """The text of every user entry (a prompt, a hook's feedback, a channel's push),
+        tool results left out."""
+        texts = []
+        for entry in self.entries():
+            content = (
+                entry.get("message", {}).get("content") if entry.get("type") == "user" else None
+            )
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+            for block in blocks if isinstance(blocks, list) else []:
+                if isinstance(block, dict) and block.get("type") == "text":
+                    texts.append(str(block.get("text")))
+        return texts
+
+    def pushed(self) -> list[str]:
+        """The texts the channel pushed, as the session stored them (user entries whose
+        origin is the channel)."""
+        return [
+            str(entry["message"]["content"])
+            for entry in self.entries()
+            if entry.get("type") == "user"
+            and entry.get("origin") == {"kind": "channel", "server": CHANNEL_SERVER}
+        ]
 
     def envelope_ids(self) -> list[str]:
         """The msg_ids of every envelope the session was given, in order, repeats kept."""

@@ -16,7 +16,7 @@ import pytest
 from tests.claude_code import ClaudeCode
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.e2e.agents import Agent, start_pigeond, wait_until
-from tests.e2e.claude_member import HOOK, MCP_SERVER, ClaudeMember
+from tests.e2e.claude_member import HOOK, MCP_SERVER, ClaudeMember, receipt, send
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
 
@@ -39,19 +39,6 @@ def member(claude: ClaudeCode, tmp_path: Path, daemon: DaemonProcess) -> ClaudeM
     session.install_hooks()
     session.turn("hello")
     return session
-
-
-def receipt(daemon: DaemonProcess, msg_id: str) -> str:
-    status, stored = daemon.request_json("GET", f"/swarm/message/{msg_id}")
-    assert status == 200, stored
-    return str(stored["receipt"])
-
-
-def send(daemon: DaemonProcess, to: str, payload: str, **fields: object) -> str:
-    body = {"from": "ses_tester", "to": to, "payload": payload, **fields}
-    status, answer = daemon.request_json("POST", "/swarm/send", body)
-    assert status == 202, answer
-    return str(answer["msg_id"])
 
 
 def test_an_opencode_send_reaches_a_claude_session_at_its_turn_end_once(
