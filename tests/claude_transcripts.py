@@ -100,17 +100,23 @@ def _cut(value: Any) -> Any:
 
 
 def sanitized(run: ClaudeRun, work: Path) -> str:
-    """The run's transcript as a fixture: every line kept, in order; the private paths
-    written as /home/user; long strings and lists (system prompts, tool listings) cut in
-    the bookkeeping entries, never in user or assistant entries."""
+    """The run's transcript as a fixture (:func:`sanitized_file`)."""
+    return sanitized_file(run.transcript(), run.home, work)
+
+
+def sanitized_file(transcript: Path, home: Path, work: Path) -> str:
+    """A transcript as a fixture: every line kept, in order; the private paths (``home``,
+    ``work``) written as /home/user; long strings and lists (system prompts, tool listings)
+    cut in the bookkeeping entries, never in user or assistant entries."""
     out = []
-    for line in run.transcript().read_text(encoding="utf-8").splitlines():
+    for line in transcript.read_text(encoding="utf-8").splitlines():
         entry = json.loads(line)
         if entry.get("type") not in KEPT_WHOLE:
             entry = _cut(entry)
         text = json.dumps(entry, ensure_ascii=False)
-        text = text.replace(str(run.home), "/home/user").replace(str(work), "/home/user/work")
-        out.append(text.replace(sys.executable, "/usr/bin/python3"))
+        text = text.replace(str(home), "/home/user").replace(str(work), "/home/user/work")
+        text = text.replace(sys.executable, "/usr/bin/python3")
+        out.append(text.replace(str(Path(sys.executable).parent), "/usr/bin"))  # pigeon-hook
     return "\n".join(out) + "\n"
 
 
@@ -127,5 +133,16 @@ def record(into: Path = FIXTURES) -> None:
             print(f"{name}: {run.result['result']!r}")
 
 
+def record_channel(transcript: Path, home: Path, work: Path, into: Path = FIXTURES) -> None:
+    """Write ``channel.jsonl`` from the transcript of a session woken on its channel: a push
+    needs the interactive session, so the fixture is the session of
+    tests/e2e/test_claude_channel_e2e.py (run it with ``--basetemp``, then pass its
+    transcript, the session's HOME and the test's folder)."""
+    (into / "channel.jsonl").write_text(sanitized_file(transcript, home, work), encoding="utf-8")
+
+
 if __name__ == "__main__":
-    record()
+    if sys.argv[1:2] == ["--channel"]:
+        record_channel(*(Path(arg) for arg in sys.argv[2:5]))
+    else:
+        record()

@@ -68,6 +68,21 @@ def test_the_turn_after_stop_hook_feedback_answers_it() -> None:
     assert answers_in(entries, envelope_homes(entries)) == {"msg_stop1": answer}
 
 
+def test_a_channel_push_is_the_envelopes_home() -> None:
+    """A channel's push (user entry '<channel source=...>\n<envelope>', origin channel) homes it."""
+    entries = fixture("channel")
+    home = uuid_of(entries, "user", '<channel source="pigeon" from="pigeond">\n')
+    assert envelope_homes(entries) == {"msg_mx9b5nlw_b86c6a84": home}
+
+
+def test_the_turn_a_channel_push_started_answers_it() -> None:
+    """The assistant entry after the push answers its envelope."""
+    entries = fixture("channel")
+    homes = envelope_homes(entries)
+    reply = uuid_of(entries, "assistant", "ok: ")
+    assert answers_in(entries, homes) == {"msg_mx9b5nlw_b86c6a84": reply}
+
+
 def test_a_payload_that_mentions_a_msg_id_is_not_an_envelope() -> None:
     """The fixture's payload says msg_id="msg_fake": only the opening tag's id counts."""
     assert "msg_fake" not in envelope_homes(fixture("stop_block"))
