@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.claude_code import API_KEY, PRIVACY_VARIABLES, ClaudeCode
-from tests.polling import PATIENCE_S, wait_until
+from tests.polling import PATIENCE_S, Budget, wait_until
 
 TMUX_TIMEOUT_S = 30.0
 COLUMNS, ROWS = 200, 50
 CONSENT = "I am using this for local development"
+ENTER_AGAIN_S = 1.0  # how long the consent prompt is given to go after an Enter
 
 
 class _Refuse(BaseHTTPRequestHandler):
@@ -153,10 +154,19 @@ class ClaudeTui:
             return ""
 
     def accept(self, timeout_s: float = PATIENCE_S) -> None:
-        """Answer the development channels' consent prompt (its first choice, selected)."""
-        wait_until(lambda: CONSENT in self.screen(), timeout_s, "the channels' consent prompt")
-        self._tmux("send-keys", "Enter")
-        wait_until(lambda: CONSENT not in self.screen(), timeout_s, "the consent accepted")
+        """Answer the development channels' consent prompt (its first choice, selected).
+        The prompt may be drawn before it reads keys, so Enter is sent again while it
+        stays on screen (an Enter on the empty prompt after it does nothing)."""
+        budget = Budget(timeout_s)
+        wait_until(lambda: CONSENT in self.screen(), budget.left(), "the channels' consent prompt")
+
+        def answered() -> bool:
+            if CONSENT not in self.screen():
+                return True
+            self._tmux("send-keys", "Enter")
+            return False
+
+        wait_until(answered, budget.left(), "the consent accepted", every_s=ENTER_AGAIN_S)
 
     def wait_logged(self, text: str, what: str, timeout_s: float = PATIENCE_S) -> str:
         """Until Claude Code's debug log has a line with ``text``; that line."""
