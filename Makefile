@@ -56,10 +56,12 @@ deb: $(STAMP) system-deps
 # Debian tools the .deb and the unit tests need: dpkg-deb (dpkg), systemd-analyze
 # (systemd), PostgreSQL's server programs for the tests' private clusters (postgresql:
 # initdb lives in /usr/lib/postgresql/<version>/bin, setpriv runs it unprivileged when
-# the tests run as root), and what the .deb depends on (python3, procps). Installed when missing
+# the tests run as root), tmux (an interactive Claude Code session in the channel test), and
+# what the .deb depends on (python3, procps). Installed when missing
 # and running as root (as CI does); otherwise only named.
 SYSTEM_TOOLS := dpkg-deb:dpkg systemd-analyze:systemd /usr/bin/python3:python3 /bin/kill:procps sqlite3:sqlite3 \
-	$(or $(firstword $(wildcard /usr/lib/postgresql/*/bin/initdb)),initdb):postgresql setpriv:util-linux
+	$(or $(firstword $(wildcard /usr/lib/postgresql/*/bin/initdb)),initdb):postgresql setpriv:util-linux \
+	tmux:tmux
 system-deps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do \
 		tool=$${pair%%:*}; pkg=$${pair##*:}; \
