@@ -18,9 +18,10 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+
+from tests.stdlib_http import JsonHandler
 
 HOLD_LIMIT_S = 60.0  # a held answer is sent after this at the latest (a test that failed)
 NOTHING_WAITING = json.dumps({"text": None, "msg_ids": []}).encode()
@@ -33,29 +34,21 @@ class Seen:
     body: Any
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
     def do_POST(self) -> None:
         standin = self.server.standin
-        raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        raw = self.read_body()
         try:
             body = json.loads(raw)
         except ValueError:
             body = raw
         standin.record(Seen("POST", self.path, body))
         standin.released.wait(HOLD_LIMIT_S)
-        data = standin.next_body()
-        self.send_response(standin.status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
         with contextlib.suppress(OSError):  # the hook may have given up and gone
-            self.wfile.write(data)
+            self.send_bytes(standin.status, standin.next_body())
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

@@ -1,13 +1,12 @@
 """The real Claude Code (npm ``@anthropic-ai/claude-code``), installed once and run offline.
 
-:func:`ensure_claude_code` installs the pinned :data:`CLAUDE_CODE_VERSION` from the npm
-registry once, into ``<cache>/claude-code/<version>/`` (``<cache>`` as for opencode:
-``$PIGEOND_TEST_CACHE``, else ``<repo root>/.cache``; see :mod:`tests.e2e.opencode_dist`,
-whose lock it shares), and returns the path of the native ``claude`` binary.  The npm
-package is a wrapper whose postinstall copies the binary of its platform package
-(``@anthropic-ai/claude-code-linux-x64`` ...) over a stub; the tests install with
-``--ignore-scripts`` and run that platform package's ``claude`` directly.  Without npm
-this raises :class:`ClaudeInstallError`: the tests that need it fail, they never skip.
+:func:`ensure_claude_code` installs the pinned :data:`CLAUDE_CODE_VERSION` once, into
+``<cache>/claude-code/<version>/`` (with :mod:`tests.npm_install`, as opencode is), and
+returns the path of the native ``claude`` binary.  The npm package is a wrapper whose
+postinstall copies the binary of its platform package (``@anthropic-ai/claude-code-linux-x64``
+...) over a stub; the tests install with ``--ignore-scripts`` and run that platform
+package's ``claude`` directly.  Without npm this raises :class:`ClaudeInstallError`: the
+tests that need it fail, they never skip.
 
 :class:`ClaudeCode` runs ``claude -p PROMPT --output-format json`` in a private HOME
 against :class:`tests.fake_anthropic.FakeAnthropic`, with the environment under which it
@@ -17,29 +16,22 @@ update check): see :func:`claude_env`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.opencode_dist import cache_root, exclusive_lock
+from tests.npm_install import NpmInstallError, NpmTool, ensure_installed, first_reporting, installed
 
 # The one place the tested Claude Code version is named.
 CLAUDE_CODE_VERSION = "2.1.332"
 NPM_PACKAGE = "@anthropic-ai/claude-code"
-NPM_INSTALL_TIMEOUT_S = 600.0
-LOCK_TIMEOUT_S = 900.0
-VERSION_PROBE_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 120.0
-_MARKER = "pigeond-claude-code.json"
 API_KEY = "sk-fake-key-for-tests-only"
 # Variables that keep Claude Code off the network in ``claude -p``; in the interactive
 # session they also switch the channels feature off (see tests/claude_tui.py).
@@ -50,92 +42,22 @@ PRIVACY_VARIABLES = (
 )
 
 
-class ClaudeInstallError(RuntimeError):
+class ClaudeInstallError(NpmInstallError):
     """npm is missing, the install failed, or no working binary was found."""
 
 
 def claude_code_cache() -> Path:
-    return cache_root() / "claude-code"
+    return CLAUDE_CODE.root()
 
 
 def installed_binary(version: str = CLAUDE_CODE_VERSION) -> Path | None:
     """The binary of an already finished install of ``version``, or None."""
-    folder = claude_code_cache() / version
-    try:
-        marker = json.loads((folder / _MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(marker, dict) or marker.get("version") != version:
-        return None
-    binary = folder / str(marker.get("binary"))
-    return binary if binary.is_file() and os.access(binary, os.X_OK) else None
+    return installed(CLAUDE_CODE, version)
 
 
 def ensure_claude_code(version: str = CLAUDE_CODE_VERSION) -> Path:
     """Install ``@anthropic-ai/claude-code@version`` unless cached; return its binary."""
-    found = installed_binary(version)
-    if found is not None:
-        return found
-    root = claude_code_cache()
-    root.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(root / ".install.lock", LOCK_TIMEOUT_S):
-        found = installed_binary(version)  # another process may have finished meanwhile
-        return found if found is not None else _install(version, root)
-
-
-def _install(version: str, root: Path) -> Path:
-    npm = shutil.which("npm")
-    if npm is None:
-        raise ClaudeInstallError(
-            f"npm is not on PATH: these tests install {NPM_PACKAGE}@{version} from the npm"
-            f" registry (once, into {root}). Install Node.js and npm."
-        )
-    staging = Path(tempfile.mkdtemp(prefix=f".{version}.staging-", dir=root))
-    staging.chmod(0o755)
-    log_path = staging / "npm-install.log"
-    command = [npm, "install", "--save-exact", "--no-audit", "--no-fund"]
-    command += ["--no-update-notifier", "--include=optional", "--ignore-scripts"]
-    command.append(f"{NPM_PACKAGE}@{version}")
-    try:
-        package = {"name": "pigeond-tests-claude-code", "private": True}
-        (staging / "package.json").write_text(json.dumps(package) + "\n", encoding="utf-8")
-        with open(log_path, "wb") as log:
-            try:
-                result = subprocess.run(
-                    command,
-                    cwd=staging,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    timeout=NPM_INSTALL_TIMEOUT_S,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise ClaudeInstallError(
-                    f"{' '.join(command)} took over {NPM_INSTALL_TIMEOUT_S:g} s\n" + _tail(log_path)
-                ) from exc
-        if result.returncode != 0:
-            raise ClaudeInstallError(
-                f"{' '.join(command)} failed (exit {result.returncode})\n" + _tail(log_path)
-            )
-        binary = _find_binary(staging, version)
-        marker = {"version": version, "binary": str(binary.relative_to(staging))}
-        (staging / _MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
-        target = root / version
-        if target.exists():  # a broken earlier install (no valid marker)
-            shutil.rmtree(target)
-        staging.rename(target)
-    except BaseException:
-        with contextlib.suppress(OSError):  # keep npm's log where the user can read it
-            shutil.copyfile(log_path, root / f"npm-install-{version}.log")
-        raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    found = installed_binary(version)
-    if found is None:
-        raise ClaudeInstallError(f"Claude Code {version} was installed into {root} but not found")
-    return found
+    return ensure_installed(CLAUDE_CODE, version)
 
 
 def _platform_package() -> str:
@@ -151,42 +73,25 @@ def _find_binary(folder: Path, version: str) -> Path:
         (p for p in folder.glob("node_modules/@anthropic-ai/claude-code-*/claude") if p.is_file()),
         key=lambda p: (p.parent.name != preferred, p.parent.name),
     )
-    tried = []
-    probe_home = folder / ".probe-home"
-    probe_home.mkdir()
-    try:
-        for candidate in candidates:
-            try:
-                result = subprocess.run(
-                    [str(candidate), "--version"],
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    text=True,
-                    timeout=VERSION_PROBE_TIMEOUT_S,
-                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(probe_home)},
-                    check=False,
-                )
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                tried.append(f"{candidate.parent.name}: {exc}")
-                continue
-            if result.returncode == 0 and result.stdout.split()[:1] == [version]:
-                return candidate
-            said = result.stdout[:80]
-            tried.append(f"{candidate.parent.name}: exit {result.returncode} {said!r}")
-    finally:
-        shutil.rmtree(probe_home, ignore_errors=True)
-    raise ClaudeInstallError(
-        f"no working Claude Code {version} binary under {folder}/node_modules/@anthropic-ai"
-        f" (looked for {preferred} and its variants); tried: {tried or 'none found'}"
+    binary, tried = first_reporting(
+        candidates, version, folder / ".probe-home", lambda out: (out.split() or [""])[0]
     )
+    if binary is None:
+        raise ClaudeInstallError(
+            f"no working Claude Code {version} binary under {folder}/node_modules/@anthropic-ai"
+            f" (looked for {preferred} and its variants); tried: {tried or 'none found'}"
+        )
+    return binary
 
 
-def _tail(path: Path, limit: int = 4000) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return f"(no log at {path})"
-    return f"--- {path.name} (tail) ---\n{text[-limit:]}"
+CLAUDE_CODE = NpmTool(
+    package=NPM_PACKAGE,
+    folder="claude-code",
+    marker="pigeond-claude-code.json",
+    project="pigeond-tests-claude-code",
+    error=ClaudeInstallError,
+    program=_find_binary,
+)
 
 
 # -- running it ---------------------------------------------------------------------------

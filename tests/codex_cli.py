@@ -1,25 +1,16 @@
 """The real Codex CLI (npm ``@openai/codex``, pinned) for end-to-end tests, installed once
-with npm into ``<cache>/codex/<version>/`` as tests/e2e/opencode_dist.py installs opencode
-(``$PIGEOND_TEST_CACHE``, else ``<repo>/.cache``; one install at a time, under a lock;
+with npm into ``<cache>/codex/<version>/`` as opencode is (:mod:`tests.npm_install`:
+``$PIGEOND_TEST_CACHE``, else ``<repo>/.cache``; one install at a time, under a lock;
 an interrupted install leaves nothing that looks installed), and run offline against
 tests/fake_openai.py with a private ``CODEX_HOME``."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.e2e.opencode_dist import (
-    LOCK_TIMEOUT_S,
-    NPM_INSTALL_TIMEOUT_S,
-    cache_root,
-    exclusive_lock,
-)
+from tests.npm_install import NpmInstallError, NpmTool, ensure_installed
 
 CODEX_VERSION = "0.171.0"
 ENTRY = Path("node_modules") / "@openai" / "codex" / "bin" / "codex.js"
@@ -27,54 +18,23 @@ MARKER = "pigeond-codex.json"
 RUN_TIMEOUT_S = 120.0
 
 
-class CodexInstallError(RuntimeError):
+class CodexInstallError(NpmInstallError):
     """npm is missing, or the install failed."""
 
 
-def _installed(folder: Path) -> Path | None:
-    try:
-        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    entry = folder / ENTRY
-    ok = isinstance(marker, dict) and marker.get("version") == CODEX_VERSION and entry.is_file()
-    return entry if ok else None
+CODEX = NpmTool(
+    package="@openai/codex",
+    folder="codex",
+    marker=MARKER,
+    project="pigeond-e2e-codex",
+    error=CodexInstallError,
+    program=ENTRY,
+)
 
 
 def ensure_codex() -> Path:
     """``@openai/codex@CODEX_VERSION`` installed (once); the path of its ``codex.js``."""
-    root = cache_root() / "codex"
-    found = _installed(root / CODEX_VERSION)
-    if found is not None:
-        return found
-    root.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(root / ".install.lock", LOCK_TIMEOUT_S):
-        found = _installed(root / CODEX_VERSION)
-        if found is not None:
-            return found
-        npm = shutil.which("npm")
-        if npm is None:
-            raise CodexInstallError(
-                f"npm is not on PATH: the Codex tests install @openai/codex@{CODEX_VERSION}"
-                " from the npm registry (install Node.js and npm)"
-            )
-        staging = Path(tempfile.mkdtemp(prefix=f".{CODEX_VERSION}.staging-", dir=root))
-        (staging / "package.json").write_text('{"name": "pigeond-e2e-codex", "private": true}\n')
-        command = [
-            npm, "install", "--save-exact", "--no-audit", "--no-fund", "--no-update-notifier",
-            "--include=optional", "--ignore-scripts", f"@openai/codex@{CODEX_VERSION}",
-        ]  # fmt: skip
-        with open(staging / "npm-install.log", "wb") as log:
-            result = subprocess.run(
-                command, cwd=staging, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, timeout=NPM_INSTALL_TIMEOUT_S, check=False,
-            )  # fmt: skip
-        if result.returncode != 0 or not (staging / ENTRY).is_file():
-            raise CodexInstallError(f"npm install failed: see {staging / 'npm-install.log'}")
-        (staging / MARKER).write_text(json.dumps({"version": CODEX_VERSION}) + "\n")
-        staging.chmod(0o755)
-        os.replace(staging, root / CODEX_VERSION)
-        return root / CODEX_VERSION / ENTRY
+    return ensure_installed(CODEX, CODEX_VERSION)
 
 
 def codex_home(folder: Path, model_url: str) -> Path:

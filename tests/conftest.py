@@ -12,6 +12,7 @@ from zope.interface import implementer
 
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.postgres import open_postgres
+from tests.agent_routes_standin import AgentRoutesStandIn
 from tests.claude_code import ClaudeCode, ClaudeInstallError, ensure_claude_code
 from tests.daemon_process import DaemonFactory
 from tests.fake_anthropic import FakeAnthropic
@@ -172,3 +173,14 @@ def fake_anthropic(tmp_path: Path) -> Iterator[FakeAnthropic]:
 def claude(claude_binary: Path, fake_anthropic: FakeAnthropic, tmp_path: Path) -> ClaudeCode:
     """The real Claude Code in a private HOME (tmp_path/claude-home) against the fake model."""
     return ClaudeCode(claude_binary, tmp_path / "claude-home", fake_anthropic.base_url)
+
+
+@pytest.fixture
+def standin() -> Iterator[AgentRoutesStandIn]:
+    """A stand-in of pigeond's agent routes on a Unix socket (tests/agent_routes_standin.py),
+    for pigeon-hook; a module may have a ``standin`` of its own (test_unsupported_api.py)."""
+    server = AgentRoutesStandIn()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -16,8 +16,10 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from tests.stdlib_http import JsonHandler
 
 CALL_RE = re.compile(r"CALLTOOL (\S+) (\{.*\})", re.S)
 
@@ -46,24 +48,16 @@ def plan(body: dict[str, Any]) -> tuple[str, str, str]:
     return "text", "ok: " + text.strip()[:40], ""
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
     def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        body = json.loads(self.rfile.read(length) or b"{}")
+        body = json.loads(self.read_body() or b"{}")
         with self.server.lock:
             self.server.requests.append(body)
         if not self.path.split("?")[0].endswith("/responses"):
-            data = b'{"error": {"message": "not found"}}'
-            self.send_response(404)
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.send_json(404, {"error": {"message": "not found"}})
             return
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")

@@ -15,7 +15,10 @@ class JsonHandler(BaseHTTPRequestHandler):
     """A handler that answers JSON and logs nothing."""
 
     def send_json(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
+        self.send_bytes(status, json.dumps(body).encode())
+
+    def send_bytes(self, status: int, data: bytes) -> None:
+        """``data`` as the body of a JSON answer (raw, so a test can answer garbage)."""
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
@@ -23,7 +26,7 @@ class JsonHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def read_body(self) -> bytes:
-        return self.rfile.read(int(self.headers.get("content-length", "0")))
+        return self.rfile.read(int(self.headers.get("content-length") or 0))
 
     def log_message(self, format: str, *args: object) -> None:
         pass

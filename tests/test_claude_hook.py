@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,15 +40,6 @@ class HookRun:
     returncode: int
     stdout: str
     stderr: str
-
-
-@pytest.fixture
-def standin() -> Iterator[AgentRoutesStandIn]:
-    server = AgentRoutesStandIn()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def hook_input(command: str, **changes: Any) -> str:

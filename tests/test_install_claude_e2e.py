@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +31,6 @@ BATCH = (
     '<swarm_message v="1" kind="chat" from="ses_peer" to="{session}" msg_id="msg_e2e1"'
     ' priority="normal">\nhello from the swarm\n</swarm_message>'
 )
-
-
-@pytest.fixture
-def standin() -> Iterator[AgentRoutesStandIn]:
-    server = AgentRoutesStandIn()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def programs(tmp_path: Path) -> Programs:

@@ -34,7 +34,6 @@ import contextlib
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any
 
 from pigeond.agents.claude_hook import EVENTS
 from pigeond.cli import claude_settings as cs
+from pigeond.cli.atomic_file import replace_file
 from pigeond.cli.install_plugin import SKILL_NAME, InstallError, bundled_skill
 
 SKILL_FILE = "SKILL.md"
@@ -198,23 +198,11 @@ def apply(change: Change) -> None:
             if change.path.name == SKILL_FILE:
                 target.parent.rmdir()
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = target.stat().st_mode & 0o7777
     except FileNotFoundError:
         mode = change.mode
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(change.content)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    replace_file(target, change.content, mode)
 
 
 def run(

@@ -9,11 +9,9 @@ person's config stays as it was, through install, re-install and ``--uninstall``
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import Table
 
+from pigeond.cli.atomic_file import replace_file
 from pigeond.model import NAME_RE
 from pigeond.terminal import visible
 
@@ -98,20 +97,9 @@ def merged(text: str, table: Table | None) -> str:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """``text`` replaces ``path`` atomically, keeping its mode (0600 when new)."""
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-    fd, tmp = tempfile.mkstemp(prefix=".config.toml.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    replace_file(path, text.encode("utf-8"), mode)
 
 
 def run(name: str | None, uninstall: bool, env: Mapping[str, str]) -> int:

@@ -11,16 +11,15 @@ opencode 1.15 and 1.18 list to the model (checked with the real binaries).
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
+from pigeond.cli.atomic_file import replace_file
 from pigeond.credentials import address_order
 
 SKILL_NAME = "swarm-messaging"
@@ -104,19 +103,7 @@ def write_file(target: Path, source: bytes) -> Outcome:
         current = None
     if current == source:
         return Outcome.UNCHANGED
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(source)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    replace_file(target, source, 0o644)
     return Outcome.INSTALLED if current is None else Outcome.UPDATED
 
 

@@ -99,16 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Copy pigeond's opencode plugin where opencode loads it: the user's global"
         " opencode config (the default) or one project's .opencode folder.",
     )
-    where = plugin.add_mutually_exclusive_group()
-    where.add_argument(
+    add_scope_options(
+        plugin,
         "--global",
-        dest="project",
-        action="store_const",
-        const=None,
-        help="$XDG_CONFIG_HOME/opencode/plugin (default ~/.config/opencode/plugin): every session",
-    )
-    where.add_argument(
-        "--project", metavar="DIR", help="DIR/.opencode/plugin: sessions in DIR and below"
+        "$XDG_CONFIG_HOME/opencode/plugin (default ~/.config/opencode/plugin): every session",
+        "DIR/.opencode/plugin: sessions in DIR and below",
     )
 
     claude = sub.add_parser(
@@ -118,19 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         " (swarm-messaging) into Claude Code's settings for the user (the default) or one"
         " project, keeping everything else in them as it is.",
     )
-    scope = claude.add_mutually_exclusive_group()
-    scope.add_argument(
+    add_scope_options(
+        claude,
         "--user",
-        dest="project",
-        action="store_const",
-        const=None,
-        help="~/.claude.json (mcpServers), ~/.claude/settings.json (hooks), ~/.claude/skills"
+        "~/.claude.json (mcpServers), ~/.claude/settings.json (hooks), ~/.claude/skills"
         " ($CLAUDE_CONFIG_DIR for ~/.claude when set): every session",
-    )
-    scope.add_argument(
-        "--project",
-        metavar="DIR",
-        help="DIR/.mcp.json, DIR/.claude/settings.local.json, DIR/.claude/skills: sessions"
+        "DIR/.mcp.json, DIR/.claude/settings.local.json, DIR/.claude/skills: sessions"
         " started in DIR",
     )
     claude.add_argument(
@@ -154,3 +142,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("send", help="send a message: exactly pigeon-send", add_help=False)
     return parser
+
+
+def add_scope_options(
+    parser: argparse.ArgumentParser, everywhere: str, everywhere_help: str, project_help: str
+) -> None:
+    """An install's scope: ``everywhere`` (the default: ``project`` None) or ``--project
+    DIR``, one or the other."""
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        everywhere, dest="project", action="store_const", const=None, help=everywhere_help
+    )
+    scope.add_argument("--project", metavar="DIR", help=project_help)

@@ -12,6 +12,8 @@
   (where a test starts pigeond, or leaves nothing to show an outage) and at
   ``plugin_token_link`` for the token: a link to the token file of the test's
   pigeond, which holds a token even before (or without) a pigeond.
+* ``daemon``: the test's pigeond on ``plugin_pigeond_port``, delivering to
+  ``opencode_with_plugin`` in turns.
 * ``opencode_with_plugin_b``: a second such opencode, another host's, for tests of
   several daemons on one PostgreSQL: its tools call pigeond on ``plugin_pigeond_port_b``
   with the token ``plugin_token_link_b`` leads to (the test points it at its second
@@ -33,7 +35,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import client_token_file
+from tests.daemon_process import DaemonFactory, DaemonProcess, client_token_file
+from tests.e2e.agents import start_pigeond
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_dist import (
     OPENCODE_1_15,
@@ -181,6 +184,15 @@ def opencode_with_plugin(
         "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
     }
     yield from _serve(OPENCODE_1_18, tmp_path_factory, fake_llm_server, env, _install_plugin)
+
+
+@pytest.fixture
+def daemon(
+    daemons: DaemonFactory, tmp_path: Path, opencode_with_plugin: OpencodeServer,
+    plugin_pigeond_port: int,
+) -> DaemonProcess:  # fmt: skip
+    """pigeond where ``opencode_with_plugin``'s tools call it, delivering to it in turns."""
+    return start_pigeond(daemons, tmp_path, opencode_with_plugin, plugin_pigeond_port)
 
 
 @pytest.fixture(scope="session")

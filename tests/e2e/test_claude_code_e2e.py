@@ -25,14 +25,6 @@ MSG_ID = re.compile(r"\bmsg_[A-Za-z0-9_-]+")
 
 
 @pytest.fixture
-def daemon(
-    daemons: DaemonFactory, tmp_path: Path, opencode_with_plugin: OpencodeServer,
-    plugin_pigeond_port: int,
-) -> DaemonProcess:  # fmt: skip
-    return start_pigeond(daemons, tmp_path, opencode_with_plugin, plugin_pigeond_port)
-
-
-@pytest.fixture
 def member(claude: ClaudeCode, tmp_path: Path, daemon: DaemonProcess) -> ClaudeMember:
     """A Claude Code session with pigeond's hooks, started (registered, idle)."""
     session = ClaudeMember(claude, tmp_path / "project", daemon)

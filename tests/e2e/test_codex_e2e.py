@@ -8,15 +8,15 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from pigeond.cli.pigeon import main as pigeon_main
 from tests.codex_cli import codex_exec, codex_home, ensure_codex
-from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
-from tests.e2e.agents import Agent, start_pigeond, wait_until
+from tests.daemon_process import DaemonProcess, isolated_env
+from tests.e2e.agents import Agent, wait_until
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
 from tests.fake_openai import FakeOpenAI, running_fake_openai
@@ -38,38 +38,40 @@ def codex_env(tmp_path: Path, fake_openai: FakeOpenAI) -> dict[str, str]:
     return env
 
 
-def reach(env: dict[str, str], daemon: DaemonProcess) -> dict[str, str]:
-    """The variables by which pigeon-mcp, started by Codex, finds the test daemon."""
-    return {**env, "PIGEOND_URL": daemon.base_url, "PIGEOND_TOKEN_FILE": str(daemon.token_file)}
+CodexCall = Callable[[str, dict[str, object]], str]
 
 
-def call(env: dict[str, str], cwd: Path, tool: str, args: dict[str, object]) -> str:
-    """Codex's model calls mcp__pigeon__<tool>; what Codex printed (the tool's text)."""
-    prompt = f"CALLTOOL mcp__pigeon__{tool} {json.dumps(args)}"
-    done: subprocess.CompletedProcess[str] = codex_exec(ensure_codex(), prompt, env, cwd)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert f"mcp: pigeon/{tool} (completed)" in done.stderr, done.stderr[-3000:]
-    return done.stdout
+@pytest.fixture
+def reviewer(codex_env: dict[str, str], daemon: DaemonProcess, tmp_path: Path) -> CodexCall:
+    """Codex as @reviewer, its pigeon-mcp pointed at the test's pigeond: ``reviewer(tool,
+    args)`` has Codex's model call ``mcp__pigeon__<tool>``; what Codex printed (the tool's
+    text)."""
+    env = {
+        **codex_env,
+        "PIGEOND_URL": daemon.base_url,
+        "PIGEOND_TOKEN_FILE": str(daemon.token_file),
+    }
+
+    def call(tool: str, args: dict[str, object]) -> str:
+        prompt = f"CALLTOOL mcp__pigeon__{tool} {json.dumps(args)}"
+        done: subprocess.CompletedProcess[str] = codex_exec(ensure_codex(), prompt, env, tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"mcp: pigeon/{tool} (completed)" in done.stderr, done.stderr[-3000:]
+        return done.stdout
+
+    return call
 
 
 def test_codex_sends_to_an_opencode_session_once(
     opencode_with_plugin: OpencodeServer,
     fake_llm: FakeLLM,
-    daemons: DaemonFactory,
-    tmp_path: Path,
-    plugin_pigeond_port: int,
-    codex_env: dict[str, str],
+    daemon: DaemonProcess,
+    reviewer: CodexCall,
 ) -> None:
     """swarm_send from Codex reaches the opencode session's transcript, exactly once, from
     the member mcp_reviewer."""
     target = Agent(opencode_with_plugin, fake_llm, "dirA", "target")
-    daemon = start_pigeond(daemons, tmp_path, opencode_with_plugin, plugin_pigeond_port)
-    said = call(
-        reach(codex_env, daemon),
-        tmp_path,
-        "swarm_send",
-        {"to": target.id, "payload": "Review PR 9"},
-    )
+    said = reviewer("swarm_send", {"to": target.id, "payload": "Review PR 9"})
     assert f"to {target.id}: " in said
     [(attributes, text)] = wait_until(lambda: target.envelopes(), f"the envelope at {target.id}")
     assert attributes["from"] == "mcp_reviewer"
@@ -81,16 +83,12 @@ def test_codex_sends_to_an_opencode_session_once(
 def test_codex_reads_what_was_sent_to_its_name(
     opencode_with_plugin: OpencodeServer,
     fake_llm: FakeLLM,
-    daemons: DaemonFactory,
-    tmp_path: Path,
-    plugin_pigeond_port: int,
-    codex_env: dict[str, str],
+    daemon: DaemonProcess,
+    reviewer: CodexCall,
 ) -> None:
     """A message sent to @reviewer is handed to Codex by its own swarm_read."""
     sender = Agent(opencode_with_plugin, fake_llm, "dirB", "sender")
-    daemon = start_pigeond(daemons, tmp_path, opencode_with_plugin, plugin_pigeond_port)
-    env = reach(codex_env, daemon)
-    first = call(env, tmp_path, "swarm_read", {})  # pigeon-mcp claims @reviewer at start
+    first = reviewer("swarm_read", {})  # pigeon-mcp claims @reviewer at start
     assert "pigeon-mcp:" not in first, first
     status, answer = daemon.request_json(
         "POST",
@@ -98,6 +96,6 @@ def test_codex_reads_what_was_sent_to_its_name(
         {"from": sender.id, "to": "@reviewer", "payload": "Please look at PR 9"},
     )
     assert status == 202, answer
-    said = call(env, tmp_path, "swarm_read", {}).replace('\\"', '"')  # the fake quotes JSON
+    said = reviewer("swarm_read", {}).replace('\\"', '"')  # the fake quotes JSON
     assert "<swarm_message " in said and 'to="mcp_reviewer"' in said
     assert "Please look at PR 9" in said
