@@ -74,8 +74,9 @@ def test_a_claude_session_sends_to_an_opencode_session_through_its_mcp_tool(
         "--mcp-config", str(config), "--allowedTools", "mcp__pigeon",
     )  # fmt: skip
     assert "tool said:" in run.result["result"], run.result
-    wait_until(lambda: len(target.envelopes()) == 1, "the envelope in opencode")
-    daemon.wait_idle()
+    [(attributes, _)] = wait_until(lambda: target.envelopes(), "the envelope in opencode")
+    answered = wait_until(lambda: receipt(daemon, attributes["msg_id"]) == "answered", "answered")
+    assert answered  # its delivery is over: nothing more can come of it
     [(attributes, text)] = target.envelopes()
     assert attributes["from"] == member.id
     assert text.count("hello from Claude Code") == 1

@@ -17,6 +17,7 @@ from pigeond.cli.pigeon import main as pigeon_main
 from tests.codex_cli import codex_exec, codex_home, ensure_codex
 from tests.daemon_process import DaemonProcess, isolated_env
 from tests.e2e.agents import Agent, wait_until
+from tests.e2e.claude_member import receipt
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
 from tests.fake_openai import FakeOpenAI, running_fake_openai
@@ -76,7 +77,8 @@ def test_codex_sends_to_an_opencode_session_once(
     [(attributes, text)] = wait_until(lambda: target.envelopes(), f"the envelope at {target.id}")
     assert attributes["from"] == "mcp_reviewer"
     assert text.endswith("\nReview PR 9\n</swarm_message>")
-    daemon.wait_idle()
+    answered = wait_until(lambda: receipt(daemon, attributes["msg_id"]) == "answered", "answered")
+    assert answered  # its delivery is over: nothing more can come of it
     assert len(target.envelopes()) == 1
 
 
