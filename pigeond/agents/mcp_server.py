@@ -23,8 +23,6 @@ from mcp.server.models import InitializationOptions
 from mcp.server.runner import serve_loop
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
-from mcp.shared._stream_protocols import ReadStream, WriteStream
-from mcp.shared.message import SessionMessage
 from pydantic import BaseModel
 
 from pigeond import __version__
@@ -101,8 +99,9 @@ class PigeonServer(Server[Any]):
 
     async def run(
         self,
-        read_stream: ReadStream[SessionMessage | Exception],
-        write_stream: WriteStream[SessionMessage],
+        # the SDK's own types for these are in a private module (mcp.shared._stream_protocols)
+        read_stream: Any,
+        write_stream: Any,
         initialization_options: InitializationOptions,
         raise_exceptions: bool = False,
     ) -> None:
