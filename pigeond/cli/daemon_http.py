@@ -161,10 +161,12 @@ def socket_refusal(path: str) -> str:
         return _closed_folder(path)
     except OSError as e:
         return f"{path}: cannot connect: {e.strerror}"
-    where = f"{path} exists but is not open to you ({_whose(sock)})"
-    if stat.S_IMODE(sock.st_mode) & stat.S_IWGRP:
-        return f"{where}: {_group_fix(_name_of_group(sock.st_gid), sock.st_gid)}"
-    return f"{where}: only its owner may use it; is it another user's pigeond?"
+    return _not_open(
+        f"{path} exists but is not open to you",
+        sock,
+        stat.S_IWGRP,
+        "only its owner may use it; is it another user's pigeond?",
+    )
 
 
 def _closed_folder(path: str) -> str:
@@ -174,10 +176,21 @@ def _closed_folder(path: str) -> str:
         info = os.stat(folder)
     except OSError as e:
         return f"{path}: cannot connect: {e.strerror}"
-    where = f"{path}: its folder {folder} is not open to you ({_whose(info)})"
-    if stat.S_IMODE(info.st_mode) & stat.S_IXGRP:
-        return f"{where}: {_group_fix(_name_of_group(info.st_gid), info.st_gid)}"
-    return f"{where}: only its owner may use it"
+    return _not_open(
+        f"{path}: its folder {folder} is not open to you",
+        info,
+        stat.S_IXGRP,
+        "only its owner may use it",
+    )
+
+
+def _not_open(what: str, info: os.stat_result, group_bit: int, owner_only: str) -> str:
+    """``what (whose it is): what to do``: the group's way in when ``group_bit`` (the bit
+    that would let the caller in) is open to the group, else ``owner_only``."""
+    fix = owner_only
+    if stat.S_IMODE(info.st_mode) & group_bit:
+        fix = _group_fix(_name_of_group(info.st_gid), info.st_gid)
+    return f"{what} ({_whose(info)}): {fix}"
 
 
 def _whose(info: os.stat_result) -> str:
