@@ -18,6 +18,13 @@ from tests.daemon_process import DaemonFactory
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_opencode import FakeOpencode
 from tests.fixed_time import START_S
+from tests.operator_sql import (
+    SQLITE3_CLI,
+    SQLITE3_MODULE,
+    OperatorDb,
+    make_operator_db,
+    sqlite3_path,
+)
 from tests.pg_cluster import PgCluster, running_cluster
 
 # Synchronous tests run outside pytest-twisted's reactor (see tests/reactor_split.py).
@@ -88,6 +95,20 @@ def repo(request: pytest.FixtureRequest, backend: str, db_path: Path) -> Iterato
         repository = SwarmRepository(open_database(db_path))
     yield repository
     repository.close()
+
+
+@pytest.fixture
+def operator_db(tmp_path: Path) -> OperatorDb:
+    """The docs' $DB with messages in the states their queries look for
+    (tests/operator_sql.py)."""
+    return make_operator_db(tmp_path)
+
+
+@pytest.fixture(params=[SQLITE3_CLI, SQLITE3_MODULE])
+def sqlite_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """PATH for the docs' SQL: the machine's sqlite3, then Python's sqlite3 module standing
+    in for it (tests/operator_sql.py)."""
+    return sqlite3_path(request.param, tmp_path)
 
 
 @pytest.fixture

@@ -7,16 +7,7 @@ from __future__ import annotations
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
 from tests.messages import new_message
-from tests.test_docs_snippets import (
-    OperatorDb,
-    operator_db,
-    rows,
-    run_sql_command,
-    sqlite_path,
-    utc,
-)
-
-__all__ = ["operator_db", "sqlite_path"]  # the fixtures this module's tests take
+from tests.operator_sql import OperatorDb, rows, run_sql_command, utc
 
 TEAM = "team.backend"
 

@@ -2,7 +2,7 @@
 
 The ```sh blocks of the README and of the manual's pages (docs/, in mkdocs.yml's nav
 order: :func:`tests.docs_pages.user_docs`) are split into commands, and each command has
-exactly one verdict in :data:`RULES` (a new command without one fails
+exactly one verdict in :data:`tests.docs_commands.RULES` (a new command without one fails
 ``test_every_docs_command_has_exactly_one_verdict``):
 
 - ``RUN``: run in reading order, in one bash session (so ``export PATH=...`` and
@@ -26,296 +26,50 @@ becomes the failed message's id. The clients find the daemon as the docs say: ov
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from enum import Enum
 from pathlib import Path
 
 import pytest
 
 from pigeond.consent import Policy, held_reason
-from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
 from tests.daemon_process import DaemonProcess, isolated_env
+from tests.docs_commands import (
+    RULES,
+    SESSION_TIMEOUT_S,
+    Block,
+    Command,
+    Verdict,
+    code_blocks,
+    commands_with,
+    docs_commands,
+    matching_rules,
+    run_in_one_shell,
+    shell_blocks,
+)
 from tests.docs_pages import display, user_docs
 from tests.fake_opencode import FakeOpencode
 from tests.messages import new_message
+from tests.operator_sql import DAY_MS, OperatorDb, opened, rows, run_sql_command, utc
 
 REPO = Path(__file__).resolve().parent.parent
 USER_UNIT = REPO / "systemd" / "user" / "pigeond.service"
 VENV = Path(sys.executable).parent.parent
-SHELL_LANGS = ("sh", "bash", "shell", "console")
 
 DOCS_URL = "http://127.0.0.1:4097"
 DOCS_MSG_ID = "msg_mx61sqct_8cf15ecb"  # the msg_id the docs' examples show
 DOCS_SESSIONS = ("ses_TARGET", "ses_B")  # the targets their commands send to
 AGENT_SESSION = "ses_A"  # OPENCODE_SESSION_ID, as the plugin sets it in an agent's shell
-SESSION_TIMEOUT_S = 90.0
 DELIVERY_TIMEOUT_S = 15.0
-DAY_MS = 86_400_000
-
-
-class Verdict(Enum):
-    RUN = "run against a real pigeond"
-    SQL = "run with sqlite3 on a pigeond database"
-    DROP_IN = "written into a temporary home and verified"
-    SYNTAX_ONLY = "syntax-checked only"
-
-
-@dataclass(frozen=True)
-class Rule:
-    pattern: str  # matched at the start of the command
-    verdict: Verdict
-    reason: str = ""
-
-
-RULES: tuple[Rule, ...] = (
-    Rule(
-        r"make (run|test|lint|unit|bench)\b",
-        Verdict.SYNTAX_ONLY,
-        "serves in the foreground until stopped, or runs the test suite this test is part of",
-    ),
-    Rule(r"make venv\b", Verdict.SYNTAX_ONLY, "makes the virtualenv this test runs from"),
-    Rule(
-        r"make docs\b",
-        Verdict.SYNTAX_ONLY,
-        "writes into the checkout; test_docs.py makes the same pages in memory and runs the"
-        " same mkdocs build --strict into a temporary folder",
-    ),
-    Rule(
-        r"make deb\b",
-        Verdict.SYNTAX_ONLY,
-        "builds the .deb, as test_packaging.py::test_deb_builds_installs_runs_and_purges does",
-    ),
-    Rule(
-        r"sudo pigeond ",
-        Verdict.SYNTAX_ONLY,
-        "needs the installed /etc/pigeond/pigeond.toml; test_pigeond_cli.py::"
-        "test_check_config_of_the_system_file_shows_the_service_database runs it over an"
-        " overlaid /etc",
-    ),
-    Rule(
-        r"sudo (?!pigeond )",
-        Verdict.SYNTAX_ONLY,
-        "changes the machine as root (package, units, users, /etc) and most need systemd as"
-        " PID 1; tried by hand under a real systemd (../shared/systemd-ns)",
-    ),
-    Rule(r"sudoedit ", Verdict.SYNTAX_ONLY, "opens an editor on the installed package's file"),
-    Rule(r"echo .*\| sudo tee ", Verdict.SYNTAX_ONLY, "writes a secret into root's /etc/pigeond"),
-    Rule(
-        r"(systemctl|journalctl|loginctl) ",
-        Verdict.SYNTAX_ONLY,
-        "needs systemd as PID 1 or a user manager, which the test machine does not run",
-    ),
-    Rule(
-        r"(claude|codex) ",
-        Verdict.SYNTAX_ONLY,
-        "starts Claude Code or Codex, which need a model provider; the tests run the pinned"
-        " releases offline against fake models (tests/e2e/test_claude_code_e2e.py,"
-        " tests/e2e/test_codex_e2e.py)",
-    ),
-    Rule(r"export PATH=", Verdict.RUN),
-    Rule(r"(pigeond|pigeon|pigeon-send|curl) ", Verdict.RUN),
-    Rule(r"TOKEN=", Verdict.RUN),
-    Rule(r"DB=", Verdict.SQL),
-    Rule(r"sqlite3 ", Verdict.SQL),
-    Rule(r"(mkdir -p|cat >) ~/\.config/systemd/user/", Verdict.DROP_IN),
-)
-
-
-# -- reading the docs --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Block:
-    line: int  # line of the block's first line of code, in its page
-    lang: str
-    text: str
-    page: str = ""  # the page, relative to the checkout (README.md, docs/agents.md)
-
-
-@dataclass(frozen=True)
-class Command:
-    line: int  # line where the command starts, in its page
-    text: str
-    page: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.page}:{self.line}: {self.text.splitlines()[0]}"
-
-
-def code_blocks(text: str, page: str = "") -> list[Block]:
-    """Every fenced block (indented ones too, their indent removed), with its language."""
-    blocks: list[Block] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        opening = re.fullmatch(r"( *)```(\w*)\s*", lines[i])
-        if opening is None:
-            i += 1
-            continue
-        indent, lang = len(opening.group(1)), opening.group(2)
-        first_code_line = i + 2  # 1-based number of the line after the fence
-        body: list[str] = []
-        i += 1
-        while lines[i].strip() != "```":
-            body.append(lines[i][indent:])
-            i += 1
-        blocks.append(Block(first_code_line, lang, "\n".join(body) + "\n", page))
-        i += 1
-    return blocks
-
-
-def shell_blocks() -> list[Block]:
-    """Every shell block of the user docs, in reading order."""
-    blocks = [b for p in user_docs() for b in code_blocks(p.read_text("utf-8"), display(p))]
-    return [b for b in blocks if b.lang in SHELL_LANGS]
-
-
-def _scan(line: str, quote: str) -> tuple[str, str, str | None]:
-    """Follow one line's quoting: (quote still open, code without the comment, the
-    delimiter of a here-document it opens, if any)."""
-    i = 0
-    code_end = len(line)
-    heredoc = None
-    while i < len(line):
-        ch = line[i]
-        if quote == "'":
-            quote = "" if ch == "'" else quote
-        elif quote == '"':
-            if ch == "\\":
-                i += 1
-            elif ch == '"':
-                quote = ""
-        elif ch == "#" and (i == 0 or line[i - 1] in " \t;|&("):
-            code_end = i
-            break
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "\\":
-            i += 1
-        elif line.startswith("<<", i) and not line.startswith("<<<", i):
-            match = re.match(r"<<-?\s*(['\"]?)(\w+)\1", line[i:])
-            if match is not None:
-                heredoc = match.group(2)
-        i += 1
-    return quote, line[:code_end], heredoc
-
-
-def split_commands(block: Block) -> list[Command]:
-    """The block's commands: a line continued with ``\\``, an open quote or a
-    here-document belongs to the command it continues; blank and comment lines part them."""
-    commands: list[Command] = []
-    current: list[str] = []
-    start = 0
-    quote = ""
-    heredoc: str | None = None
-    in_heredoc = False
-    for offset, line in enumerate(block.text.splitlines()):
-        if in_heredoc:
-            current.append(line)
-            if line.strip() == heredoc:
-                in_heredoc = False
-                commands.append(Command(start, "\n".join(current), block.page))
-                current = []
-            continue
-        if not current and (not line.strip() or line.lstrip().startswith("#")):
-            continue
-        if not current:
-            start = block.line + offset
-        current.append(line)
-        quote, code, opened = _scan(line, quote)
-        heredoc = opened or heredoc
-        if quote or code.rstrip().endswith("\\"):
-            continue
-        if opened is not None:
-            in_heredoc = True
-            continue
-        commands.append(Command(start, "\n".join(current), block.page))
-        current = []
-    assert not current, f"{block.page}:{start}: unterminated command {current!r}"
-    return commands
-
-
-def docs_commands() -> list[Command]:
-    return [c for b in shell_blocks() for c in split_commands(b)]
-
-
-def matching_rules(command: Command) -> list[Rule]:
-    return [r for r in RULES if re.match(r.pattern, command.text)]
-
-
-def commands_with(verdict: Verdict) -> list[Command]:
-    return [c for c in docs_commands() if [r.verdict for r in matching_rules(c)] == [verdict]]
-
-
-# -- running commands in one shell ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Outcome:
-    command: Command
-    returncode: int | None  # None: the session was cut before it ran, or ended
-    stdout: str
-    stderr: str
-
-    def describe(self) -> str:
-        return f"{self.command}\n  exit {self.returncode}\n  stdout: {self.stdout!r}\n  " + (
-            f"stderr: {self.stderr!r}"
-        )
-
-
-def run_in_one_shell(
-    commands: Sequence[Command], env: Mapping[str, str], cwd: Path, timeout_s: float
-) -> list[Outcome]:
-    """Run the commands one after the other in a single bash, as an operator types them;
-    each one's exit status and output are kept apart. The whole session is bounded."""
-    out = Path(tempfile.mkdtemp(prefix="docs-out-"))  # never in cwd: it may be the checkout
-    script = []
-    for i, command in enumerate(commands):
-        script.append("{ " + command.text)
-        script.append(f'}} >"{out}/{i}.out" 2>"{out}/{i}.err" </dev/null; echo $? >"{out}/{i}.rc"')
-    proc = subprocess.Popen(
-        ["bash", "-c", "\n".join(script)],
-        env=dict(env),
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a command that hangs is killed with its children
-    )
-    try:
-        _, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"the docs' commands did not finish within {timeout_s:g} s")
-    assert stderr == "", f"bash itself complained: {stderr}"
-    outcomes = []
-    for i, command in enumerate(commands):
-        rc = out / f"{i}.rc"
-        outcomes.append(
-            Outcome(
-                command,
-                int(rc.read_text()) if rc.exists() else None,
-                (out / f"{i}.out").read_text() if rc.exists() else "",
-                (out / f"{i}.err").read_text() if rc.exists() else "",
-            )
-        )
-    shutil.rmtree(out)
-    return outcomes
 
 
 def without_pigeond_on_path(env: dict[str, str]) -> dict[str, str]:
@@ -457,101 +211,6 @@ def test_runnable_commands_exit_0_against_a_real_daemon(world: World) -> None:
 
 
 # -- SQL: the operator queries on a pigeond database -------------------------------------
-
-# sqlite3 [-header] [-column] DB SQL, done by Python's sqlite3 module: a stand-in for a
-# machine without the sqlite3 CLI, and a second SQLite build the queries must suit.
-SQLITE3_STAND_IN = """#!{python}
-import sqlite3, sys
-args = sys.argv[1:]
-db, sql = [a for a in args if not a.startswith("-")]
-conn = sqlite3.connect(db, isolation_level=None)
-cursor = conn.execute(sql)
-if "-header" in args and cursor.description:
-    print("  ".join(d[0] for d in cursor.description))
-for row in cursor.fetchall():
-    print("  ".join("" if v is None else str(v) for v in row))
-"""
-
-
-@dataclass(frozen=True)
-class OperatorDb:
-    home: Path
-    path: Path
-    hour_ago_ms: int
-    failed_id: str = "msg_failed1"
-    failed_error: str = "HTTP 404: session ses_b not found"
-
-
-@pytest.fixture(params=["sqlite3 CLI", "Python sqlite3 module"])
-def sqlite_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """PATH for the SQL commands: the machine's sqlite3, or the Python stand-in first."""
-    path = os.environ.get("PATH", os.defpath)
-    if request.param == "sqlite3 CLI":
-        if shutil.which("sqlite3") is None:
-            pytest.fail("the sqlite3 CLI is missing: `apt-get install sqlite3` (operators use it)")
-        return path
-    stand_in = tmp_path / "stand-in" / "sqlite3"
-    stand_in.parent.mkdir()
-    stand_in.write_text(SQLITE3_STAND_IN.format(python=sys.executable))
-    stand_in.chmod(0o755)
-    return f"{stand_in.parent}{os.pathsep}{path}"
-
-
-@pytest.fixture
-def operator_db(tmp_path: Path) -> OperatorDb:
-    """The docs' $DB (~/.local/state/pigeond/pigeond.db, HOME in tmp), made by pigeond's
-    storage: two messages queued for ses_a, one failed to ses_b, one channel message."""
-    home = tmp_path / "home"
-    path = home / ".local" / "state" / "pigeond" / "pigeond.db"
-    made = OperatorDb(home, path, int(time.time() * 1000) - 3_600_000)
-    t0 = made.hour_ago_ms
-    repo = SwarmRepository(open_database(path))
-    try:
-        for i, to in enumerate(("ses_a", "ses_a", "ses_b")):
-            msg_id = made.failed_id if to == "ses_b" else f"msg_queued{i}"
-            message = new_message(to, msg_id=msg_id, sender="operator-test")
-            repo.accept(message, t0 + i * 60_000, expires_at=t0 + i * 60_000 + DAY_MS)
-        repo.accept(new_message(channel="ops", msg_id="msg_channel", sender="operator-test"), t0)
-        assert repo.fail_now([made.failed_id], made.failed_error, t0 + 300_000) == [made.failed_id]
-    finally:
-        repo.close()
-    return made
-
-
-@contextlib.contextmanager
-def opened(path: Path) -> Iterator[SwarmRepository]:
-    """The test database, opened as pigeond opens it, closed afterwards."""
-    repo = SwarmRepository(open_database(path))
-    try:
-        yield repo
-    finally:
-        repo.close()
-
-
-def run_sql_command(db: OperatorDb, path: str, containing: str) -> Outcome:
-    """The docs' ``DB=...`` line and their one sqlite3 command containing ``containing``,
-    run in one shell with HOME at the test database's home."""
-    sql = [c for c in commands_with(Verdict.SQL) if c.text.startswith("sqlite3 ")]
-    [command] = [c for c in sql if containing in c.text]
-    [assignment] = [c for c in commands_with(Verdict.SQL) if c.text.startswith("DB=")]
-    command = Command(
-        command.line, command.text.replace("'msg_...'", f"'{db.failed_id}'"), command.page
-    )
-    env = {**isolated_env(db.home), "PATH": path}
-    outcomes = run_in_one_shell([assignment, command], env, db.home, SESSION_TIMEOUT_S)
-    assert [o.returncode for o in outcomes] == [0, 0], "\n".join(o.describe() for o in outcomes)
-    return outcomes[1]
-
-
-def rows(output: str) -> list[str]:
-    """The lines of a query's output after its header (and -column's dashes)."""
-    lines = [ln for ln in output.splitlines()[1:] if ln.strip()]
-    return [ln for ln in lines if set(ln) - set("- ")]
-
-
-def utc(ms: int) -> str:
-    """A unix-ms time as SQLite's datetime(ms/1000, 'unixepoch') writes it."""
-    return datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def test_queued_per_target_query_lists_each_target_with_its_oldest(

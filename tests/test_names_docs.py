@@ -5,16 +5,7 @@ tests/test_docs_snippets.py)."""
 from __future__ import annotations
 
 from pigeond.storage import SwarmRepository, open_database
-from tests.test_docs_snippets import (
-    OperatorDb,
-    operator_db,
-    rows,
-    run_sql_command,
-    sqlite_path,
-    utc,
-)
-
-__all__ = ["operator_db", "sqlite_path"]  # the fixtures this module's test takes
+from tests.operator_sql import OperatorDb, rows, run_sql_command, utc
 
 
 def test_who_holds_which_name_query_lists_each_name(
