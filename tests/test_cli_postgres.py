@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.schema import PG_MIGRATIONS
 from tests.messages import new_message
+from tests.ports import closed_port
 from tests.test_operator_cli import LATER, NOW, PRUNE_AGE, run
 
 SECRET = "s3cret-Pw"
@@ -67,13 +67,6 @@ def stored_version(url: str) -> int:
         row = conn.execute("SELECT version FROM swarm_schema").fetchone()
         assert row is not None
         return int(row[0])
-
-
-def closed_port() -> int:
-    """A port on 127.0.0.1 nothing listens on (bound, then let go)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 READS = [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_send_cli import closed_port
+from tests.ports import closed_port
 from tests.unprivileged import needs_root, open_folder, run_as_nobody
 
 pytestmark = needs_root

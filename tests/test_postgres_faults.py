@@ -5,7 +5,6 @@ again at the next use)."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -14,14 +13,9 @@ from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.connection import PgConnection
 from tests.messages import new_message
+from tests.ports import closed_port
 
 NOW = 1_790_000_000_000
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

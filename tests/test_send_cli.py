@@ -27,6 +27,7 @@ from pigeond.cli.daemon_http import URL_HELP
 from pigeond.cli.pigeon_send import main, request_timeout_s
 from pigeond.cli.pigeon_send_args import DEFAULT_RETRY_FOR_S, FORMS, build_parser
 from pigeond.credentials import address_order
+from tests.ports import closed_port
 
 SESSION = "ses_sender01"
 TARGET = "ses_target01"
@@ -164,14 +165,6 @@ def unix_fake(short_dir: Path) -> Iterator[FakeDaemon]:
     """The same recording server on an AF_UNIX socket."""
     with unix_daemon(short_dir / "d.sock") as fake:
         yield fake
-
-
-def closed_port() -> int:
-    """A 127.0.0.1 port with nothing listening on it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def send(

@@ -13,7 +13,8 @@ from pigeond.storage import SwarmRepository
 from pigeond.storage.postgres import open_postgres, redacted
 from pigeond_tui.app import PigeonApp, main
 from tests.messages import new_message
-from tests.test_cli_postgres import SECRET, closed_port, with_password
+from tests.ports import closed_port
+from tests.test_cli_postgres import SECRET, with_password
 from tests.tui_support import HOUR, LATER, NOW, Script, highlight, settle, table_keys
 
 
