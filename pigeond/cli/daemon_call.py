@@ -59,8 +59,8 @@ def ask_daemon(
     except (OSError, TimeoutError) as e:
         return fail(daemon_http.unreachable_line(address, e, args.system_socket), EXIT_UNAVAILABLE)
     if not 200 <= answer.status < 300:
-        error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
         status = EXIT_REFUSED if 400 <= answer.status < 500 else EXIT_UNAVAILABLE
         turned_away = daemon_http.turned_away_line(address, answer, args.system_socket)
-        return fail(turned_away or f"{what}: daemon answered {answer.status}: {error}", status)
+        plain = f"{what}: daemon answered {answer.status}: {answer.error}"
+        return fail(turned_away or plain, status)
     return answer.body

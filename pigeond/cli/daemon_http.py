@@ -51,6 +51,11 @@ class DaemonAnswer:
     body: dict[str, Any]
     retry_after_s: float | None = None
 
+    @property
+    def error(self) -> str:
+        """The daemon's ``error``, or ``HTTP <status>`` when it gave none."""
+        return str(self.body.get("error", "")) or f"HTTP {self.status}"
+
 
 def retry_after(value: str | None) -> float | None:
     """``Retry-After`` in seconds (pigeond sends whole seconds); None when absent or odd."""
@@ -235,5 +240,4 @@ def turned_away_line(
     closed = closed_system_socket(address, system_socket)
     if closed is None:
         return None
-    error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
-    return f"{closed} (and {address.url} answered {answer.status}: {error})"
+    return f"{closed} (and {address.url} answered {answer.status}: {answer.error})"

@@ -154,7 +154,7 @@ def main(
         _say(unreachable_line(address, e, system_socket))
         return EXIT_UNAVAILABLE
     answer = sent.answer
-    error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
+    error = answer.error
     if 200 <= answer.status < 300 and "msg_id" in answer.body:
         msg_id = str(answer.body["msg_id"])
         print(msg_id, flush=True)
@@ -263,8 +263,7 @@ def send_with_retries(
         else:
             if answer.status not in RETRIED_STATUSES:
                 return Sent(answer, Effort(tries, time.monotonic() - started))
-            error = str(answer.body.get("error", "")) or f"HTTP {answer.status}"
-            why = f"daemon at {url} answered {answer.status}: {error}"
+            why = f"daemon at {url} answered {answer.status}: {answer.error}"
             wait = backoff if answer.retry_after_s is None else answer.retry_after_s
         effort = Effort(tries, time.monotonic() - started)
         left = retry_for_s - effort.waited_s
