@@ -151,7 +151,11 @@ class Daemon:
         return Unreachable(f"pigeond is unreachable at {self.url} ({error}; {effort})")
 
 
-def refused(tool: str, answer: DaemonAnswer) -> ToolError:
-    """A 4xx the tool does not explain itself: the daemon's own error, escaped."""
+def refused(
+    tool: str, answer: DaemonAnswer, doing: str | None = None, max_bytes: int = 500
+) -> ToolError:
+    """A 4xx the tool does not explain itself: the daemon's own error, escaped and cut to
+    ``max_bytes``; ``doing`` names which of the tool's steps was refused."""
     why = answer.body.get("error") or answer.body
-    return ToolError(f"{tool}: pigeond refused it (HTTP {answer.status}): {field(why, 500)}")
+    where = tool if doing is None else f"{tool}: {doing}"
+    return ToolError(f"{where}: pigeond refused it (HTTP {answer.status}): {field(why, max_bytes)}")

@@ -317,10 +317,7 @@ class Tools:
         daemon = self.daemon(tool)
 
         def refused(what: str, answer: DaemonAnswer) -> ToolError:
-            why = answer.body.get("error") or answer.body
-            return ToolError(
-                f"{tool}: {what}: pigeond refused it (HTTP {answer.status}): {field(why, 300)}"
-            )
+            return refused_by(tool, answer, what, max_bytes=300)
 
         members = f"/swarm/channels/{channel}/members"
         if action == "join":
