@@ -224,6 +224,21 @@ def test_channel_join_list_and_send(daemon: DaemonProcess) -> None:
     )
 
 
+def test_channel_history_past_the_newest_cursor_is_the_daemons_refusal(
+    daemon: DaemonProcess,
+) -> None:
+    """A history cursor the channel never gave is the daemon's 400, named by its step."""
+    env = daemon_env(daemon)
+    call_tool("swarm_channel", {"action": "join", "channel": "ops"}, env)
+    history = {"action": "history", "channel": "ops", "since": "cur_99"}
+    run = call_tool("swarm_channel", history, env)
+    assert (run.is_error, run.text) == (
+        True,
+        "swarm_channel: cannot read ops: pigeond refused it (HTTP 400): unknown cursor"
+        " 'cur_99': page a channel with the cur_N cursor from next_cursor",
+    )
+
+
 def test_policy_sets_and_shows_ones_own(daemon: DaemonProcess) -> None:
     """swarm_policy sets hold with an allow-list, then shows it."""
     run = call_tool("swarm_policy", {"policy": "hold", "allow": ["ses_lead"]}, daemon_env(daemon))
