@@ -50,12 +50,17 @@ def assistant_entry(
     finish: str | None = "stop",
     completed: bool = True,
     error: dict[str, Any] | None = None,
+    tokens: tuple[int, int] = (0, 0),
+    cost: float = 0,
 ) -> dict[str, Any]:
     """One assistant message (one step of a turn) answering ``parent_id``, as opencode
-    1.18.33 writes it: ``text`` None writes no text part (a tool step)."""
+    1.18.33 writes it: ``text`` None writes no text part (a tool step); ``tokens`` its
+    (input, output) tokens, ``cost`` its dollars."""
     info: dict[str, Any] = {
         "id": message_id, "role": "assistant", "parentID": parent_id, "agent": "build",
         "time": {"created": 2, **({"completed": 3} if completed else {})},
+        "cost": cost, "tokens": {"total": sum(tokens), "input": tokens[0], "output": tokens[1],
+                                 "reasoning": 0, "cache": {"read": 0, "write": 0}},
     }  # fmt: skip
     if finish is not None:
         info["finish"] = finish

@@ -64,29 +64,41 @@ def is_reply(message: Mapping[str, Any]) -> bool:
     )
 
 
-def answers_in(messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str]) -> dict[str, str]:
+def consumers_in(
+    messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, list[Mapping[str, Any]]]]:
     """For each pigeond msg_id in ``homes`` (mapped to the id of the user message that
-    carried its envelope), opencode's id of the assistant message that answered it, when
-    its turn has ended with a reply.  ``messages`` is a transcript, or its newest part,
-    oldest first: a user message older than that part is still answered by a newest
-    assistant message naming it as parent (a long turn of many tool steps)."""
+    carried its envelope), the id of the user message whose turn consumed it, when an
+    assistant message answers one yet; and, per such user message, its assistant messages
+    (oldest first).  ``messages`` is a transcript, or its newest part, oldest first: a user
+    message older than that part still has the assistant messages naming it as parent."""
     users: list[str] = []
-    last_of: dict[str, Mapping[str, Any]] = {}  # parent id -> its newest assistant message
+    steps: dict[str, list[Mapping[str, Any]]] = {}  # parent id -> its assistant messages
     for message in messages:
         info = _info(message)
         if info.get("role") == "user" and isinstance(info.get("id"), str):
             users.append(info["id"])
         elif info.get("role") == "assistant" and isinstance(info.get("parentID"), str):
-            last_of[info["parentID"]] = message
+            steps.setdefault(info["parentID"], []).append(message)
     position = {user: n for n, user in enumerate(users)}
-    found: dict[str, str] = {}
+    consumers: dict[str, str] = {}
     for msg_id, home in homes.items():
-        consumer = home if home in last_of else None
+        consumer = home if home in steps else None
         if consumer is None and home in position:
-            consumer = next((u for u in users[position[home] :] if u in last_of), None)
-        if consumer is None:
-            continue
-        newest = last_of[consumer]
+            consumer = next((u for u in users[position[home] :] if u in steps), None)
+        if consumer is not None:
+            consumers[msg_id] = consumer
+    return consumers, steps
+
+
+def answers_in(messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str]) -> dict[str, str]:
+    """For each pigeond msg_id in ``homes`` (mapped to the id of the user message that
+    carried its envelope), opencode's id of the assistant message that answered it, when
+    its turn has ended with a reply (see :func:`consumers_in` for ``messages``)."""
+    consumers, steps = consumers_in(messages, homes)
+    found: dict[str, str] = {}
+    for msg_id, consumer in consumers.items():
+        newest = steps[consumer][-1]
         answer_id = _info(newest).get("id")
         if is_reply(newest) and isinstance(answer_id, str):
             found[msg_id] = answer_id

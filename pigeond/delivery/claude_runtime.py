@@ -26,7 +26,9 @@ from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred
 
+from pigeond.costs import EndedTurn
 from pigeond.delivery.claude_transcript import answers_in, envelope_homes, read_tail
+from pigeond.delivery.claude_usage import ended_turns
 from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.pull_slots import Ask, Handed, PullSlot, PullSlots
 from pigeond.delivery.runtime import Prepared, TranscriptSource
@@ -178,6 +180,9 @@ class ClaudeTranscript:
 
     def answers(self, where: Mapping[str, str]) -> dict[str, str]:
         return answers_in(self.entries, where)
+
+    def turns(self, where: Mapping[str, str]) -> list[EndedTurn]:
+        return ended_turns(self.entries, where)
 
 
 class ClaudeTranscripts:

@@ -17,11 +17,13 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from pigeond.costs import EndedTurn
 from pigeond.delivery.answers import answers_in
 from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import OpencodeError, SessionNotFound
 from pigeond.delivery.opencode_transcript import TranscriptReader, envelope_homes
+from pigeond.delivery.opencode_usage import ended_turns
 from pigeond.delivery.prompt_mode import PromptMode
 from pigeond.delivery.prompting import ModeAwarePrompter, handoff_mode
 from pigeond.delivery.registry import DirectoryResolver
@@ -136,6 +138,9 @@ class OpencodeTranscript:
 
     def answers(self, where: Mapping[str, str]) -> dict[str, str]:
         return answers_in(self.messages, dict(where))
+
+    def turns(self, where: Mapping[str, str]) -> list[EndedTurn]:
+        return ended_turns(self.messages, where)
 
 
 class OpencodeTranscripts:

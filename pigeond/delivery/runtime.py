@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from pigeond.costs import EndedTurn
 from pigeond.model import HandoffMode, Runtime, runtime_of
 
 
@@ -57,6 +58,11 @@ class TranscriptView(Protocol):
     def answers(self, where: Mapping[str, str]) -> dict[str, str]:
         """For the msg_ids whose entries ``where`` names: those answered since (the turn
         that read them ended with the target's reply), and by what."""
+        ...
+
+    def turns(self, where: Mapping[str, str]) -> list[EndedTurn]:
+        """The turns that consumed the msg_ids ``where`` names and have ended, with what
+        they used (:mod:`pigeond.costs`); a turn still running is left for a later read."""
         ...
 
 

@@ -8,6 +8,8 @@ because the payload is escaped and can never begin a part with a tag.  A
 message still missing after the grace period goes back to the queue (at most
 ``max_requeues`` times), then fails.
 
+The same reads record what each hand-off's turn used (tokens, cost: :mod:`pigeond.costs`)
+once the turn has ended, one turn row per turn (a turn read again is not counted again).
 The same reads carry the receipt chain to its end: a seen message is *answered* once the
 turn that consumed it ended with the assistant's reply (:mod:`pigeond.delivery.answers`).
 Those looks are bounded, or an unanswered message would cost its target a transcript
@@ -268,6 +270,14 @@ class Verifier:
         where the others' envelopes are for the next look."""
         known = self._homes.get(target, {})
         where = {m: h for m in awaiting if (h := homes.get(m) or known.get(m)) is not None}
+        turns = transcript.turns(where)
+        if turns:  # first: a turn that ended is recorded before its answer stops the looks
+            recorded = await self._db.write(SwarmRepository.record_turns, target, turns,
+                                            self._now_ms())  # fmt: skip
+            for turn in recorded:
+                log.debug("{target}'s turn {key} for {msg_ids} used {tokens} tokens",
+                          target=target, key=turn.key, msg_ids=", ".join(turn.msg_ids),
+                          tokens=turn.usage.tokens)  # fmt: skip
         answers = transcript.answers(where)
         if answers:
             answered = await self._db.write(SwarmRepository.mark_answered, answers, self._now_ms())

@@ -21,6 +21,7 @@ from pigeond.storage.addressing_schema import (
     V13_SEARCH,
     V14_CHANNELS,
 )
+from pigeond.storage.costs_schema import V19_TURNS
 
 # The priority order, as one SQL expression: the ready-head index is built on
 # it and the head query orders by it, so the two must be the same text.
@@ -304,6 +305,7 @@ MIGRATIONS: list[Migration] = [
     _script(V14_CHANNELS),
     _script(_V15_ROUTES),
     _script(_V16_MEMBERS),
+    _script(V19_TURNS),  # issue 26's turn costs: migration 19 once 17 and 18 are in
 ]
 
 __all__ = [

@@ -17,6 +17,7 @@ from enum import Enum
 from pigeond.model import NewMessage, StoredMessage
 from pigeond.storage.base import COLUMNS, Connection, reads, row_to_message
 from pigeond.storage.channels import Channels
+from pigeond.storage.costs import Costs
 from pigeond.storage.delivery import DEFAULT_NOTICE_TTL_MS, DeliveryTransitions
 from pigeond.storage.intents import HandOffIntents
 from pigeond.storage.members import Members
@@ -109,6 +110,7 @@ class SwarmRepository(
     Channels,
     Routes,
     Members,
+    Costs,
 ):
     def __init__(self, conn: Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS) -> None:
         super().__init__(conn)

@@ -1,0 +1,206 @@
+"""Turn costs (issue 26): the turns hand-offs caused, and their sums per thread and session.
+
+The verifier reads a target's transcript after a hand-off; once the turn that consumed it
+has ended, it records the turn here with what it used (:mod:`pigeond.costs`).  What is
+recorded is what happened, once: a turn read again (a repeated look, a restart) is the same
+``(session, turn_key)`` and adds nothing; a hand-off is linked to one turn at most; and only
+a hand-off that was seen in its target's transcript and is still handed off is linked
+(a requeued or never-seen hand-off leaves no turn).  A thread's sums count each turn once
+however many of its messages the turn consumed; a turn that consumed messages of two
+threads counts in both.  Times come in as unix milliseconds; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pigeond.costs import CostTotals, EndedTurn
+from pigeond.ids import base36
+from pigeond.storage.base import Connection, RepositoryBase, reads
+
+# The sums of a group of swarm_turns rows, in CostTotals' order.
+_SUMS_SQL = (
+    "COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),"
+    " COALESCE(SUM(reasoning_tokens), 0), COALESCE(SUM(cache_read_tokens), 0),"
+    " COALESCE(SUM(cache_write_tokens), 0), COALESCE(SUM(cost), 0),"
+    " COALESCE(SUM(CASE WHEN cost IS NULL THEN 1 ELSE 0 END), 0)"
+)
+# Each (thread, turn) once: a turn that consumed three messages of a thread is one turn of it.
+_THREAD_TURNS_SQL = (
+    "SELECT DISTINCT m.thread_id, tm.turn_id FROM swarm_turn_messages AS tm"
+    " JOIN swarm_messages AS m ON m.msg_id = tm.msg_id"
+)
+# How many ids one IN (...) list takes (SQLite's bound on variables is far above).
+_CHUNK = 500
+LIST_LIMIT = 1000
+
+
+def _totals(row: Sequence[Any]) -> CostTotals:
+    turns, inp, out, reasoning, cache_read, cache_write, cost, unknown = row
+    return CostTotals(
+        int(turns), int(inp), int(out), int(reasoning), int(cache_read), int(cache_write),
+        float(cost), int(unknown),
+    )  # fmt: skip
+
+
+def _chunks(ids: Sequence[str]) -> Iterator[list[str]]:
+    unique = list(dict.fromkeys(ids))
+    for start in range(0, len(unique), _CHUNK):
+        yield unique[start : start + _CHUNK]
+
+
+def make_turn_id(now_ms: int) -> str:
+    return f"turn_{base36(now_ms)}_{secrets.token_hex(4)}"
+
+
+class Costs(RepositoryBase):
+    def record_turns(
+        self, session: str, turns: Sequence[EndedTurn], now_ms: int
+    ) -> list[EndedTurn]:
+        """Record ``session``'s ended ``turns`` and link each to the msg_ids it consumed
+        that are seen hand-offs to ``session`` not linked to a turn yet; a turn with no
+        such msg_id is left out.  Returns the turns that linked a msg_id now."""
+        done = []
+        with self._write() as conn:
+            for turn in turns:
+                if self._record_turn(conn, session, turn, now_ms):
+                    done.append(turn)
+        return done
+
+    def _record_turn(self, conn: Connection, session: str, turn: EndedTurn, now_ms: int) -> bool:
+        linkable = [
+            msg_id
+            for msg_id in dict.fromkeys(turn.msg_ids)
+            if conn.execute(
+                "SELECT 1 FROM swarm_messages WHERE msg_id = ? AND to_session = ?"
+                " AND state = 'handed_off' AND verified_at IS NOT NULL"
+                " AND NOT EXISTS (SELECT 1 FROM swarm_turn_messages AS tm"
+                " WHERE tm.msg_id = swarm_messages.msg_id)",
+                (msg_id, session),
+            ).fetchone()
+        ]
+        if not linkable:
+            return False
+        usage = turn.usage
+        conn.execute(
+            "INSERT INTO swarm_turns (turn_id, session, turn_key, recorded_at, input_tokens,"
+            " output_tokens, reasoning_tokens, cache_read_tokens, cache_write_tokens, cost)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session, turn_key) DO NOTHING",
+            (make_turn_id(now_ms), session, turn.key, now_ms, usage.input, usage.output,
+             usage.reasoning, usage.cache_read, usage.cache_write, usage.cost),
+        )  # fmt: skip
+        turn_id = conn.execute(
+            "SELECT turn_id FROM swarm_turns WHERE session = ? AND turn_key = ?",
+            (session, turn.key),
+        ).fetchone()[0]
+        for msg_id in linkable:
+            conn.execute(
+                "INSERT INTO swarm_turn_messages (msg_id, turn_id) VALUES (?, ?)",
+                (msg_id, turn_id),
+            )
+        return True
+
+    @reads
+    def turn_of(self, msg_id: str) -> tuple[str, CostTotals] | None:
+        """The turn ``msg_id`` is linked to (its id, and its usage as one turn's totals)."""
+        row = self._conn.execute(
+            f"SELECT t.turn_id, {_SUMS_SQL} FROM swarm_turn_messages AS tm"
+            " JOIN swarm_turns AS t ON t.turn_id = tm.turn_id WHERE tm.msg_id = ?"
+            " GROUP BY t.turn_id",
+            (msg_id,),
+        ).fetchone()
+        return None if row is None else (str(row[0]), _totals(row[1:]))
+
+    @reads
+    def session_costs(
+        self, sessions: Sequence[str] | None = None, limit: int = LIST_LIMIT
+    ) -> dict[str, CostTotals]:
+        """The sums of the turns each session ran (as a target), for ``sessions`` (those
+        with none are left out), or the ``limit`` sessions with the newest turns, newest
+        first."""
+        if sessions is None:
+            rows = self._conn.execute(
+                f"SELECT session, {_SUMS_SQL} FROM swarm_turns GROUP BY session"
+                " ORDER BY MAX(recorded_at) DESC, session LIMIT ?",
+                (limit,),
+            ).fetchall()
+            return {str(r[0]): _totals(r[1:]) for r in rows}
+        found: dict[str, CostTotals] = {}
+        for chunk in _chunks(sessions):
+            marks = ", ".join("?" * len(chunk))
+            rows = self._conn.execute(
+                f"SELECT session, {_SUMS_SQL} FROM swarm_turns WHERE session IN ({marks})"
+                " GROUP BY session",
+                chunk,
+            ).fetchall()
+            found.update({str(r[0]): _totals(r[1:]) for r in rows})
+        return found
+
+    @reads
+    def thread_costs(self, thread_ids: Sequence[str]) -> dict[str, CostTotals]:
+        """The sums of the turns each thread's messages caused (a thread with none is
+        left out): ``pigeon threads``' and the TUI's tokens and cost columns."""
+        found: dict[str, CostTotals] = {}
+        for chunk in _chunks(thread_ids):
+            marks = ", ".join("?" * len(chunk))
+            rows = self._conn.execute(
+                f"SELECT x.thread_id, {_SUMS_SQL} FROM ({_THREAD_TURNS_SQL}"
+                f" WHERE m.thread_id IN ({marks})) AS x"
+                " JOIN swarm_turns AS t ON t.turn_id = x.turn_id GROUP BY x.thread_id",
+                chunk,
+            ).fetchall()
+            found.update({str(r[0]): _totals(r[1:]) for r in rows})
+        return found
+
+    @reads
+    def recent_thread_costs(self, limit: int = LIST_LIMIT) -> dict[str, CostTotals]:
+        """The sums of the ``limit`` threads whose turns are newest, newest first."""
+        rows = self._conn.execute(
+            f"SELECT x.thread_id, {_SUMS_SQL} FROM ({_THREAD_TURNS_SQL}"
+            " WHERE m.thread_id IS NOT NULL) AS x"
+            " JOIN swarm_turns AS t ON t.turn_id = x.turn_id GROUP BY x.thread_id"
+            " ORDER BY MAX(t.recorded_at) DESC, x.thread_id LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return {str(r[0]): _totals(r[1:]) for r in rows}
+
+    @reads
+    def thread_costs_since(self, thread_id: str, since_ms: int) -> CostTotals:
+        """The sums of ``thread_id``'s turns recorded after ``since_ms`` (the budget brake's
+        base: its last ``budget:<thread>`` reset)."""
+        row = self._conn.execute(
+            f"SELECT {_SUMS_SQL} FROM ({_THREAD_TURNS_SQL} WHERE m.thread_id = ?) AS x"
+            " JOIN swarm_turns AS t ON t.turn_id = x.turn_id WHERE t.recorded_at > ?",
+            (thread_id, since_ms),
+        ).fetchone()
+        return _totals(row)
+
+    # -- what a person added to a thread's budget (a release that raises it) ----------
+
+    def raise_thread_budget(
+        self, thread_id: str, now_ms: int, *, tokens: int = 0, cost: float = 0.0
+    ) -> tuple[int, float]:
+        """Add ``tokens`` and ``cost`` to what ``thread_id`` may use over the configured
+        budgets; returns the thread's extras now."""
+        with self._write() as conn:
+            row = conn.execute(
+                "INSERT INTO swarm_thread_budgets (thread_id, extra_tokens, extra_cost,"
+                " updated_at) VALUES (:thread, :tokens, :cost, :now)"
+                " ON CONFLICT (thread_id) DO UPDATE SET"
+                " extra_tokens = swarm_thread_budgets.extra_tokens + excluded.extra_tokens,"
+                " extra_cost = swarm_thread_budgets.extra_cost + excluded.extra_cost,"
+                " updated_at = excluded.updated_at RETURNING extra_tokens, extra_cost",
+                {"thread": thread_id, "tokens": tokens, "cost": cost, "now": now_ms},
+            ).fetchone()
+        return int(row[0]), float(row[1])
+
+    @reads
+    def thread_budget_extra(self, thread_id: str) -> tuple[int, float]:
+        """What releases added to ``thread_id``'s budgets (tokens, dollars); 0 when none."""
+        row = self._conn.execute(
+            "SELECT extra_tokens, extra_cost FROM swarm_thread_budgets WHERE thread_id = ?",
+            (thread_id,),
+        ).fetchone()
+        return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
