@@ -160,6 +160,8 @@ def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
         "outage_retry_s": ("3", "4", "5"),
         "default_ttl_s": ("60", "120", "180"),
         "reply_within_s": ("30", "90", "600"),
+        "thread_budget_tokens": ("0", "50000", "7"),
+        "thread_budget_cost": ("0.5", "0", "12.25"),
         "stop_timeout_s": ("1", "2", "3"),
         "log_level": ("debug", "warn", "error"),
         "log_format": ("json", "text", "json"),

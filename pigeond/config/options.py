@@ -129,6 +129,19 @@ class Config:
         " counted from the hand-off; a reminder, then the sender is told",
         between(1, 30 * 86_400),
     )
+    thread_budget_tokens: int = option(
+        0,
+        "tokens the turns of one thread's messages may use (recorded from the targets'"
+        " transcripts) before its next message is held for a person; 0: no budget",
+        between(0, 10**15),
+    )
+    thread_budget_cost: float = option(
+        0.0,
+        "US dollars the turns of one thread's messages may cost (as opencode prices them;"
+        " a Claude Code turn's cost is unknown) before its next message is held for a"
+        " person; 0: no budget",
+        between(0, 1_000_000_000),
+    )
     stop_timeout_s: float = option(
         10.0, "longest wait for hand-offs in flight when stopping", between(0, 600)
     )

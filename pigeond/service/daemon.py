@@ -24,6 +24,7 @@ from pigeond.api.channels import ChannelRoutes
 from pigeond.api.flood import FloodGuard
 from pigeond.api.metrics import MetricsRoute
 from pigeond.api.names import NamesRoute
+from pigeond.api.costs import CostsRoute
 from pigeond.api.owed import OwedRoute
 from pigeond.api.policy import REFRESH_S, PolicyBook, PolicyRoutes
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth, SwarmRoutes
@@ -400,6 +401,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     api = routes.install(JsonApi(gate=access))
     MetricsRoute(db, reactor, metrics.registry, routes.delivery_health).install(api)
     OwedRoute(db).install(api)
+    CostsRoute(db).install(api)
     PolicyRoutes(db, policies, reactor).install(api)
     SearchRoute(db, lambda: routes.inbox_max_bytes).install(api)
     liveness = None if delivery is None else delivery.liveness

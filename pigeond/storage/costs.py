@@ -155,6 +155,17 @@ class Costs(RepositoryBase):
         return found
 
     @reads
+    def thread_session_costs(self, thread_id: str) -> dict[str, CostTotals]:
+        """Where ``thread_id``'s turns ran: the sums of its turns per session (target)."""
+        rows = self._conn.execute(
+            f"SELECT t.session, {_SUMS_SQL} FROM ({_THREAD_TURNS_SQL} WHERE m.thread_id = ?)"
+            " AS x JOIN swarm_turns AS t ON t.turn_id = x.turn_id GROUP BY t.session"
+            " ORDER BY MAX(t.recorded_at) DESC, t.session",
+            (thread_id,),
+        ).fetchall()
+        return {str(r[0]): _totals(r[1:]) for r in rows}
+
+    @reads
     def recent_thread_costs(self, limit: int = LIST_LIMIT) -> dict[str, CostTotals]:
         """The sums of the ``limit`` threads whose turns are newest, newest first."""
         rows = self._conn.execute(
