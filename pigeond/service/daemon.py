@@ -21,10 +21,10 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from pigeond.api.access import AccessPolicy
 from pigeond.api.agents import AgentRoutes
 from pigeond.api.channels import ChannelRoutes
+from pigeond.api.costs import CostsRoute
 from pigeond.api.flood import FloodGuard
 from pigeond.api.metrics import MetricsRoute
 from pigeond.api.names import NamesRoute
-from pigeond.api.costs import CostsRoute
 from pigeond.api.owed import OwedRoute
 from pigeond.api.policy import REFRESH_S, PolicyBook, PolicyRoutes
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth, SwarmRoutes

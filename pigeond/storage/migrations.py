@@ -22,6 +22,7 @@ from pigeond.storage.addressing_schema import (
     V14_CHANNELS,
 )
 from pigeond.storage.costs_schema import V19_TURNS
+from pigeond.storage.thread_schema import V17_THREADS, V18_BRAKES
 
 # The priority order, as one SQL expression: the ready-head index is built on
 # it and the head query orders by it, so the two must be the same text.
@@ -305,6 +306,8 @@ MIGRATIONS: list[Migration] = [
     _script(V14_CHANNELS),
     _script(_V15_ROUTES),
     _script(_V16_MEMBERS),
+    _script(V17_THREADS),
+    _script(V18_BRAKES),
     _script(V19_TURNS),  # issue 26's turn costs: migration 19 once 17 and 18 are in
 ]
 
