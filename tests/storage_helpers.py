@@ -16,6 +16,7 @@ from pigeond.storage.base import Connection
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.schema import SEARCH_DOC_SQL
+from pigeond.storage.repository import Accept
 from tests.messages import new_message
 
 
@@ -58,9 +59,12 @@ def add_done_rows(conn: sqlite3.Connection, count: int, payload_bytes: int, at: 
     conn.execute("COMMIT")
 
 
-def seen_message(repo: SwarmRepository, msg_id: str, at: int, to: str = "ses_target") -> None:
-    """Store ``msg_id`` for ``to`` as a hand-off seen in its transcript, all at ``at``."""
-    repo.accept(new_message(to, msg_id=msg_id), at)
+def seen_message(
+    repo: SwarmRepository, msg_id: str, at: int, to: str = "ses_target", thread: str | None = None
+) -> None:
+    """Store ``msg_id`` for ``to`` (in ``thread``) as a hand-off seen in its transcript, all
+    at ``at``."""
+    repo.accept_many([Accept(new_message(to, msg_id=msg_id), at, thread_id=thread)])
     repo.mark_handed_off(msg_id, at, at + 60_000)
     assert repo.mark_verified([msg_id], at) == [msg_id]
 

@@ -22,11 +22,12 @@ USAGE = TurnUsage(input=100, output=20, reasoning=0, cache_read=30, cache_write=
 
 @pytest.fixture
 def daemon(tmp_path: Path, clock: Clock) -> Daemon:
-    """Delivery off; ses_busy ran two turns (one of unknown cost), ses_idle one."""
+    """Delivery off; ses_busy ran two turns (one of unknown cost), ses_idle one; thr_a's
+    messages caused ses_idle's turn and ses_busy's first, thr_b's ses_busy's second."""
     made = clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock)
     repo, at = repo_of(made), now_ms(clock)
     for msg_id, to in (("msg_1", "ses_busy"), ("msg_2", "ses_busy"), ("msg_3", "ses_idle")):
-        seen_message(repo, msg_id, at, to=to)
+        seen_message(repo, msg_id, at, to=to, thread="thr_a" if msg_id != "msg_2" else "thr_b")
     repo.record_turns("ses_idle", [EndedTurn("u1", ("msg_3",), USAGE)], at)
     unknown = TurnUsage(input=10, output=5, cost=None)
     repo.record_turns(
@@ -71,6 +72,31 @@ ZEROS = {
     "turns": 0, "tokens": 0, "input_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0,
     "cache_read_tokens": 0, "cache_write_tokens": 0, "cost": 0.0, "cost_unknown_turns": 0,
 }  # fmt: skip
+
+
+def test_threads_are_summed_newest_turn_first(daemon: Daemon) -> None:
+    """Without parameters, the threads too: each with the turns its messages caused."""
+    _, body = costs(daemon)
+    assert [(t["thread"], t["turns"], t["tokens"]) for t in body["threads"]] == [
+        ("thr_a", 2, 300),
+        ("thr_b", 1, 15),
+    ]
+
+
+def test_one_thread_is_asked_for_with_where_its_turns_ran(daemon: Daemon) -> None:
+    """``thread=``: that thread's sums, and its turns per session."""
+    _, body = costs(daemon, thread="thr_a")
+    assert [(t["thread"], t["turns"]) for t in body["threads"]] == [("thr_a", 2)]
+    assert [(s["session"], s["turns"]) for s in body["sessions"]] == [
+        ("ses_busy", 1),
+        ("ses_idle", 1),
+    ]
+
+
+def test_a_thread_without_turns_shows_zeros(daemon: Daemon) -> None:
+    """A thread nothing was recorded for (new, or unknown): zeros, not a 404."""
+    _, body = costs(daemon, thread="thr_quiet")
+    assert body == {"threads": [{"thread": "thr_quiet", **ZEROS}], "sessions": []}
 
 
 @pytest.mark.parametrize(

@@ -158,3 +158,52 @@ def test_a_batch_is_one_turn(rig: Rig) -> None:
     rig.check()
     assert rig.repo.session_costs()["ses_target"].turns == 1
     assert {rig.repo.turn_of(m) is not None for m in ("msg_a", "msg_b", "msg_c")} == {True}
+
+
+# -- threads -------------------------------------------------------------------------
+
+
+def test_a_thread_sums_the_turns_its_messages_caused(repo: SwarmRepository) -> None:
+    """Turns in two sessions, each caused by a message of the thread; another thread's
+    turn is not in it."""
+    seen_message(repo, "msg_a", 1, to="ses_one", thread="thr_x")
+    seen_message(repo, "msg_b", 1, to="ses_two", thread="thr_x")
+    seen_message(repo, "msg_c", 1, to="ses_two", thread="thr_y")
+    repo.record_turns("ses_two", [turn("u2", "msg_c")], 4)
+    repo.record_turns("ses_one", [turn("u1", "msg_a")], 5)
+    repo.record_turns("ses_two", [turn("u1", "msg_b")], 6)
+    assert repo.thread_costs(["thr_x", "thr_y", "thr_none"]) == {
+        "thr_x": totals(2),
+        "thr_y": totals(1),
+    }
+    assert list(repo.thread_session_costs("thr_x").items()) == [
+        ("ses_two", totals(1)),
+        ("ses_one", totals(1)),
+    ]
+    assert list(repo.recent_thread_costs()) == ["thr_x", "thr_y"]  # newest turn first
+
+
+def test_a_turn_counts_once_per_thread_of_its_batch(repo: SwarmRepository) -> None:
+    """Two messages of one thread and one of another in one turn: one turn in each."""
+    for msg_id, thread in (("msg_a", "thr_x"), ("msg_b", "thr_x"), ("msg_c", "thr_y")):
+        seen_message(repo, msg_id, 1, thread=thread)
+    repo.record_turns("ses_target", [turn("u1", "msg_a", "msg_b", "msg_c")], 5)
+    assert repo.thread_costs(["thr_x", "thr_y"]) == {"thr_x": totals(1), "thr_y": totals(1)}
+
+
+def test_a_threads_usage_since_a_reset_leaves_the_older_turns_out(repo: SwarmRepository) -> None:
+    """The budget brake's base: only turns recorded after the reset time count."""
+    for n in range(3):
+        seen_message(repo, f"msg_{n}", 1, thread="thr_x")
+        repo.record_turns("ses_target", [turn(f"u{n}", f"msg_{n}")], 10 * (n + 1))
+    assert repo.thread_costs_since("thr_x", 0) == totals(3)
+    assert repo.thread_costs_since("thr_x", 20) == totals(1)
+    assert repo.thread_costs_since("thr_none", 0) == CostTotals()
+
+
+def test_thread_costs_take_many_threads_at_once(repo: SwarmRepository) -> None:
+    """More thread ids than one IN list holds: every one is answered."""
+    seen_message(repo, "msg_last", 1, thread="thr_1199")
+    repo.record_turns("ses_target", [turn("u1", "msg_last")], 5)
+    asked = [f"thr_{n}" for n in range(1200)]
+    assert repo.thread_costs(asked) == {"thr_1199": totals(1)}

@@ -16,7 +16,6 @@ every route but ``/health`` it is behind the daemon's access check.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from twisted.web import server
@@ -24,13 +23,11 @@ from twisted.web import server
 from pigeond.api.paging import page_limit
 from pigeond.api.web import HttpError, JsonApi, JsonResponse, query_param
 from pigeond.costs import NO_COST, CostTotals
-from pigeond.model import SESSION_ID_RE
+from pigeond.model import SESSION_ID_RE, THREAD_RE
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
 
 COSTS_PATH = "/swarm/costs"
-# TODO(merge h-threads): pigeond.model.THREAD_RE, the one declaration of a thread id's shape
-THREAD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 
 
 def _rows(key: str, sums: dict[str, CostTotals]) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from enum import Enum, StrEnum
 
 from pigeond.model import HOLD_BRAKE, Hold, first_line
 from pigeond.storage.base import Connection, reads
+from pigeond.storage.costs import raise_budget
 from pigeond.storage.policies import Policies
 
 # What dropping a message tells its sender (and leaves in its last_error).
@@ -37,7 +38,7 @@ PREVIEW_CHARS = 120
 
 # The brakes whose limit a release can raise, per thread (the hop brake; the budget brake
 # adds its own).  Raising any other is refused (the route's 400).
-RAISABLE_BRAKES = ("hops",)
+RAISABLE_BRAKES = ("hops", "budget")
 
 _HELD = "state = 'queued' AND hold_kind = 'brake' AND next_retry_at IS NULL"
 _HELD_COLUMNS = (
@@ -191,6 +192,8 @@ class BrakeHolds(Policies):
             if mode is ReleaseMode.RESET:
                 self._reset_brake(conn, brake, message.from_session, message.to_session,
                                   message.thread_id, now_ms)  # fmt: skip
+            elif mode is ReleaseMode.RAISE and brake == "budget" and message.thread_id:
+                raise_budget(conn, message.thread_id, by, now_ms)  # N more tokens
             elif mode is ReleaseMode.RAISE and message.thread_id is not None:
                 conn.execute(
                     "UPDATE swarm_threads SET hop_limit = (CASE WHEN hop_limit IS NOT NULL"

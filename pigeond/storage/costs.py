@@ -196,16 +196,7 @@ class Costs(RepositoryBase):
         """Add ``tokens`` and ``cost`` to what ``thread_id`` may use over the configured
         budgets; returns the thread's extras now."""
         with self._write() as conn:
-            row = conn.execute(
-                "INSERT INTO swarm_thread_budgets (thread_id, extra_tokens, extra_cost,"
-                " updated_at) VALUES (:thread, :tokens, :cost, :now)"
-                " ON CONFLICT (thread_id) DO UPDATE SET"
-                " extra_tokens = swarm_thread_budgets.extra_tokens + excluded.extra_tokens,"
-                " extra_cost = swarm_thread_budgets.extra_cost + excluded.extra_cost,"
-                " updated_at = excluded.updated_at RETURNING extra_tokens, extra_cost",
-                {"thread": thread_id, "tokens": tokens, "cost": cost, "now": now_ms},
-            ).fetchone()
-        return int(row[0]), float(row[1])
+            return raise_budget(conn, thread_id, tokens, now_ms, cost=cost)
 
     @reads
     def thread_budget_extra(self, thread_id: str) -> tuple[int, float]:
@@ -215,3 +206,20 @@ class Costs(RepositoryBase):
             (thread_id,),
         ).fetchone()
         return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
+
+
+def raise_budget(
+    conn: Connection, thread_id: str, tokens: int, now_ms: int, *, cost: float = 0.0
+) -> tuple[int, float]:
+    """Inside a write (a release with ``raise``): ``thread_id`` may use ``tokens`` (and
+    ``cost``) more; returns its extras now."""
+    row = conn.execute(
+        "INSERT INTO swarm_thread_budgets (thread_id, extra_tokens, extra_cost,"
+        " updated_at) VALUES (:thread, :tokens, :cost, :now)"
+        " ON CONFLICT (thread_id) DO UPDATE SET"
+        " extra_tokens = swarm_thread_budgets.extra_tokens + excluded.extra_tokens,"
+        " extra_cost = swarm_thread_budgets.extra_cost + excluded.extra_cost,"
+        " updated_at = excluded.updated_at RETURNING extra_tokens, extra_cost",
+        {"thread": thread_id, "tokens": tokens, "cost": cost, "now": now_ms},
+    ).fetchone()
+    return int(row[0]), float(row[1])

@@ -308,7 +308,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V16_MEMBERS),
     _script(V17_THREADS),
     _script(V18_BRAKES),
-    _script(V19_TURNS),  # issue 26's turn costs: migration 19 once 17 and 18 are in
+    _script(V19_TURNS),
 ]
 
 __all__ = [
