@@ -1,0 +1,66 @@
+"""Turn costs against the real opencode 1.18.33: after a hand-off's turn, ``GET /swarm/costs``
+shows the tokens and cost opencode wrote on that turn's assistant messages (the fake model
+reports 10 input tokens and one output token a word)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.daemon_process import DaemonFactory, DaemonProcess
+from tests.e2e.fake_llm import FakeLLM
+from tests.e2e.opencode_server import OpencodeServer
+from tests.e2e.test_delivery_e2e import OPENING_ID, post, start_pigeond
+from tests.e2e.test_receipts_e2e import receipt
+from tests.polling import PATIENCE_S, wait_until
+
+
+def turn_of(server: OpencodeServer, session: str, msg_id: str) -> list[dict[str, Any]]:
+    """The assistant messages of the turn whose user message carried ``msg_id``'s envelope."""
+    messages = server.messages(session)
+    [home] = [
+        m["info"]["id"]
+        for m in messages
+        if m["info"]["role"] == "user"
+        for part in m["parts"]
+        if part.get("type") == "text" and (hit := OPENING_ID.match(part.get("text", "")))
+        if hit.group(1) == msg_id
+    ]
+    return [m["info"] for m in messages if m["info"].get("parentID") == home]
+
+
+def costs(daemon: DaemonProcess, query: str) -> dict[str, Any]:
+    status, body = daemon.request_json("GET", "/swarm/costs?" + query)
+    assert status == 200, body
+    assert isinstance(body, dict)
+    return body
+
+
+def answered(daemon: DaemonProcess, msg_id: str) -> bool:
+    return receipt(daemon, msg_id)["receipt"] == "answered"
+
+
+def test_a_hand_offs_turn_is_recorded_with_the_transcripts_tokens(
+    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
+) -> None:
+    """One message, one turn: the target's sums are that turn's tokens, as opencode wrote
+    them, and they stay one turn however often the transcript is read again."""
+    server, directory = opencode_1_18, opencode_1_18.dirs["dirA"]
+    session = server.create_session(directory, "costs one")
+    daemon = start_pigeond(daemons, tmp_path / "p.db", server.url)
+    msg_id = post(daemon, {"from": "ses_a", "to": session, "payload": "what does it cost"})
+    wait_until(lambda: answered(daemon, msg_id), PATIENCE_S, "the answer")
+    steps = turn_of(server, session, msg_id)
+    written = sum(
+        s["tokens"]["input"] + s["tokens"]["output"] + s["tokens"]["reasoning"]
+        + s["tokens"]["cache"]["read"] + s["tokens"]["cache"]["write"]
+        for s in steps
+    )  # fmt: skip
+    assert written > 10  # the fake model's 10 input tokens, and its words
+    [row] = costs(daemon, f"session={session}")["sessions"]
+    assert (row["turns"], row["tokens"], row["input_tokens"]) == (1, written, 10 * len(steps))
+    assert row["cost"] == sum(s["cost"] for s in steps) and row["cost_unknown_turns"] == 0
+    second = post(daemon, {"from": "ses_a", "to": session, "payload": "and again"})
+    wait_until(lambda: answered(daemon, second), PATIENCE_S, "the second answer")
+    [row] = costs(daemon, f"session={session}")["sessions"]
+    assert row["turns"] == 2
