@@ -207,3 +207,14 @@ def test_thread_costs_take_many_threads_at_once(repo: SwarmRepository) -> None:
     repo.record_turns("ses_target", [turn("u1", "msg_last")], 5)
     asked = [f"thr_{n}" for n in range(1200)]
     assert repo.thread_costs(asked) == {"thr_1199": totals(1)}
+
+
+def test_pruning_takes_the_turns_older_than_the_messages_cutoff(repo: SwarmRepository) -> None:
+    """Retention prunes turn costs with the messages: older turns and their links go."""
+    seen_message(repo, "msg_old", 1)
+    seen_message(repo, "msg_new", 1)
+    repo.record_turns("ses_target", [turn("u1", "msg_old")], 5)
+    repo.record_turns("ses_target", [turn("u2", "msg_new")], 20)
+    repo.prune_batch(10, 100)
+    assert repo.turn_of("msg_old") is None and repo.turn_of("msg_new") is not None
+    assert repo.session_costs() == {"ses_target": totals(1)}

@@ -32,6 +32,16 @@ _THREAD_TURNS_SQL = (
     "SELECT DISTINCT m.thread_id, tm.turn_id FROM swarm_turn_messages AS tm"
     " JOIN swarm_messages AS m ON m.msg_id = tm.msg_id"
 )
+# Retention (storage/retention.py): the oldest turns recorded before the cutoff, a batch at
+# a time beside the messages' own batch, their links first.
+_OLDEST_TURNS_SQL = (
+    "SELECT turn_id FROM swarm_turns WHERE recorded_at < :cutoff"
+    " ORDER BY recorded_at LIMIT :limit"
+)
+PRUNE_TURNS_SQL = (
+    f"DELETE FROM swarm_turn_messages WHERE turn_id IN ({_OLDEST_TURNS_SQL})",
+    f"DELETE FROM swarm_turns WHERE turn_id IN ({_OLDEST_TURNS_SQL})",
+)
 # How many ids one IN (...) list takes (SQLite's bound on variables is far above).
 _CHUNK = 500
 LIST_LIMIT = 1000

@@ -22,7 +22,8 @@ Deletions run in small batches, one short ``BEGIN IMMEDIATE`` each, so the
 daemon's own writes wait at most one batch.  The pages they free go back to
 the file system with ``PRAGMA incremental_vacuum`` (the database is kept in
 ``auto_vacuum = INCREMENTAL``, see storage/schema.py), also a bounded number at
-a time.  Times come in as unix milliseconds: nothing here reads a clock.
+a time.  The turn costs recorded before the cutoff (storage/costs.py) go in the same
+batches, uncounted.  Times come in as unix milliseconds: nothing here reads a clock.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from pigeond.storage.base import Connection, RepositoryBase, reads
+from pigeond.storage.costs import PRUNE_TURNS_SQL
 from pigeond.storage.errors import UNAVAILABLE_ERRORS, StorageUnavailable
 from pigeond.storage.migrations import PRUNABLE_SQL
 from pigeond.storage.schema import AUTO_VACUUM_INCREMENTAL
@@ -118,6 +120,8 @@ class Retention(RepositoryBase):
         with self._write() as conn:
             sql = PRUNE_BATCH_PG_SQL if self.postgres else PRUNE_BATCH_SQL
             rows = conn.execute(sql, {"cutoff": cutoff, "limit": limit}).fetchall()
+            for prune_turns in PRUNE_TURNS_SQL:  # the turn costs of the same age (uncounted)
+                conn.execute(prune_turns, {"cutoff": cutoff, "limit": limit})
             if rows and not self.postgres:
                 self._fold_search_deletes(conn)
         return Counter((str(scope), str(state)) for scope, state in rows)
