@@ -1,6 +1,6 @@
-"""Turn costs against the real opencode (1.18.33 and 1.15.4): after a hand-off's turn, ``GET /swarm/costs``
-shows the tokens and cost opencode wrote on that turn's assistant messages (the fake model
-reports 10 input tokens and one output token a word)."""
+"""Turn costs against the real opencode (1.18.33 and 1.15.4): after a hand-off's turn,
+``GET /swarm/costs`` shows the tokens and cost opencode wrote on that turn's assistant
+messages (the fake model reports 10 input tokens and one output token a word)."""
 
 from __future__ import annotations
 
