@@ -35,8 +35,7 @@ _THREAD_TURNS_SQL = (
 # Retention (storage/retention.py): the oldest turns recorded before the cutoff, a batch at
 # a time beside the messages' own batch, their links first.
 _OLDEST_TURNS_SQL = (
-    "SELECT turn_id FROM swarm_turns WHERE recorded_at < :cutoff"
-    " ORDER BY recorded_at LIMIT :limit"
+    "SELECT turn_id FROM swarm_turns WHERE recorded_at < :cutoff ORDER BY recorded_at LIMIT :limit"
 )
 PRUNE_TURNS_SQL = (
     f"DELETE FROM swarm_turn_messages WHERE turn_id IN ({_OLDEST_TURNS_SQL})",
