@@ -163,6 +163,7 @@ def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
         "thread_budget_tokens": ("0", "50000", "7"),
         "thread_budget_cost": ("0.5", "0", "12.25"),
         "stop_timeout_s": ("1", "2", "3"),
+        "max_hops_per_thread": ("0", "5", "40"),
         "log_level": ("debug", "warn", "error"),
         "log_format": ("json", "text", "json"),
         "batch_max_bytes": ("2048", "4096", "8192"),
