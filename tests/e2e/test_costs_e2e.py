@@ -64,3 +64,42 @@ def test_a_hand_offs_turn_is_recorded_with_the_transcripts_tokens(
     wait_until(lambda: answered(daemon, second), PATIENCE_S, "the second answer")
     [row] = costs(daemon, f"session={session}")["sessions"]
     assert row["turns"] == 2
+
+
+def send(daemon: DaemonProcess, body: dict[str, Any]) -> dict[str, Any]:
+    status, answer = daemon.request_json("POST", "/swarm/send", body)
+    assert status == 202, answer
+    assert isinstance(answer, dict)
+    return answer
+
+
+def test_a_thread_over_its_token_budget_holds_its_next_message(
+    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
+) -> None:
+    """thread_budget_tokens=10: the first message's turn (recorded from the real transcript)
+    reaches it, so the thread's next message is held with the budget's reason; a release
+    with reset delivers it and its turn is recorded."""
+    server, directory = opencode_1_18, opencode_1_18.dirs["dirB"]
+    session = server.create_session(directory, "costs budget")
+    daemon = start_pigeond(daemons, tmp_path / "p.db", server.url, "--thread-budget-tokens", "10")
+    thread = "thr_budget_e2e"
+    first = send(daemon, {"from": "ses_a", "to": session, "thread": thread,
+                          "payload": "what does it cost"})  # fmt: skip
+    assert "held" not in first and first["thread"] == thread
+    wait_until(lambda: answered(daemon, first["msg_id"]), PATIENCE_S, "the first answer")
+    [used] = costs(daemon, f"thread={thread}")["threads"]
+    assert used["turns"] == 1 and used["tokens"] >= 10
+    second = send(daemon, {"from": "ses_a", "to": session, "thread": thread, "payload": "more"})
+    assert second["held"] == {
+        "brake": "budget",
+        "reason": f"thread {thread} used {used['tokens']:,} tokens, over its budget of 10;"
+        " a person must release it",
+    }
+    status, held = daemon.request_json("GET", f"/swarm/held?thread={thread}")
+    assert status == 200 and [h["msg_id"] for h in held["held"]] == [second["msg_id"]]
+    status, _ = daemon.request_json(
+        "POST", f"/swarm/held/{second['msg_id']}/release", {"mode": "reset"}
+    )
+    assert status == 200
+    wait_until(lambda: answered(daemon, second["msg_id"]), PATIENCE_S, "the released answer")
+    assert costs(daemon, f"thread={thread}")["threads"][0]["turns"] == 2
