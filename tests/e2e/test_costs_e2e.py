@@ -37,7 +37,7 @@ def costs(daemon: DaemonProcess, query: str) -> dict[str, Any]:
 
 
 def answered(daemon: DaemonProcess, msg_id: str) -> bool:
-    return receipt(daemon, msg_id)["receipt"] == "answered"
+    return bool(receipt(daemon, msg_id)["receipt"] == "answered")
 
 
 def test_a_hand_offs_turn_is_recorded_with_the_transcripts_tokens(
