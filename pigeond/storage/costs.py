@@ -106,7 +106,8 @@ class Costs(RepositoryBase):
         ).fetchone()[0]
         for msg_id in linkable:
             conn.execute(
-                "INSERT INTO swarm_turn_messages (msg_id, turn_id) VALUES (?, ?)",
+                "INSERT INTO swarm_turn_messages (msg_id, turn_id) VALUES (?, ?)"
+                " ON CONFLICT (msg_id) DO NOTHING",  # another daemon's look, at the same time
                 (msg_id, turn_id),
             )
         return True
