@@ -145,7 +145,8 @@ def test_a_release_with_reset_counts_the_budget_from_then(
 def test_a_release_with_raise_gives_the_thread_more_tokens(
     repo: SwarmRepository, clock: Clock, thread: Thread
 ) -> None:
-    """raise N: that thread's token budget grows by N (others' stays)."""
+    """raise N: the thread may use N tokens more than it had used (150 + 100), its own
+    budget from then on."""
     thread.turn(150)
     judged = brake(repo, thread_budget_tokens=100)
     hold = judge(judged, clock)
@@ -154,6 +155,10 @@ def test_a_release_with_raise_gives_the_thread_more_tokens(
     release = repo.release_brake_hold(held, ReleaseMode.RAISE, 100, now_ms(clock))
     assert release.outcome is HoldOutcome.DONE
     assert judge(judged, clock) is None
-    thread.turn(50)
+    thread.turn(99)
+    assert judge(judged, clock) is None
+    thread.turn(1)
     hold = judge(judged, clock)
-    assert hold is not None and "used 200 tokens, over its budget of 200" in hold.reason
+    assert hold is not None and "used 250 tokens, over its budget of 250;" in hold.reason
+    stored = repo.thread(THREAD)
+    assert stored is not None and stored.token_budget == 250

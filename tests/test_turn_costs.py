@@ -110,14 +110,6 @@ def test_sessions_are_listed_newest_turn_first(repo: SwarmRepository) -> None:
     assert repo.session_costs(["ses_mid", "ses_none"]) == {"ses_mid": totals(1)}
 
 
-def test_a_raised_budget_adds_up(repo: SwarmRepository) -> None:
-    """Each raise adds to what the thread may use over the configured budget."""
-    assert repo.thread_budget_extra("thr_a") == (0, 0.0)
-    repo.raise_thread_budget("thr_a", 1, tokens=1000)
-    assert repo.raise_thread_budget("thr_a", 2, tokens=500, cost=0.5) == (1500, 0.5)
-    assert repo.thread_budget_extra("thr_a") == (1500, 0.5)
-
-
 # -- the verifier's looks ------------------------------------------------------------
 
 

@@ -6,9 +6,10 @@ targets' transcripts (pigeond/storage/costs.py), counted from the thread's last 
 reset (``budget:<thread>`` in swarm_brake_resets, written by a release with ``reset``).
 Two budgets, each an option and off at 0: ``thread_budget_tokens`` (all five kinds of
 tokens) and ``thread_budget_cost`` (US dollars of the turns whose cost is known: a Claude
-Code turn's is not).  A release with ``raise N`` adds N tokens to that thread's token
-budget (pigeond/storage/brake_holds.py); a cost budget is released with ``reset`` or
-``once``.
+Code turn's is not).  A release with ``raise N`` gives the thread its own token budget
+(``swarm_threads.token_budget``): what it used since its last reset, plus N
+(pigeond/storage/costs.py, ``raise_budget``); a thread's own budget is used while the
+option is on.  A cost budget is released with ``reset`` or ``once``.
 
 A turn is recorded once it has ended, so the brake sees a thread's usage a verify interval
 or so after each turn: the message that trips it is the first one sent after the turn
@@ -24,6 +25,7 @@ from pigeond.model import SESSION_ID_RE, Hold, NewMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.brake_holds import budget_scope
 from pigeond.storage.database import Database
+from pigeond.storage.threads import ThreadInfo
 
 NAME = "budget"
 
@@ -33,11 +35,10 @@ def budget_reason(thread_id: str, used: str, budget: str) -> str:
     return f"thread {thread_id} used {used}, over its budget of {budget}; a person must release it"
 
 
-def _usage(repo: SwarmRepository, thread_id: str) -> tuple[CostTotals, int]:
-    """The thread's usage since its last budget reset, and the tokens releases added."""
+def _usage(repo: SwarmRepository, thread_id: str) -> tuple[CostTotals, ThreadInfo | None]:
+    """The thread's usage since its last budget reset, and its row (its own budgets)."""
     since = repo.brake_reset_at(budget_scope(thread_id)) or 0
-    extra_tokens, _ = repo.thread_budget_extra(thread_id)
-    return repo.thread_costs_since(thread_id, since), extra_tokens
+    return repo.thread_costs_since(thread_id, since), repo.thread(thread_id)
 
 
 class BudgetBrake:
@@ -56,12 +57,15 @@ class BudgetBrake:
             message.from_session
         ):
             return None  # off, or a person's send
-        used, extra_tokens = await self._db.read(_usage, thread_id)
-        if self.tokens > 0 and used.tokens >= self.tokens + extra_tokens:
-            budget = format_tokens(self.tokens + extra_tokens)
+        used, thread = await self._db.read(_usage, thread_id)
+        tokens, cost = self.tokens, self.cost
+        if thread is not None:  # a person raised this thread's budget (release --raise)
+            tokens = tokens if tokens == 0 or thread.token_budget is None else thread.token_budget
+            cost = cost if cost == 0 or thread.cost_budget is None else thread.cost_budget
+        if tokens > 0 and used.tokens >= tokens:
             used_tokens = f"{format_tokens(used.tokens)} tokens"
-            return Hold(NAME, budget_reason(thread_id, used_tokens, budget))
-        if self.cost > 0 and used.cost >= self.cost:
+            return Hold(NAME, budget_reason(thread_id, used_tokens, format_tokens(tokens)))
+        if cost > 0 and used.cost >= cost:
             return Hold(NAME, budget_reason(thread_id, format_cost(used.cost),
-                                            format_cost(self.cost)))  # fmt: skip
+                                            format_cost(cost)))  # fmt: skip
         return None

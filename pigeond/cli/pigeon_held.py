@@ -58,7 +58,7 @@ def add_held_parsers(
     )  # fmt: skip
     how.add_argument(
         "--raise", dest="by", type=int, metavar="N",
-        help="raise the thread's limit by N (the hop brake's)",
+        help="raise the thread's limit by N (hops, or tokens of its budget)",
     )  # fmt: skip
     how.add_argument(
         "--once", dest="mode", action="store_const", const=ReleaseMode.ONCE,

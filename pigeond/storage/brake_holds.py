@@ -193,7 +193,8 @@ class BrakeHolds(Policies):
                 self._reset_brake(conn, brake, message.from_session, message.to_session,
                                   message.thread_id, now_ms)  # fmt: skip
             elif mode is ReleaseMode.RAISE and brake == "budget" and message.thread_id:
-                raise_budget(conn, message.thread_id, by, now_ms)  # N more tokens
+                since = self.brake_reset_at(budget_scope(message.thread_id)) or 0
+                raise_budget(conn, message.thread_id, by, since)  # N more tokens from now
             elif mode is ReleaseMode.RAISE and message.thread_id is not None:
                 conn.execute(
                     "UPDATE swarm_threads SET hop_limit = (CASE WHEN hop_limit IS NOT NULL"

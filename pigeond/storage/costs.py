@@ -32,6 +32,11 @@ _THREAD_TURNS_SQL = (
     "SELECT DISTINCT m.thread_id, tm.turn_id FROM swarm_turn_messages AS tm"
     " JOIN swarm_messages AS m ON m.msg_id = tm.msg_id"
 )
+# A thread's turns recorded after a time (its budget's base).
+_SINCE_SQL = (
+    f"SELECT {_SUMS_SQL} FROM ({_THREAD_TURNS_SQL} WHERE m.thread_id = ?) AS x"
+    " JOIN swarm_turns AS t ON t.turn_id = x.turn_id WHERE t.recorded_at > ?"
+)
 # Retention (storage/retention.py): the oldest turns recorded before the cutoff, a batch at
 # a time beside the messages' own batch, their links first.
 _OLDEST_TURNS_SQL = (
@@ -191,45 +196,21 @@ class Costs(RepositoryBase):
     def thread_costs_since(self, thread_id: str, since_ms: int) -> CostTotals:
         """The sums of ``thread_id``'s turns recorded after ``since_ms`` (the budget brake's
         base: its last ``budget:<thread>`` reset)."""
-        row = self._conn.execute(
-            f"SELECT {_SUMS_SQL} FROM ({_THREAD_TURNS_SQL} WHERE m.thread_id = ?) AS x"
-            " JOIN swarm_turns AS t ON t.turn_id = x.turn_id WHERE t.recorded_at > ?",
-            (thread_id, since_ms),
-        ).fetchone()
-        return _totals(row)
-
-    # -- what a person added to a thread's budget (a release that raises it) ----------
-
-    def raise_thread_budget(
-        self, thread_id: str, now_ms: int, *, tokens: int = 0, cost: float = 0.0
-    ) -> tuple[int, float]:
-        """Add ``tokens`` and ``cost`` to what ``thread_id`` may use over the configured
-        budgets; returns the thread's extras now."""
-        with self._write() as conn:
-            return raise_budget(conn, thread_id, tokens, now_ms, cost=cost)
-
-    @reads
-    def thread_budget_extra(self, thread_id: str) -> tuple[int, float]:
-        """What releases added to ``thread_id``'s budgets (tokens, dollars); 0 when none."""
-        row = self._conn.execute(
-            "SELECT extra_tokens, extra_cost FROM swarm_thread_budgets WHERE thread_id = ?",
-            (thread_id,),
-        ).fetchone()
-        return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
+        return _totals(self._conn.execute(_SINCE_SQL, (thread_id, since_ms)).fetchone())
 
 
-def raise_budget(
-    conn: Connection, thread_id: str, tokens: int, now_ms: int, *, cost: float = 0.0
-) -> tuple[int, float]:
-    """Inside a write (a release with ``raise``): ``thread_id`` may use ``tokens`` (and
-    ``cost``) more; returns its extras now."""
+def raise_budget(conn: Connection, thread_id: str, by: int, since_ms: int) -> None:
+    """Inside a release with ``raise`` of a budget hold: ``thread_id``'s own token budget
+    (swarm_threads.token_budget) becomes the tokens it used since ``since_ms`` (its last
+    budget reset), or its own budget if higher, plus ``by``: ``by`` tokens more from now."""
     row = conn.execute(
-        "INSERT INTO swarm_thread_budgets (thread_id, extra_tokens, extra_cost,"
-        " updated_at) VALUES (:thread, :tokens, :cost, :now)"
-        " ON CONFLICT (thread_id) DO UPDATE SET"
-        " extra_tokens = swarm_thread_budgets.extra_tokens + excluded.extra_tokens,"
-        " extra_cost = swarm_thread_budgets.extra_cost + excluded.extra_cost,"
-        " updated_at = excluded.updated_at RETURNING extra_tokens, extra_cost",
-        {"thread": thread_id, "tokens": tokens, "cost": cost, "now": now_ms},
+        "SELECT token_budget FROM swarm_threads WHERE thread_id = ?", (thread_id,)
     ).fetchone()
-    return int(row[0]), float(row[1])
+    if row is None:
+        return
+    own = 0 if row[0] is None else int(row[0])
+    used = _totals(conn.execute(_SINCE_SQL, (thread_id, since_ms)).fetchone()).tokens
+    conn.execute(
+        "UPDATE swarm_threads SET token_budget = ? WHERE thread_id = ?",
+        (max(own, used) + by, thread_id),
+    )

@@ -38,12 +38,6 @@ CREATE TABLE swarm_turn_messages (
     turn_id TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX idx_swarm_turn_messages_turn ON swarm_turn_messages (turn_id);
-CREATE TABLE swarm_thread_budgets (
-    thread_id    TEXT PRIMARY KEY,
-    extra_tokens INTEGER NOT NULL DEFAULT 0,
-    extra_cost   REAL NOT NULL DEFAULT 0,
-    updated_at   INTEGER NOT NULL
-) WITHOUT ROWID;
 """
 
 V19_TURNS_PG: Final = """
@@ -66,10 +60,4 @@ CREATE TABLE swarm_turn_messages (
     turn_id TEXT NOT NULL
 );
 CREATE INDEX idx_swarm_turn_messages_turn ON swarm_turn_messages (turn_id);
-CREATE TABLE swarm_thread_budgets (
-    thread_id    TEXT PRIMARY KEY,
-    extra_tokens BIGINT NOT NULL DEFAULT 0,
-    extra_cost   DOUBLE PRECISION NOT NULL DEFAULT 0,
-    updated_at   BIGINT NOT NULL
-);
 """
