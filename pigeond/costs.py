@@ -114,9 +114,14 @@ def format_cost(cost: float | None, unknown_turns: int = 0) -> str:
     return shown + ("+?" if unknown_turns else "")
 
 
+def cost_shown(totals: CostTotals) -> str:
+    """The cost of ``totals`` as :func:`format_cost` shows it: ``unknown`` when every turn's
+    cost is, ``+?`` when some are."""
+    known = totals.turns == 0 or totals.turns > totals.cost_unknown_turns
+    return format_cost(totals.cost if known else None, totals.cost_unknown_turns)
+
+
 def format_totals(totals: CostTotals) -> str:
     """One line: ``3 turns, 1,204 tokens, $0.0123``."""
     turns = "1 turn" if totals.turns == 1 else f"{totals.turns} turns"
-    known = totals.turns == 0 or totals.turns > totals.cost_unknown_turns
-    cost = format_cost(totals.cost if known else None, totals.cost_unknown_turns)
-    return f"{turns}, {format_tokens(totals.tokens)} tokens, {cost}"
+    return f"{turns}, {format_tokens(totals.tokens)} tokens, {cost_shown(totals)}"

@@ -48,13 +48,13 @@ def reopen(db: Path) -> SwarmRepository:
 
 
 def test_threads_lists_hops_turns_and_held(capsys: pytest.CaptureFixture[str], db: Path) -> None:
-    """One row per thread: its hops, limit, turns, messages, held and age."""
+    """One row per thread: its hops, limit, turns, messages, held, tokens, cost and age."""
     code, out, _ = run(capsys, db, "threads")
     header, row = out.splitlines()
     assert code == 0 and header.split() == [
-        "thread", "hops", "limit", "turns", "messages", "held", "updated",
+        "thread", "hops", "limit", "turns", "messages", "held", "tokens", "cost", "updated",
     ]  # fmt: skip
-    assert row.split() == [THREAD, "1", "-", "0", "4", "3", "1m"]
+    assert row.split() == [THREAD, "1", "-", "0", "4", "3", "0", "$0.0000", "1m"]
 
 
 def test_threads_json_is_exact(capsys: pytest.CaptureFixture[str], db: Path) -> None:

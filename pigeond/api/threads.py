@@ -25,6 +25,7 @@ from pigeond.model import MSG_ID_RE, THREAD_RE, Hold, StoredMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.brake_holds import HELD_LIMIT, HoldOutcome, ReleaseMode
 from pigeond.storage.database import Database
+from pigeond.storage.thread_costs import thread_view, threads_with_costs
 from pigeond.storage.threads import THREADS_LIMIT
 
 THREADS_PATH = "/swarm/threads"
@@ -121,8 +122,8 @@ class ThreadRoutes:
         return int(self._clock.seconds() * 1000)
 
     async def threads(self, request: server.Request) -> JsonResponse:
-        listed = await self._db.read(SwarmRepository.threads, _limit(request, THREADS_LIMIT))
-        return JsonResponse(200, {"threads": [t.view() for t in listed]})
+        listed = await self._db.read(threads_with_costs, _limit(request, THREADS_LIMIT))
+        return JsonResponse(200, {"threads": [thread_view(t, c) for t, c in listed]})
 
     async def held(self, request: server.Request) -> JsonResponse:
         thread = query_param(request, "thread")

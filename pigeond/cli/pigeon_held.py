@@ -2,7 +2,8 @@
 deciding on what the conversation brakes hold (issue 26).
 
 ``threads`` lists the threads, the latest first, with their hops (agents' messages in a
-row without a person), turns and what is held in each; ``held`` the messages a brake
+row without a person), turns, what is held in each, and the tokens and cost of the turns
+their messages caused (pigeond/storage/costs.py); ``held`` the messages a brake
 holds, each with its msg_id and why.  ``release MSG_ID`` delivers one and starts its
 brake's count over (``--reset``, the default), raises its thread's limit by N
 (``--raise N``) or lets only this one go (``--once``); ``drop MSG_ID`` cancels it, and its
@@ -23,12 +24,16 @@ import sys
 from typing import Final
 
 from pigeond.cli.presentation import cut, format_age, one_line, table_lines
+from pigeond.costs import cost_shown, format_tokens
 from pigeond.model import MSG_ID_RE
 from pigeond.storage import SwarmRepository
 from pigeond.storage.brake_holds import HoldOutcome, ReleaseMode
+from pigeond.storage.thread_costs import thread_view, threads_with_costs
 from pigeond.terminal import json_visible, visible
 
-THREADS_COLUMNS: Final = ("thread", "hops", "limit", "turns", "messages", "held", "updated")
+THREADS_COLUMNS: Final = (
+    "thread", "hops", "limit", "turns", "messages", "held", "tokens", "cost", "updated",
+)  # fmt: skip
 HELD_COLUMNS: Final = ("msg_id", "from", "to", "thread", "brake", "age", "reason", "payload")
 EXIT_OK, EXIT_NOT_CHANGED, EXIT_USAGE = 0, 1, 2
 REASON_WIDTH, PREVIEW_WIDTH = 60, 40
@@ -77,14 +82,15 @@ def cmd_threads(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) ->
     if args.limit < 1:
         print("pigeon: --limit must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    threads = repo.threads(args.limit)
+    threads = threads_with_costs(repo, args.limit)
     if args.json:
-        _print_json([t.view() for t in threads])
+        _print_json([thread_view(t, c) for t, c in threads])
         return EXIT_OK
     rows = [
         [t.thread_id, str(t.hops), "-" if t.hop_limit is None else str(t.hop_limit),
-         str(t.turns), str(t.messages), str(t.held), format_age(now_ms - t.updated_at)]
-        for t in threads
+         str(t.turns), str(t.messages), str(t.held), format_tokens(c.tokens),
+         cost_shown(c), format_age(now_ms - t.updated_at)]
+        for t, c in threads
     ]  # fmt: skip
     for line in table_lines(THREADS_COLUMNS, rows):
         print(line)
