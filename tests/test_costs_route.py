@@ -74,8 +74,8 @@ ZEROS = {
 }  # fmt: skip
 
 
-def test_threads_are_summed_newest_turn_first(daemon: Daemon) -> None:
-    """Without parameters, the threads too: each with the turns its messages caused."""
+def test_threads_are_summed_latest_first(daemon: Daemon) -> None:
+    """Without parameters, the latest threads too: each with the turns its messages caused."""
     _, body = costs(daemon)
     assert [(t["thread"], t["turns"], t["tokens"]) for t in body["threads"]] == [
         ("thr_a", 2, 300),

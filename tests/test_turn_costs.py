@@ -158,9 +158,9 @@ def test_a_batch_is_one_turn(rig: Rig) -> None:
 def test_a_thread_sums_the_turns_its_messages_caused(repo: SwarmRepository) -> None:
     """Turns in two sessions, each caused by a message of the thread; another thread's
     turn is not in it."""
-    seen_message(repo, "msg_a", 1, to="ses_one", thread="thr_x")
-    seen_message(repo, "msg_b", 1, to="ses_two", thread="thr_x")
     seen_message(repo, "msg_c", 1, to="ses_two", thread="thr_y")
+    seen_message(repo, "msg_a", 2, to="ses_one", thread="thr_x")
+    seen_message(repo, "msg_b", 2, to="ses_two", thread="thr_x")
     repo.record_turns("ses_two", [turn("u2", "msg_c")], 4)
     repo.record_turns("ses_one", [turn("u1", "msg_a")], 5)
     repo.record_turns("ses_two", [turn("u1", "msg_b")], 6)
@@ -172,7 +172,14 @@ def test_a_thread_sums_the_turns_its_messages_caused(repo: SwarmRepository) -> N
         ("ses_two", totals(1)),
         ("ses_one", totals(1)),
     ]
-    assert list(repo.recent_thread_costs()) == ["thr_x", "thr_y"]  # newest turn first
+    seen_message(repo, "msg_d", 3, to="ses_two", thread="thr_quiet")  # no turn yet
+    assert repo.recent_thread_costs() == {  # the latest send first, as threads are listed
+        "thr_quiet": CostTotals(),
+        "thr_x": totals(2),
+        "thr_y": totals(1),
+    }
+    assert list(repo.recent_thread_costs()) == ["thr_quiet", "thr_x", "thr_y"]
+    assert list(repo.recent_thread_costs(limit=2)) == ["thr_quiet", "thr_x"]
 
 
 def test_a_turn_counts_once_per_thread_of_its_batch(repo: SwarmRepository) -> None:

@@ -3,8 +3,9 @@
 A turn is recorded when the verifier finds it ended in its target's transcript
 (:mod:`pigeond.storage.costs`); this route sums them:
 
-- no parameter: the ``limit`` threads and the ``limit`` sessions with the newest turns,
-  newest first;
+- no parameter: the ``limit`` latest threads (by their latest send, as ``GET
+  /swarm/threads`` lists them; zeros for one that caused no turn yet) and the ``limit``
+  sessions with the newest turns, newest first;
 - ``thread=<id>``: that thread (zeros when none of its messages has caused a turn yet), and
   the sessions its turns ran in;
 - ``session=<id>``: that session's turns (as a target), and no threads.

@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pigeond.costs import CostTotals, EndedTurn
+from pigeond.costs import NO_COST, CostTotals, EndedTurn
 from pigeond.ids import base36
 from pigeond.storage.base import Connection, RepositoryBase, reads
 
@@ -182,15 +182,16 @@ class Costs(RepositoryBase):
 
     @reads
     def recent_thread_costs(self, limit: int = LIST_LIMIT) -> dict[str, CostTotals]:
-        """The sums of the ``limit`` threads whose turns are newest, newest first."""
+        """The sums of the ``limit`` latest threads (by their latest send, as ``GET
+        /swarm/threads`` lists them), newest first, zeros for one without turns: a walk of
+        idx_swarm_threads_updated, then of each thread's messages, never of every turn."""
         rows = self._conn.execute(
-            f"SELECT x.thread_id, {_SUMS_SQL} FROM ({_THREAD_TURNS_SQL}"
-            " WHERE m.thread_id IS NOT NULL) AS x"
-            " JOIN swarm_turns AS t ON t.turn_id = x.turn_id GROUP BY x.thread_id"
-            " ORDER BY MAX(t.recorded_at) DESC, x.thread_id LIMIT ?",
+            "SELECT thread_id FROM swarm_threads ORDER BY updated_at DESC, thread_id LIMIT ?",
             (limit,),
         ).fetchall()
-        return {str(r[0]): _totals(r[1:]) for r in rows}
+        latest = [str(r[0]) for r in rows]
+        sums = self.thread_costs(latest)
+        return {thread: sums.get(thread, NO_COST) for thread in latest}
 
     @reads
     def thread_costs_since(self, thread_id: str, since_ms: int) -> CostTotals:
