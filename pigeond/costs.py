@@ -62,6 +62,8 @@ class EndedTurn:
     key: str
     msg_ids: tuple[str, ...]
     usage: TurnUsage
+    # the transcript read began inside the turn: ``usage`` has only its newest steps
+    partial: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,6 +152,23 @@ def test_a_batch_is_one_turn(rig: Rig) -> None:
     assert {rig.repo.turn_of(m) is not None for m in ("msg_a", "msg_b", "msg_c")} == {True}
 
 
+def test_a_turn_longer_than_the_read_is_counted_whole(rig: Rig) -> None:
+    """80 steps push the envelope out of the newest 50 read: the whole transcript is read
+    once more for the turn's sum, and not again on later looks."""
+    rig.prompt("u1", "msg_a")
+    rig.check()  # seen
+    steps = [assistant_entry(f"a{n}", "u1", None, finish="tool-calls", tokens=(10, 1))
+             for n in range(80)]  # fmt: skip
+    rig.reply(*steps, assistant_entry("a_last", "u1", None, tokens=(10, 1)))  # no words
+    rig.clock.advance(2)
+    rig.check()
+    assert rig.transcripts.reads[1:] == [("ses_target", 50), ("ses_target", None)]
+    assert rig.repo.session_costs()["ses_target"].tokens == 81 * 11
+    rig.clock.advance(2)
+    rig.check()
+    assert rig.transcripts.reads[-1] == ("ses_target", 50)
+
+
 # -- threads -------------------------------------------------------------------------
 
 

@@ -122,6 +122,14 @@ def test_what_is_not_a_count_counts_nothing(info: dict[str, Any]) -> None:
     assert usage.input == 0 and usage.cache_read == 0 and usage.cost == 0.0
 
 
+@pytest.mark.parametrize(("complete", "partial"), [(False, True), (True, False)])
+def test_a_turn_begun_before_the_messages_read_is_partial(complete: bool, partial: bool) -> None:
+    """Only the newest steps were read (not the whole transcript): the sum is marked partial."""
+    newest = [assistant_entry("a9", "u1", None, finish="tool-calls"), assistant_entry("a10", "u1")]
+    [turn] = opencode_usage.ended_turns(newest, {"msg_a": "u1"}, complete=complete)
+    assert turn.partial is partial
+
+
 # -- Claude Code ---------------------------------------------------------------------
 
 
@@ -170,6 +178,14 @@ def test_a_claude_code_turn_without_a_reply_yet_is_not_read() -> None:
     last_user = [e["uuid"] for e in entries if e.get("type") == "user"][-1]
     cut = entries[: next(n for n, e in enumerate(entries) if e.get("uuid") == last_user) + 1]
     assert claude_usage.ended_turns(cut, {"msg_a": last_user}) == []
+
+
+def test_a_claude_code_turn_begun_before_the_entries_read_is_partial() -> None:
+    """The envelope's entry is not among the newest entries read: partial."""
+    entries = claude("stop_block")
+    reply_at = max(n for n, e in enumerate(entries) if e.get("type") == "assistant")
+    [turn] = claude_usage.ended_turns(entries[reply_at:], {"msg_a": "gone"}, complete=False)
+    assert turn.partial
 
 
 # -- the shared types ----------------------------------------------------------------

@@ -182,7 +182,7 @@ class ClaudeTranscript:
         return answers_in(self.entries, where)
 
     def turns(self, where: Mapping[str, str]) -> list[EndedTurn]:
-        return ended_turns(self.entries, where)
+        return ended_turns(self.entries, where, complete=self.complete)
 
 
 class ClaudeTranscripts:

@@ -60,9 +60,13 @@ def entry_usage(message: Mapping[str, Any]) -> TurnUsage:
     )
 
 
-def ended_turns(entries: Sequence[Mapping[str, Any]], where: Mapping[str, str]) -> list[EndedTurn]:
+def ended_turns(
+    entries: Sequence[Mapping[str, Any]], where: Mapping[str, str], *, complete: bool = True
+) -> list[EndedTurn]:
     """The ended turns that consumed the msg_ids of ``where`` (each mapped to the uuid of
-    the user entry that carried its envelope), keyed by the reply that ended them."""
+    the user entry that carried its envelope), keyed by the reply that ended them;
+    ``partial`` when ``entries`` is not the whole transcript (``complete``) and begins after
+    the envelope's entry."""
     position = {e.get("uuid"): n for n, e in enumerate(entries)}
     replies = [n for n, e in enumerate(entries) if is_reply(e)]
     spans: dict[int, tuple[int, list[str]]] = {}  # reply position -> (first home, msg_ids)
@@ -82,5 +86,6 @@ def ended_turns(entries: Sequence[Mapping[str, Any]], where: Mapping[str, str]) 
                 key = message.get("id")
                 seen[key if isinstance(key, str) else f"entry {n}"] = entry_usage(message)
         usage = usage_sum(seen.values(), cost_known=False)
-        turns.append(EndedTurn(str(entries[reply]["uuid"]), tuple(sorted(msg_ids)), usage))
+        partial = not complete and start < 0
+        turns.append(EndedTurn(str(entries[reply]["uuid"]), tuple(sorted(msg_ids)), usage, partial))
     return turns

@@ -140,7 +140,7 @@ class OpencodeTranscript:
         return answers_in(self.messages, dict(where))
 
     def turns(self, where: Mapping[str, str]) -> list[EndedTurn]:
-        return ended_turns(self.messages, where)
+        return ended_turns(self.messages, where, complete=self.complete)
 
 
 class OpencodeTranscripts:

@@ -10,9 +10,9 @@ several of them, all naming the turn's user message as ``parentID``.
 A turn has *ended* when its newest assistant message is completed (``time.completed``)
 and either ended the loop (a finish other than ``tool-calls``/``unknown``) or failed
 (``error``): its usage is the sum over all its assistant messages.  A turn still running
-is not read: its sum would grow.  Only the messages read are summed: a turn of more steps
-than the newest messages read (:data:`~pigeond.delivery.opencode_transcript.RECENT_MESSAGES`
-at least) is counted from its newest steps only.
+is not read: its sum would grow.  A turn of more steps than the newest messages read
+(:data:`~pigeond.delivery.opencode_transcript.RECENT_MESSAGES` at least) is *partial*
+there: the verifier reads the whole transcript once for it.
 """
 
 from __future__ import annotations
@@ -58,10 +58,15 @@ def _ended(info: Mapping[str, Any]) -> bool:
     return bool(info.get("error")) or (isinstance(finish, str) and finish not in TURN_GOES_ON)
 
 
-def ended_turns(messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str]) -> list[EndedTurn]:
+def ended_turns(
+    messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str], *, complete: bool = True
+) -> list[EndedTurn]:
     """The ended turns that consumed the msg_ids of ``homes`` (each mapped to the user
-    message that carried its envelope), one per consuming user message, with their usage."""
+    message that carried its envelope), one per consuming user message, with their usage;
+    ``partial`` when ``messages`` is not the whole transcript (``complete``) and begins
+    after that user message."""
     consumers, steps = consumers_in(messages, homes)
+    read_users = {m.get("info", {}).get("id") for m in messages}
     by_consumer: dict[str, list[str]] = {}
     for msg_id, consumer in consumers.items():
         by_consumer.setdefault(consumer, []).append(msg_id)
@@ -72,5 +77,6 @@ def ended_turns(messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str])
         if not infos_ok or not _ended(infos_ok[-1]):
             continue
         usage = usage_sum(message_usage(info) for info in infos_ok)
-        turns.append(EndedTurn(consumer, tuple(sorted(msg_ids)), usage))
+        partial = not complete and consumer not in read_users
+        turns.append(EndedTurn(consumer, tuple(sorted(msg_ids)), usage, partial))
     return turns

@@ -243,7 +243,7 @@ class Verifier:
         try:
             seen = await self._record(target, waiting, set(homes))
             await self._record_answers(target, [*(m.msg_id for m in unanswered), *seen],
-                                       transcript, homes)  # fmt: skip
+                                       transcript, homes, source)  # fmt: skip
         except StorageError as e:
             # a full or locked disk: nothing is lost, the same check runs again next interval
             log.error("cannot record what {target}'s transcript shows yet: {error}",
@@ -264,20 +264,14 @@ class Verifier:
 
     async def _record_answers(
         self, target: str, awaiting: list[str], transcript: TranscriptView,
-        homes: Mapping[str, str | None],
+        homes: Mapping[str, str | None], source: TranscriptSource,
     ) -> None:  # fmt: skip
-        """Record the answers ``transcript`` shows to the ``awaiting`` msg_ids; remember
-        where the others' envelopes are for the next look."""
+        """Record the turns that ended and the answers ``transcript`` shows to the
+        ``awaiting`` msg_ids; remember where the others' envelopes are for the next look."""
         known = self._homes.get(target, {})
         where = {m: h for m in awaiting if (h := homes.get(m) or known.get(m)) is not None}
-        turns = transcript.turns(where)
-        if turns:  # first: a turn that ended is recorded before its answer stops the looks
-            recorded = await self._db.write(SwarmRepository.record_turns, target, turns,
-                                            self._now_ms())  # fmt: skip
-            for turn in recorded:
-                log.debug("{target}'s turn {key} for {msg_ids} used {tokens} tokens",
-                          target=target, key=turn.key, msg_ids=", ".join(turn.msg_ids),
-                          tokens=turn.usage.tokens)  # fmt: skip
+        # first: a turn that ended is recorded before its answer stops the looks
+        await self._record_turns(target, where, transcript, source)
         answers = transcript.answers(where)
         if answers:
             answered = await self._db.write(SwarmRepository.mark_answered, answers, self._now_ms())
@@ -285,6 +279,31 @@ class Verifier:
                 log.info("{msg_id} answered in {target}'s transcript by {answer}",
                          msg_id=msg_id, target=target, answer=answers[msg_id])  # fmt: skip
         self._homes[target] = {m: h for m, h in where.items() if m not in answers}
+
+    async def _record_turns(
+        self, target: str, where: Mapping[str, str], transcript: TranscriptView,
+        source: TranscriptSource,
+    ) -> None:  # fmt: skip
+        """Record the turns that consumed ``where``'s msg_ids and have ended, with their
+        usage.  A turn longer than the newest messages read is counted from the whole
+        transcript, read for it (once: it is recorded then); if that read fails, from
+        what was read."""
+        turns = transcript.turns(where)
+        partial = [m for turn in turns if turn.partial for m in turn.msg_ids]
+        if partial and not set(partial) <= await self._db.read(SwarmRepository.linked, partial):
+            try:
+                turns = (await source.read(target, None)).turns(where)
+            except HandOffError as e:
+                log.info("{target}'s long turn is counted from its newest steps only:"
+                         " {error}", target=target, error=str(e))  # fmt: skip
+        if not turns:
+            return
+        recorded = await self._db.write(SwarmRepository.record_turns, target, turns,
+                                        self._now_ms())  # fmt: skip
+        for turn in recorded:
+            log.debug("{target}'s turn {key} for {msg_ids} used {tokens} tokens",
+                      target=target, key=turn.key, msg_ids=", ".join(turn.msg_ids),
+                      tokens=turn.usage.tokens)  # fmt: skip
 
     async def _record(
         self, target: str, waiting: list[StoredMessage], found: set[str]

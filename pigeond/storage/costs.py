@@ -118,6 +118,18 @@ class Costs(RepositoryBase):
         return True
 
     @reads
+    def linked(self, msg_ids: Sequence[str]) -> set[str]:
+        """Those of ``msg_ids`` a recorded turn consumed."""
+        found: set[str] = set()
+        for chunk in _chunks(msg_ids):
+            marks = ", ".join("?" * len(chunk))
+            rows = self._conn.execute(
+                f"SELECT msg_id FROM swarm_turn_messages WHERE msg_id IN ({marks})", chunk
+            ).fetchall()
+            found.update(str(r[0]) for r in rows)
+        return found
+
+    @reads
     def turn_of(self, msg_id: str) -> tuple[str, CostTotals] | None:
         """The turn ``msg_id`` is linked to (its id, and its usage as one turn's totals)."""
         row = self._conn.execute(
