@@ -139,3 +139,20 @@ def test_count_repeats_stops_once_the_rest_cannot_reach_it() -> None:
     earlier = Watched(["no", "nope", "ping 2", "ping 3", "ping 4"])
     assert count_repeats("ping 1", earlier, 4) == 0
     assert earlier.looked_at == ["no", "nope"]
+
+
+def test_count_repeats_compares_each_distinct_text_once() -> None:
+    """Payloads alike once normalised are compared once, and each still counts."""
+    compared: list[str] = []
+    original = RepeatOf.matches
+
+    def watched(self: RepeatOf, other: str) -> bool:
+        compared.append(other)
+        return original(self, other)
+
+    RepeatOf.matches = watched  # type: ignore[method-assign]
+    try:
+        assert count_repeats("ping 1", ["PING 2", "ping 3", "pong 4", "ping  5"], 3) == 3
+    finally:
+        RepeatOf.matches = original  # type: ignore[method-assign]
+    assert compared == ["ping #", "pong #"]

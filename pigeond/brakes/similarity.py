@@ -13,7 +13,8 @@ The cost is bounded, since the repeat brake compares on every send: at most
 keeps a long text's matching from going quadratic in its common characters), and the
 two cheap upper bounds of the ratio, ``real_quick_ratio`` (the lengths) and
 ``quick_ratio`` (the characters as a multiset), first: most pairs that are not repeats
-never reach the full ratio.  :func:`count_repeats` stops as soon as its answer is known.
+never reach the full ratio.  :func:`count_repeats` compares each distinct normalised
+text once and stops as soon as its answer is known.
 """
 
 from __future__ import annotations
@@ -91,9 +92,14 @@ def count_repeats(payload: str, earlier: Sequence[str], needed: int) -> int:
     if needed <= 0 or len(earlier) < needed:
         return 0
     new = RepeatOf(normalised(payload))
+    verdicts: dict[str, bool] = {}  # a loop's payloads are often alike once normalised
     found = 0
     for index, other in enumerate(earlier):
-        if new.matches(normalised(other)):
+        text = normalised(other)
+        verdict = verdicts.get(text)
+        if verdict is None:
+            verdict = verdicts[text] = new.matches(text)
+        if verdict:
             found += 1
             if found >= needed:
                 return found
