@@ -31,3 +31,9 @@ def _stamp(now_ms: int) -> str:
 
 def make_msg_id(now_ms: int) -> str:
     return f"msg_{_stamp(now_ms)}_{secrets.token_hex(4)}"
+
+
+def make_thread_id(now_ms: int) -> str:
+    """A new thread's id, ``thr_<base36 ms>_<8 hex>``: unique as a msg_id is, and within
+    ``model.THREAD_RE``."""
+    return f"thr_{_stamp(now_ms)}_{secrets.token_hex(4)}"

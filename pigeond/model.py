@@ -78,6 +78,23 @@ class State(StrEnum):
     FANNED_OUT = "fanned_out"
 
 
+# The kinds of hold a queued message can be under (``StoredMessage.hold_kind``).
+HOLD_CONSENT: Final = "consent"
+HOLD_BRAKE: Final = "brake"
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A conversation brake's verdict on a send: hold it for a person (pigeond/brakes/)."""
+
+    brake: str  # "hops" | "pair_rate" | "repeat" | "budget"
+    reason: str  # one line, for the sender's tool answer and the operator's views
+
+
+# A thread's id: a sender may name one (``thread`` of a send), else pigeond makes
+# ``thr_<random>``.
+THREAD_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+
 # Sent by pigeond itself to a sender whose message ended failed or expired.
 NOTICE_KIND: Final = "delivery.failed"
 NOTICE_SENDER: Final = "pigeond"
@@ -187,6 +204,21 @@ class StoredMessage(NewMessage):
     to_name: str | None = None
     # a channel member's delivery: the channel message it was fanned out from
     channel_msg_id: str | None = None
+    # the thread it belongs to (None: stored before threads, migration 17)
+    thread_id: str | None = None
+    # whose hold keeps it queued and never due: 'consent' (its target's policy) or 'brake'
+    # (a conversation brake, until a person decides); None when not held (migration 18)
+    hold_kind: str | None = None
+    # the brake that held it last and why (kept after its release), and its time to live,
+    # given anew from its release (a brake-held message never expires)
+    hold_brake: str | None = None
+    hold_reason: str | None = None
+    hold_ttl_ms: int | None = None
+
+    @property
+    def brake_held(self) -> bool:
+        """Whether a brake holds it for a person now (not delivered until released)."""
+        return self.state == State.QUEUED and self.hold_kind == HOLD_BRAKE
 
     def receipt(self) -> str:
         """How far along :data:`RECEIPT_STAGES` a direct message has come."""

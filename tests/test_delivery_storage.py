@@ -212,7 +212,7 @@ def test_count_queued_for_searches_an_index(repo: SwarmRepository) -> None:
         plan = [
             str(r[3])
             for r in repo.connection.execute(
-                "EXPLAIN QUERY PLAN " + QUEUED_FOR_TARGET_SQL, ("ses_t1", 1000)
+                "EXPLAIN QUERY PLAN " + QUEUED_FOR_TARGET_SQL, {"target": "ses_t1", "limit": 1000}
             ).fetchall()
         ]
         assert any(

@@ -4,17 +4,17 @@ resets, and what they never brake."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import pytest
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from pigeond.brakes.judge import Hold
-from pigeond.brakes.pair import PairRateBrake, RepeatBrake, pair_scope, window_words
+from pigeond.brakes.pair import PairRateBrake, RepeatBrake, window_words
 from pigeond.config import Config
-from pigeond.model import NOTICE_KIND, NOTICE_SENDER
+from pigeond.model import NOTICE_KIND, NOTICE_SENDER, Hold
 from pigeond.storage import SwarmRepository
+from pigeond.storage.brake_holds import pair_scope
 from pigeond.storage.database import InlineDatabase
 from tests.fixed_time import now_ms
 from tests.http_helpers import result_of
@@ -27,22 +27,19 @@ LIMITS = Config(max_pair_messages_per_minute=3, max_repeats_per_pair=4, repeat_w
 
 @dataclass
 class Pair:
-    """Two brakes on one database and clock, and the pairs' reset times a person set."""
+    """Two brakes on one database and clock."""
 
     repo: SwarmRepository
     clock: Clock
-    resets: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         db = InlineDatabase(self.repo)
-        self.rate = PairRateBrake(db, self.reset_at, LIMITS)
-        self.repeat = RepeatBrake(db, self.reset_at, LIMITS)
-
-    def reset_at(self, scope: str) -> Deferred[int | None]:
-        return succeed(self.resets.get(scope))
+        self.rate = PairRateBrake(db, LIMITS)
+        self.repeat = RepeatBrake(db, LIMITS)
 
     def reset(self, one: str, other: str) -> None:
-        self.resets[pair_scope(one, other)] = now_ms(self.clock)
+        """A person resets the pair now (as a release with ``reset`` records it)."""
+        self.repo.set_brake_reset(pair_scope(one, other), now_ms(self.clock))
 
     def sent(self, sender: str, target: str, payload: str = "hi", count: int = 1) -> None:
         """``count`` messages stored now, as accepted sends."""

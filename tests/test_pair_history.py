@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from pigeond.consent import Policy, held_reason
+from pigeond.model import Hold
 from pigeond.storage import SwarmRepository
+from pigeond.storage.brake_holds import ReleaseMode, pair_scope
+from pigeond.storage.repository import Accept
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
 
@@ -14,8 +18,22 @@ pytestmark = pytest.mark.both_backends
 A, B, C = "ses_a", "ses_b", "ses_c"
 
 
-def send(repo: SwarmRepository, sender: str, target: str, at: int, payload: str = "hi") -> None:
-    repo.accept(new_message(target, sender=sender, payload=payload), at)
+HELD = Hold("pair_rate", "too many")
+
+
+def send(
+    repo: SwarmRepository,
+    sender: str,
+    target: str,
+    at: int,
+    payload: str = "hi",
+    *,
+    brake_hold: Hold | None = None,
+    consent_hold: str | None = None,
+) -> str:
+    message = new_message(target, sender=sender, payload=payload)
+    repo.accept_many([Accept(message, at, brake_hold=brake_hold, held=consent_hold)])
+    return message.msg_id
 
 
 def test_the_count_is_one_direction_after_a_time(repo: SwarmRepository) -> None:
@@ -67,6 +85,31 @@ def test_the_payloads_are_cut_in_the_query(repo: SwarmRepository) -> None:
     """Each payload comes cut to ``chars`` characters (not bytes: é is one)."""
     send(repo, A, B, NOW_MS, "é" * 50)
     assert repo.pair_payloads(A, B, 0, 10, 7) == ["é" * 7]
+
+
+def test_only_messages_accepted_for_delivery_count(repo: SwarmRepository) -> None:
+    """A brake-held message and one a person dropped do not count; a consent hold and a
+    released message do."""
+    send(repo, A, B, NOW_MS, "held", brake_hold=HELD)
+    dropped = send(repo, A, B, NOW_MS, "dropped", brake_hold=HELD)
+    repo.drop_brake_hold(dropped, NOW_MS + 1)
+    released = send(repo, A, B, NOW_MS, "released", brake_hold=HELD)
+    repo.release_brake_hold(released, ReleaseMode.ONCE, 0, NOW_MS + 1)
+    send(repo, A, B, NOW_MS, "consent", consent_hold=held_reason(B, Policy.HOLD))
+    assert repo.pair_sent_count(A, B, 0, 100) == 2
+    assert sorted(repo.pair_payloads(A, B, 0, 100, 100)) == ["consent", "released"]
+
+
+def test_the_pairs_reset_starts_the_window_over(repo: SwarmRepository) -> None:
+    """After the pair's reset (either direction's scope), only later messages count; a
+    window that starts after the reset is the window."""
+    send(repo, A, B, NOW_MS, "before")
+    send(repo, B, A, NOW_MS + 5, "at the reset")
+    repo.set_brake_reset(pair_scope(B, A), NOW_MS + 5)
+    send(repo, A, B, NOW_MS + 6, "after")
+    assert repo.pair_sent_count(A, B, 0, 100) == 1
+    assert repo.pair_payloads(B, A, 0, 100, 100) == ["after"]
+    assert repo.pair_payloads(A, B, NOW_MS + 6, 100, 100) == []
 
 
 def test_the_pair_index_exists_on_both_engines(repo: SwarmRepository) -> None:

@@ -98,7 +98,7 @@ def test_added_columns(repo: SwarmRepository) -> None:
         "verified_at", "verify_by", "requeue_count", "expires_at",
         "handoff_agent", "handoff_provider", "handoff_model", "handoff_variant", "handoff_note",
         "handoff_intent_at", "answered_at", "answer_message_id", "from_name", "to_name",
-        "channel_msg_id",
+        "channel_msg_id", "thread_id", "hold_kind", "hold_brake", "hold_reason", "hold_ttl_ms",
     ]  # fmt: skip
 
 

@@ -6,7 +6,8 @@ from a shell (its sender is no session id) and pigeond's own notices are never b
 Both count only messages accepted for delivery, in a window that starts again when a
 person releases a held message of the pair with a reset (the pair's reset time, scope
 ``pair:<one>:<other>`` with the two ids in sorted order: both directions and both brakes
-share it).  A message that trips one is held for a person with a reason that says why.
+share it); :mod:`pigeond.storage.pair_history` reads both, in one trip.  A message that
+trips one is held for a person with a reason that says why.
 
 - :class:`PairRateBrake`: ``max_pair_messages_per_minute`` messages from the sender to
   the target in the sliding minute before the send (a message exactly a minute old has
@@ -26,31 +27,20 @@ fewer than the limit in its window, and each comparison on at most 2,048 charact
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Final
 
-from pigeond.brakes.judge import Hold
 from pigeond.brakes.similarity import READ_CHARS, count_repeats
 from pigeond.config import Config
 from pigeond.config.options import DEFAULTS
-from pigeond.model import NOTICE_KIND, SESSION_ID_RE, NewMessage
+from pigeond.model import NOTICE_KIND, SESSION_ID_RE, Hold, NewMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
-
-# When a person last reset a brake's count, by the reset's scope (None: never).
-ResetLookup = Callable[[str], Awaitable[int | None]]
 
 RATE_WINDOW_MS: Final = 60_000
 # How many of the pair's newest payloads the repeat brake compares, per repeat its
 # limit allows: a loop's repeats are half of its exchange (each side repeats its own
 # message), so three times the limit finds them with room for other traffic in between.
 COMPARED_PER_LIMIT: Final = 3
-
-
-def pair_scope(one: str, other: str) -> str:
-    """The reset scope of the pair of ``one`` and ``other``, the same either way round."""
-    first, second = sorted((one, other))
-    return f"pair:{first}:{second}"
 
 
 def between_sessions(message: NewMessage) -> bool:
@@ -74,21 +64,14 @@ def window_words(seconds: int) -> str:
 
 
 class _PairBrake:
-    """What both pair brakes share: the database, the pair's resets, where a window starts."""
+    """What both pair brakes share: the database they read, their options."""
 
-    def __init__(self, db: Database, reset_at: ResetLookup, config: Config = DEFAULTS) -> None:
+    def __init__(self, db: Database, config: Config = DEFAULTS) -> None:
         self._db = db
-        self._reset_at = reset_at
         self.configure(config)
 
     def configure(self, config: Config) -> None:
         raise NotImplementedError
-
-    async def _counted_after(self, one: str, other: str, window_start_ms: int) -> int:
-        """Where the pair's count starts: the window's start, or the pair's reset if later
-        (both exclusive)."""
-        reset = await self._reset_at(pair_scope(one, other))
-        return window_start_ms if reset is None else max(window_start_ms, reset)
 
 
 class PairRateBrake(_PairBrake):
@@ -105,8 +88,8 @@ class PairRateBrake(_PairBrake):
             return None
         sender, target = message.from_session, message.to_session
         assert target is not None
-        after = await self._counted_after(sender, target, now_ms - RATE_WINDOW_MS)
-        sent = await self._db.read(SwarmRepository.pair_sent_count, sender, target, after, limit)
+        start = now_ms - RATE_WINDOW_MS
+        sent = await self._db.read(SwarmRepository.pair_sent_count, sender, target, start, limit)
         if sent < limit:
             return None
         return Hold(
@@ -132,8 +115,8 @@ class RepeatBrake(_PairBrake):
             return None
         sender, target = message.from_session, message.to_session
         assert target is not None
-        after = await self._counted_after(sender, target, now_ms - window_s * 1000)
-        found = await self._db.read(repeats_between, sender, target, after, message.payload, limit)
+        start = now_ms - window_s * 1000
+        found = await self._db.read(repeats_between, sender, target, start, message.payload, limit)
         if found < limit:
             return None
         return Hold(
@@ -144,10 +127,11 @@ class RepeatBrake(_PairBrake):
 
 
 def repeats_between(
-    repo: SwarmRepository, one: str, other: str, after_ms: int, payload: str, needed: int
+    repo: SwarmRepository, one: str, other: str, window_start_ms: int, payload: str, needed: int
 ) -> int:
-    """On a database reader: how many of the payloads the two sessions sent each other
-    after ``after_ms`` repeat ``payload``, counted no further than ``needed`` (see
+    """On a database reader: how many of the payloads the two sessions sent each other in
+    the window repeat ``payload``, counted no further than ``needed`` (see
     :func:`~pigeond.brakes.similarity.count_repeats`)."""
-    earlier = repo.pair_payloads(one, other, after_ms, COMPARED_PER_LIMIT * needed, READ_CHARS)
+    compared = COMPARED_PER_LIMIT * needed
+    earlier = repo.pair_payloads(one, other, window_start_ms, compared, READ_CHARS)
     return count_repeats(payload, earlier, needed)

@@ -23,7 +23,8 @@ COLUMNS = (
     " attempts, next_retry_at, created_at, updated_at, handed_off_at, last_error,"
     " accept_seq, handoff_seq, verified_at, verify_by, requeue_count, expires_at,"
     " handoff_agent, handoff_provider, handoff_model, handoff_variant, handoff_note,"
-    " handoff_intent_at, answered_at, answer_message_id, from_name, to_name, channel_msg_id"
+    " handoff_intent_at, answered_at, answer_message_id, from_name, to_name, channel_msg_id,"
+    " thread_id, hold_kind, hold_brake, hold_reason, hold_ttl_ms"
 )
 
 # How many messages wait for one target, counted no further than a limit: every
@@ -31,9 +32,17 @@ COLUMNS = (
 # member of a channel), so the cost must not grow with the queue (a cap lowered by a
 # reload, notices and requeues can leave it longer).  The plan is a SEARCH on a
 # (to_session, state, ...) covering index.
+# A message a brake holds for a person is not counted (pigeond/storage/brake_holds.py):
+# they are counted apart (a SEARCH of the small partial idx_swarm_brake_held_target), the
+# walk goes that many entries further and they are taken off, so it stays a walk of the
+# covering index alone.
+_BRAKE_HELD_FOR_TARGET_SQL = (
+    "(SELECT COUNT(*) FROM swarm_messages WHERE to_session = :target AND hold_kind = 'brake')"
+)
 QUEUED_FOR_TARGET_SQL = (
-    "SELECT COUNT(*) FROM (SELECT 1 FROM swarm_messages"
-    " WHERE to_session = ? AND state = 'queued' LIMIT ?) AS queued"
+    f"SELECT COUNT(*) - {_BRAKE_HELD_FOR_TARGET_SQL} FROM (SELECT 1 FROM swarm_messages"
+    " WHERE to_session = :target AND state = 'queued'"
+    f" LIMIT :limit + {_BRAKE_HELD_FOR_TARGET_SQL}) AS queued"
 )
 # A LIMIT that is no limit, as both engines take it (PostgreSQL refuses SQLite's -1).
 NO_LIMIT = 2**62
@@ -155,7 +164,9 @@ class RepositoryBase:
     def _queued_for(conn: Connection, target: str, limit: int) -> int:
         """Queued messages for ``target``, counted no further than ``limit``: a walk of at
         most ``limit`` index entries, whatever the queue's length."""
-        return int(conn.execute(QUEUED_FOR_TARGET_SQL, (target, limit)).fetchone()[0])
+        return int(
+            conn.execute(QUEUED_FOR_TARGET_SQL, {"target": target, "limit": limit}).fetchone()[0]
+        )
 
     def _next_sequence(self, conn: Connection, name: str) -> int:
         row = conn.execute(
@@ -196,17 +207,23 @@ class RepositoryBase:
         from_name: str | None = None,
         to_name: str | None = None,
         channel_msg_id: str | None = None,
+        thread_id: str | None = None,
     ) -> None:
-        """Insert a queued message numbered ``seq`` (None: the accept sequence's next)."""
+        """Insert a queued message numbered ``seq`` (None: the accept sequence's next), in
+        ``thread_id`` (None: the thread of the message it replies to, as pigeond's notices
+        and reminders take it; none without one)."""
         if seq is None:
             seq = self._next_sequence(conn, "accept")
         conn.execute(
             "INSERT INTO swarm_messages (msg_id, from_session, to_session, channel, kind,"
             " priority, reply_to, payload, state, attempts, next_retry_at, created_at,"
-            " updated_at, accept_seq, expires_at, from_name, to_name, channel_msg_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " updated_at, accept_seq, expires_at, from_name, to_name, channel_msg_id,"
+            " thread_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, ?,"
+            " COALESCE(?, (SELECT r.thread_id FROM swarm_messages r WHERE r.msg_id = ?)))",
             (msg_id, from_session, to_session, channel, kind, priority, reply_to, payload,
-             now_ms, now_ms, now_ms, seq, expires_at, from_name, to_name, channel_msg_id),
+             now_ms, now_ms, now_ms, seq, expires_at, from_name, to_name, channel_msg_id,
+             thread_id, reply_to),
         )  # fmt: skip
 
     def _queue_notice(

@@ -282,6 +282,7 @@ class Channels(RepositoryBase):
         first_seq: int,
         queue_cap: int,
         from_name: str | None,
+        thread_id: str | None = None,
     ) -> int:
         """Inside the accept: store ``message`` to its channel's members as deliveries
         numbered from ``first_seq``, and note who was left out on the channel message
@@ -308,13 +309,13 @@ class Channels(RepositoryBase):
                 reply_to=message.reply_to, payload=message.payload, now_ms=now_ms,
                 expires_at=expires_at, seq=seq, from_name=from_name,
                 to_name=None if name is None else str(name),
-                channel_msg_id=message.msg_id,
+                channel_msg_id=message.msg_id, thread_id=thread_id,
             )  # fmt: skip
             if verdict is Verdict.HOLD:
                 assert rule is not None
                 conn.execute(
-                    "UPDATE swarm_messages SET next_retry_at = NULL, last_error = ?"
-                    " WHERE msg_id = ?",
+                    "UPDATE swarm_messages SET next_retry_at = NULL, last_error = ?,"
+                    " hold_kind = 'consent' WHERE msg_id = ?",
                     (held_reason(member, rule.policy), msg_id),
                 )
             seq += 1

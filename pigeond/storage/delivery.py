@@ -32,6 +32,7 @@ from pigeond.storage.base import (
     row_to_message,
 )
 from pigeond.storage.migrations import PRIORITY_RANK_SQL
+from pigeond.storage.threads import count_turns
 
 # unlikely(): with ANALYZE statistics and thousands of queued messages waiting out a
 # backoff, SQLite would rather walk idx_swarm_target_head whole (3.6 ms a tick) to spare
@@ -159,6 +160,7 @@ class DeliveryTransitions(RepositoryBase):
                  mode.variant, mode.note, msg_id),
             )  # fmt: skip
             done.append(msg_id)
+        count_turns(conn, done)  # one prompt: a turn for each of its threads
         return done
 
     def record_failed_attempt(
@@ -259,7 +261,8 @@ class DeliveryTransitions(RepositoryBase):
             state = State.DROPPED.value
         self._conn.execute(
             "UPDATE swarm_messages SET state = ?, last_error = ?, next_retry_at = NULL,"
-            " verify_by = NULL, updated_at = ?, handoff_intent_at = NULL WHERE msg_id = ?",
+            " verify_by = NULL, updated_at = ?, handoff_intent_at = NULL, hold_kind = NULL"
+            " WHERE msg_id = ?",
             (state, reason, now_ms, msg_id),
         )
         ended = self._get(self._conn, msg_id)

@@ -21,6 +21,7 @@ from pigeond.storage.addressing_schema import (
     V13_SEARCH,
     V14_CHANNELS,
 )
+from pigeond.storage.thread_schema import V17_THREADS, V18_BRAKES
 
 # The priority order, as one SQL expression: the ready-head index is built on
 # it and the head query orders by it, so the two must be the same text.
@@ -315,6 +316,8 @@ MIGRATIONS: list[Migration] = [
     _script(V14_CHANNELS),
     _script(_V15_ROUTES),
     _script(_V16_MEMBERS),
+    _script(V17_THREADS),
+    _script(V18_BRAKES),
     _script(PAIR_HISTORY_INDEX),
 ]
 

@@ -61,8 +61,12 @@ FAILED_PER_TARGET_PG_SQL = (
 # A message in doubt (storage/intents.py) made due now is looked for in the transcript
 # now; cancelled, it is never sent again and keeps its handoff_intent_at, which says that
 # it may have reached the transcript before the cancel.
-_RETRY_NOW_SET = "next_retry_at = :now, updated_at = :now"
-_CANCEL_SET = "state = 'cancelled', next_retry_at = NULL, verify_by = NULL, updated_at = :now"
+# Either ends a hold (a consent's or a brake's): the operator decided.
+_RETRY_NOW_SET = "next_retry_at = :now, updated_at = :now, hold_kind = NULL"
+_CANCEL_SET = (
+    "state = 'cancelled', next_retry_at = NULL, verify_by = NULL, updated_at = :now,"
+    " hold_kind = NULL"
+)
 
 
 class ActionOutcome(Enum):

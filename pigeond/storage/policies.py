@@ -1,6 +1,7 @@
 """Each session's consent, as SQL: the ``swarm_policies`` rows and the held messages.
 
-A held message is a queued direct message with no ``next_retry_at``: never due, so the
+A held message is a queued direct message with no ``next_retry_at`` and ``hold_kind =
+'consent'`` (migration 18; a brake's holds are storage/brake_holds.py's): never due, so the
 arbiter's per-tick query (``READY_TARGETS_SQL``, a range on ``next_retry_at``) and its
 index stay exactly as they were, and no policy is read per tick.  ``ready_batch`` steps
 over held rows, so a sender on the allow-list is not stuck behind them.  A held message
@@ -28,6 +29,9 @@ from pigeond.storage.base import Connection, RepositoryBase, reads
 POLICY_COLUMNS = "session, policy, allow, updated_at, updated_by"
 # The waiting messages of one session, by the head-of-queue index (to_session first).
 _WAITING = "to_session = :session AND state = 'queued'"
+# Held by consent, not by a conversation brake (storage/brake_holds.py): a policy neither
+# holds nor releases what a brake holds for a person.
+_CONSENT_HELD = "hold_kind = 'consent'"
 # The message's sender is on :allow (a JSON list): by its ``from``, or by its ``from_name``
 # with the ``@``.  EXISTS, not ``IN``: a message without a name has a NULL ``'@' || from_name``,
 # and ``NOT (x IN (...))`` would be NULL, never true, for it.
@@ -79,7 +83,7 @@ class Policies(RepositoryBase):
         rows = self._conn.execute(
             "SELECT m.to_session, COUNT(*) FROM swarm_policies p"
             " JOIN swarm_messages m ON m.to_session = p.session AND m.state = 'queued'"
-            " WHERE m.next_retry_at IS NULL GROUP BY m.to_session"
+            f" WHERE m.{_CONSENT_HELD} GROUP BY m.to_session"
         )
         return {str(t): int(n) for t, n in rows.fetchall()}
 
@@ -126,7 +130,7 @@ class Policies(RepositoryBase):
         released = self._release(conn, policy.session, now_ms, policy.allow)
         held = conn.execute(
             "UPDATE swarm_messages SET next_retry_at = NULL, last_error = :why,"
-            " updated_at = :now"
+            " hold_kind = 'consent', updated_at = :now"
             f" WHERE {_WAITING} AND next_retry_at IS NOT NULL AND handoff_intent_at IS NULL"
             f" AND NOT {_ALLOWED}",
             {"session": policy.session, "now": now_ms, "allow": json.dumps(list(policy.allow)),
@@ -146,7 +150,7 @@ class Policies(RepositoryBase):
         return int(
             conn.execute(
                 "UPDATE swarm_messages SET next_retry_at = :now, last_error = NULL,"
-                f" updated_at = :now WHERE {_WAITING} AND next_retry_at IS NULL"
+                f" hold_kind = NULL, updated_at = :now WHERE {_WAITING} AND {_CONSENT_HELD}"
                 f" AND (:any OR {_ALLOWED})",
                 {
                     "session": session,
@@ -160,6 +164,14 @@ class Policies(RepositoryBase):
     def _hold_new(self, conn: Connection, msg_id: str, why: str) -> None:
         """Inside the accept: the message just stored waits for its target's consent."""
         conn.execute(
-            "UPDATE swarm_messages SET next_retry_at = NULL, last_error = ? WHERE msg_id = ?",
+            "UPDATE swarm_messages SET next_retry_at = NULL, last_error = ?,"
+            " hold_kind = 'consent' WHERE msg_id = ?",
             (why, msg_id),
         )
+
+    def _consent_again(self, conn: Connection, target: str, now_ms: int) -> None:
+        """Inside a brake release: the released message meets its target's consent as a
+        new send does (held again if the policy the target set holds its sender)."""
+        policy = self.policy_of(target)
+        if policy.policy is not Policy.ACCEPT:
+            self._apply(conn, policy, now_ms)

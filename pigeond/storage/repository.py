@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from pigeond.model import NewMessage, StoredMessage
+from pigeond.model import Hold, NewMessage, StoredMessage
 from pigeond.storage.base import COLUMNS, Connection, reads, row_to_message
+from pigeond.storage.brake_holds import BrakeHolds
 from pigeond.storage.channels import Channels
 from pigeond.storage.delivery import DEFAULT_NOTICE_TTL_MS, DeliveryTransitions
 from pigeond.storage.intents import HandOffIntents
@@ -30,6 +31,7 @@ from pigeond.storage.receipts import Receipts
 from pigeond.storage.retention import Retention
 from pigeond.storage.routes import Routes
 from pigeond.storage.search import Search
+from pigeond.storage.threads import Threads, count_send
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,11 @@ class Accept:
     to_name: str | None = None
     # why the message waits for its target's consent (its policy holds it), else None
     held: str | None = None
+    # the thread the send path put it in (storage/threads.py); None only for callers that
+    # keep no threads (its reply_to's thread is taken then, if any)
+    thread_id: str | None = None
+    # the conversation brake that holds it for a person (storage/brake_holds.py), else None
+    brake_hold: Hold | None = None
 
 
 class AcceptOutcome(Enum):
@@ -106,11 +113,13 @@ class SwarmRepository(
     Obligations,
     Names,
     Search,
+    PairHistory,
+    BrakeHolds,
     Policies,
     Channels,
     Routes,
     Members,
-    PairHistory,
+    Threads,
 ):
     def __init__(self, conn: Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS) -> None:
         super().__init__(conn)
@@ -171,15 +180,22 @@ class SwarmRepository(
             priority=message.priority, reply_to=message.reply_to, payload=message.payload,
             now_ms=accept.now_ms, expires_at=accept.expires_at, seq=seq,
             from_name=from_name, to_name=accept.to_name or target_name,
+            thread_id=accept.thread_id,
         )  # fmt: skip
         numbered = 1
         if message.channel is not None:
             numbered += self._fan_out(
                 conn, message, now_ms=accept.now_ms, expires_at=accept.expires_at,
                 first_seq=seq + 1, queue_cap=cap, from_name=from_name,
+                thread_id=accept.thread_id,
             )  # fmt: skip
-        if accept.held is not None:
+        if accept.brake_hold is not None:  # a person decides first; consent at the release
+            self._brake_hold_new(conn, message.msg_id, accept.brake_hold)
+        elif accept.held is not None:
             self._hold_new(conn, message.msg_id, accept.held)
+        if accept.thread_id is not None:
+            count_send(conn, accept.thread_id, message.from_session, accept.now_ms,
+                       held=accept.brake_hold is not None)  # fmt: skip
         if accept.reply_within_ms > 0 and message.to_session is not None:
             self._owe(conn, message, accept.reply_within_ms, accept.now_ms)
         if message.reply_to is not None:

@@ -23,6 +23,7 @@ from typing import Final
 
 from pigeond.storage.addressing_schema import PRUNABLE_SQL
 from pigeond.storage.migrations import PAIR_HISTORY_INDEX, PRIORITY_RANK_SQL
+from pigeond.storage.postgres.thread_schema import PG_V17_THREADS, PG_V18_BRAKES
 
 # The prunable expressions of versions 5 and 6, as SQLite's migrations made them.
 _PRUNABLE_V5: Final = (
@@ -278,5 +279,7 @@ CREATE TABLE swarm_members (
 # One entry per version, in order; each is run as one script in one transaction.
 PG_MIGRATIONS: Final = (
     _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15, _V16,
+    PG_V17_THREADS,
+    PG_V18_BRAKES,
     PAIR_HISTORY_INDEX,  # the pair brakes' index: the same statement on both engines
 )  # fmt: skip
