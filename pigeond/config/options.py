@@ -205,6 +205,11 @@ class Config:
         "messages one sender may send at once before the rate applies; 0: no limit",
         between(0, 10_000_000),
     )
+    max_channel_members: int = option(
+        32,
+        "most members one channel may have; a join past it gets 409 (each member is a copy)",
+        between(1, 10_000),
+    )
     max_pair_messages_per_minute: int = option(
         30,
         "messages one session may send another in any minute; the next is held until a"
@@ -221,11 +226,6 @@ class Config:
         600,
         "the window of max_repeats_per_pair, in seconds; 0: no repeat brake",
         between(0, 86_400),
-    )
-    max_channel_members: int = option(
-        32,
-        "most members one channel may have; a join past it gets 409 (each member is a copy)",
-        between(1, 10_000),
     )
     log_level: str = option(
         "info", "debug, info, warn or error", one_of(("debug", "info", "warn", "error"))
