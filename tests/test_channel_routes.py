@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from treq.client import HTTPClient
@@ -300,7 +301,7 @@ def test_a_channel_send_answers_each_copy_and_kicks_its_member(rig: Rig) -> None
     assert (status, body) == (
         202,
         {
-            "accepted": True, "msg_id": "msg_ch1", "target_checked": False,
+            "accepted": True, "msg_id": "msg_ch1", "thread": ANY, "target_checked": False,
             "deliveries": [
                 {"to": B, "msg_id": copies[B], "held": False},
                 {"to": C, "msg_id": copies[C], "held": True},

@@ -161,6 +161,7 @@ def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
         "default_ttl_s": ("60", "120", "180"),
         "reply_within_s": ("30", "90", "600"),
         "stop_timeout_s": ("1", "2", "3"),
+        "max_hops_per_thread": ("0", "5", "40"),
         "log_level": ("debug", "warn", "error"),
         "log_format": ("json", "text", "json"),
         "batch_max_bytes": ("2048", "4096", "8192"),

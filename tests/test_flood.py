@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from treq.client import HTTPClient
@@ -407,7 +408,7 @@ def test_route_retry_of_a_stored_message_still_gets_202(
     )
     assert api.send(msg_id="msg_once")[0] == 202
     assert api.send(msg_id="msg_once")[:2] == (
-        202, {"accepted": True, "msg_id": "msg_once", "target_checked": False}
+        202, {"accepted": True, "msg_id": "msg_once", "thread": ANY, "target_checked": False}
     )  # fmt: skip
 
 

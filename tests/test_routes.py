@@ -6,6 +6,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from treq.client import HTTPClient
@@ -68,7 +69,7 @@ def test_send_accepts_and_stores(api: Api) -> None:
     """A valid send answers 202 with the msg_id, and the row is stored queued."""
     status, body = api.send(msg_id="msg_abc")
     assert (status, body) == (
-        202, {"accepted": True, "msg_id": "msg_abc", "target_checked": False}
+        202, {"accepted": True, "msg_id": "msg_abc", "thread": ANY, "target_checked": False}
     )  # fmt: skip
     stored = api.repo.get("msg_abc")
     assert stored is not None and stored.state == "queued" and stored.payload == "hi"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any, cast
+from unittest.mock import ANY
 
 import pytest
 from treq.client import HTTPClient
@@ -137,7 +138,7 @@ def test_existing_target_is_accepted_as_checked(
     """A target opencode has: 202 with target_checked true, the message stored."""
     daemon = build(tmp_path, clock, opencode)
     assert send(daemon, msg_id="msg_1") == (
-        202, {"accepted": True, "msg_id": "msg_1", "target_checked": True}
+        202, {"accepted": True, "msg_id": "msg_1", "thread": ANY, "target_checked": True}
     )  # fmt: skip
     assert repo_of(daemon).get("msg_1") is not None
 
@@ -182,7 +183,7 @@ def test_unreachable_opencode_accepts_unchecked(
     opencode.mode = "down"
     daemon = build(tmp_path, clock, opencode)
     assert send(daemon, to="ses_nope", msg_id="msg_1") == (
-        202, {"accepted": True, "msg_id": "msg_1", "target_checked": False}
+        202, {"accepted": True, "msg_id": "msg_1", "thread": ANY, "target_checked": False}
     )  # fmt: skip
     stored = repo_of(daemon).get("msg_1")
     assert stored is not None and stored.state == "queued"
@@ -218,7 +219,7 @@ def test_retry_of_a_stored_message_is_answered_as_before_when_its_target_is_gone
     opencode.sessions.discard("ses_other")
     clock.advance(2)
     assert send(daemon, to="ses_other", msg_id="msg_1") == (
-        202, {"accepted": True, "msg_id": "msg_1", "target_checked": False}
+        202, {"accepted": True, "msg_id": "msg_1", "thread": ANY, "target_checked": False}
     )  # fmt: skip
     assert send(daemon, to="ses_other", msg_id="msg_1", payload="other")[0] == 409
 
@@ -246,7 +247,7 @@ def test_no_answer_within_the_wait_accepts_unchecked_and_still_fills_the_cache(
     clock.advance(CHECK_WAIT_S)
     api.flush()
     assert result_of(first) == (
-        202, {"accepted": True, "msg_id": "msg_1", "target_checked": False}
+        202, {"accepted": True, "msg_id": "msg_1", "thread": ANY, "target_checked": False}
     )  # fmt: skip
     opencode.mode = "up"
     opencode.answer_held()

@@ -25,7 +25,9 @@ from pigeond.api.paging import DEFAULT_INBOX_LIMIT as DEFAULT_INBOX_LIMIT
 from pigeond.api.paging import MAX_INBOX_LIMIT as MAX_INBOX_LIMIT
 from pigeond.api.paging import cursor_number, encode_cursor, page_limit
 from pigeond.api.send_request import parse_send_body
+from pigeond.api.threads import hold_view, message_thread_fields, stored_hold, thread_for
 from pigeond.api.web import HttpError, JsonApi, JsonResponse, query_param, read_body
+from pigeond.brakes import Brake, first_hold
 from pigeond.config import Config
 from pigeond.ids import make_msg_id
 from pigeond.model import MSG_ID_RE, SESSION_ID_RE, NewMessage, State
@@ -93,8 +95,10 @@ class SwarmRoutes:
         storage_problem: Callable[[], str | None] = lambda: None,
         target_check: TargetCheck | None = None,
         consent: Consent | None = None,
+        brakes: Sequence[Brake] = (),
     ) -> None:
-        """``config`` gives ``default_ttl_s`` and ``inbox_max_bytes`` (see :meth:`configure`)."""
+        """``config`` gives ``default_ttl_s`` and ``inbox_max_bytes`` (see :meth:`configure`);
+        ``brakes`` are asked in order whether a send is held for a person (pigeond/brakes/)."""
         self.configure(config)
         self._db = db
         self._clock = clock
@@ -105,6 +109,7 @@ class SwarmRoutes:
         self._storage_problem = storage_problem
         self._target_check = target_check
         self._consent = consent
+        self.brakes = tuple(brakes)
 
     def install(self, api: JsonApi) -> JsonApi:
         api.route("POST", "/swarm/send", self.send)
@@ -140,6 +145,8 @@ class SwarmRoutes:
         if self._target_check is not None:  # before the flood guard spends a token
             checked = self._target_check(message)
             target_checked = checked if isinstance(checked, bool) else await checked
+        thread_id = await thread_for(self._db, send, now_ms)
+        hold = await first_hold(self.brakes, message, thread_id, now_ms)
         expires_at = now_ms + 1000 * (send.ttl_s or self.default_ttl_s)  # each copy too
         reply_within_ms = 0
         if send.expects_reply:
@@ -155,6 +162,8 @@ class SwarmRoutes:
                     reply_within_ms,
                     send.to_name,
                     held=held,
+                    thread_id=thread_id,
+                    brake_hold=hold,
                 )
             )
 
@@ -170,18 +179,27 @@ class SwarmRoutes:
             )
         if outcome is AcceptOutcome.STORED:
             log.info(
-                "accepted {msg_id} from {sender} to {target}",
+                "accepted {msg_id} from {sender} to {target} in {thread}{held}",
                 msg_id=message.msg_id,
                 sender=message.from_session,
                 target=message.to_session or f"channel:{message.channel}",
+                thread=thread_id,
+                held="" if hold is None else f", held: {hold.reason}",
             )
-            if message.to_session is not None:
+            if message.to_session is not None and hold is None:
                 self._on_accepted(message.to_session)
+        else:  # a retried send: answered as the stored message is
+            stored = await self._db.read(SwarmRepository.get, message.msg_id)
+            if stored is not None:
+                thread_id, hold = stored.thread_id or thread_id, stored_hold(stored)
         answer: dict[str, object] = {
             "accepted": True,
             "msg_id": message.msg_id,
+            "thread": thread_id,
             "target_checked": target_checked,
         }
+        if hold is not None:
+            answer["held"] = hold_view(hold)
         if message.channel is not None:  # each member's copy, kicked when new
             kick = self._on_accepted if outcome is AcceptOutcome.STORED else None
             answer |= await fan_out_answer(self._db, message.msg_id, kick)
@@ -269,6 +287,7 @@ class SwarmRoutes:
                 "answered_at": stored.answered_at,
                 "answer_message_id": stored.answer_message_id,
             }
+            | message_thread_fields(stored)
             | fan_out,
         )
 

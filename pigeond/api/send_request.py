@@ -20,6 +20,7 @@ from pigeond.model import (
     REPLY_EXPECTED_KINDS,
     SENDER_RE,
     SESSION_ID_RE,
+    THREAD_RE,
     NewMessage,
     is_reserved_sender,
 )
@@ -42,6 +43,8 @@ class SendRequest:
     # ``to: "@reviewer"``: the name, with message.to_session None until the route resolves
     # it (pigeond/api/names.py resolve_target)
     to_name: str | None = None
+    # the thread the sender names (None: its reply_to's, else a new one; see api/threads.py)
+    thread: str | None = None
 
 
 def _reply_expectation(body: dict[str, Any], kind: str, direct: bool) -> tuple[bool, int | None]:
@@ -178,6 +181,7 @@ def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> SendRequest:
     priority = _optional_string(body, "priority")
     reply_to = _optional_string(body, "reply_to")
     msg_id = _optional_string(body, "msg_id")
+    thread = _optional_string(body, "thread")
 
     if (to_session is None) == (channel is None):
         raise InvalidRequest("exactly one of fields 'to' and 'channel' is required")
@@ -191,6 +195,7 @@ def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> SendRequest:
         )
     _check(msg_id, "msg_id", MSG_ID_RE)
     _check(reply_to, "reply_to", MSG_ID_RE)
+    _check(thread, "thread", THREAD_RE)
     _no_surrogates(payload, "payload")
     ttl_s = _optional_ttl(body)
     message = NewMessage(
@@ -205,4 +210,4 @@ def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> SendRequest:
     )
     direct = channel is None
     expects_reply, reply_within_s = _reply_expectation(body, message.kind, direct)
-    return SendRequest(message, ttl_s, expects_reply, reply_within_s, to_name)
+    return SendRequest(message, ttl_s, expects_reply, reply_within_s, to_name, thread)

@@ -210,6 +210,12 @@ class Config:
         "most members one channel may have; a join past it gets 409 (each member is a copy)",
         between(1, 10_000),
     )
+    max_hops_per_thread: int = option(
+        12,
+        "messages agents may send in a row in one thread without a person's own prompt;"
+        " the next is held until a person releases it; 0: no limit",
+        between(0, 1_000_000),
+    )
     max_pair_messages_per_minute: int = option(
         30,
         "messages one session may send another in any minute; the next is held until a"

@@ -29,7 +29,10 @@ from pigeond.api.policy import REFRESH_S, PolicyBook, PolicyRoutes
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth, SwarmRoutes
 from pigeond.api.search import SearchRoute
 from pigeond.api.target_check import TargetCheck
+from pigeond.api.threads import ThreadRoutes
 from pigeond.api.web import JsonApi, QuietSite, make_site
+from pigeond.brakes import Brake, HopBrake, PersonPrompts
+from pigeond.brakes.pair import PairRateBrake, RepeatBrake
 from pigeond.config import Config
 from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
@@ -37,6 +40,7 @@ from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.member_doors import MemberDoors
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.person_prompts import OpencodePersonPrompts
 from pigeond.delivery.policy import DeliveryPolicy
 from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.delivery.registry import SessionDirectoryRegistry
@@ -115,6 +119,8 @@ class Daemon:
     db_watch: DatabaseWatch | None = None
     # the periodic jobs beside the arbiter's tick, each a TimerService on the injected clock
     jobs: MultiService = field(default_factory=MultiService)
+    # the conversation brakes, in the order a send is judged (pigeond/brakes/)
+    brakes: tuple[Brake, ...] = ()
 
     async def listen(self) -> IListeningPort:
         """Listen on ``config.listen`` (``unix:`` private by default, a passed Unix socket
@@ -236,7 +242,7 @@ class Daemon:
 
     def reconfigurable(self) -> list[Reconfigurable]:
         """Every part a reload reaches; each takes the new settings through ``configure``."""
-        parts: list[Reconfigurable] = [self.site, self.routes, self.db, self.pruner]
+        parts: list[Reconfigurable] = [self.site, self.routes, self.db, self.pruner, *self.brakes]
         optional = (self.flood, self.access, self.arbiter, self.channels)
         parts += [p for p in optional if p is not None]
         if self.delivery is not None:
@@ -298,6 +304,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     events: EventStream | None = None
     pool: HTTPConnectionPool | None = None
     delivery: DeliveryParts | None = None
+    prompts: PersonPrompts | None = None  # a person's prompts, read where delivery reads
     members = member_parts(db, reactor)
     if config.arbiter_enabled:
         exchange = None
@@ -366,6 +373,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         )
         if shared is not None:
             shared.listen(arbiter.kick)
+        prompts = OpencodePersonPrompts(registry, client)
     # owed replies: reminders and overdue notices, kicked at once when delivery runs
     reminders = ReminderSweep(db, reactor, arbiter.kick if arbiter is not None else _no_kick)
     timer_job("reminders", config.tick_ms / 1000, reminders.sweep, reactor).setServiceParent(jobs)
@@ -377,11 +385,18 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     policies = PolicyBook(db, reactor)
     policies.load()
     timer_job("policies", REFRESH_S, policies.refresh, reactor).setServiceParent(jobs)
+    # the conversation brakes, asked in this order; the first hold wins
+    brakes: tuple[Brake, ...] = (
+        HopBrake(db, config, prompts),
+        PairRateBrake(db, config),
+        RepeatBrake(db, config),
+    )
+    kick = arbiter.kick if arbiter is not None else _no_kick
     routes = SwarmRoutes(
         db,
         reactor,
         config,
-        on_accepted=arbiter.kick if arbiter is not None else (lambda target: None),
+        on_accepted=kick,
         delivery_health=functools.partial(
             delivery_health_with_api, arbiter, None if delivery is None else delivery.client, events
         ),
@@ -389,6 +404,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         admission=flood,
         storage_problem=db_watch.check,
         consent=policies.judge,
+        brakes=brakes,
         # unknown targets refused at send; with delivery off there is no opencode to ask
         target_check=None
         if delivery is None
@@ -400,6 +416,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     api = routes.install(JsonApi(gate=access))
     MetricsRoute(db, reactor, metrics.registry, routes.delivery_health).install(api)
     OwedRoute(db).install(api)
+    ThreadRoutes(db, reactor, on_released=kick).install(api)
     PolicyRoutes(db, policies, reactor).install(api)
     SearchRoute(db, lambda: routes.inbox_max_bytes).install(api)
     liveness = None if delivery is None else delivery.liveness
@@ -420,6 +437,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         config=config, db=db, site=site, arbiter=arbiter, events=events, pool=pool,
         reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
         notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs, channels=channels,
+        brakes=brakes,
     )  # fmt: skip
 
 
