@@ -68,7 +68,7 @@ def test_send_is_stored_with_the_calling_session_as_sender(daemon: DaemonProcess
         ({"to": TARGET, "payload": "  "}, "swarm_send: 'payload' (the message text) is required and must not be empty"),  # noqa: E501
         ({"to": TARGET, "payload": "x", "kind": "gossip"}, "swarm_send: 'kind' must be one of chat, task.assign, status.update, clarification.request, clarification.reply, artifact.handoff, not \"gossip\""),  # noqa: E501
         ({"to": TARGET, "payload": "x", "reply_within_s": 0}, "swarm_send: 'reply_within_s' must be a whole number of seconds from 1 to 2592000, not 0"),  # noqa: E501
-        ({"to": TARGET, "payload": "x", "cc": "y"}, "swarm_send: unknown argument 'cc' (it takes to, channel, payload, kind, priority, reply_to, expects_reply, reply_within_s, from)"),  # noqa: E501
+        ({"to": TARGET, "payload": "x", "cc": "y"}, "swarm_send: unknown argument 'cc' (it takes to, channel, payload, kind, priority, reply_to, thread, expects_reply, reply_within_s, from)"),  # noqa: E501
         ({"to": TARGET, "payload": "x", "from": "ses_other"}, "swarm_send: 'from' is yours, ses_mcpA: leave it out"),  # noqa: E501
     ],
 )  # fmt: skip
@@ -171,7 +171,7 @@ def test_status_follows_a_sent_message_and_an_unknown_one_is_an_error(
     [stored] = daemon.stored_messages()
     assert (
         call_tool("swarm_status", {"msg_id": stored.msg_id}, env).text
-        == f"{stored.msg_id} to {TARGET}: queued"
+        == f"{stored.msg_id} to {TARGET}: queued; thread {stored.thread_id}"
     )
     missing = call_tool("swarm_status", {"msg_id": "msg_nothere"}, env)
     assert (missing.is_error, missing.text) == (
@@ -274,3 +274,26 @@ def test_search_finds_what_the_session_sent(daemon: DaemonProcess) -> None:
     assert lines[0] == "1 message matching flaky (limit 10):"
     assert lines[2] == "> the flaky test is in test_x"
     assert lines[-1] == "no more"
+
+
+def test_a_held_send_answers_held_with_its_reason(daemons: DaemonFactory, tmp_path: Path) -> None:
+    """A reply past the thread's hop limit: "held: <reason>", stored and held, same thread."""
+    daemon = daemons.start(
+        tmp_path / "p.db", opencode_url="", extra_args=["--max-hops-per-thread", "1"]
+    )
+    env = daemon_env(daemon)
+    call_tool("swarm_send", {"to": TARGET, "payload": "one"}, env)
+    [first] = daemon.stored_messages()
+    run = call_tool("swarm_send", {"to": TARGET, "payload": "two", "reply_to": first.msg_id}, env)
+    held = next(m for m in daemon.stored_messages() if m.msg_id != first.msg_id)
+    assert not run.is_error and run.text.startswith(
+        f"held: thread {first.thread_id} reached 1 hops without a person;"
+    )
+    assert (held.thread_id, held.hold_kind) == (first.thread_id, "brake")
+
+
+def test_a_named_thread_is_passed_on(daemon: DaemonProcess) -> None:
+    """swarm_send's thread argument names the stored message's thread."""
+    call_tool("swarm_send", {"to": TARGET, "payload": "hi", "thread": "plan:3"}, daemon_env(daemon))
+    [stored] = daemon.stored_messages()
+    assert stored.thread_id == "plan:3"

@@ -835,3 +835,21 @@ def test_timeout_is_each_requests_and_with_wait_the_whole_waits(
     """--timeout bounds one request (default 10); with --wait it is the whole wait and each
     request takes at most the default."""
     assert request_timeout_s(timeout, wait=wait) == each
+
+
+def test_thread_is_sent_as_given(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
+    """--thread names the thread the message belongs to."""
+    send(capsys, ["--url", fake.url, "--from", SESSION, "--thread", "review:7", TARGET, "hi"])
+    assert fake.last.json()["thread"] == "review:7"
+
+
+def test_a_held_send_prints_its_msg_id_and_why(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 202 that says held: the msg_id on stdout (exit 0), "held: <reason>" on stderr."""
+    reason = "thread thr_1 reached 12 hops without a person; a person must release it"
+    fake.answer(202, {"accepted": True, "msg_id": MSG_ID, "thread": "thr_1",
+                      "held": {"brake": "hops", "reason": reason}})  # fmt: skip
+    code, out, err = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "hi"])
+    assert (code, out) == (0, MSG_ID + "\n")
+    assert err.startswith(f"pigeon-send: held: {reason} (")

@@ -48,6 +48,7 @@ const MAX_ALLOW = 64;
 const SESSION_ID_RE = /^(?:ses_[A-Za-z0-9_-]{1,128}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|mcp_[a-z0-9][a-z0-9_.-]{0,63})$/;
 const MSG_ID_RE = /^msg_[A-Za-z0-9_-]{1,128}$/;
 const CHANNEL_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
+const THREAD_RE = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/; // pigeond's THREAD_RE (pigeond/model.py)
 const NAME_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/; // pigeond's NAME_RE (pigeond/model.py)
 // swarm_send's to: a session id, or @name for whoever holds the name when pigeond accepts it
 const TARGET_RE = /^(?:ses_[A-Za-z0-9_-]{1,128}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|mcp_[a-z0-9][a-z0-9_.-]{0,63}|@[a-z0-9][a-z0-9_.-]{0,63})$/;
@@ -104,7 +105,7 @@ function oneOf(tool, args, key, choices) {
 
 function parseSendArgs(args) {
   const tool = "swarm_send";
-  checkArgs(tool, args, ["to", "channel", "payload", "kind", "priority", "reply_to", "expects_reply", "reply_within_s"]);
+  checkArgs(tool, args, ["to", "channel", "payload", "kind", "priority", "reply_to", "thread", "expects_reply", "reply_within_s"]);
   const to = stringArg(tool, args, "to", TARGET_RE, "a session id (ses_..., a Claude Code session uuid, mcp_name) or @name");
   const channel = stringArg(tool, args, "channel", CHANNEL_RE, CHANNEL_HINT);
   if ((to === undefined) === (channel === undefined)) {
@@ -121,6 +122,7 @@ function parseSendArgs(args) {
     kind: oneOf(tool, args, "kind", KINDS),
     priority: oneOf(tool, args, "priority", PRIORITIES),
     reply_to: stringArg(tool, args, "reply_to", MSG_ID_RE, "a msg_id like msg_..."),
+    thread: stringArg(tool, args, "thread", THREAD_RE, "a thread id like thr_..."),
     expects_reply: booleanArg(tool, args, "expects_reply"),
     reply_within_s: secondsArg(tool, args, "reply_within_s"),
   };
@@ -717,7 +719,12 @@ function renderStatus(message) {
   if (message.state === "queued" && (message.attempts || message.last_error) && message.next_retry_at != null) {
     parts.push(`next try ${isoTime(message.next_retry_at)}`);
   }
-  if (message.last_error) parts.push(`last error: ${field(message.last_error, 500)}`);
+  if (message.hold && message.hold.kind === "brake") {
+    parts.push(`held for a person: ${field(message.hold.reason, 500)}`);
+  } else if (message.last_error) {
+    parts.push(`last error: ${field(message.last_error, 500)}`);
+  }
+  if (message.thread) parts.push(`thread ${field(message.thread)}`);
   return parts.join("; ");
 }
 
@@ -839,6 +846,7 @@ function makeTools(env) {
       kind: optional("string", `what the message is: ${KINDS.join(", ")}; null for chat`, KINDS),
       priority: optional("string", "urgent, normal or low; null for normal (urgent goes first)", PRIORITIES),
       reply_to: optional("string", "the msg_id this message answers (msg_...); null if none"),
+      thread: optional("string", "the thread it belongs to (thr_...); null: the thread of reply_to, else a new one"),
       expects_reply: optional("boolean", "whether the target owes you a reply; null: yes for task.assign and clarification.request, else no"),
       reply_within_s: optional("integer", "seconds the target has to reply once it has the message; null for pigeond's default (an hour)"),
     },
@@ -893,6 +901,11 @@ function makeTools(env) {
         );
       }
       if (answer.status !== 202) throw refused("swarm_send", answer);
+      if (answer.json.held) {
+        // a conversation brake holds it for a person: stored, not delivered until released
+        return `held: ${field(answer.json.held.reason, 500)} (${msgId} is stored and waits for ` +
+          "a person to release or drop it; sending it again will not help)";
+      }
       if (send.channel && Array.isArray(answer.json.deliveries)) {
         return renderFanOut(msgId, send.channel, answer.json);
       }

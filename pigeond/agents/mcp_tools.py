@@ -25,6 +25,7 @@ from pigeond.agents.rendering import (
     DEFAULT_READ_LIMIT,
     counted,
     fitting_count,
+    held_line,
     history_view,
     page_items,
     render_channels,
@@ -179,6 +180,9 @@ class Tools:
             )
         if answer.status != 202:
             raise refused_by(tool, answer)
+        held = answer.body.get("held")
+        if isinstance(held, dict):  # a conversation brake holds it for a person
+            return held_line(msg_id, held)
         if send.channel is not None and isinstance(answer.body.get("deliveries"), list):
             return render_fan_out(msg_id, send.channel, answer.body)
         state = "queued"

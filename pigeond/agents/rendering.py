@@ -238,9 +238,23 @@ def render_status(message: Json) -> str:
     retrying = message.get("attempts") or message.get("last_error")
     if message.get("state") == "queued" and retrying and message.get("next_retry_at") is not None:
         parts.append(f"next try {iso_time(message.get('next_retry_at'))}")
-    if message.get("last_error"):
+    hold = message.get("hold")
+    if isinstance(hold, dict) and hold.get("kind") == "brake":
+        parts.append(f"held for a person: {field(hold.get('reason'), 500)}")
+    elif message.get("last_error"):
         parts.append(f"last error: {field(message.get('last_error'), 500)}")
+    if message.get("thread"):
+        parts.append(f"thread {field(message.get('thread'))}")
     return "; ".join(parts)
+
+
+def held_line(msg_id: str, held: Json) -> str:
+    """What a send a conversation brake holds answers: "held: <reason>" first (pigeon-mcp's
+    swarm_send; pigeon-send prints the same)."""
+    return (
+        f"held: {field(held.get('reason'), 500)} ({field(msg_id)} is stored and waits for a"
+        " person to release or drop it; sending it again will not help)"
+    )
 
 
 def render_channel_status(message: Json) -> str:

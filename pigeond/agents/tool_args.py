@@ -18,7 +18,15 @@ from pigeond.agents.daemon_link import ToolError
 from pigeond.agents.escaping import field
 from pigeond.agents.rendering import DEFAULT_READ_LIMIT, MAX_READ_LIMIT
 from pigeond.consent import ALLOW_ENTRY_RE, MAX_ALLOW, POLICIES
-from pigeond.model import CHANNEL_RE, KINDS, MSG_ID_RE, NAME_RE, PRIORITIES, SENDER_RE
+from pigeond.model import (
+    CHANNEL_RE,
+    KINDS,
+    MSG_ID_RE,
+    NAME_RE,
+    PRIORITIES,
+    SENDER_RE,
+    THREAD_RE,
+)
 
 MAX_REPLY_WITHIN_S: Final = 30 * 24 * 3600
 MAX_SEARCH_LIMIT: Final = 50
@@ -111,6 +119,7 @@ class SendArgs:
     expects_reply: bool | None
     reply_within_s: int | None
     sender: str | None  # 'from': only where pigeon-mcp knows no identity
+    thread: str | None = None  # None: pigeond takes reply_to's, else starts one
 
     def body(self) -> dict[str, Any]:
         """The fields of POST /swarm/send that were given."""
@@ -123,12 +132,13 @@ class SendArgs:
             "reply_to": self.reply_to,
             "expects_reply": self.expects_reply,
             "reply_within_s": self.reply_within_s,
+            "thread": self.thread,
         }
         return {k: v for k, v in fields.items() if v is not None}
 
 
 SEND_ARGS: Final = (
-    "to", "channel", "payload", "kind", "priority", "reply_to", "expects_reply",
+    "to", "channel", "payload", "kind", "priority", "reply_to", "thread", "expects_reply",
     "reply_within_s", "from",
 )  # fmt: skip
 
@@ -157,6 +167,7 @@ def parse_send(raw: object) -> SendArgs:
         sender=string_arg(
             tool, args, "from", SENDER_RE, "who is sending (letters, digits, '.', '_', '-')"
         ),
+        thread=string_arg(tool, args, "thread", THREAD_RE, "a thread id like thr_..."),
     )
 
 

@@ -53,6 +53,11 @@ SPECS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
                     "string", "urgent, normal or low; null for normal", PRIORITIES
                 ),
                 "reply_to": _optional("string", "the msg_id this message answers; null if none"),
+                "thread": _optional(
+                    "string",
+                    "the thread it belongs to (thr_...); null: the thread of reply_to, else a"
+                    " new one",
+                ),
                 "expects_reply": _optional(
                     "boolean",
                     "whether the target owes you a reply; null: yes for task.assign and"

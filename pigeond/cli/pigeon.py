@@ -41,6 +41,7 @@ from pigeond.cli.actions import (
 from pigeond.cli.daemon_call import ask_daemon
 from pigeond.cli.pigeon_args import build_parser
 from pigeond.cli.pigeon_channels import DAEMON_VERBS, cmd_channel, cmd_channels, cmd_membership
+from pigeond.cli.pigeon_held import cmd_drop, cmd_held, cmd_release, cmd_threads
 from pigeond.cli.pigeon_names import cmd_name, cmd_names
 from pigeond.cli.pigeon_policy import cmd_policy
 from pigeond.cli.pigeon_prune import cmd_prune
@@ -277,6 +278,10 @@ DB_COMMANDS: dict[str, Callable[[SwarmRepository, argparse.Namespace, int], int]
     "channel": cmd_channel,
     "search": cmd_search,
     "policy": cmd_policy,
+    "threads": cmd_threads,
+    "held": cmd_held,
+    "release": cmd_release,
+    "drop": cmd_drop,
 }
 
 

@@ -11,6 +11,7 @@ import argparse
 from pigeond.cli.actions import ACTIONS
 from pigeond.cli.daemon_call import add_daemon_options
 from pigeond.cli.pigeon_channels import add_channels_parsers
+from pigeond.cli.pigeon_held import add_held_parsers
 from pigeond.cli.pigeon_names import add_names_parsers
 from pigeond.cli.pigeon_policy import add_policy_parser
 from pigeond.cli.pigeon_routes import add_routes_parser
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_search_parser(sub, db)
     add_policy_parser(sub, db)
+    add_held_parsers(sub, db)
 
     add_names_parsers(sub, db)
     add_channels_parsers(sub, db)

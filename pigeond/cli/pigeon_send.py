@@ -91,6 +91,7 @@ def build_request(
         ("kind", args.kind),
         ("priority", args.priority),
         ("reply_to", args.reply_to),
+        ("thread", args.thread),
         ("msg_id", args.msg_id),
         ("ttl_s", args.ttl),
         ("expects_reply", args.expects_reply),
@@ -158,6 +159,9 @@ def main(
     if 200 <= answer.status < 300 and "msg_id" in answer.body:
         msg_id = str(answer.body["msg_id"])
         print(msg_id, flush=True)
+        held = answer.body.get("held")
+        if isinstance(held, dict):  # stored, but a brake holds it for a person
+            _say(f"held: {held.get('reason')} (pigeon held lists it; pigeon release delivers it)")
         if args.wait:
             return wait_for_copies(
                 url, _waited_ids(msg_id, answer.body), args.timeout or DEFAULT_WAIT_S,

@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--priority", choices=PRIORITIES, help="priority (default normal)")
     parser.add_argument("--reply-to", metavar="MSG", help="msg_id this message answers")
     parser.add_argument(
+        "--thread", metavar="T",
+        help="the thread it belongs to (default: --reply-to's, else a new one)",
+    )  # fmt: skip
+    parser.add_argument(
         "--msg-id", metavar="ID",
         help="idempotency key: the daemon takes a msg_id it already has, with the same content,"
         " as the same message (default: pigeon-send makes one, the same for every retry)",
