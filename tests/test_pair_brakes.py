@@ -4,12 +4,15 @@ resets, and what they never brake."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
+from pigeond.brakes import pair as pair_brakes
+from pigeond.brakes import similarity
 from pigeond.brakes.pair import PairRateBrake, RepeatBrake, window_words
 from pigeond.config import Config
 from pigeond.model import NOTICE_KIND, NOTICE_SENDER, Hold
@@ -221,6 +224,20 @@ def test_repeats_off_at_0(pair: Pair) -> None:
     assert pair.repeat_says(A, B, "ping") is None
     pair.repeat.configure(replace(LIMITS, repeat_window_s=0))
     assert pair.repeat_says(A, B, "ping") is None
+
+
+def test_a_judgement_out_of_time_holds_nothing_and_says_so(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch, logged: list[str]
+) -> None:
+    """When comparing takes longer than its budget, the repeats not yet found do not hold
+    the message, and the log says the judgement was cut short."""
+    pair.sent(A, B, "pong", count=4)
+    pair.sent(A, B, "ping")  # the newest, compared first
+    assert pair.repeat_says(A, B, "pong") is not None  # in time: four repeats
+    out_of_time = functools.partial(similarity.count_repeats, budget_s=0)
+    monkeypatch.setattr(pair_brakes, "count_repeats", out_of_time)
+    assert pair.repeat_says(A, B, "pong") is None  # out of time after the first
+    assert any("repeat brake: comparing ses_A's payload" in line for line in logged), logged
 
 
 def test_a_person_is_never_braked_for_repeats(pair: Pair) -> None:

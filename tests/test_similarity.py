@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from pigeond.brakes.similarity import (
     COMPARED_CHARS,
+    RepeatCount,
     RepeatOf,
     count_repeats,
     is_repeat,
@@ -98,14 +99,14 @@ def test_a_matcher_is_reused_for_many_texts() -> None:
 
 def test_count_repeats_stops_at_what_is_needed() -> None:
     """The count stops at ``needed``: more repeats do not raise it."""
-    assert count_repeats("ping 1", ["ping 2"] * 10, 3) == 3
+    assert count_repeats("ping 1", ["ping 2"] * 10, 3).found == 3
 
 
 def test_count_repeats_counts_only_repeats() -> None:
     """Payloads that are not repeats are not counted."""
     earlier = ["ping 2", "something else entirely", "ping 3", REPORT]
-    assert count_repeats("ping 1", earlier, 2) == 2
-    assert count_repeats("ping 1", earlier, 3) < 3
+    assert count_repeats("ping 1", earlier, 2).found == 2
+    assert count_repeats("ping 1", earlier, 3).found < 3
 
 
 class NeverRead(list[str]):
@@ -117,8 +118,8 @@ class NeverRead(list[str]):
 
 def test_count_repeats_compares_nothing_when_too_few() -> None:
     """Fewer payloads than needed cannot reach it: no comparison at all."""
-    assert count_repeats("ping 1", NeverRead(["ping 2", "ping 3"]), 3) == 0
-    assert count_repeats("ping 1", NeverRead(["ping 2"]), 0) == 0
+    assert count_repeats("ping 1", NeverRead(["ping 2", "ping 3"]), 3).found == 0
+    assert count_repeats("ping 1", NeverRead(["ping 2"]), 0).found == 0
 
 
 class Watched(list[str]):
@@ -137,7 +138,7 @@ class Watched(list[str]):
 def test_count_repeats_stops_once_the_rest_cannot_reach_it() -> None:
     """Once too few payloads are left to reach ``needed``, the rest are not compared."""
     earlier = Watched(["no", "nope", "ping 2", "ping 3", "ping 4"])
-    assert count_repeats("ping 1", earlier, 4) == 0
+    assert count_repeats("ping 1", earlier, 4).found == 0
     assert earlier.looked_at == ["no", "nope"]
 
 
@@ -152,7 +153,20 @@ def test_count_repeats_compares_each_distinct_text_once() -> None:
 
     RepeatOf.matches = watched  # type: ignore[method-assign]
     try:
-        assert count_repeats("ping 1", ["PING 2", "ping 3", "pong 4", "ping  5"], 3) == 3
+        assert count_repeats("ping 1", ["PING 2", "ping 3", "pong 4", "ping  5"], 3).found == 3
     finally:
         RepeatOf.matches = original  # type: ignore[method-assign]
     assert compared == ["ping #", "pong #"]
+
+
+def test_count_repeats_stops_when_its_time_is_spent() -> None:
+    """Past its budget the count stops with what it found, and says it ran out of time."""
+    ticks = iter(range(100))
+    count = count_repeats(
+        "ping 1",
+        ["ping 2", "no", "nope", "ping 3", "ping 4"],
+        3,
+        budget_s=2,
+        timer=lambda: next(ticks),
+    )
+    assert count == RepeatCount(1, out_of_time=True)

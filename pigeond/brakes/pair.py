@@ -22,20 +22,24 @@ the pair's brake-held messages of the minute, which only the sender's own rate b
 The repeat brake reads at most :data:`COMPARED_PER_LIMIT` times ``max_repeats_per_pair``
 payloads, each cut to :data:`~pigeond.brakes.similarity.READ_CHARS` in the query, and
 compares them on a database reader thread, not the reactor's: none when the pair has
-fewer than the limit in its window, and each comparison on at most 2,048 characters a side.
+fewer than the limit in its window, each on at most 2,048 characters a side, and for at
+most :data:`~pigeond.brakes.similarity.COMPARE_BUDGET_S` in all.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from pigeond.brakes.similarity import READ_CHARS, count_repeats
+from twisted.logger import Logger
+
+from pigeond.brakes.similarity import COMPARE_BUDGET_S, READ_CHARS, RepeatCount, count_repeats
 from pigeond.config import Config
 from pigeond.config.options import DEFAULTS
 from pigeond.model import NOTICE_KIND, SESSION_ID_RE, Hold, NewMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
 
+log = Logger()
 RATE_WINDOW_MS: Final = 60_000
 # How many of the pair's newest payloads the repeat brake compares, per repeat its
 # limit allows: a loop's repeats are half of its exchange (each side repeats its own
@@ -116,8 +120,14 @@ class RepeatBrake(_PairBrake):
         sender, target = message.from_session, message.to_session
         assert target is not None
         start = now_ms - window_s * 1000
-        found = await self._db.read(repeats_between, sender, target, start, message.payload, limit)
-        if found < limit:
+        count = await self._db.read(repeats_between, sender, target, start, message.payload, limit)
+        if count.out_of_time:
+            log.warn(
+                "repeat brake: comparing {sender}'s payload with {target}'s exchange took"
+                " over {budget_s} s; judged on the {found} repeats found by then",
+                sender=sender, target=target, budget_s=COMPARE_BUDGET_S, found=count.found,
+            )  # fmt: skip
+        if count.found < limit:
             return None
         return Hold(
             self.name,
@@ -128,7 +138,7 @@ class RepeatBrake(_PairBrake):
 
 def repeats_between(
     repo: SwarmRepository, one: str, other: str, window_start_ms: int, payload: str, needed: int
-) -> int:
+) -> RepeatCount:
     """On a database reader: how many of the payloads the two sessions sent each other in
     the window repeat ``payload``, counted no further than ``needed`` (see
     :func:`~pigeond.brakes.similarity.count_repeats`)."""

@@ -14,13 +14,16 @@ keeps a long text's matching from going quadratic in its common characters), and
 two cheap upper bounds of the ratio, ``real_quick_ratio`` (the lengths) and
 ``quick_ratio`` (the characters as a multiset), first: most pairs that are not repeats
 never reach the full ratio.  :func:`count_repeats` compares each distinct normalised
-text once and stops as soon as its answer is known.
+text once, stops as soon as its answer is known, and within :data:`COMPARE_BUDGET_S` in
+any case.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
 from typing import Final
@@ -33,6 +36,12 @@ COMPARED_CHARS: Final = 2048
 # shortens (a run of spaces becomes one), so four times as much is nearly always enough,
 # and a payload of mostly white space is compared on what its first part gives.
 READ_CHARS: Final = 4 * COMPARED_CHARS
+# The most time one judgement spends comparing.  A comparison of two 2 KB texts takes a
+# few milliseconds, but some texts (a hundred characters, each repeated just under the
+# share at which ``autojunk`` ignores it) take tens: without a bound, a sender could make
+# every send of its own cost seconds of a database reader.  Out of time, the brake holds
+# nothing on what it has not compared (the pair's rate and the hop brake still apply).
+COMPARE_BUDGET_S: Final = 0.2
 # How many normalised texts are kept, by their raw text (about 12 KB each at most): the
 # payloads of the pairs that keep sending are normalised once, not at every send.
 _NORMALISED_CACHE: Final = 512
@@ -84,13 +93,31 @@ def is_repeat(payload: str, other: str) -> bool:
     return RepeatOf(normalised(payload)).matches(normalised(other))
 
 
-def count_repeats(payload: str, earlier: Sequence[str], needed: int) -> int:
+@dataclass(frozen=True, slots=True)
+class RepeatCount:
+    """What :func:`count_repeats` found: the repeats (no further than it needed), and
+    whether it ran out of time before it knew (then ``found`` is what it had)."""
+
+    found: int
+    out_of_time: bool = False
+
+
+def count_repeats(
+    payload: str,
+    earlier: Sequence[str],
+    needed: int,
+    *,
+    budget_s: float = COMPARE_BUDGET_S,
+    timer: Callable[[], float] = time.perf_counter,
+) -> RepeatCount:
     """How many of ``earlier`` (payloads) are repeats of ``payload``, counted no further
-    than ``needed``: the count stops there, and stops early (returning less than
-    ``needed``) once the payloads left could not reach it.  At most ``len(earlier)``
-    comparisons, and none when there are fewer than ``needed``."""
+    than ``needed``: the count stops there, and stops early (less than ``needed``) once
+    the payloads left could not reach it, or once ``budget_s`` (read on ``timer``) is
+    spent.  At most ``len(earlier)`` comparisons, and none when there are fewer than
+    ``needed``."""
     if needed <= 0 or len(earlier) < needed:
-        return 0
+        return RepeatCount(0)
+    deadline = timer() + budget_s
     new = RepeatOf(normalised(payload))
     verdicts: dict[str, bool] = {}  # a loop's payloads are often alike once normalised
     found = 0
@@ -102,7 +129,9 @@ def count_repeats(payload: str, earlier: Sequence[str], needed: int) -> int:
         if verdict:
             found += 1
             if found >= needed:
-                return found
+                return RepeatCount(found)
         if found + (len(earlier) - index - 1) < needed:
-            return found
-    return found
+            return RepeatCount(found)
+        if timer() >= deadline:
+            return RepeatCount(found, out_of_time=True)
+    return RepeatCount(found)
