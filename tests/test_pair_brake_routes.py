@@ -127,3 +127,14 @@ def test_a_persons_sends_are_never_braked(daemon: Daemon) -> None:
     """A shell's sends (the sender is no session id) go whatever their rate and sameness."""
     answers = [send(daemon, "same again", sender="alice") for _ in range(6)]
     assert all("held" not in body for body in answers)
+
+
+def test_the_pairs_count_survives_a_restart(config: Config, clock: Clock) -> None:
+    """The window is read from the database: a daemon started again on it holds the next
+    send of a pair that reached its rate before the restart."""
+    first = clock_daemon(config, clock)
+    for word in ("one", "two", "three"):
+        send(first, f"step {word}")
+    first.db.close()
+    again = clock_daemon(config, clock)
+    assert send(again, "step four")["held"]["brake"] == "pair_rate"
