@@ -23,6 +23,7 @@ from tests.fixed_time import now_ms
 from tests.http_helpers import result_of
 from tests.messages import new_message
 
+pytestmark = pytest.mark.both_backends
 A, B, C = "ses_A", "ses_B", "ses_C"
 THREAD = "thr_test"
 LIMITS = Config(max_pair_messages_per_minute=3, max_repeats_per_pair=4, repeat_window_s=600)
