@@ -37,6 +37,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 # An opening tag at the start of any line of a text, and its msg_id attribute.
@@ -93,6 +94,28 @@ def envelope_homes(entries: Iterable[Mapping[str, Any]]) -> dict[str, str]:
             for msg_id in envelope_ids(text):
                 homes.setdefault(msg_id, entry["uuid"])
     return homes
+
+
+def person_prompt_at(entry: Mapping[str, Any]) -> int | None:
+    """When ``entry`` was written (ms since the epoch), if it is a person's own prompt: a
+    user entry of the conversation with text of its own, none of it an envelope, and not
+    one Claude Code wrote itself (``isMeta``: a Stop hook's feedback, a channel's push, a
+    reminder).  None for anything else (a tool's result has no text of its own)."""
+    if not _conversation(entry, "user") or entry.get("isMeta") is True:
+        return None
+    texts = list(user_texts(entry))
+    if not texts or any(envelope_ids(text) for text in texts):
+        return None
+    stamp = entry.get("timestamp")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        written = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if written.tzinfo is None:
+        return None
+    return int(written.timestamp() * 1000)
 
 
 def is_reply(entry: Mapping[str, Any]) -> bool:

@@ -7,9 +7,11 @@ payload is escaped and can never begin a part with a tag).  Read only when the h
 would hold a send (pigeond/brakes/hops.py), and only the newest messages: a prompt older
 than those is older than the thread's last reset in practice.
 
-Sessions of other runtimes (Claude Code, MCP-only members) answer None: unknown.  So does
-a session opencode does not have, or a transcript that cannot be read now: the hold then
-stands, and a person can release it.
+Claude Code's sessions are read the same way, in the transcript file their hooks named
+(pigeond/delivery/claude_transcript.py ``person_prompt_at``: a user entry with text of its
+own that Claude Code did not write itself).  MCP-only members have no transcript: unknown
+(None).  So is a session opencode does not have, or a transcript that cannot be read
+now: the hold then stands, and a person can release it.
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from pigeond.delivery.claude_runtime import ClaudeTranscript
+from pigeond.delivery.claude_transcript import person_prompt_at as claude_prompt_at
 from pigeond.delivery.failures import HandOffError
 from pigeond.delivery.opencode_client import SessionNotFound, user_texts_of
 from pigeond.delivery.opencode_transcript import TranscriptReader, envelope_ids
 from pigeond.delivery.registry import DirectoryResolver
+from pigeond.delivery.runtime import TranscriptSource
 from pigeond.model import Runtime, runtime_of
 
 log = Logger()
@@ -57,11 +62,6 @@ class OpencodePersonPrompts:
 
     async def last_person_prompt(self, session: str) -> int | None:
         try:
-            if runtime_of(session) is not Runtime.OPENCODE:
-                return None
-        except ValueError:
-            return None
-        try:
             directory = await self._registry.resolve(session)
             messages = await self._client.messages(session, directory, RECENT_MESSAGES)
         except SessionNotFound:
@@ -71,3 +71,41 @@ class OpencodePersonPrompts:
                      session=session, error=str(e))  # fmt: skip
             return None
         return newest_person_prompt(messages)
+
+
+class ClaudePersonPrompts:
+    """:class:`pigeond.brakes.PersonPrompts` for Claude Code's sessions, in the transcript
+    files their hooks named (``transcripts``: the Claude Code runtime's)."""
+
+    def __init__(self, transcripts: TranscriptSource) -> None:
+        self._transcripts = transcripts
+
+    async def last_person_prompt(self, session: str) -> int | None:
+        try:
+            view = await self._transcripts.read(session, RECENT_MESSAGES)
+        except HandOffError as e:
+            log.info("cannot read {session}'s transcript for a person's prompt: {error}",
+                     session=session, error=str(e))  # fmt: skip
+            return None
+        if not isinstance(view, ClaudeTranscript):
+            return None
+        times = [t for t in map(claude_prompt_at, view.entries) if t is not None]
+        return max(times, default=None)
+
+
+class PersonPromptsByRuntime:
+    """Each session asked where its runtime keeps its transcript (None: unknown)."""
+
+    def __init__(
+        self,
+        opencode: OpencodePersonPrompts | None = None,
+        claude: ClaudePersonPrompts | None = None,
+    ) -> None:
+        self._by_runtime = {Runtime.OPENCODE: opencode, Runtime.CLAUDE: claude}
+
+    async def last_person_prompt(self, session: str) -> int | None:
+        try:
+            reader = self._by_runtime.get(runtime_of(session))
+        except ValueError:
+            return None
+        return None if reader is None else await reader.last_person_prompt(session)

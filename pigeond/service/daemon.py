@@ -31,8 +31,7 @@ from pigeond.api.search import SearchRoute
 from pigeond.api.target_check import TargetCheck
 from pigeond.api.threads import ThreadRoutes
 from pigeond.api.web import JsonApi, QuietSite, make_site
-from pigeond.brakes import Brake, HopBrake, PersonPrompts
-from pigeond.brakes.pair import PairRateBrake, RepeatBrake
+from pigeond.brakes import Brake
 from pigeond.config import Config
 from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
@@ -40,7 +39,6 @@ from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.member_doors import MemberDoors
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import OpencodeClient
-from pigeond.delivery.person_prompts import OpencodePersonPrompts
 from pigeond.delivery.policy import DeliveryPolicy
 from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.delivery.registry import SessionDirectoryRegistry
@@ -49,6 +47,7 @@ from pigeond.delivery.routing import Routing
 from pigeond.delivery.sweeper import ExpirySweeper
 from pigeond.delivery.turns import TurnTracker
 from pigeond.delivery.verifier import Verifier
+from pigeond.service.brakes import conversation_brakes, person_prompts
 from pigeond.service.db_watch import DatabaseWatch
 from pigeond.service.listeners import listen_runtime_socket, server_endpoint
 from pigeond.service.members import (
@@ -304,7 +303,6 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     events: EventStream | None = None
     pool: HTTPConnectionPool | None = None
     delivery: DeliveryParts | None = None
-    prompts: PersonPrompts | None = None  # a person's prompts, read where delivery reads
     members = member_parts(db, reactor)
     if config.arbiter_enabled:
         exchange = None
@@ -373,7 +371,6 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         )
         if shared is not None:
             shared.listen(arbiter.kick)
-        prompts = OpencodePersonPrompts(registry, client)
     # owed replies: reminders and overdue notices, kicked at once when delivery runs
     reminders = ReminderSweep(db, reactor, arbiter.kick if arbiter is not None else _no_kick)
     timer_job("reminders", config.tick_ms / 1000, reminders.sweep, reactor).setServiceParent(jobs)
@@ -385,12 +382,10 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     policies = PolicyBook(db, reactor)
     policies.load()
     timer_job("policies", REFRESH_S, policies.refresh, reactor).setServiceParent(jobs)
-    # the conversation brakes, asked in this order; the first hold wins
-    brakes: tuple[Brake, ...] = (
-        HopBrake(db, config, prompts),
-        PairRateBrake(db, config),
-        RepeatBrake(db, config),
-    )
+    # the conversation brakes, asked in order; a person's prompts read where delivery reads
+    reading = (None, None) if delivery is None else (delivery.registry, delivery.client)
+    prompts = person_prompts(members, *reading)
+    brakes = conversation_brakes(db, config, prompts)
     kick = arbiter.kick if arbiter is not None else _no_kick
     routes = SwarmRoutes(
         db,

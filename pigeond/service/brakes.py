@@ -1,0 +1,40 @@
+"""The conversation brakes as the daemon composes them (pigeond/brakes/), and where they
+read a person's own prompts.
+
+One place for the list, in the order a send is judged (the first hold wins): the hop
+brake, then the pair brakes and the budget as they come.  Each takes a reload's settings
+(``Daemon.reconfigurable``)."""
+
+from __future__ import annotations
+
+from pigeond.brakes import Brake, HopBrake, PersonPrompts
+from pigeond.brakes.pair import PairRateBrake, RepeatBrake
+from pigeond.config import Config
+from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.person_prompts import (
+    ClaudePersonPrompts,
+    OpencodePersonPrompts,
+    PersonPromptsByRuntime,
+)
+from pigeond.delivery.registry import SessionDirectoryRegistry
+from pigeond.service.members import MemberParts
+from pigeond.storage.database import Database
+
+
+def person_prompts(
+    members: MemberParts,
+    registry: SessionDirectoryRegistry | None,
+    client: OpencodeClient | None,
+) -> PersonPrompts:
+    """Each runtime's transcripts as its delivery reads them: opencode's (when delivery is
+    on: ``registry`` and ``client``) and Claude Code's; other sessions are unknown."""
+    claude = members.claude.transcripts
+    return PersonPromptsByRuntime(
+        OpencodePersonPrompts(registry, client) if registry and client else None,
+        ClaudePersonPrompts(claude) if claude is not None else None,
+    )
+
+
+def conversation_brakes(db: Database, config: Config, prompts: PersonPrompts) -> tuple[Brake, ...]:
+    """The brakes, in the order a send is judged."""
+    return (HopBrake(db, config, prompts), PairRateBrake(db, config), RepeatBrake(db, config))
