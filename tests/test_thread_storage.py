@@ -139,3 +139,17 @@ def test_an_unknown_thread_is_none(repo: SwarmRepository) -> None:
     """No row for a thread nothing was sent in, nor a thread for an unknown message."""
     assert repo.thread("thr_nothing") is None
     assert repo.thread_of("msg_nothing") is None
+
+
+def test_a_thread_whose_messages_are_pruned_is_forgotten(repo: SwarmRepository) -> None:
+    """Once pruning took every message of an old thread, prune_threads forgets it (and its
+    budget's reset); a thread with a message left, or a recent one, stays."""
+    gone = send(repo, sender="alice", thread="thr_gone", at=NOW_MS)  # no notice for alice
+    send(repo, thread="thr_kept", at=NOW_MS)
+    repo.fail_now([gone], "gone", NOW_MS)
+    repo.set_brake_reset("budget:thr_gone", NOW_MS)
+    day = 24 * 3600 * 1000
+    repo.prune_batch(NOW_MS + day, 100)
+    assert repo.prune_threads(NOW_MS + day, 100) == 1
+    assert [t.thread_id for t in repo.threads()] == ["thr_kept"]
+    assert repo.brake_reset_at("budget:thr_gone") is None

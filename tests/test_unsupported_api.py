@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 import pytest_twisted
@@ -77,7 +78,7 @@ def test_a_send_is_accepted_unchecked_and_held_without_attempts(
     """The send is queued (target_checked false), and held with the sentence, no attempt."""
     daemon = build(tmp_path, clock, standin)
     assert send(daemon, "msg_1") == (
-        202, {"accepted": True, "msg_id": "msg_1", "target_checked": False}
+        202, {"accepted": True, "msg_id": "msg_1", "thread": ANY, "target_checked": False}
     )  # fmt: skip
     assert held(daemon, "msg_1") == ("queued", 0, SENTENCE)
 
@@ -179,7 +180,7 @@ async def test_over_real_http_a_daemon_holds_messages_for_a_v2_opencode(
             base + "/swarm/send", json.dumps(body).encode(), headers=client_headers(daemon)
         )
         assert (sent.code, json.loads(await sent.content())) == (
-            202, {"accepted": True, "msg_id": "msg_1", "target_checked": False}
+            202, {"accepted": True, "msg_id": "msg_1", "thread": ANY, "target_checked": False}
         )  # fmt: skip
         assert daemon.arbiter is not None
         await daemon.arbiter.stop()  # fires once the hand-off under way has ended

@@ -144,6 +144,8 @@ class Pruner:
             done.pruned.update(pruned)
             if sum(pruned.values()) < self._batch_rows:
                 break
+        # threads whose messages are all pruned: one batch a run, as their rows are small
+        await self._db.write(SwarmRepository.prune_threads, cutoff, self._batch_rows)
         for _ in range(self._max_vacuum_steps):
             if not await self._yield():
                 return done

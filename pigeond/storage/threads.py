@@ -157,6 +157,27 @@ class Threads(RepositoryBase):
             )
             return cursor.rowcount == 1
 
+    def prune_threads(self, cutoff: int, limit: int) -> int:
+        """Forget at most ``limit`` threads with no send since ``cutoff`` and no message left
+        (pruning took them: storage/retention.py), and their budget's reset; how many."""
+        with self._write() as conn:
+            rows = conn.execute(
+                "DELETE FROM swarm_threads WHERE thread_id IN ("
+                " SELECT t.thread_id FROM swarm_threads t WHERE t.updated_at < :cutoff"
+                " AND NOT EXISTS (SELECT 1 FROM swarm_messages m"
+                "  WHERE m.thread_id = t.thread_id)"
+                " ORDER BY t.updated_at LIMIT :limit) RETURNING thread_id",
+                {"cutoff": cutoff, "limit": limit},
+            ).fetchall()
+            scopes = [f"budget:{r[0]}" for r in rows]
+            if scopes:
+                conn.execute(
+                    "DELETE FROM swarm_brake_resets"
+                    " WHERE scope IN (SELECT value FROM json_each(?))",
+                    (json.dumps(scopes),),
+                )
+            return len(rows)
+
 
 def count_send(conn: Connection, thread_id: str, sender: str, now_ms: int, *, held: bool) -> None:
     """Inside the accept: the thread of a send just stored.  An agent's send counts one

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest.mock import ANY
 
 from tests.daemon_process import DaemonFactory
 from tests.e2e.opencode_server import OpencodeServer
@@ -31,7 +32,10 @@ def test_unknown_target_is_refused_while_opencode_is_up(
     accepted = daemon.request_json(
         "POST", "/swarm/send", body | {"to": session, "msg_id": "msg_ok"}
     )
-    assert accepted == (202, {"accepted": True, "msg_id": "msg_ok", "target_checked": True})
+    assert accepted == (
+        202,
+        {"accepted": True, "msg_id": "msg_ok", "thread": ANY, "target_checked": True},
+    )
     refused = daemon.request_json("POST", "/swarm/send", body | {"to": UNKNOWN, "msg_id": "msg_no"})
     line = f"no session {UNKNOWN} in opencode at {server.url}"
     assert refused == (404, {"error": line})
@@ -55,7 +59,7 @@ def test_unknown_target_is_queued_unchecked_while_opencode_is_down(
     try:
         body = {"from": "ses_sender", "to": UNKNOWN, "payload": "hi", "msg_id": "msg_down"}
         assert daemon.request_json("POST", "/swarm/send", body) == (
-            202, {"accepted": True, "msg_id": "msg_down", "target_checked": False}
+            202, {"accepted": True, "msg_id": "msg_down", "thread": ANY, "target_checked": False}
         )  # fmt: skip
         assert [(m.msg_id, m.state) for m in daemon.stored_messages()] == [("msg_down", "queued")]
     finally:
