@@ -91,6 +91,10 @@ class DaemonStartError(RuntimeError):
 # The fake opencode runs no turns and these tests check the per-call guard:
 # one prompt per message, no waiting for turns (tests/e2e covers turns).
 CALL_LEVEL_ARGS = ("--delivery", "call", "--batch-max", "1")
+# For the load tests, whose numbered sends from one session to another ("sender 3 message
+# 7") are just what the pair brakes hold (more than 30 a minute, or more than 16 alike
+# within 10 minutes): the brakes off, so what such a test counts is delivered.
+PAIR_BRAKES_OFF = ("--max-pair-messages-per-minute", "0", "--max-repeats-per-pair", "0")
 
 
 class DaemonProcess:

@@ -182,6 +182,9 @@ def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
         "sender_rate_per_s": ("0.5", "0", "2"),
         "sender_burst": ("1", "2", "0"),
         "max_channel_members": ("2", "3", "64"),
+        "max_pair_messages_per_minute": ("0", "5", "120"),
+        "max_repeats_per_pair": ("1", "0", "32"),
+        "repeat_window_s": ("60", "0", "3600"),
         "daemon_name": ("host-a", "host-b", "build.box"),
     }
     assert set(samples) == {o.name for o in OPTIONS}

@@ -86,6 +86,16 @@ def failed_by_state(plans: Plans) -> None:
     searches("state=?")(plans)
 
 
+def walks_the_pair_index(plans: Plans) -> None:
+    """The pair brakes read each direction of a pair as a range of idx_swarm_pair after a
+    time (newest first, stopping at the limit): every access to swarm_messages is that
+    SEARCH, never a walk of the target's history.  (The scans left are of the query's own
+    subqueries, a limit's worth of rows.)"""
+    pair_range = "idx_swarm_pair (to_session=? AND from_session=? AND created_at>?)"
+    touching = [s for s in steps(plans) if "swarm_messages" in s]
+    assert touching and all(s.startswith("SEARCH") and pair_range in s for s in touching), plans
+
+
 # What each storage call that meets the history must keep, by the figure it serves.
 CALLS: dict[str, tuple[Callable[[SwarmRepository], object], Check]] = {
     "arbiter tick": (lambda r: r.ready_targets(NOW_MS), searches("idx_swarm_ready")),
@@ -106,6 +116,15 @@ CALLS: dict[str, tuple[Callable[[SwarmRepository], object], Check]] = {
     "arbiter: a target's next batch": (
         lambda r: r.ready_batch("ses_t7", NOW_MS, 20),
         searches("idx_swarm_target_head (to_session=?)"),
+    ),
+    # issue 26's pair brakes, at every send: the pair's count, its payloads both ways
+    "pair rate brake: one direction's count": (
+        lambda r: r.pair_sent_count("ses_sender", "ses_t7", NOW_MS - 60_000, 30),
+        walks_the_pair_index,
+    ),
+    "repeat brake: both directions' payloads": (
+        lambda r: r.pair_payloads("ses_sender", "ses_t7", NOW_MS - 600_000, 48, 8192),
+        walks_the_pair_index,
     ),
 }
 # Two plans that once fell short outside the history, fixed in pigeond/storage/delivery.py:

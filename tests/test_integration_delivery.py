@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from pigeond.model import MSG_ID_RE
-from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from tests.daemon_process import PAIR_BRAKES_OFF, DaemonFactory, DaemonProcess, isolated_env
 from tests.fake_opencode import FakeOpencode, PromptCall
 from tests.polling import PATIENCE_S, wait_until
 from tests.unix_http import UnixHTTPConnection
@@ -181,7 +181,7 @@ def test_concurrent_senders_never_overlap_prompts_to_one_target(
     """Concurrent sends arrive exactly once, one prompt at a time per target; targets overlap."""
     fake.add_session("ses_alpha")
     fake.add_session("ses_beta")
-    daemon = daemons.start(tmp_path / "p.db", opencode_url=fake.url)
+    daemon = daemons.start(tmp_path / "p.db", opencode_url=fake.url, extra_args=PAIR_BRAKES_OFF)
     connect = tcp(daemon)
 
     plan = [("ses_alpha", 5)] * 4 + [("ses_beta", 5)] * 2  # (target, messages) per sender
@@ -346,7 +346,7 @@ def test_every_accepted_message_is_delivered_after_kill_9(
     for target in targets:
         fake.add_session(target)
     db = tmp_path / "p.db"
-    first = daemons.start(db, opencode_url=fake.url)
+    first = daemons.start(db, opencode_url=fake.url, extra_args=PAIR_BRAKES_OFF)
     connect = tcp(first)
     log = SendLog()
     senders, per_sender = 4, 60  # ~1.2 s of sends each: still sending at the kill

@@ -16,7 +16,7 @@ import pytest
 from pigeond.storage import SwarmRepository
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.schema import DUE_CHANNEL
-from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from tests.daemon_process import PAIR_BRAKES_OFF, DaemonFactory, DaemonProcess, isolated_env
 from tests.fake_opencode import FakeOpencode
 from tests.pg_cluster import PgCluster
 from tests.polling import PATIENCE_S, wait_until
@@ -157,7 +157,10 @@ def test_two_daemons_never_hand_one_target_two_prompts_at_once(
         fake.add_session(TARGET)
         pair = [
             daemons.start(
-                pg_url, opencode_url=fake.url, env={"XDG_STATE_HOME": str(tmp_path / f"st{i}")}
+                pg_url,
+                opencode_url=fake.url,
+                env={"XDG_STATE_HOME": str(tmp_path / f"st{i}")},
+                extra_args=PAIR_BRAKES_OFF,  # 24 sends alike from one session to another
             )
             for i in range(2)
         ]

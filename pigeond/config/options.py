@@ -229,6 +229,23 @@ class Config:
         " the next is held until a person releases it; 0: no limit",
         between(0, 1_000_000),
     )
+    max_pair_messages_per_minute: int = option(
+        30,
+        "messages one session may send another in any minute; the next is held until a"
+        " person releases it; 0: no limit",
+        between(0, 100_000),
+    )
+    max_repeats_per_pair: int = option(
+        16,
+        "near-identical messages two sessions may exchange within repeat_window_s; the next"
+        " is held until a person releases it; 0: no limit",
+        between(0, 100),
+    )
+    repeat_window_s: int = option(
+        600,
+        "the window of max_repeats_per_pair, in seconds; 0: no repeat brake",
+        between(0, 86_400),
+    )
     log_level: str = option(
         "info", "debug, info, warn or error", one_of(("debug", "info", "warn", "error"))
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pigeond.brakes import Brake, HopBrake, PersonPrompts
 from pigeond.brakes.budget import BudgetBrake
+from pigeond.brakes.pair import PairRateBrake, RepeatBrake
 from pigeond.config import Config
 from pigeond.delivery.opencode_client import OpencodeClient
 from pigeond.delivery.person_prompts import (
@@ -37,4 +38,9 @@ def person_prompts(
 
 def conversation_brakes(db: Database, config: Config, prompts: PersonPrompts) -> tuple[Brake, ...]:
     """The brakes, in the order a send is judged."""
-    return (HopBrake(db, config, prompts), BudgetBrake(db, config))
+    return (
+        HopBrake(db, config, prompts),
+        PairRateBrake(db, config),
+        RepeatBrake(db, config),
+        BudgetBrake(db, config),
+    )

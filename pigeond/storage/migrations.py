@@ -261,6 +261,17 @@ CREATE TABLE swarm_members (
 ) WITHOUT ROWID;
 """
 
+# The messages between two sessions, one direction at a time, by time (issue 26's pair
+# brakes, pigeond/storage/pair_history.py): each send's judgement walks a range of it,
+# newest first, and stops at its limit.  Without it the only index on to_session that
+# reaches created_at goes through state and next_retry_at, so a judgement walked every
+# message its target ever had.  Partial: a channel's own message has no target.
+PAIR_HISTORY_INDEX = """
+CREATE INDEX idx_swarm_pair
+    ON swarm_messages (to_session, from_session, created_at)
+    WHERE to_session IS NOT NULL;
+"""
+
 Migration = Callable[[sqlite3.Connection], None]
 
 
@@ -309,12 +320,14 @@ MIGRATIONS: list[Migration] = [
     _script(V17_THREADS),
     _script(V18_BRAKES),
     _script(V19_TURNS),
+    _script(PAIR_HISTORY_INDEX),
 ]
 
 __all__ = [
     "CLEAR_PENDING_SQL",
     "INDEX_PENDING_SQL",
     "MIGRATIONS",
+    "PAIR_HISTORY_INDEX",
     "PRIORITY_RANK_SQL",
     "PRUNABLE_SQL",
 ]

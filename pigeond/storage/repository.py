@@ -25,6 +25,7 @@ from pigeond.storage.members import Members
 from pigeond.storage.names import Names
 from pigeond.storage.obligations import Obligations
 from pigeond.storage.operator import OperatorActions
+from pigeond.storage.pair_history import PairHistory
 from pigeond.storage.policies import Policies
 from pigeond.storage.postgres.schema import NOTIFY_SQL
 from pigeond.storage.receipts import Receipts
@@ -113,6 +114,7 @@ class SwarmRepository(
     Obligations,
     Names,
     Search,
+    PairHistory,
     BrakeHolds,
     Policies,
     Channels,

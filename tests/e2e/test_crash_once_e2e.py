@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tests.daemon_process import DaemonFactory, DaemonProcess
+from tests.daemon_process import PAIR_BRAKES_OFF, DaemonFactory, DaemonProcess
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
 from tests.e2e.test_delivery_e2e import batches_in_transcript, post
@@ -39,7 +39,7 @@ MODES = ("call", "turn")
 
 
 def start(factory: DaemonFactory, db: Path, url: str, delivery: str) -> DaemonProcess:
-    args = [*ARGS, "--delivery", delivery]
+    args = [*ARGS, *PAIR_BRAKES_OFF, "--delivery", delivery]
     return factory.start(db, opencode_url=url, extra_args=args)
 
 

@@ -23,7 +23,7 @@ from typing import Final
 
 from pigeond.storage.addressing_schema import PRUNABLE_SQL
 from pigeond.storage.costs_schema import V19_TURNS_PG
-from pigeond.storage.migrations import PRIORITY_RANK_SQL
+from pigeond.storage.migrations import PAIR_HISTORY_INDEX, PRIORITY_RANK_SQL
 from pigeond.storage.postgres.thread_schema import PG_V17_THREADS, PG_V18_BRAKES
 
 # The prunable expressions of versions 5 and 6, as SQLite's migrations made them.
@@ -283,4 +283,5 @@ PG_MIGRATIONS: Final = (
     PG_V17_THREADS,
     PG_V18_BRAKES,
     V19_TURNS_PG,
+    PAIR_HISTORY_INDEX,  # the pair brakes' index: the same statement on both engines
 )  # fmt: skip
