@@ -338,3 +338,5 @@ class PermissionAnswerOutcome(StrEnum):
     UNKNOWN = "unknown"  # pigeond has no open request by that id
     GONE = "gone"  # opencode no longer has it (answered at the target, or opencode restarted)
     TURN_ENDED = "turn_ended"  # the turn that asked has ended: answering would run a dead call
+    UNREACHABLE = "unreachable"  # opencode could not be reached: nothing answered
+    REFUSED = "refused"  # opencode refused the answer (its error says why)

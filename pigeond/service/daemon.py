@@ -25,6 +25,7 @@ from pigeond.api.flood import FloodGuard
 from pigeond.api.metrics import MetricsRoute
 from pigeond.api.names import NamesRoute
 from pigeond.api.owed import OwedRoute
+from pigeond.api.permissions import PermissionRoutes
 from pigeond.api.policy import REFRESH_S, PolicyBook, PolicyRoutes
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth, SwarmRoutes
 from pigeond.api.search import SearchRoute
@@ -37,6 +38,7 @@ from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.member_doors import MemberDoors
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.permissions import PermissionWatch
 from pigeond.delivery.policy import DeliveryPolicy
 from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.delivery.registry import SessionDirectoryRegistry
@@ -88,6 +90,8 @@ class DeliveryParts:
     liveness: MemberLiveness
     # /swarm/agent/*: the members that ask for their messages (Claude Code, MCP-only)
     doors: MemberDoors
+    # permission requests of sessions handling swarm messages (pigeond/delivery/permissions.py)
+    permissions: PermissionWatch | None = None
 
     @property
     def routing(self) -> Routing | None:
@@ -242,6 +246,7 @@ class Daemon:
         if self.delivery is not None:
             d = self.delivery
             parts += [d.client, d.registry, d.verifier, *([d.turns] if d.turns else [])]
+            parts += [d.permissions] if d.permissions is not None else []
         return parts
 
     def delivery_health(self) -> DeliveryHealth:
@@ -332,10 +337,22 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         )
         shared = shared_database_parts(config, reactor, db, registry)
         routing = None if shared is None else shared.routing
+        permissions = PermissionWatch(
+            db, client, reactor, config, directory_of=registry.resolve,
+            known_idle=turns.known_idle if turns is not None else (lambda session: False),
+            stream_connected=lambda: events is not None and events.connected,
+            mine=None if routing is None else routing.mine,
+        )  # fmt: skip
         if turns is not None:
+            tracker = turns
+
+            def stream_state(connected: bool) -> None:
+                tracker.stream_state(connected)
+                permissions.stream_state(connected)
+
             events = EventStream(
-                client, reactor, seen_status(turns.observe, routing), turns.stream_state,
-                on_user_message=modes.observe, outages=reach,
+                client, reactor, seen_status(turns.observe, routing), stream_state,
+                on_user_message=modes.observe, on_permission=permissions.observe, outages=reach,
             )  # fmt: skip
         arbiter = Arbiter(
             db, registry, client, reactor, policy=DeliveryPolicy.from_config(config), turns=turns,
@@ -355,6 +372,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         def verify() -> None:
             if db_watch.check() is None:  # a vanished database: nothing to verify against
                 verifier.tick()
+                permissions.tick()
 
         timer_job("verify", config.tick_ms / 1000, verify, reactor).setServiceParent(jobs)
         doors = MemberDoors(
@@ -362,8 +380,9 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             verify=verifier.check_soon,
         )  # fmt: skip
         delivery = DeliveryParts(
-            client, registry, verifier, turns, shared, MemberLiveness(registry, db), doors
-        )
+            client, registry, verifier, turns, shared, MemberLiveness(registry, db), doors,
+            permissions,
+        )  # fmt: skip
         if shared is not None:
             shared.listen(arbiter.kick)
     # owed replies: reminders and overdue notices, kicked at once when delivery runs
@@ -400,6 +419,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     api = routes.install(JsonApi(gate=access))
     MetricsRoute(db, reactor, metrics.registry, routes.delivery_health).install(api)
     OwedRoute(db).install(api)
+    PermissionRoutes(db, None if delivery is None else delivery.permissions).install(api)
     PolicyRoutes(db, policies, reactor).install(api)
     SearchRoute(db, lambda: routes.inbox_max_bytes).install(api)
     liveness = None if delivery is None else delivery.liveness

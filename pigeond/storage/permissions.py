@@ -47,6 +47,13 @@ class PermissionRequest:
         what = " ".join(self.patterns)
         return f"{self.permission} `{what}`" if what else self.permission
 
+    def describe(self) -> str:
+        """The line ``pigeon permissions`` and the log say (a terminal escapes it)."""
+        return (
+            f"{self.session} waits for permission: {self.subject},"
+            f" while handling {self.msg_id} from {self.from_session}"
+        )
+
     def view(self) -> dict[str, object]:
         return {
             "id": self.request_id,
