@@ -13,11 +13,11 @@ DIRECTORY = "/work/projA"
 
 def permission_request(
     request_id: str = "per_one", *, msg_id: str = "msg_handled", session: str = SESSION,
-    asked_at: int = 1_000, command: str = "rm -rf build",
+    asked_at: int = 1_000, command: str = "rm -rf build", directory: str = DIRECTORY,
 ) -> PermissionRequest:  # fmt: skip
     """An open bash request of ``session`` while it handles ``msg_id`` from SENDER."""
     return PermissionRequest(
-        request_id, session, DIRECTORY, "bash", (command,), ("rm *",), "call_1", msg_id,
+        request_id, session, directory, "bash", (command,), ("rm *",), "call_1", msg_id,
         SENDER, asked_at,
     )  # fmt: skip
 

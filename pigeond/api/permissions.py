@@ -72,5 +72,5 @@ class PermissionRoutes:
         outcome, line = await self._answerer.answer(request_id, str(answer))
         status = _STATUS[outcome]
         if status != 200:
-            raise HttpError(status, line, {"id": request_id, "outcome": outcome.value})
+            raise HttpError(status, line)
         return JsonResponse(200, {"id": request_id, "answer": answer, "outcome": outcome.value})
