@@ -34,10 +34,14 @@ def asked_event(
             "id": "evt_1",
             "type": "permission.asked",
             "properties": {
-                "id": request_id, "sessionID": session, "permission": "bash",
-                "patterns": [command], "metadata": {"command": command}, "always": ["rm *"],
+                "id": request_id,
+                "sessionID": session,
+                "permission": "bash",
+                "patterns": [command],
+                "metadata": {"command": command},
+                "always": ["rm *"],
                 "tool": {"messageID": "msg_oc1", "callID": "call_1"},
-            },  # fmt: skip
+            },
         },
     }
 

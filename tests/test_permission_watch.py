@@ -15,7 +15,6 @@ from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.opencode_client import OpencodeError
 from pigeond.delivery.permissions import DIRECTORIES_PER_POLL, PermissionWatch
 from pigeond.model import PermissionAnswerOutcome
-from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from tests.http_helpers import result_of
 from tests.messages import new_message
