@@ -36,9 +36,7 @@ _STATUS = {
 class PermissionAnswerer(Protocol):
     """Who answers in opencode (:class:`~pigeond.delivery.permissions.PermissionWatch`)."""
 
-    async def answer(
-        self, request_id: str, reply: str
-    ) -> tuple[PermissionAnswerOutcome, str]: ...
+    async def answer(self, request_id: str, reply: str) -> tuple[PermissionAnswerOutcome, str]: ...
 
 
 class PermissionRoutes:

@@ -42,6 +42,7 @@ from pigeond.cli.daemon_call import ask_daemon
 from pigeond.cli.pigeon_args import build_parser
 from pigeond.cli.pigeon_channels import DAEMON_VERBS, cmd_channel, cmd_channels, cmd_membership
 from pigeond.cli.pigeon_names import cmd_name, cmd_names
+from pigeond.cli.pigeon_permissions import cmd_permission, cmd_permissions
 from pigeond.cli.pigeon_policy import cmd_policy
 from pigeond.cli.pigeon_prune import cmd_prune
 from pigeond.cli.pigeon_routes import cmd_routes
@@ -274,6 +275,7 @@ DB_COMMANDS: dict[str, Callable[[SwarmRepository, argparse.Namespace, int], int]
     "names": cmd_names,
     "channels": cmd_channels,
     "routes": cmd_routes,
+    "permissions": cmd_permissions,
     "channel": cmd_channel,
     "search": cmd_search,
     "policy": cmd_policy,
@@ -311,6 +313,8 @@ def main(
             return cmd_install_codex(args, env)
         if args.command == "name":
             return cmd_name(args, env)
+        if args.command == "permission":
+            return cmd_permission(args, env)
         if args.command == "channel" and args.verb in DAEMON_VERBS:
             return cmd_membership(args, env)
         db = resolve_db(args.db, env, system_db=system_db)
