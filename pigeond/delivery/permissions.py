@@ -224,7 +224,8 @@ class PermissionWatch:
         directories: dict[str, set[str]] = {}
         for row in open_rows:
             directories.setdefault(row.directory, set()).add(row.session)
-        if self._recheck or not self._stream_connected():
+        recheck = self._recheck
+        if recheck or not self._stream_connected():
             self._recheck = False
             await self._add_handling(directories)
         for directory in sorted(directories)[:DIRECTORIES_PER_POLL]:
@@ -236,6 +237,10 @@ class PermissionWatch:
             listed = [a for a in (asked_in(p, directory) for p in pending) if a is not None]
             await self._apply(directory, directories[directory], listed, open_rows, started)
         self._closed_at = {r: t for r, t in self._closed_at.items() if t >= started}
+        if recheck and open_rows:  # a start, or a reconnect: what became of the open ones
+            still = len(await self._db.read(SwarmRepository.open_permissions))
+            log.info("permission requests re-checked: {still} of {n} still open",
+                     still=still, n=len(open_rows))  # fmt: skip
 
     async def _add_handling(self, directories: dict[str, set[str]]) -> None:
         """Add the instances of the sessions handling swarm messages now."""
