@@ -17,7 +17,7 @@ from pigeond.delivery.permissions import DIRECTORIES_PER_POLL, PermissionWatch
 from pigeond.model import PermissionAnswerOutcome
 from pigeond.storage.database import InlineDatabase
 from tests.http_helpers import result_of
-from tests.messages import new_message
+from tests.messages import assistant_entry, new_message, user_entry
 from tests.permission_helpers import (
     DIRECTORY,
     SENDER,
@@ -40,6 +40,7 @@ class FakePermissionApi:
         self.replies: list[tuple[str, str, str]] = []
         self.known = True  # whether a reply finds its request
         self.error: OpencodeError | None = None
+        self.transcript: list[dict[str, Any]] | OpencodeError = []  # of SESSION
 
     async def pending_permissions(self, directory: str) -> list[dict[str, Any]]:
         self.listed.append(directory)
@@ -50,6 +51,13 @@ class FakePermissionApi:
             raise self.error
         self.replies.append((request_id, directory, reply))
         return self.known
+
+    async def messages(
+        self, session_id: str, directory: str, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        if isinstance(self.transcript, OpencodeError):
+            raise self.transcript
+        return self.transcript
 
 
 def listed(request_id: str = "per_one", session: str = SESSION) -> dict[str, Any]:
@@ -133,6 +141,49 @@ def test_the_newest_unanswered_hand_off_is_the_one_being_handled(
     hand_off(db, clock, "msg_second")
     make_watch(db, api, clock).observe(asked_event())
     assert [r.msg_id for r in db.repo.open_permissions()] == ["msg_second"]
+
+
+def envelope(msg_id: str) -> str:
+    """The opening of the envelope pigeond hands off for ``msg_id`` (what homes are found by)."""
+    return f'<swarm_message v="1" kind="chat" from="{SENDER}" msg_id="{msg_id}">\nhi'
+
+
+def test_an_ask_in_the_turn_that_consumed_the_message_is_recorded(
+    db: InlineDatabase, api: FakePermissionApi, clock: Clock
+) -> None:
+    """The asking step's parent is the user message carrying the envelope: recorded."""
+    hand_off(db, clock)
+    api.transcript = [
+        user_entry("msg_u1", envelope("msg_handled")),
+        assistant_entry("msg_oc1", "msg_u1", None, finish=None, completed=False),
+    ]
+    make_watch(db, api, clock).observe(asked_event())
+    assert [r.msg_id for r in db.repo.open_permissions()] == ["msg_handled"]
+
+
+def test_an_ask_in_the_person_s_own_turn_after_a_swarm_turn_is_not_recorded(
+    db: InlineDatabase, api: FakePermissionApi, clock: Clock
+) -> None:
+    """The swarm message's turn ended (unanswered); the person's next prompt asks: not ours."""
+    hand_off(db, clock)
+    api.transcript = [
+        user_entry("msg_u1", envelope("msg_handled")),
+        assistant_entry("msg_a1", "msg_u1", None, finish="stop"),
+        user_entry("msg_u2", "please clean the build"),
+        assistant_entry("msg_oc1", "msg_u2", None, finish=None, completed=False),
+    ]
+    make_watch(db, api, clock).observe(asked_event())
+    assert open_ids(db) == []
+
+
+def test_an_unreadable_transcript_leaves_the_newest_hand_off(
+    db: InlineDatabase, api: FakePermissionApi, clock: Clock
+) -> None:
+    """opencode cannot show the transcript: the newest unanswered hand-off is taken."""
+    hand_off(db, clock)
+    api.transcript = OpencodeError("timeout", kind=FailureKind.ATTEMPT)
+    make_watch(db, api, clock).observe(asked_event())
+    assert [r.msg_id for r in db.repo.open_permissions()] == ["msg_handled"]
 
 
 def test_a_reply_anywhere_closes_the_request(

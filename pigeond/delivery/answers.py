@@ -64,12 +64,10 @@ def is_reply(message: Mapping[str, Any]) -> bool:
     )
 
 
-def answers_in(messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str]) -> dict[str, str]:
-    """For each pigeond msg_id in ``homes`` (mapped to the id of the user message that
-    carried its envelope), opencode's id of the assistant message that answered it, when
-    its turn has ended with a reply.  ``messages`` is a transcript, or its newest part,
-    oldest first: a user message older than that part is still answered by a newest
-    assistant message naming it as parent (a long turn of many tool steps)."""
+def _turns(
+    messages: Sequence[Mapping[str, Any]],
+) -> tuple[list[str], dict[str, Mapping[str, Any]]]:
+    """The user messages' ids in order, and each one's newest assistant message by parent."""
     users: list[str] = []
     last_of: dict[str, Mapping[str, Any]] = {}  # parent id -> its newest assistant message
     for message in messages:
@@ -78,14 +76,41 @@ def answers_in(messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str]) 
             users.append(info["id"])
         elif info.get("role") == "assistant" and isinstance(info.get("parentID"), str):
             last_of[info["parentID"]] = message
+    return users, last_of
+
+
+def _consumers(
+    users: list[str], last_of: Mapping[str, Mapping[str, Any]], homes: Mapping[str, str]
+) -> dict[str, str]:
+    """For each msg_id in ``homes``, the user message whose turn consumed it: its own, if
+    an assistant message answers it, else the first one after it that is answered."""
     position = {user: n for n, user in enumerate(users)}
     found: dict[str, str] = {}
     for msg_id, home in homes.items():
         consumer = home if home in last_of else None
         if consumer is None and home in position:
             consumer = next((u for u in users[position[home] :] if u in last_of), None)
-        if consumer is None:
-            continue
+        if consumer is not None:
+            found[msg_id] = consumer
+    return found
+
+
+def consumers_in(messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str]) -> dict[str, str]:
+    """For each pigeond msg_id in ``homes`` (mapped to the user message that carried its
+    envelope), the id of the user message whose turn consumed it (the ``parentID`` of that
+    turn's assistant messages), once a turn took it up, ended or not."""
+    return _consumers(*_turns(messages), homes)
+
+
+def answers_in(messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str]) -> dict[str, str]:
+    """For each pigeond msg_id in ``homes`` (mapped to the id of the user message that
+    carried its envelope), opencode's id of the assistant message that answered it, when
+    its turn has ended with a reply.  ``messages`` is a transcript, or its newest part,
+    oldest first: a user message older than that part is still answered by a newest
+    assistant message naming it as parent (a long turn of many tool steps)."""
+    users, last_of = _turns(messages)
+    found: dict[str, str] = {}
+    for msg_id, consumer in _consumers(users, last_of, homes).items():
         newest = last_of[consumer]
         answer_id = _info(newest).get("id")
         if is_reply(newest) and isinstance(answer_id, str):

@@ -34,8 +34,10 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from pigeond.config import Config
+from pigeond.delivery.answers import consumers_in
 from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.opencode_client import OpencodeError
+from pigeond.delivery.opencode_transcript import RECENT_MESSAGES, envelope_homes
 from pigeond.model import PermissionAnswerOutcome
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
@@ -59,6 +61,7 @@ class Asked:
     patterns: tuple[str, ...]
     always: tuple[str, ...]
     call_id: str | None
+    message_id: str | None  # the assistant message (the step of the turn) that asks
 
 
 def _texts(value: object) -> tuple[str, ...]:
@@ -73,10 +76,13 @@ def asked_in(props: object, directory: str) -> Asked | None:
     if not (isinstance(rid, str) and isinstance(session, str) and isinstance(permission, str)):
         return None
     tool = props.get("tool")
-    call_id = tool.get("callID") if isinstance(tool, dict) else None
+    call_id, message_id = (
+        (tool.get("callID"), tool.get("messageID")) if isinstance(tool, dict) else (None, None)
+    )
     return Asked(
         rid, session, directory, permission, _texts(props.get("patterns")),
         _texts(props.get("always")), call_id if isinstance(call_id, str) else None,
+        message_id if isinstance(message_id, str) else None,
     )  # fmt: skip
 
 
@@ -107,6 +113,10 @@ class PermissionApi(Protocol):
     async def pending_permissions(self, directory: str) -> list[dict[str, Any]]: ...
 
     async def reply_permission(self, request_id: str, directory: str, reply: str) -> bool: ...
+
+    async def messages(
+        self, session_id: str, directory: str, limit: int | None = None
+    ) -> list[dict[str, Any]]: ...
 
 
 class PermissionWatch:
@@ -181,6 +191,8 @@ class PermissionWatch:
         handled = await self._db.read(
             SwarmRepository.handling, asked.session, self._now_ms() - self._window_ms
         )
+        if handled and asked.message_id is not None:
+            handled = await self._in_this_turn(asked, asked.message_id, handled)
         if not handled:
             log.debug("{session} asks permission, handling no swarm message", session=asked.session)
             return
@@ -191,6 +203,25 @@ class PermissionWatch:
         )  # fmt: skip
         if await self._db.write(SwarmRepository.record_permission, request):
             log.info("{line}", line=request.describe())
+
+    async def _in_this_turn(
+        self, asked: Asked, message_id: str, handled: list[tuple[str, str]]
+    ) -> list[tuple[str, str]]:
+        """Of the hand-offs ``handled`` (newest first), those the asking turn consumed, by
+        the transcript: the asking step's parent is the user message whose turn it is.  A
+        hand-off whose envelope is not among the messages read stays a candidate; one
+        consumed by another turn (the person's own prompt came after it) does not.  When
+        the transcript cannot be read, every candidate stays (the newest is taken)."""
+        try:
+            messages = await self._api.messages(asked.session, asked.directory, RECENT_MESSAGES)
+        except OpencodeError:
+            return handled
+        parents = [m["info"].get("parentID") for m in messages if m["info"].get("id") == message_id]
+        if not parents or not isinstance(parents[0], str):
+            return handled
+        homes = {m: h for m, h in envelope_homes(messages).items() if h is not None}
+        consumed = consumers_in(messages, homes)
+        return [(m, s) for m, s in handled if consumed.get(m, parents[0]) == parents[0]]
 
     async def _close(self, request_id: str, why: str) -> None:
         self._closed_at[request_id] = self._clock.seconds()
