@@ -92,10 +92,10 @@ def test_an_operator_answers_once_and_the_message_is_answered(
 
 
 def test_a_request_answered_at_opencode_leaves_the_list(
-    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
+    opencode_any: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
 ) -> None:
     """Answered at the target's own terminal (opencode's own route): gone from the list."""
-    server, directory = opencode_1_18, opencode_1_18.dirs["dirB"]
+    server, directory = opencode_any, opencode_any.dirs["dirB"]
     session = asking_session(server, directory, "permission elsewhere")
     daemon = start_pigeond(daemons, tmp_path / "p.db", server.url)
     msg_id = send_bash(daemon, session, "echo perm-elsewhere")
