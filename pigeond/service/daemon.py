@@ -57,6 +57,7 @@ from pigeond.service.members import (
 )
 from pigeond.service.parts import (
     access_policy,
+    both,
     delivery_health_with_api,
     describe_address,
     timer_job,
@@ -344,14 +345,9 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             mine=None if routing is None else routing.mine,
         )  # fmt: skip
         if turns is not None:
-            tracker = turns
-
-            def stream_state(connected: bool) -> None:
-                tracker.stream_state(connected)
-                permissions.stream_state(connected)
-
             events = EventStream(
-                client, reactor, seen_status(turns.observe, routing), stream_state,
+                client, reactor, seen_status(turns.observe, routing),
+                both(turns.stream_state, permissions.stream_state),
                 on_user_message=modes.observe, on_permission=permissions.observe, outages=reach,
             )  # fmt: skip
         arbiter = Arbiter(
