@@ -1,22 +1,29 @@
 """Permission requests surfaced, on the real opencode: a session that must ask before
 ``bash`` is woken by a swarm message whose (fake) model calls bash.  The request shows in
-``pigeon permissions``; ``pigeon permission answer ID once`` lets the turn finish and the
-message reach ``answered``; a request answered at opencode itself leaves the list; an open
-request survives a restart of pigeond."""
+``pigeon permissions`` and the TUI; ``pigeon permission answer ID once`` (or the TUI's
+``o``) lets the turn finish and the message reach ``answered``; a request answered at
+opencode itself leaves the list; an open request survives a restart of pigeond."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from textual.pilot import Pilot
+from textual.widgets import DataTable
+
+from pigeond.cli.pigeon_permissions import answer_through_daemon
+from pigeond_tui.app import PigeonApp
 from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
 from tests.e2e.test_delivery_e2e import post, start_pigeond
 from tests.polling import PATIENCE_S, wait_until
+from tests.tui_support import drive, settle
 
 PIGEON = Path(sys.executable).parent / "pigeon"
 ASK_BASH = [{"permission": "bash", "pattern": "*", "action": "ask"}]
@@ -131,3 +138,32 @@ def test_an_open_request_survives_a_restart_and_can_be_answered_after_it(
     assert cli.returncode == 0, cli.stderr
     wait_until(lambda: message(second, msg_id)["receipt"] == "answered", PATIENCE_S, "answered")
     assert listed(tmp_path) == []
+
+
+def test_the_tui_shows_the_request_and_answers_it_through_the_daemon(
+    opencode_1_18: OpencodeServer, fake_llm: FakeLLM, daemons: DaemonFactory, tmp_path: Path
+) -> None:
+    """The TUI's waiting view lists the request; its o key answers once through the daemon,
+    and the message is answered."""
+    server, directory = opencode_1_18, opencode_1_18.dirs["dirD"]
+    session = asking_session(server, directory, "permission tui")
+    daemon = start_pigeond(daemons, tmp_path / "p.db", server.url)
+    msg_id = send_bash(daemon, session, "echo perm-tui")
+    request = wait_for_request(tmp_path, session)
+    shown: list[list[str]] = []
+
+    async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
+        await pilot.press("w")
+        await settle(app, pilot)
+        table = app.screen.query_one("#permissions-table", DataTable)
+        shown.extend([str(c) for c in table.get_row_at(i)] for i in range(table.row_count))
+        await pilot.press("o")
+        await settle(app, pilot)
+
+    answer = functools.partial(answer_through_daemon, daemon.base_url, daemon.token)
+    app = drive(tmp_path / "p.db", script, answer_permission=answer)
+    assert [row[:5] for row in shown] == [
+        [request["id"], session, "bash `echo perm-tui`", msg_id, SENDER]
+    ]
+    assert f"{request['id']}: answered once" in app.reports
+    wait_until(lambda: message(daemon, msg_id)["receipt"] == "answered", PATIENCE_S, "answered")
