@@ -45,8 +45,10 @@ from pigeond.storage.permissions import PermissionRequest
 
 log = Logger()
 
-# The most opencode instances (directories) asked for their pending list on one poll.
+# The most opencode instances (directories) asked for their pending list on one poll, and
+# the most sessions with unanswered hand-offs whose directories a re-check looks up.
 DIRECTORIES_PER_POLL = 8
+SESSIONS_PER_RECHECK = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +280,7 @@ class PermissionWatch:
         since = self._now_ms() - self._window_ms
         unseen = await self._db.read(SwarmRepository.verification_targets)
         unanswered = await self._db.read(SwarmRepository.unanswered_targets, since)
-        for session in sorted(set(unseen) | set(unanswered)):
+        for session in sorted(set(unseen) | set(unanswered))[:SESSIONS_PER_RECHECK]:
             if not session.startswith("ses_") or (
                 self._mine is not None and not await self._mine(session)
             ):
