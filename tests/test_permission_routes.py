@@ -72,6 +72,14 @@ def test_a_message_says_its_target_waits_on_a_permission(daemon: Daemon) -> None
     assert other["waiting_on_permission"] is None
 
 
+def test_an_answer_to_a_request_not_open_is_a_404(daemon: Daemon) -> None:
+    """No open request by that id (answered already, never asked): 404, delivery or not."""
+    status, body = daemon_call(
+        daemon, "POST", "/swarm/permissions/per_one/reply", {"answer": "once"}
+    )
+    assert status == 404 and body["error"] == "no open permission request per_one"
+
+
 def test_with_delivery_off_nothing_can_be_answered(daemon: Daemon) -> None:
     """503: there is no opencode to give the answer to."""
     repo_of(daemon).record_permission(permission_request())
@@ -114,6 +122,7 @@ def test_each_outcome_of_an_answer_has_its_status(
     daemon: Daemon, outcome: PermissionAnswerOutcome, status: int
 ) -> None:
     """answered 200; unknown 404; gone or stale 409; opencode refused 502, away 503."""
+    repo_of(daemon).record_permission(permission_request())
     answerer = FakeAnswerer(outcome)
     got, body = reply(daemon, answerer, "per_one", {"answer": "always"})
     assert got == status and answerer.asked == [("per_one", "always")]

@@ -65,6 +65,8 @@ class PermissionRoutes:
             raise HttpError(400, str(e)) from e
         if answer not in PERMISSION_ANSWERS:
             raise HttpError(400, f"field 'answer' must be one of {', '.join(PERMISSION_ANSWERS)}")
+        if await self._db.read(SwarmRepository.open_permission, request_id) is None:
+            raise HttpError(404, f"no open permission request {request_id}")
         if self._answerer is None:
             raise HttpError(503, "delivery is off (no opencode_url): nothing can be answered")
         outcome, line = await self._answerer.answer(request_id, str(answer))
