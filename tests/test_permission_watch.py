@@ -132,6 +132,40 @@ def test_an_ask_of_a_session_handling_no_message_is_not_recorded(
     assert open_ids(db) == []
 
 
+def test_an_ask_before_its_hand_off_is_recorded_is_looked_at_again(
+    db: InlineDatabase, api: FakePermissionApi, clock: Clock
+) -> None:
+    """The ask came before the hand-off's record: a verify interval later, it is recorded."""
+    watch = make_watch(db, api, clock)
+    watch.observe(asked_event())
+    hand_off(db, clock)
+    assert open_ids(db) == []
+    clock.advance(VERIFY_S)
+    assert open_ids(db) == ["per_one"]
+
+
+def test_an_ask_answered_before_it_is_looked_at_again_stays_closed(
+    db: InlineDatabase, api: FakePermissionApi, clock: Clock
+) -> None:
+    """Replied meanwhile (at the terminal): the second look records nothing."""
+    watch = make_watch(db, api, clock)
+    watch.observe(asked_event())
+    hand_off(db, clock)
+    watch.observe(replied_event())
+    clock.advance(VERIFY_S)
+    assert open_ids(db) == []
+
+
+def test_closing_the_watch_cancels_a_second_look(
+    db: InlineDatabase, api: FakePermissionApi, clock: Clock
+) -> None:
+    """At shutdown nothing is looked at again."""
+    watch = make_watch(db, api, clock)
+    watch.observe(asked_event())
+    watch.close()
+    assert clock.getDelayedCalls() == []
+
+
 def test_the_newest_unanswered_hand_off_is_the_one_being_handled(
     db: InlineDatabase, api: FakePermissionApi, clock: Clock
 ) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, DeferredLock
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from pigeond.config import Config
@@ -45,6 +45,9 @@ from pigeond.storage.permissions import PermissionRequest
 
 log = Logger()
 
+# How long a closed request's id is remembered: an ask looked at again, or a poll's list
+# taken before the close, must not record it again.
+CLOSED_KEPT_S = 600.0
 # The most opencode instances (directories) asked for their pending list on one poll, and
 # the most sessions with unanswered hand-offs whose directories a re-check looks up.
 DIRECTORIES_PER_POLL = 8
@@ -150,7 +153,8 @@ class PermissionWatch:
         self._recheck = True  # at start: what was asked or answered while pigeond was down
         self._last_poll: float | None = None
         self._polling: Deferred[None] | None = None
-        self._closed_at: dict[str, float] = {}  # closed while a poll was under way
+        self._closed_at: dict[str, float] = {}  # request id -> when closed, for CLOSED_KEPT_S
+        self._later: set[IDelayedCall] = set()  # asks looked at again (see _record)
 
     def configure(self, config: Config) -> None:
         """A reload's settings, from the next event or poll on."""
@@ -187,7 +191,12 @@ class PermissionWatch:
         done: Deferred[None] = self._lock.run(lambda: Deferred.fromCoroutine(run()))
         return done
 
-    async def _record(self, asked: Asked) -> None:
+    async def _record(self, asked: Asked, again: bool = True) -> None:
+        """Record ``asked`` if its turn handles a swarm message.  An ask that finds no hand-off
+        is looked at once more ``verify_interval_s`` later: the ask may come before the
+        hand-off that started its turn is recorded (a fast model, a busy database)."""
+        if not again and asked.request_id in self._closed_at:
+            return  # answered meanwhile
         if self._known_idle(asked.session):
             return  # a stale request of an aborted turn: never offered
         handled = await self._db.read(
@@ -197,6 +206,8 @@ class PermissionWatch:
             handled = await self._in_this_turn(asked, asked.message_id, handled)
         if not handled:
             log.debug("{session} asks permission, handling no swarm message", session=asked.session)
+            if again:
+                self._look_again(asked)
             return
         msg_id, sender = handled[0]
         request = PermissionRequest(
@@ -205,6 +216,21 @@ class PermissionWatch:
         )  # fmt: skip
         if await self._db.write(SwarmRepository.record_permission, request):
             log.info("{line}", line=request.describe())
+
+    def _look_again(self, asked: Asked) -> None:
+        def fire() -> None:
+            self._later.discard(call)
+            self._serially(self._record, asked, False)
+
+        call = self._clock.callLater(self._poll_s, fire)
+        self._later.add(call)
+
+    def close(self) -> None:
+        """At shutdown: no ask is looked at again (the database closes)."""
+        for call in self._later:
+            if call.active():
+                call.cancel()
+        self._later.clear()
 
     async def _in_this_turn(
         self, asked: Asked, message_id: str, handled: list[tuple[str, str]]
@@ -269,7 +295,8 @@ class PermissionWatch:
                 continue
             listed = [a for a in (asked_in(p, directory) for p in pending) if a is not None]
             await self._apply(directory, directories[directory], listed, open_rows, started)
-        self._closed_at = {r: t for r, t in self._closed_at.items() if t >= started}
+        kept = self._clock.seconds() - CLOSED_KEPT_S
+        self._closed_at = {r: t for r, t in self._closed_at.items() if t >= kept}
         if recheck and open_rows:  # a start, or a reconnect: what became of the open ones
             still = len(await self._db.read(SwarmRepository.open_permissions))
             log.info("permission requests re-checked: {still} of {n} still open",
@@ -307,7 +334,8 @@ class PermissionWatch:
                 await self._serially(self._close, row.request_id, "its turn ended (stale)")
         recorded = {row.request_id for row in open_rows}
         for asked in listed:
-            fresh = asked.request_id not in recorded and asked.request_id not in self._closed_at
+            closed = self._closed_at.get(asked.request_id, started - 1) >= started
+            fresh = asked.request_id not in recorded and not closed
             if fresh and asked.session in sessions:
                 await self._serially(self._record, asked)
 

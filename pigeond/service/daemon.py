@@ -191,6 +191,8 @@ class Daemon:
             await self.jobs.stopService()
         if self.delivery is not None:
             self.delivery.verifier.close()
+            if self.delivery.permissions is not None:
+                self.delivery.permissions.close()
             self.delivery.client.close()
             if self.delivery.shared is not None:
                 self.delivery.shared.close()
