@@ -14,6 +14,7 @@ from pigeond.cli.pigeon import main
 from pigeond.storage import SwarmRepository, open_database
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, raw_controls
+from tests.messages import new_message
 from tests.permission_helpers import SENDER, SESSION, permission_request
 from tests.stdlib_http import JsonHandler, serving
 
@@ -68,6 +69,20 @@ def test_permissions_json_is_exact(tmp_path: Path, capsys: pytest.CaptureFixture
     db = db_with(tmp_path, permission_request())
     code, out, _ = run(capsys, "permissions", "--db", str(db), "--json")
     assert code == 0 and json.loads(out) == [permission_request().view()]
+
+
+def test_show_says_what_the_message_s_target_waits_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pigeon show of the message being handled: a waiting_on line; --json the request."""
+    db = db_with(tmp_path, permission_request(msg_id="msg_handled"))
+    repo = SwarmRepository(open_database(db))
+    repo.accept(new_message(SESSION, msg_id="msg_handled", sender=SENDER), NOW_MS)
+    repo.close()
+    code, out, _ = run(capsys, "show", "msg_handled", "--db", str(db))
+    assert code == 0 and "waiting_on         bash `rm -rf build` (per_one)" in out.splitlines()
+    code, out, _ = run(capsys, "show", "msg_handled", "--db", str(db), "--json")
+    assert json.loads(out)["waiting_on_permission"]["id"] == "per_one"
 
 
 class _ReplyHandler(JsonHandler):

@@ -114,10 +114,14 @@ def cmd_show(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> in
         print(f"pigeon: {visible(args.msg_id)}: unknown message", file=sys.stderr)
         return EXIT_NOT_CHANGED
     shown = detail(message, now_ms)
+    waiting = repo.permission_waited_on(message.msg_id)  # its target waits on a permission
     if args.json:
-        extra = {"receipt": message.receipt(), "envelope": shown.envelope}
+        extra: dict[str, object] = {"receipt": message.receipt(), "envelope": shown.envelope}
+        extra["waiting_on_permission"] = None if waiting is None else waiting.view()
         print_json({**dataclasses.asdict(message), **extra})
         return EXIT_OK
+    if waiting is not None:
+        shown.fields.append(("waiting_on", f"{waiting.subject} ({waiting.request_id})"))
     for name, value in shown.fields:
         print(f"{name.ljust(shown.name_width)}  {visible(value)}")
     print("\npayload:")
