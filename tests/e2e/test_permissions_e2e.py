@@ -19,6 +19,7 @@ from textual.widgets import DataTable
 from pigeond.cli.pigeon_permissions import answer_through_daemon
 from pigeond_tui.app import PigeonApp
 from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from tests.e2e.agents import Agent
 from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
 from tests.e2e.test_delivery_e2e import post, start_pigeond
@@ -167,3 +168,30 @@ def test_the_tui_shows_the_request_and_answers_it_through_the_daemon(
     ]
     assert f"{request['id']}: answered once" in app.reports
     wait_until(lambda: message(daemon, msg_id)["receipt"] == "answered", PATIENCE_S, "answered")
+
+
+def test_the_sender_s_swarm_status_says_its_message_waits_on_a_permission(
+    opencode_with_plugin: OpencodeServer, fake_llm: FakeLLM, daemon: DaemonProcess,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Through pigeond's plugin: A's swarm_send wakes B, whose turn asks for bash; A's
+    swarm_status says the message waits on a permission in B, naming the request."""
+    server = opencode_with_plugin
+    sender = Agent(server, fake_llm, "dirA", "perm sender")
+    target = asking_session(server, server.dirs["dirB"], "perm target")
+    payload = 'CALL bash {"command": "echo perm-status", "description": "run it"}'
+    sent = sender.call("swarm_send", {"to": target, "payload": payload})
+    assert sent["state"]["status"] == "completed", sent["state"]
+    msg_id = str(sent["state"]["output"].split()[1])
+    request = wait_for_request(tmp_path, target)
+    status = sender.call("swarm_status", {"msg_id": msg_id})
+    assert f"waiting on a permission in {target}: bash `echo perm-status`" in str(
+        status["state"]["output"]
+    )
+    assert f"(request {request['id']}," in str(status["state"]["output"])
+    # leave the shared opencode with no turn waiting
+    rejected = server.request(
+        "POST", f"/permission/{request['id']}/reply", {"reply": "reject"},
+        directory=server.dirs["dirB"],
+    )  # fmt: skip
+    assert rejected.status == 200, rejected.body
