@@ -13,6 +13,7 @@ from pigeond.storage import SwarmRepository, open_database
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.permissions import PERMISSION_COLUMNS, PermissionsScreen
 from tests.hostile_text import EVIL, EVIL_SHOWN
+from tests.messages import new_message
 from tests.permission_helpers import SENDER, SESSION, permission_request
 from tests.tui_support import LATER, drive, settle
 
@@ -142,3 +143,22 @@ def test_the_view_says_when_nobody_waits(tmp_path: Path) -> None:
 
     drive(db, script)
     assert foot[0].startswith("nobody waits")
+
+
+def test_the_detail_pane_says_what_the_message_s_target_waits_on(tmp_path: Path) -> None:
+    """The highlighted message being handled: a waiting_on line naming the request."""
+    db = tmp_path / "p.db"
+    repo = SwarmRepository(open_database(db))
+    repo.accept(new_message(SESSION, msg_id="msg_handled", sender=SENDER), LATER - 5_000)
+    repo.mark_handed_off("msg_handled", LATER - 4_000)
+    repo.record_permission(permission_request(asked_at=LATER - 1_000))
+    repo.close()
+    detail: list[str] = []
+
+    async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
+        await pilot.press("3")  # the delivered tab
+        await settle(app, pilot)
+        detail.append(str(app.query_one("#detail").render()))
+
+    drive(db, script)
+    assert "waiting_on" in detail[0] and "bash `rm -rf build` (per_one)" in detail[0]

@@ -121,7 +121,7 @@ def cmd_show(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> in
         print_json({**dataclasses.asdict(message), **extra})
         return EXIT_OK
     if waiting is not None:
-        shown.fields.append(("waiting_on", f"{waiting.subject} ({waiting.request_id})"))
+        shown.fields.append(("waiting_on", waiting.waiting_on))
     for name, value in shown.fields:
         print(f"{name.ljust(shown.name_width)}  {visible(value)}")
     print("\npayload:")

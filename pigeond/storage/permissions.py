@@ -47,6 +47,11 @@ class PermissionRequest:
         what = " ".join(self.patterns)
         return f"{self.permission} `{what}`" if what else self.permission
 
+    @property
+    def waiting_on(self) -> str:
+        """What a message's detail says its target waits on: ``bash `rm -rf build` (per_…)``."""
+        return f"{self.subject} ({self.request_id})"
+
     def describe(self) -> str:
         """The line ``pigeon permissions`` and the log say (a terminal escapes it)."""
         return (

@@ -213,7 +213,11 @@ class PigeonApp(OperatorActions):
     def show_detail(self) -> None:
         message = self.highlighted()
         pane = self.main_view.query_one("#detail", Static)
-        pane.update(detail_text(message, self.clock()) if message else Text("no message selected"))
+        if message is None:
+            pane.update(Text("no message selected"))
+            return
+        waiting = None if self.snapshot is None else self.snapshot.waiting.get(message.msg_id)
+        pane.update(detail_text(message, self.clock(), waiting))
 
     @on(DataTable.RowHighlighted, "#messages")
     def row_highlighted(self) -> None:
