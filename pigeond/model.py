@@ -353,3 +353,22 @@ def first_line(payload: str, limit: int = 200) -> str:
             line = line.strip()
             return line if len(line) <= limit else line[: limit - 1] + "…"
     return ""
+
+
+# -- permission requests (docs: notes/permissions.md) ----------------------------------
+# opencode's id of a pending permission request (``per_…``), as pigeond accepts it in a path.
+PERMISSION_ID_RE: Final = re.compile(r"^per_[A-Za-z0-9_-]{1,128}$")
+# The answers opencode takes (``POST /permission/<id>/reply {"reply": …}``), in the order
+# the CLI and the TUI offer them.
+PERMISSION_ANSWERS: Final = ("once", "always", "reject")
+
+
+class PermissionAnswerOutcome(StrEnum):
+    """What became of an operator's answer to a permission request."""
+
+    ANSWERED = "answered"  # opencode took it
+    UNKNOWN = "unknown"  # pigeond has no open request by that id
+    GONE = "gone"  # opencode no longer has it (answered at the target, or opencode restarted)
+    TURN_ENDED = "turn_ended"  # the turn that asked has ended: answering would run a dead call
+    UNREACHABLE = "unreachable"  # opencode could not be reached: nothing answered
+    REFUSED = "refused"  # opencode refused the answer (its error says why)

@@ -20,6 +20,7 @@ from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.schema import PG_MIGRATIONS
 from tests.messages import new_message
+from tests.permission_helpers import permission_request
 from tests.ports import closed_port
 from tests.test_operator_cli import LATER, NOW, PRUNE_AGE, run
 
@@ -36,6 +37,7 @@ def fill(repo: SwarmRepository) -> None:
     repo.accept(new_message(channel="ops", msg_id="msg_c", payload="beta"), NOW + 3)
     repo.claim_name("reviewer", "ses_t", NOW)
     repo.join_channel("dev", "ses_d", NOW, MAX_MEMBERS)
+    repo.record_permission(permission_request(msg_id="msg_q", session="ses_t", asked_at=NOW))
     repo.close()
 
 
@@ -85,6 +87,8 @@ READS = [
     ("search", "alpha"),
     ("search", "beta", "--json"),
     ("owed", "--json"),
+    ("permissions",),
+    ("permissions", "--json"),
 ]
 
 

@@ -314,3 +314,47 @@ def test_one_failed_open_is_tried_again_without_a_warning(
     assert connected == [True]
     said = [text for level, text in log_events if level >= LogLevel.info]
     assert said == ["event stream connected: http://127.0.0.1:4096/global/event"]
+
+
+@pytest.mark.parametrize(
+    ("event", "expected"),
+    [
+        ({"directory": "/p", "payload": {"type": "permission.asked", "properties": {}}}, True),
+        ({"type": "permission.replied", "properties": {}}, True),
+        ({"payload": {"type": "permission.updated"}}, False),
+        ({"payload": BUSY}, False),
+        ("nonsense", False),
+    ],
+)
+def test_is_permission_event(event: Any, expected: bool) -> None:
+    """permission.asked and permission.replied, of either stream shape, go to the watch."""
+    assert events.is_permission_event(event) is expected
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_stream_passes_permission_events_on_whole() -> None:
+    """A permission event reaches on_permission as it came (the envelope's directory too)."""
+    source = EventSource()
+    port = await TCP4ServerEndpoint(global_reactor, 0, interface="127.0.0.1").listen(
+        server.Site(source)
+    )
+    url = f"http://127.0.0.1:{port.getHost().port}"
+    client = OpencodeClient(HTTPClient(Agent(global_reactor)), url, global_reactor, Config())
+    got: Deferred[dict[str, Any]] = Deferred()
+    stream = EventStream(
+        client, global_reactor, lambda s, t: None, lambda c: None, on_permission=got.callback
+    )
+    asked = {"type": "permission.asked", "properties": {"id": "per_1", "sessionID": "ses_a"}}
+    first_open = source.opened
+    stream.start()
+    try:
+        await first_open
+        await deferLater(global_reactor, 0.05, lambda: None)
+        source.send(asked)
+        assert await got == {"payload": asked}
+    finally:
+        stream.stop()
+        await port.stopListening()
+        for request in source.streams:
+            if not request.finished:
+                request.finish()

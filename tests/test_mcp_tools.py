@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 
 from pigeond.agents.tool_names import TOOL_NAMES
+from pigeond.storage import SwarmRepository, open_database
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.hostile_text import EVIL, raw_controls
 from tests.inbox_load import READER, handed_off
 from tests.mcp_session import call_tool, daemon_env, listed_tools
+from tests.permission_helpers import permission_request
 
 pytestmark = pytest.mark.slow
 TARGET = "ses_targetBBBB"
@@ -178,6 +180,27 @@ def test_status_follows_a_sent_message_and_an_unknown_one_is_an_error(
         True,
         "swarm_status: pigeond has no message msg_nothere",
     )
+
+
+def test_status_says_the_target_waits_on_a_permission(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """swarm_status of a message whose target waits for a permission answer says so, the
+    model's command escaped."""
+    env = daemon_env(daemon)
+    call_tool("swarm_send", {"to": TARGET, "payload": "hi"}, env)
+    [stored] = daemon.stored_messages()
+    repo = SwarmRepository(open_database(tmp_path / "p.db"))
+    request = permission_request(msg_id=stored.msg_id, session=TARGET, command="rm " + EVIL)
+    repo.record_permission(request)
+    repo.close()
+    text = call_tool("swarm_status", {"msg_id": stored.msg_id}, env).text
+    assert text.startswith(
+        f"{stored.msg_id} to {TARGET}: queued; waiting on a permission in {TARGET}: bash `rm "
+    )
+    assert text.endswith("(request per_one, asked 1970-01-01T00:00:01Z; a person answers it:"
+                         " pigeon permissions)")  # fmt: skip
+    assert_inert(text)
 
 
 def test_read_quotes_every_payload_line_and_escapes_it(

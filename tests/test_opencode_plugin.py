@@ -883,6 +883,17 @@ def test_status_of_a_waiting_message_names_the_next_try() -> None:
     )
 
 
+def test_status_of_a_message_whose_target_waits_on_a_permission() -> None:
+    """waiting_on_permission: what the target asks, the request, and who answers it."""
+    wait = {"id": "per_1", "permission": "bash", "patterns": ["rm -rf build"], "asked_at": 0}
+    run = status(state_reply("handed_off", handed_off_at=0, waiting_on_permission=wait))
+    assert run.output == (
+        f"msg_x to {TARGET}: handed_off; handed off 1970-01-01T00:00:00Z; waiting on a"
+        f" permission in {TARGET}: bash `rm -rf build` (request per_1, asked"
+        " 1970-01-01T00:00:00Z; a person answers it: pigeon permissions)"
+    )
+
+
 def test_status_of_an_unknown_message() -> None:
     """A 404 says the daemon has no such message."""
     run = status({"status": 404, "body": {"error": "no message msg_x"}})

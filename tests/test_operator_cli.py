@@ -117,7 +117,8 @@ def test_show_prints_every_column_and_the_envelope(
 
 
 def test_show_json_is_one_object(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """show --json: one object with every column (raw values) plus the receipt and envelope."""
+    """show --json: one object with every column (raw values) plus the receipt, envelope and
+    the permission request its target waits on (null: none)."""
     code, out, _ = run(capsys, "show", "--db", str(db), "msg_f", "--json")
     shown = json.loads(out)
     assert code == 0
@@ -126,7 +127,9 @@ def test_show_json_is_one_object(db: Path, capsys: pytest.CaptureFixture[str]) -
     assert set(shown) == {f.name for f in dataclasses.fields(StoredMessage)} | {
         "receipt",
         "envelope",
+        "waiting_on_permission",
     }
+    assert shown["waiting_on_permission"] is None
 
 
 def test_show_unknown_is_exit_1(db: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
+from pigeond.storage import SwarmRepository, open_database
 from pigeond_tui.app import PigeonApp
+from tests.permission_helpers import permission_request
 from tests.tui_support import LATER, seed, seed_addressing, seed_real
 from tests.tui_support import settle as settle_app
 
@@ -94,3 +96,25 @@ def test_names_and_channels_screen(
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=channels)
+
+
+def test_waiting_screen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_compare: SnapCompare
+) -> None:
+    """The waiting view: each permission request, what it asks, the message it handles."""
+    path = seed(tmp_path / "pigeond.db")
+    repo = SwarmRepository(open_database(path))
+    repo.record_permission(permission_request(asked_at=LATER - 120_000))
+    repo.record_permission(
+        permission_request("per_two", msg_id="msg_two", command="cargo test", asked_at=LATER)
+    )
+    repo.close()
+    monkeypatch.chdir(tmp_path)
+    app = PigeonApp("pigeond.db", clock=lambda: LATER, interval=3600)
+
+    async def waiting(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("w")
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=waiting)

@@ -20,6 +20,7 @@ from textual.worker import WorkerCancelled
 
 from pigeond.storage import SwarmRepository, open_database
 from pigeond_tui.app import PigeonApp
+from pigeond_tui.permissions import Answer
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, EVIL_SHOWN
 from tests.messages import new_message
@@ -108,9 +109,11 @@ def drive(
     *,
     size: tuple[int, int] = (160, 50),
     notifications: bool = False,
+    answer_permission: Answer | None = None,
 ) -> PigeonApp:
-    """Run the app headless (no timer refresh: interval one hour) and play ``script``."""
-    app = PigeonApp(path, clock=lambda: LATER, interval=3600)
+    """Run the app headless (no timer refresh: interval one hour) and play ``script``;
+    ``answer_permission`` stands for the daemon that answers permission requests."""
+    app = PigeonApp(path, clock=lambda: LATER, interval=3600, answer_permission=answer_permission)
 
     async def run() -> None:
         async with app.run_test(size=size, notifications=notifications) as pilot:

@@ -719,6 +719,8 @@ function renderStatus(message) {
   if (message.state === "queued" && (message.attempts || message.last_error) && message.next_retry_at != null) {
     parts.push(`next try ${isoTime(message.next_retry_at)}`);
   }
+  const wait = message.waiting_on_permission;
+  if (wait) parts.push(renderPermissionWait(message.to, wait));
   if (message.hold && message.hold.kind === "brake") {
     parts.push(`held for a person: ${field(message.hold.reason, 500)}`);
   } else if (message.last_error) {
@@ -726,6 +728,16 @@ function renderStatus(message) {
   }
   if (message.thread) parts.push(`thread ${field(message.thread)}`);
   return parts.join("; ");
+}
+
+// The target stopped in the turn handling this message: opencode asks a permission
+// (bash, an edit, ...) that nobody at its terminal gave; a person answers it with
+// `pigeon permissions` / `pigeon permission answer` or the TUI.
+function renderPermissionWait(target, wait) {
+  const patterns = Array.isArray(wait.patterns) ? wait.patterns.join(" ") : "";
+  const what = patterns ? `${field(wait.permission)} \`${field(patterns, 200)}\`` : field(wait.permission);
+  return `waiting on a permission in ${field(target)}: ${what} (request ${field(wait.id)},` +
+    ` asked ${isoTime(wait.asked_at)}; a person answers it: pigeon permissions)`;
 }
 
 // swarm_status of a channel message (fanned_out): each member's copy, its state and how far
@@ -959,8 +971,8 @@ function makeTools(env) {
     description: describe(`
       Where a swarm message is: queued, handed_off (given to the target session), failed, expired
       or cancelled, with attempts, times and the last error; for a hand-off, when it was seen in
-      the target's transcript and when the target's turn answered it.  For a message sent to a
-      channel (fanned_out): each member's copy, its state and receipt, and who did not get it.`),
+      the target's transcript, when the target's turn answered it, and whether that turn waits
+      for a person to answer a permission request.  For a message sent to a channel (fanned_out): each member's copy, its state and receipt, and who did not get it.`),
     args: {
       msg_id: { type: "string", description: "the msg_id swarm_send returned (msg_...)" },
     },

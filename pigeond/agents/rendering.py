@@ -238,6 +238,9 @@ def render_status(message: Json) -> str:
     retrying = message.get("attempts") or message.get("last_error")
     if message.get("state") == "queued" and retrying and message.get("next_retry_at") is not None:
         parts.append(f"next try {iso_time(message.get('next_retry_at'))}")
+    wait = message.get("waiting_on_permission")
+    if isinstance(wait, dict):
+        parts.append(render_permission_wait(message.get("to"), wait))
     hold = message.get("hold")
     if isinstance(hold, dict) and hold.get("kind") == "brake":
         parts.append(f"held for a person: {field(hold.get('reason'), 500)}")
@@ -254,6 +257,22 @@ def held_line(msg_id: str, held: Json) -> str:
     return (
         f"held: {field(held.get('reason'), 500)} ({field(msg_id)} is stored and waits for a"
         " person to release or drop it; sending it again will not help)"
+    )
+
+
+def render_permission_wait(target: object, wait: Json) -> str:
+    """The target stopped in the turn handling the message: opencode asks a permission that
+    nobody at its terminal gave; a person answers it (``pigeon permissions``, the TUI)."""
+    patterns = wait.get("patterns")
+    shown = " ".join(str(p) for p in patterns) if isinstance(patterns, list) else ""
+    what = (
+        f"{field(wait.get('permission'))} `{field(shown, 200)}`"
+        if shown
+        else field(wait.get("permission"))
+    )
+    return (
+        f"waiting on a permission in {field(target)}: {what} (request {field(wait.get('id'))},"
+        f" asked {iso_time(wait.get('asked_at'))}; a person answers it: pigeon permissions)"
     )
 
 

@@ -103,7 +103,8 @@ SPECS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
         _words("""
         Where a swarm message is: queued, handed_off (given to the target session), failed,
         expired or cancelled, with attempts, times and the last error; for a hand-off, when
-        it was seen in the target's transcript and when the target's turn answered it.  For a
+        it was seen in the target's transcript, when the target's turn answered it, and
+        whether that turn waits for a person to answer a permission request.  For a
         message sent to a channel (fanned_out): each member's copy, its state and receipt,
         and who did not get it."""),
         _object(

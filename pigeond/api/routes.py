@@ -268,6 +268,7 @@ class SwarmRoutes:
         stored = await self._db.read(SwarmRepository.get, msg_id)
         if stored is None:
             raise HttpError(404, f"no message {msg_id}", {"msg_id": msg_id})
+        waiting = await self._db.read(SwarmRepository.permission_waited_on, msg_id)
         fan_out: dict[str, object] = {}
         if stored.state == State.FANNED_OUT:  # a channel message: what became of each copy
             fan_out = await channel_status(self._db, msg_id)
@@ -286,6 +287,8 @@ class SwarmRoutes:
                 "receipt": stored.receipt(),
                 "answered_at": stored.answered_at,
                 "answer_message_id": stored.answer_message_id,
+                # the target waits for a permission answer while it handles this message
+                "waiting_on_permission": None if waiting is None else waiting.view(),
             }
             | message_thread_fields(stored)
             | fan_out,

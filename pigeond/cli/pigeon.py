@@ -43,6 +43,7 @@ from pigeond.cli.pigeon_args import build_parser
 from pigeond.cli.pigeon_channels import DAEMON_VERBS, cmd_channel, cmd_channels, cmd_membership
 from pigeond.cli.pigeon_held import cmd_drop, cmd_held, cmd_release, cmd_threads
 from pigeond.cli.pigeon_names import cmd_name, cmd_names
+from pigeond.cli.pigeon_permissions import cmd_permission, cmd_permissions
 from pigeond.cli.pigeon_policy import cmd_policy
 from pigeond.cli.pigeon_prune import cmd_prune
 from pigeond.cli.pigeon_routes import cmd_routes
@@ -114,10 +115,14 @@ def cmd_show(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> in
         print(f"pigeon: {visible(args.msg_id)}: unknown message", file=sys.stderr)
         return EXIT_NOT_CHANGED
     shown = detail(message, now_ms)
+    waiting = repo.permission_waited_on(message.msg_id)  # its target waits on a permission
     if args.json:
-        extra = {"receipt": message.receipt(), "envelope": shown.envelope}
+        extra: dict[str, object] = {"receipt": message.receipt(), "envelope": shown.envelope}
+        extra["waiting_on_permission"] = None if waiting is None else waiting.view()
         print_json({**dataclasses.asdict(message), **extra})
         return EXIT_OK
+    if waiting is not None:
+        shown.fields.append(("waiting_on", waiting.waiting_on))
     for name, value in shown.fields:
         print(f"{name.ljust(shown.name_width)}  {visible(value)}")
     print("\npayload:")
@@ -275,6 +280,7 @@ DB_COMMANDS: dict[str, Callable[[SwarmRepository, argparse.Namespace, int], int]
     "names": cmd_names,
     "channels": cmd_channels,
     "routes": cmd_routes,
+    "permissions": cmd_permissions,
     "channel": cmd_channel,
     "search": cmd_search,
     "policy": cmd_policy,
@@ -316,6 +322,8 @@ def main(
             return cmd_install_codex(args, env)
         if args.command == "name":
             return cmd_name(args, env)
+        if args.command == "permission":
+            return cmd_permission(args, env)
         if args.command == "channel" and args.verb in DAEMON_VERBS:
             return cmd_membership(args, env)
         db = resolve_db(args.db, env, system_db=system_db)

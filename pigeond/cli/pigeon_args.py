@@ -13,6 +13,7 @@ from pigeond.cli.daemon_call import add_daemon_options
 from pigeond.cli.pigeon_channels import add_channels_parsers
 from pigeond.cli.pigeon_held import add_held_parsers
 from pigeond.cli.pigeon_names import add_names_parsers
+from pigeond.cli.pigeon_permissions import add_permissions_parsers
 from pigeond.cli.pigeon_policy import add_policy_parser
 from pigeond.cli.pigeon_routes import add_routes_parser
 from pigeond.cli.pigeon_search import add_search_parser
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_names_parsers(sub, db)
     add_channels_parsers(sub, db)
     add_routes_parser(sub, db)
+    add_permissions_parsers(sub, db)
 
     inbox = sub.add_parser("inbox", help="what was handed off to a session (via the daemon)")
     inbox.add_argument("--session", required=True, metavar="S")

@@ -40,7 +40,12 @@ HEALTHY_S = 30.0
 _MAX_LINE = 4 * 1024 * 1024
 # The event types read here; any other event (most of them: a turn streams its text as
 # message.part.* deltas) is dropped before it is parsed as JSON.
-_WANTED = ('"session.status"', '"session.idle"', '"message.updated"')
+_WANTED = (
+    '"session.status"', '"session.idle"', '"message.updated"', '"permission.asked"',
+    '"permission.replied"',
+)  # fmt: skip
+# Passed on whole to the permission watch (pigeond/delivery/permissions.py).
+PERMISSION_EVENTS = ("permission.asked", "permission.replied")
 
 
 def session_status_of(event: Any) -> tuple[str, str] | None:
@@ -61,6 +66,12 @@ def session_status_of(event: Any) -> tuple[str, str] | None:
         if isinstance(status, dict) and isinstance(status.get("type"), str):
             return props["sessionID"], status["type"]
     return None
+
+
+def is_permission_event(event: Any) -> bool:
+    """Whether ``event`` (of either stream shape) is a permission asked or replied."""
+    payload = event.get("payload", event) if isinstance(event, dict) else None
+    return isinstance(payload, dict) and payload.get("type") in PERMISSION_EVENTS
 
 
 def user_message_of(event: Any) -> tuple[str, dict[str, Any]] | None:
@@ -143,6 +154,7 @@ class EventStream:
         on_connected: Callable[[bool], None],
         *,
         on_user_message: Callable[[str, dict[str, Any]], None] = lambda session, info: None,
+        on_permission: Callable[[dict[str, Any]], None] = lambda event: None,
         stale_s: float = 60.0,
         backoff_s: tuple[float, ...] = RECONNECT_BACKOFF_S,
         outages: Outages | None = None,
@@ -157,6 +169,7 @@ class EventStream:
         self._on_status = on_status
         self._on_connected = on_connected
         self._on_user_message = on_user_message
+        self._on_permission = on_permission
         self._stale_s = stale_s
         self._backoff_s = backoff_s
         self._running = False
@@ -291,3 +304,5 @@ class EventStream:
         message = user_message_of(event)
         if message is not None:
             self._on_user_message(*message)
+        elif is_permission_event(event):
+            self._on_permission(event)

@@ -312,6 +312,27 @@ class OpencodeClient:
             str(k): str(v.get("type")) if isinstance(v, dict) else "busy" for k, v in answer.items()
         }
 
+    async def pending_permissions(self, directory: str) -> list[dict[str, Any]]:
+        """``GET /permission``: the permission requests pending in ``directory``'s instance
+        (only that one's: see notes/permissions.md)."""
+        answer = await self._get_json("/permission", directory, names_session=False)
+        if not isinstance(answer, list):
+            raise OpencodeError(f"GET /permission: not a list: {short_text(str(answer).encode())}")
+        return [p for p in answer if isinstance(p, dict)]
+
+    async def reply_permission(self, request_id: str, directory: str, reply: str) -> bool:
+        """``POST /permission/<id>/reply`` in the instance that holds it; False when opencode
+        says it has no such request (1.18.33's 404; 1.15.4 answers 200 whatever the id)."""
+        what = f"POST /permission/{request_id}/reply"
+        headers = {"x-opencode-directory": directory, "accept": "application/json"}
+        path = f"/permission/{request_id}/reply"
+        status, answer = await self._call(what, "POST", path, headers, {"reply": reply})
+        if status == 404:
+            return False
+        if not 200 <= status < 300:
+            raise status_error(what, status, answer)
+        return True
+
     async def agent_names(self, directory: str) -> set[str]:
         """The agents opencode has for ``directory`` (``GET /agent``)."""
         answer = await self._get_json("/agent", directory, names_session=False)

@@ -26,6 +26,7 @@ from pigeond.api.flood import FloodGuard
 from pigeond.api.metrics import MetricsRoute
 from pigeond.api.names import NamesRoute
 from pigeond.api.owed import OwedRoute
+from pigeond.api.permissions import PermissionRoutes
 from pigeond.api.policy import REFRESH_S, PolicyBook, PolicyRoutes
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth, SwarmRoutes
 from pigeond.api.search import SearchRoute
@@ -40,6 +41,7 @@ from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.member_doors import MemberDoors
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.permissions import PermissionWatch
 from pigeond.delivery.policy import DeliveryPolicy
 from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.delivery.registry import SessionDirectoryRegistry
@@ -59,6 +61,7 @@ from pigeond.service.members import (
 )
 from pigeond.service.parts import (
     access_policy,
+    both,
     delivery_health_with_api,
     describe_address,
     timer_job,
@@ -92,6 +95,8 @@ class DeliveryParts:
     liveness: MemberLiveness
     # /swarm/agent/*: the members that ask for their messages (Claude Code, MCP-only)
     doors: MemberDoors
+    # permission requests of sessions handling swarm messages (pigeond/delivery/permissions.py)
+    permissions: PermissionWatch | None = None
 
     @property
     def routing(self) -> Routing | None:
@@ -192,6 +197,8 @@ class Daemon:
             await self.jobs.stopService()
         if self.delivery is not None:
             self.delivery.verifier.close()
+            if self.delivery.permissions is not None:
+                self.delivery.permissions.close()
             self.delivery.client.close()
             if self.delivery.shared is not None:
                 self.delivery.shared.close()
@@ -248,6 +255,7 @@ class Daemon:
         if self.delivery is not None:
             d = self.delivery
             parts += [d.client, d.registry, d.verifier, *([d.turns] if d.turns else [])]
+            parts += [d.permissions] if d.permissions is not None else []
         return parts
 
     def delivery_health(self) -> DeliveryHealth:
@@ -338,10 +346,17 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         )
         shared = shared_database_parts(config, reactor, db, registry)
         routing = None if shared is None else shared.routing
+        permissions = PermissionWatch(
+            db, client, reactor, config, directory_of=registry.resolve,
+            known_idle=turns.known_idle if turns is not None else (lambda session: False),
+            stream_connected=lambda: events is not None and events.connected,
+            mine=None if routing is None else routing.mine,
+        )  # fmt: skip
         if turns is not None:
             events = EventStream(
-                client, reactor, seen_status(turns.observe, routing), turns.stream_state,
-                on_user_message=modes.observe, outages=reach,
+                client, reactor, seen_status(turns.observe, routing),
+                both(turns.stream_state, permissions.stream_state),
+                on_user_message=modes.observe, on_permission=permissions.observe, outages=reach,
             )  # fmt: skip
         arbiter = Arbiter(
             db, registry, client, reactor, policy=DeliveryPolicy.from_config(config), turns=turns,
@@ -361,6 +376,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         def verify() -> None:
             if db_watch.check() is None:  # a vanished database: nothing to verify against
                 verifier.tick()
+                permissions.tick()
 
         timer_job("verify", config.tick_ms / 1000, verify, reactor).setServiceParent(jobs)
         doors = MemberDoors(
@@ -368,8 +384,9 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             verify=verifier.check_soon,
         )  # fmt: skip
         delivery = DeliveryParts(
-            client, registry, verifier, turns, shared, MemberLiveness(registry, db), doors
-        )
+            client, registry, verifier, turns, shared, MemberLiveness(registry, db), doors,
+            permissions,
+        )  # fmt: skip
         if shared is not None:
             shared.listen(arbiter.kick)
     # owed replies: reminders and overdue notices, kicked at once when delivery runs
@@ -414,6 +431,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     OwedRoute(db).install(api)
     ThreadRoutes(db, reactor, on_released=kick).install(api)
     CostsRoute(db).install(api)
+    PermissionRoutes(db, None if delivery is None else delivery.permissions).install(api)
     PolicyRoutes(db, policies, reactor).install(api)
     SearchRoute(db, lambda: routes.inbox_max_bytes).install(api)
     liveness = None if delivery is None else delivery.liveness

@@ -30,6 +30,16 @@ def timer_job(
     return service
 
 
+def both(first: Callable[[bool], None], second: Callable[[bool], None]) -> Callable[[bool], None]:
+    """One callback telling two parts (the event stream's state: turns and permissions)."""
+
+    def tell(value: bool) -> None:
+        first(value)
+        second(value)
+
+    return tell
+
+
 def delivery_health_of(
     arbiter: Arbiter | None, client: OpencodeClient | None, events: EventStream | None
 ) -> DeliveryHealth:

@@ -272,6 +272,26 @@ CREATE INDEX idx_swarm_pair
     WHERE to_session IS NOT NULL;
 """
 
+# Permission requests a session waits on while it handles a swarm message (issue 26): the
+# request as opencode asked it, the instance (directory) that holds it and must be answered
+# in, and the message and sender being handled (pigeond/storage/permissions.py).  A row
+# lives while the request is open: removed once it is answered, wherever that happens.
+_PERMISSIONS = """
+CREATE TABLE swarm_permissions (
+    request_id   TEXT PRIMARY KEY,
+    session      TEXT NOT NULL,
+    directory    TEXT NOT NULL,
+    permission   TEXT NOT NULL,
+    patterns     TEXT NOT NULL,
+    always       TEXT NOT NULL,
+    call_id      TEXT,
+    msg_id       TEXT NOT NULL,
+    from_session TEXT NOT NULL,
+    asked_at     INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX idx_swarm_permissions_msg ON swarm_permissions (msg_id);
+"""
+
 Migration = Callable[[sqlite3.Connection], None]
 
 
@@ -320,6 +340,7 @@ MIGRATIONS: list[Migration] = [
     _script(V17_THREADS),
     _script(V18_BRAKES),
     _script(V19_TURNS),
+    _script(_PERMISSIONS),
     _script(PAIR_HISTORY_INDEX),
 ]
 

@@ -26,6 +26,7 @@ from pigeond.storage.names import Names
 from pigeond.storage.obligations import Obligations
 from pigeond.storage.operator import OperatorActions
 from pigeond.storage.pair_history import PairHistory
+from pigeond.storage.permissions import Permissions
 from pigeond.storage.policies import Policies
 from pigeond.storage.postgres.schema import NOTIFY_SQL
 from pigeond.storage.receipts import Receipts
@@ -122,6 +123,7 @@ class SwarmRepository(
     Members,
     Threads,
     Costs,
+    Permissions,
 ):
     def __init__(self, conn: Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS) -> None:
         super().__init__(conn)

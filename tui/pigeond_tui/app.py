@@ -30,6 +30,7 @@ from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static, Tab, Tabs
 
 from pigeond.cli.actions import NoDatabase, resolve_db
+from pigeond.cli.pigeon_permissions import answer_through_daemon
 from pigeond.cli.pigeon_policy import POLICY_COLUMN, consent_cell
 from pigeond.cli.presentation import (
     FAILED_COLUMNS,
@@ -42,7 +43,7 @@ from pigeond.cli.presentation import (
     queue_cells,
 )
 from pigeond.config import SYSTEM_DB
-from pigeond.credentials import DEFAULT_URL, daemon_address
+from pigeond.credentials import DEFAULT_URL, TokenError, client_token, daemon_address
 from pigeond.db_url import redacted, without_password
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError
@@ -55,6 +56,7 @@ from pigeond_tui.data import TABS, Snapshot, read_snapshot
 from pigeond_tui.keys import KEYS, help_keys
 from pigeond_tui.operator_actions import OperatorActions
 from pigeond_tui.owed import OwedScreen
+from pigeond_tui.permissions import Answer, PermissionsScreen
 from pigeond_tui.screens import HelpScreen
 from pigeond_tui.widgets import MessageTable, Rows, counts_text, detail_text, fill_table
 
@@ -89,11 +91,14 @@ class PigeonApp(OperatorActions):
 
     def __init__(
         self, db: Path | str, *, clock: Callable[[], int] = now_ms, interval: float = 1.0,
-        health: Callable[[], str | None] | None = None,
+        health: Callable[[], str | None] | None = None, answer_permission: Answer | None = None,
     ) -> None:  # fmt: skip
-        """``health``: the daemon's word on opencode (:func:`data.health_line`) for the header."""
+        """``health``: the daemon's word on opencode (:func:`data.health_line`) for the header;
+        ``answer_permission`` answers a permission request through the daemon (None: the
+        waiting view only lists)."""
         super().__init__()
         self.health = health
+        self.answer_permission = answer_permission
         self.db = db
         self.clock = clock
         self.interval = interval
@@ -208,7 +213,11 @@ class PigeonApp(OperatorActions):
     def show_detail(self) -> None:
         message = self.highlighted()
         pane = self.main_view.query_one("#detail", Static)
-        pane.update(detail_text(message, self.clock()) if message else Text("no message selected"))
+        if message is None:
+            pane.update(Text("no message selected"))
+            return
+        waiting = None if self.snapshot is None else self.snapshot.waiting.get(message.msg_id)
+        pane.update(detail_text(message, self.clock(), waiting))
 
     @on(DataTable.RowHighlighted, "#messages")
     def row_highlighted(self) -> None:
@@ -250,6 +259,13 @@ class PigeonApp(OperatorActions):
     def action_channels(self) -> None:
         """The names sessions hold and the channels' members (pigeond_tui/addressing.py)."""
         self.push_screen(AddressingScreen(self.db, self.clock, self.interval))
+
+    def action_permissions(self) -> None:
+        """Sessions waiting for a permission answer (pigeond_tui/permissions.py)."""
+        screen = PermissionsScreen(
+            self.db, self.clock, self.answer_permission, self.reported, self.interval
+        )
+        self.push_screen(screen)
 
     def action_policy(self) -> None:
         """The highlighted row's target's consent (pigeond_tui/consent.py)."""
@@ -325,5 +341,12 @@ def main(
         print(f"pigeon-tui: {visible(without_password(str(e), path))}", file=sys.stderr)
         return EXIT_USAGE
     daemon = daemon_address(None, env, default_url=DEFAULT_URL).url
-    PigeonApp(path, health=functools.partial(data.health_line, daemon)).run()
+    try:
+        token = client_token(env)
+    except TokenError:
+        token = None  # over TCP the answer is then refused, and says so
+    answer = functools.partial(answer_through_daemon, daemon, token)
+    PigeonApp(
+        path, health=functools.partial(data.health_line, daemon), answer_permission=answer
+    ).run()
     return 0

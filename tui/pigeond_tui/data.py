@@ -43,6 +43,8 @@ class Snapshot:
     messages: list[StoredMessage]
     # the policy column of "queued per target", by target (pigeond_tui/consent.py)
     consent: dict[str, str] = field(default_factory=dict)
+    # msg_id -> the permission request its target waits on while handling it
+    waiting: dict[str, str] = field(default_factory=dict)
 
 
 def read_snapshot(
@@ -62,6 +64,7 @@ def read_snapshot(
             failed=repo.failed_per_target(),
             messages=messages,
             consent=consent_cells(repo),
+            waiting={r.msg_id: r.waiting_on for r in repo.open_permissions()},
         )
 
 

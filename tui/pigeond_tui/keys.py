@@ -16,6 +16,7 @@ from textual.binding import Binding
 
 from pigeond.cli.actions import ACTIONS, CANCEL, REQUEUE, RETRY_NOW, Action
 from pigeond.consent import POLICIES
+from pigeond.model import PERMISSION_ANSWERS
 from pigeond_tui.data import TABS, WINDOW
 
 # The actions bound to the highlighted row: offered only where the row's state allows.
@@ -61,6 +62,8 @@ KEYS: Final[tuple[Binding, ...]] = (
             tooltip="set the highlighted row's target's inbound policy, or release its held"),
     Binding("c", "channels", "Channels",
             tooltip="names and channels: who holds which name, each channel's members"),
+    Binding("w", "permissions", "Waiting",
+            tooltip="permission requests sessions wait on while they handle swarm messages"),
     Binding("right_square_bracket", "page(1)", "Next page", show=False,
             tooltip=f"next window of {WINDOW} messages (tables never load everything)"),
     Binding("left_square_bracket", "page(-1)", "Previous page", show=False,
@@ -87,6 +90,16 @@ ADDRESSING_KEYS: Final[tuple[Binding, ...]] = (
     Binding("tab", "app.focus_next", "next table", tooltip="move between the three tables"),
     Binding("escape,c,q", "close", "close", tooltip="close"),
 )
+
+
+# The permissions screen's keys (pigeond_tui/permissions.py): one per answer, refresh, close.
+PERMISSION_KEYS: Final[tuple[Binding, ...]] = (
+    *[Binding(key, f"answer('{answer}')", answer,
+              tooltip=f"answer the highlighted request {answer}")
+      for key, answer in zip(("o", "a", "x"), PERMISSION_ANSWERS, strict=True)],
+    Binding("r", "reread", "refresh", tooltip="read the open requests again"),
+    Binding("escape,w,q", "close", "close", tooltip="close"),
+)  # fmt: skip
 
 
 def row_action(key: str) -> tuple[str, Action] | None:

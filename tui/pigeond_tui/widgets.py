@@ -59,11 +59,13 @@ def counts_text(snapshot: Snapshot) -> Text:
     return text
 
 
-def detail_text(message: StoredMessage, now_ms: int) -> Text:
-    """The detail pane: every column, the payload and the envelope, as ``pigeon show``."""
+def detail_text(message: StoredMessage, now_ms: int, waiting_on: str | None = None) -> Text:
+    """The detail pane: every column, the payload and the envelope, as ``pigeon show``;
+    ``waiting_on``: the permission request its target waits on while handling it."""
     shown = detail(message, now_ms)
+    fields = shown.fields + ([("waiting_on", waiting_on)] if waiting_on is not None else [])
     text = Text()
-    for name, value in shown.fields:
+    for name, value in fields:
         text.append(f"{name:<{shown.name_width}}  ", style="bold")
         text.append(visible(value) + "\n")
     text.append("\npayload\n", style="bold underline")

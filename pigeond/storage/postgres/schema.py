@@ -277,11 +277,28 @@ CREATE TABLE swarm_members (
 );
 """
 
+_PERMISSIONS: Final = """
+CREATE TABLE swarm_permissions (
+    request_id   TEXT PRIMARY KEY,
+    session      TEXT NOT NULL,
+    directory    TEXT NOT NULL,
+    permission   TEXT NOT NULL,
+    patterns     TEXT NOT NULL,
+    always       TEXT NOT NULL,
+    call_id      TEXT,
+    msg_id       TEXT NOT NULL,
+    from_session TEXT NOT NULL,
+    asked_at     BIGINT NOT NULL
+);
+CREATE INDEX idx_swarm_permissions_msg ON swarm_permissions (msg_id);
+"""
+
 # One entry per version, in order; each is run as one script in one transaction.
 PG_MIGRATIONS: Final = (
     _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15, _V16,
     PG_V17_THREADS,
     PG_V18_BRAKES,
     V19_TURNS_PG,
+    _PERMISSIONS,
     PAIR_HISTORY_INDEX,  # the pair brakes' index: the same statement on both engines
 )  # fmt: skip
