@@ -41,6 +41,7 @@ from pathlib import Path
 import pytest
 
 from pigeond.consent import Policy, held_reason
+from pigeond.model import Hold
 from pigeond.storage.repository import Accept
 from tests.daemon_process import DaemonProcess, isolated_env
 from tests.docs_commands import (
@@ -374,11 +375,42 @@ def test_release_sql_makes_the_held_messages_due_and_keeps_the_policy(
         held = held_reason("ses_TARGET", Policy.HOLD)
         message = new_message("ses_TARGET", msg_id="msg_held", sender="ses_a")
         repo.accept_many([Accept(message, operator_db.hour_ago_ms, held=held)])
-    run_sql_command(operator_db, sqlite_path, "next_retry_at IS NULL;")
+    run_sql_command(operator_db, sqlite_path, "AND hold_kind = 'consent';")
     with opened(operator_db.path) as repo:
         now_ms = int(time.time() * 1000)
         assert [m.msg_id for m in repo.ready_batch("ses_TARGET", now_ms, 10)] == ["msg_held"]
         assert repo.policy_of("ses_TARGET").policy is Policy.HOLD
+
+
+def test_release_sql_leaves_what_a_brake_holds_held(
+    operator_db: OperatorDb, sqlite_path: str
+) -> None:
+    """The consent release UPDATE never releases a message a conversation brake holds."""
+    with opened(operator_db.path) as repo:
+        repo.set_policy("ses_TARGET", Policy.HOLD, (), operator_db.hour_ago_ms, "operator")
+        message = new_message("ses_TARGET", msg_id="msg_braked", sender="ses_a")
+        hold = Hold("hops", "thread thr_x reached 12 hops without a person")
+        repo.accept_many([Accept(message, operator_db.hour_ago_ms, None, brake_hold=hold)])
+    run_sql_command(operator_db, sqlite_path, "AND hold_kind = 'consent';")
+    with opened(operator_db.path) as repo:
+        assert repo.ready_batch("ses_TARGET", int(time.time() * 1000), 10) == []
+        assert [h.msg_id for h in repo.held_messages()] == ["msg_braked"]
+
+
+def test_brake_held_sql_lists_what_a_brake_holds(operator_db: OperatorDb, sqlite_path: str) -> None:
+    """The brake-held query lists the message a brake holds, with its brake, not a consent hold."""
+    with opened(operator_db.path) as repo:
+        repo.set_policy("ses_TARGET", Policy.HOLD, (), operator_db.hour_ago_ms, "operator")
+        consent = new_message("ses_TARGET", msg_id="msg_consent", sender="ses_a")
+        repo.accept_many(
+            [Accept(consent, operator_db.hour_ago_ms, held=held_reason("ses_TARGET", Policy.HOLD))]
+        )
+        braked = new_message("ses_TARGET", msg_id="msg_braked", sender="ses_a")
+        hold = Hold("repeat", "same again")
+        repo.accept_many([Accept(braked, operator_db.hour_ago_ms, None, brake_hold=hold)])
+    outcome = run_sql_command(operator_db, sqlite_path, "hold_kind = 'brake'")
+    [row] = rows(outcome.stdout)
+    assert row.split()[:2] == ["msg_braked", "ses_a"] and "repeat" in row.split()
 
 
 def test_search_query_finds_messages_by_word(operator_db: OperatorDb, sqlite_path: str) -> None:
