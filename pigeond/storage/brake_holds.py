@@ -154,7 +154,7 @@ class BrakeHolds(Policies):
     @reads
     def brake_held_count(self) -> int:
         """How many messages wait for a person now (a count of idx_swarm_brake_held)."""
-        row = self._conn.execute("SELECT COUNT(*) FROM swarm_messages WHERE hold_kind = 'brake'")
+        row = self._conn.execute(f"SELECT COUNT(*) FROM swarm_messages WHERE {_HELD}")
         return int(row.fetchone()[0])
 
     @reads
