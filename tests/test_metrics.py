@@ -10,7 +10,9 @@ from twisted.internet.task import Clock
 from twisted.web.http_headers import Headers
 
 from pigeond.config import Config
+from pigeond.model import Hold
 from pigeond.service.daemon import Daemon
+from pigeond.storage.repository import Accept
 from tests.fixed_time import now_ms
 from tests.http_helpers import API, client_headers, result_of, stub_client
 from tests.messages import new_message
@@ -51,6 +53,15 @@ def test_messages_by_state_and_the_oldest_queued_age(tmp_path: Path, clock: Cloc
     assert sample(text, 'pigeond_messages{state="failed"}') == 0
     assert sample(text, "pigeond_oldest_queued_age_seconds") == 30
     assert sample(text, "pigeond_event_stream_connected") == 0
+
+
+def test_messages_held_for_a_person_are_counted(tmp_path: Path, clock: Clock) -> None:
+    """pigeond_held_for_a_person: what a brake holds (not what consent holds)."""
+    daemon = clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock)
+    hold = Hold("hops", "too many")
+    repo_of(daemon).accept_many([Accept(new_message("ses_t"), now_ms(clock), brake_hold=hold)])
+    repo_of(daemon).accept(new_message("ses_t"), now_ms(clock))
+    assert sample(scrape(daemon)[2], "pigeond_held_for_a_person") == 1
 
 
 def test_a_hand_off_is_counted_with_its_latency(tmp_path: Path, clock: Clock) -> None:

@@ -3,7 +3,8 @@
 Delivery's counters (hand-offs, failures by class, accept → hand-off latency, turn
 waits: :class:`pigeond.delivery.metrics.DeliveryMetrics`) share one registry with the
 gauges set here at each scrape from the database and the daemon's state: messages by
-state, the age of the oldest queued message, the event stream and opencode.  Behind the
+state, the age of the oldest queued message, the messages held for a person, the event
+stream and opencode.  Behind the
 token like every route but ``/health``.
 """
 
@@ -43,6 +44,11 @@ class MetricsRoute:
             "pigeond_oldest_queued_age_seconds",
             "Age of the oldest queued message (0 when none is queued)", registry=registry,
         )  # fmt: skip
+        self._held = Gauge(
+            "pigeond_held_for_a_person",
+            "Messages a conversation brake holds until a person releases or drops them",
+            registry=registry,
+        )  # fmt: skip
         self._in_flight = Gauge(
             "pigeond_in_flight_targets", "Targets with a hand-off in flight", registry=registry
         )
@@ -66,6 +72,7 @@ class MetricsRoute:
         oldest_at = await self._db.read(SwarmRepository.oldest_queued_at)
         for state in State:
             self._messages.labels(state.value).set(counts.get(state.value, 0))
+        self._held.set(await self._db.read(SwarmRepository.brake_held_count))
         now_ms = int(self._clock.seconds() * 1000)
         self._oldest_queued.set(0 if oldest_at is None else max(0, now_ms - oldest_at) / 1000)
         health = self._delivery_health()

@@ -37,7 +37,8 @@ COLUMNS = (
 # walk goes that many entries further and they are taken off, so it stays a walk of the
 # covering index alone.
 _BRAKE_HELD_FOR_TARGET_SQL = (
-    "(SELECT COUNT(*) FROM swarm_messages WHERE to_session = :target AND hold_kind = 'brake')"
+    "(SELECT COUNT(*) FROM swarm_messages"
+    " WHERE to_session = :target AND hold_kind = 'brake' AND next_retry_at IS NULL)"
 )
 QUEUED_FOR_TARGET_SQL = (
     f"SELECT COUNT(*) - {_BRAKE_HELD_FOR_TARGET_SQL} FROM (SELECT 1 FROM swarm_messages"

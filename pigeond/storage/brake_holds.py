@@ -153,6 +153,12 @@ class BrakeHolds(Policies):
         return [_row_to_held(r) for r in rows]
 
     @reads
+    def brake_held_count(self) -> int:
+        """How many messages wait for a person now (a count of idx_swarm_brake_held)."""
+        row = self._conn.execute(f"SELECT COUNT(*) FROM swarm_messages WHERE {_HELD}")
+        return int(row.fetchone()[0])
+
+    @reads
     def brake_reset_at(self, scope: str) -> int | None:
         """When a person last reset the brake counter of ``scope`` (:func:`pair_scope`,
         :func:`budget_scope`); None if never."""

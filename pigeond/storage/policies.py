@@ -31,7 +31,7 @@ POLICY_COLUMNS = "session, policy, allow, updated_at, updated_by"
 _WAITING = "to_session = :session AND state = 'queued'"
 # Held by consent, not by a conversation brake (storage/brake_holds.py): a policy neither
 # holds nor releases what a brake holds for a person.
-_CONSENT_HELD = "hold_kind = 'consent'"
+_CONSENT_HELD = "hold_kind = 'consent' AND next_retry_at IS NULL"
 # The message's sender is on :allow (a JSON list): by its ``from``, or by its ``from_name``
 # with the ``@``.  EXISTS, not ``IN``: a message without a name has a NULL ``'@' || from_name``,
 # and ``NOT (x IN (...))`` would be NULL, never true, for it.
@@ -83,7 +83,7 @@ class Policies(RepositoryBase):
         rows = self._conn.execute(
             "SELECT m.to_session, COUNT(*) FROM swarm_policies p"
             " JOIN swarm_messages m ON m.to_session = p.session AND m.state = 'queued'"
-            f" WHERE m.{_CONSENT_HELD} GROUP BY m.to_session"
+            " WHERE m.hold_kind = 'consent' AND m.next_retry_at IS NULL GROUP BY m.to_session"
         )
         return {str(t): int(n) for t, n in rows.fetchall()}
 

@@ -26,7 +26,8 @@ THREAD_COLUMNS = (
     "t.thread_id, t.created_at, t.updated_at, t.hops, t.turns, t.messages, t.reset_at,"
     " t.hop_limit, t.token_budget, t.cost_budget,"
     " (SELECT COUNT(*) FROM swarm_messages h"
-    "  WHERE h.thread_id = t.thread_id AND h.hold_kind = 'brake') AS held"
+    "  WHERE h.thread_id = t.thread_id AND h.hold_kind = 'brake'"
+    "  AND h.next_retry_at IS NULL) AS held"
 )
 # How many threads a listing gives unless told.
 THREADS_LIMIT = 100
