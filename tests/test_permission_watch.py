@@ -3,6 +3,7 @@ pending lists, the operator's answer, and a restart that re-checks what stayed o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,13 +83,13 @@ async def _directory_of(session: str) -> str:
 
 def make_watch(
     db: InlineDatabase, api: FakePermissionApi, clock: Clock, idle: set[str] | None = None,
-    connected: bool = True,
+    connected: bool = True, down: Callable[[], bool] = lambda: False,
 ) -> PermissionWatch:  # fmt: skip
     config = Config(verify_interval_s=VERIFY_S, turn_timeout_s=600)
     idle = idle if idle is not None else set()
     return PermissionWatch(
         db, api, clock, config, directory_of=_directory_of, known_idle=idle.__contains__,
-        stream_connected=lambda: connected,
+        stream_connected=lambda: connected, opencode_down=down,
     )  # fmt: skip
 
 
@@ -289,6 +290,23 @@ def test_polls_come_at_most_once_per_verify_interval(
     clock.advance(VERIFY_S / 2)
     watch.tick()
     assert len(api.listed) == 2
+
+
+def test_no_poll_is_made_while_opencode_is_out(
+    db: InlineDatabase, api: FakePermissionApi, clock: Clock
+) -> None:
+    """During an outage (probed elsewhere) ticks ask opencode nothing; once back, they poll."""
+    db.repo.record_permission(permission_request())
+    api.pending[DIRECTORY] = [listed()]
+    down = [True]
+    watch = make_watch(db, api, clock, connected=False, down=lambda: down[0])
+    for _ in range(5):
+        watch.tick()
+        clock.advance(VERIFY_S)
+    assert api.listed == []
+    down[0] = False
+    watch.tick()
+    assert len(api.listed) == 1
 
 
 def test_one_poll_asks_a_bounded_number_of_directories(

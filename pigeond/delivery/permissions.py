@@ -136,12 +136,15 @@ class PermissionWatch:
         known_idle: Callable[[str], bool] = lambda session: False,
         stream_connected: Callable[[], bool] = lambda: False,
         mine: Callable[[str], Awaitable[bool]] | None = None,
+        opencode_down: Callable[[], bool] = lambda: False,
     ) -> None:
         """``directory_of`` is a session's own directory (the registry); ``known_idle``
         says its turn is known to be over (:meth:`TurnTracker.known_idle`); ``mine``
         (on a database several daemons share: :meth:`Routing.mine`) leaves the sessions
-        of another daemon's opencode to it."""
+        of another daemon's opencode to it; while ``opencode_down`` (an outage, probed
+        elsewhere) no poll is made: an outage costs one probe at a time, not a poll too."""
         self._mine = mine
+        self._opencode_down = opencode_down
         self._db = db
         self._api = api
         self._clock = clock
@@ -260,7 +263,7 @@ class PermissionWatch:
 
     def tick(self) -> None:
         """On the verify tick: poll when due (see the module's docstring)."""
-        if self._polling is not None:
+        if self._polling is not None or self._opencode_down():
             return
         now = self._clock.seconds()
         if self._last_poll is not None and now - self._last_poll < self._poll_s:

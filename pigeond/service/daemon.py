@@ -350,7 +350,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
             db, client, reactor, config, directory_of=registry.resolve,
             known_idle=turns.known_idle if turns is not None else (lambda session: False),
             stream_connected=lambda: events is not None and events.connected,
-            mine=None if routing is None else routing.mine,
+            mine=None if routing is None else routing.mine, opencode_down=opencode_down,
         )  # fmt: skip
         if turns is not None:
             events = EventStream(
