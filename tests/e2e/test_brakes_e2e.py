@@ -11,7 +11,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,7 +200,7 @@ def test_a_persons_prompt_in_one_session_starts_the_hops_over(
     before = stays_stopped(ex)
     [last_from_b] = [e["msg_id"] for e, _ in ex.a.envelopes()][-1:]
     call = {"to": ex.b.id, "payload": "a person here: carry on", "reply_to": last_from_b}
-    prompt = f'carry on, please: CALL swarm_send {json.dumps(call)}'
+    prompt = f"carry on, please: CALL swarm_send {json.dumps(call)}"
     assert ex.a.server.prompt_async(ex.a.id, ex.a.directory, prompt) == 204
     wait_until(lambda: thread_row(ex)["messages"] > before, PATIENCE_S, "the prompted send")
     [prompted_at] = [
