@@ -124,6 +124,13 @@ def pigeon(ex: Exchange, *argv: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def last_send_output(ex: Exchange, sender: str) -> str:
+    """What the sender's latest swarm_send told its model."""
+    [agent] = [a for a in (ex.a, ex.b) if a.id == sender]
+    sends = [p for p in agent.server.tool_parts(agent.id) if p.get("tool") == "swarm_send"]
+    return str(sends[-1]["state"].get("output", ""))
+
+
 def delivered(ex: Exchange, msg_id: str) -> bool:
     _, shown = ex.daemon.request_json("GET", f"/swarm/message/{msg_id}")
     return shown.get("receipt") in ("seen", "answered")
@@ -146,16 +153,19 @@ def test_without_brakes_the_echo_exchange_runs_until_it_is_stopped(
 def test_the_default_brakes_hold_the_exchange_at_the_hop_limit_for_a_person(
     daemons: DaemonFactory, echo_pair: list[Agent], tmp_path: Path, plugin_pigeond_port: int
 ) -> None:
-    """No brake option: the 13th message is held by the hop brake with its reason, and
-    nothing more is sent; pigeon held and the TUI show it; pigeon release delivers it and
-    the exchange goes on, its hops counted from 0, until the next brake holds it: the
-    repeat brake, as a hop reset leaves the pair's count of alike payloads as it was."""
+    """No brake option: the 13th message is held by the hop brake with its reason (its
+    sender's swarm_send says so), and nothing more is sent; pigeon held and the TUI show
+    it; pigeon release delivers it and the exchange goes on, its hops counted from 0,
+    until the next brake holds it: the repeat brake, as a hop reset leaves the pair's
+    count of alike payloads as it was."""
     ex = start_exchange(daemons, tmp_path, plugin_pigeond_port, echo_pair)
     hold = next_hold(ex, set())
     assert (hold["brake"], hold["reason"]) == ("hops", hop_reason(ex.thread, LIMIT))
     assert stays_stopped(ex) == LIMIT + 1
     row = thread_row(ex)
     assert (row["hops"], row["held"]) == (LIMIT, 1)
+    told = last_send_output(ex, hold["from"])
+    assert told.startswith(f"held: {hold['reason']} ({hold['msg_id']} is stored"), told
 
     cli = pigeon(ex, "held", "--json")
     assert cli.returncode == 0, cli.stderr
