@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
 from pigeond.brakes.hops import hop_reason
 from pigeond_tui.app import PigeonApp
@@ -154,10 +154,10 @@ def test_the_default_brakes_hold_the_exchange_at_the_hop_limit_for_a_person(
     daemons: DaemonFactory, echo_pair: list[Agent], tmp_path: Path, plugin_pigeond_port: int
 ) -> None:
     """No brake option: the 13th message is held by the hop brake with its reason (its
-    sender's swarm_send says so), and nothing more is sent; pigeon held and the TUI show
-    it; pigeon release delivers it and the exchange goes on, its hops counted from 0,
-    until the next brake holds it: the repeat brake, as a hop reset leaves the pair's
-    count of alike payloads as it was."""
+    sender's swarm_send says so), and nothing more is sent; pigeon held and the TUI (its
+    held view, its detail pane) show it; pigeon release delivers it and the exchange goes
+    on, its hops counted from 0, until the next brake holds it: the repeat brake, as a
+    hop reset leaves the pair's count of alike payloads as it was."""
     ex = start_exchange(daemons, tmp_path, plugin_pigeond_port, echo_pair)
     hold = next_hold(ex, set())
     assert (hold["brake"], hold["reason"]) == ("hops", hop_reason(ex.thread, LIMIT))
@@ -173,9 +173,11 @@ def test_the_default_brakes_hold_the_exchange_at_the_hop_limit_for_a_person(
     assert (listed["msg_id"], listed["brake"], listed["thread"]) == (
         hold["msg_id"], "hops", ex.thread,
     )  # fmt: skip
-    shown = tui_detail(ex.db, hold["msg_id"])
-    assert re.search(r"hold_kind +brake\n", shown) and re.search(r"hold_brake +hops\n", shown)
-    assert hop_reason(ex.thread, LIMIT) in shown
+    held_view, detail = tui_shows(ex.db, hold["msg_id"])
+    [row] = held_view
+    assert row[:5] == [hold["msg_id"], hold["from"], hold["to"], ex.thread, "hops"], row
+    assert re.search(r"hold_kind +brake\n", detail) and re.search(r"hold_brake +hops\n", detail)
+    assert hop_reason(ex.thread, LIMIT) in detail
 
     cli = pigeon(ex, "release", hold["msg_id"])
     assert (cli.returncode, cli.stdout) == (0, f"{hold['msg_id']}: released (reset)\n")
@@ -186,19 +188,24 @@ def test_the_default_brakes_hold_the_exchange_at_the_hop_limit_for_a_person(
     assert row["hops"] == row["messages"] - (LIMIT + 1) - 1 < LIMIT, row
 
 
-def tui_detail(db: Path, msg_id: str) -> str:
-    """The TUI on the database: the held message in its default (queued) list, and what
-    its detail pane shows once it is highlighted."""
-    shown: list[str] = []
+def tui_shows(db: Path, msg_id: str) -> tuple[list[list[str]], str]:
+    """The TUI on the database: the rows of its held view (``h``), and the detail pane of
+    the held message, highlighted in the main list's default (queued) tab."""
+    rows: list[list[str]] = []
+    detail: list[str] = []
 
     async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
         assert msg_id in table_keys(app, "#messages")
         await highlight(app, pilot, msg_id)
         await settle(app, pilot)
-        shown.append(str(app.query_one("#detail", Static).render()))
+        detail.append(str(app.query_one("#detail", Static).render()))
+        await pilot.press("h")
+        await settle(app, pilot)
+        table = app.screen.query_one("#held-table", DataTable)
+        rows.extend([str(c) for c in table.get_row_at(i)] for i in range(table.row_count))
 
     drive(db, script)
-    return shown[0]
+    return rows, detail[0]
 
 
 def test_a_persons_prompt_in_one_session_starts_the_hops_over(
