@@ -174,8 +174,8 @@ def test_the_default_brakes_hold_the_exchange_at_the_hop_limit_for_a_person(
         hold["msg_id"], "hops", ex.thread,
     )  # fmt: skip
     held_view, detail = tui_shows(ex.db, hold["msg_id"])
-    [row] = held_view
-    assert row[:5] == [hold["msg_id"], hold["from"], hold["to"], ex.thread, "hops"], row
+    [cells] = held_view
+    assert cells[:5] == [hold["msg_id"], hold["from"], hold["to"], ex.thread, "hops"], cells
     assert re.search(r"hold_kind +brake\n", detail) and re.search(r"hold_brake +hops\n", detail)
     assert hop_reason(ex.thread, LIMIT) in detail
 
