@@ -112,15 +112,26 @@ def screens() -> list[tuple[str, str, Sequence[BindingType]]]:
     from pigeond_tui.addressing import AddressingScreen
     from pigeond_tui.app import PigeonApp
     from pigeond_tui.consent import PolicyScreen
+    from pigeond_tui.held import HeldScreen
     from pigeond_tui.owed import OwedScreen
-    from pigeond_tui.screens import ConfirmScreen, HelpScreen
+    from pigeond_tui.permissions import PermissionsScreen
+    from pigeond_tui.screens import ConfirmScreen, HelpScreen, NumberScreen
+    from pigeond_tui.threads import ThreadsScreen
 
     return [
         ("The main screen", "what `?` shows, in this order", PigeonApp.BINDINGS),
         ("The inbound policy screen", "opened with `p`", PolicyScreen.BINDINGS),
         ("The names and channels screen", "opened with `c`", AddressingScreen.BINDINGS),
         ("The owed replies screen", "opened with `o`", OwedScreen.BINDINGS),
+        ("The waiting screen", "opened with `w`", PermissionsScreen.BINDINGS),
+        ("The held screen", "opened with `h`", HeldScreen.BINDINGS),
+        ("The threads screen", "opened with `t`", ThreadsScreen.BINDINGS),
         ("A question", "before every action", ConfirmScreen.BINDINGS),
+        (
+            "A question for a number",
+            "asked by the held screen's raise (`+`); Enter takes the number",
+            NumberScreen.BINDINGS,
+        ),
         ("The help screen", "opened with `?`", HelpScreen.BINDINGS),
     ]
 

@@ -38,3 +38,17 @@ class Budget:
 
     def left(self) -> float:
         return max(0.0, self._deadline - time.monotonic())
+
+
+def holds_for(
+    check: Callable[[], object], duration_s: float, what: str, every_s: float = 0.05
+) -> None:
+    """Call ``check`` every ``every_s`` for ``duration_s``; AssertionError naming ``what``
+    the first time it returns something falsy (what must not happen for a while)."""
+    deadline = time.monotonic() + duration_s
+    while True:
+        if not check():
+            raise AssertionError(f"{what} stopped holding within {duration_s:g} s")
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(every_s)

@@ -45,7 +45,7 @@ def test_the_help_screen_lists_every_binding_with_its_help(db: Path) -> None:
 
     app = drive(db, script)
     bindings = [b for b in PigeonApp.BINDINGS if isinstance(b, Binding)]
-    assert len(bindings) == len(PigeonApp.BINDINGS) == 25
+    assert len(bindings) == len(PigeonApp.BINDINGS) == 27
     assert all(b.tooltip for b in bindings)
     assert [line.split(maxsplit=1) for line in lines] == [
         [app.get_key_display(b), b.tooltip] for b in bindings

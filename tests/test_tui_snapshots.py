@@ -15,7 +15,7 @@ from textual.pilot import Pilot
 from pigeond.storage import SwarmRepository, open_database
 from pigeond_tui.app import PigeonApp
 from tests.permission_helpers import permission_request
-from tests.tui_support import LATER, seed, seed_addressing, seed_real
+from tests.tui_support import LATER, seed, seed_addressing, seed_held, seed_real
 from tests.tui_support import settle as settle_app
 
 SIZE = (140, 36)
@@ -118,3 +118,35 @@ def test_waiting_screen(
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=waiting)
+
+
+def test_held_screen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_compare: SnapCompare
+) -> None:
+    """The held view: the held message, its brake and reason, its thread's cost so far."""
+    seed_held(tmp_path / "pigeond.db")
+    monkeypatch.chdir(tmp_path)
+    app = PigeonApp("pigeond.db", clock=lambda: LATER, interval=3600)
+
+    async def held(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("h")
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=held)
+
+
+def test_threads_screen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, snap_compare: SnapCompare
+) -> None:
+    """The threads view: the thread's hops, turns, messages, held, tokens and cost."""
+    seed_held(tmp_path / "pigeond.db")
+    monkeypatch.chdir(tmp_path)
+    app = PigeonApp("pigeond.db", clock=lambda: LATER, interval=3600)
+
+    async def threads(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("t")
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=threads)

@@ -18,7 +18,10 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable
 from textual.worker import WorkerCancelled
 
+from pigeond.costs import EndedTurn, TurnUsage
+from pigeond.model import Hold
 from pigeond.storage import SwarmRepository, open_database
+from pigeond.storage.repository import Accept
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.permissions import Answer
 from tests.fixed_time import NOW_MS
@@ -99,6 +102,36 @@ def seed_real(path: Path) -> Path:
     repo.record_failed_attempt("msg_mhfz0k3q_9f3a6c10", LONG_ERROR, NOW + 10, None)
     repo.record_failed_attempt("msg_mhfz1k3q_9f3a6c11", LONG_ERROR, NOW + 11, NOW + HOUR)
     assert repo.mark_handed_off("msg_mhfz2k3q_9f3a6c12", NOW + 12)
+    repo.close()
+    return path
+
+
+# What the held view tests share: a thread whose agents sent two messages, one turn
+# recorded, and a third held by a brake.
+A, B = "ses_a", "ses_b"
+THREAD = "thr_tui"
+HOPS = Hold("hops", f"thread {THREAD} reached 2 hops without a person; a person must release it")
+PAIR = Hold("pair_rate", "ses_a sent ses_b 31 messages in a minute; a person must release it")
+USAGE = TurnUsage(input=50_000, output=2_310, cost=0.25)
+
+
+def send_in_thread(
+    repo: SwarmRepository, msg_id: str, hold: Hold | None = None, at: int = NOW
+) -> None:
+    message = new_message(B, msg_id=msg_id, sender=A, payload=f"echo {msg_id}")
+    repo.accept_many([Accept(message, at, at + 60_000, thread_id=THREAD, brake_hold=hold)])
+
+
+def seed_held(path: Path, hold: Hold = HOPS) -> Path:
+    """Thread thr_tui: msg_went was delivered and cost one turn (52,310 tokens, $0.25),
+    msg_next went too (two hops), and msg_held waits for a person, held by ``hold``."""
+    repo = SwarmRepository(open_database(path))
+    send_in_thread(repo, "msg_went")
+    repo.mark_handed_off("msg_went", NOW, NOW + 60_000)
+    assert repo.mark_verified(["msg_went"], NOW) == ["msg_went"]
+    repo.record_turns(B, [EndedTurn("u1", ("msg_went",), USAGE)], NOW)
+    send_in_thread(repo, "msg_next", at=NOW + 1)
+    send_in_thread(repo, "msg_held", hold, at=NOW + 2)
     repo.close()
     return path
 

@@ -24,11 +24,12 @@ import sys
 from typing import Final
 
 from pigeond.cli.presentation import cut, format_age, one_line, table_lines
-from pigeond.costs import cost_shown, format_tokens
+from pigeond.costs import CostTotals, cost_shown, format_tokens
 from pigeond.model import MSG_ID_RE
 from pigeond.storage import SwarmRepository
-from pigeond.storage.brake_holds import HoldOutcome, ReleaseMode
+from pigeond.storage.brake_holds import HeldMessage, HoldOutcome, ReleaseMode
 from pigeond.storage.thread_costs import thread_view, threads_with_costs
+from pigeond.storage.threads import ThreadInfo
 from pigeond.terminal import json_visible, visible
 
 THREADS_COLUMNS: Final = (
@@ -74,6 +75,55 @@ def add_held_parsers(
     drop.add_argument("msg_id", metavar="MSG_ID")
 
 
+def thread_cells(thread: ThreadInfo, costs: CostTotals, now_ms: int) -> list[str]:
+    """A thread's cells under :data:`THREADS_COLUMNS` (``pigeon threads``, the TUI's
+    threads view); limit ``-``: the option's (max_hops_per_thread)."""
+    t = thread
+    return [
+        t.thread_id, str(t.hops), "-" if t.hop_limit is None else str(t.hop_limit),
+        str(t.turns), str(t.messages), str(t.held), format_tokens(costs.tokens),
+        cost_shown(costs), format_age(now_ms - t.updated_at),
+    ]  # fmt: skip
+
+
+def held_cells(held: HeldMessage, now_ms: int) -> list[str]:
+    """A held message's cells under :data:`HELD_COLUMNS` (``pigeon held``, the TUI's held
+    view), the reason and payload on one line and cut."""
+    h = held
+    return [
+        h.msg_id, h.from_session, h.to_session or f"#{h.channel}", h.thread_id or "-",
+        h.brake, format_age(now_ms - h.created_at), cut(one_line(h.reason), REASON_WIDTH),
+        cut(one_line(h.preview), PREVIEW_WIDTH),
+    ]  # fmt: skip
+
+
+def why_not_done(
+    repo: SwarmRepository | None, msg_id: str, outcome: HoldOutcome, other_modes: str
+) -> str:
+    """Why a release or drop of ``msg_id`` changed nothing, in one line; ``other_modes``
+    says how else to release a message whose brake has no limit to raise.  With ``repo``,
+    a message not held by a brake says what it is instead."""
+    if outcome is HoldOutcome.NOT_HELD and repo is not None:
+        message = repo.get(msg_id)
+        if message is not None:
+            held_by = "" if message.hold_kind is None else f", held by {message.hold_kind}"
+            return f"not held by a brake (state {message.state}{held_by})"
+    elif outcome is HoldOutcome.NOT_RAISABLE:
+        return f"its brake has no limit to raise; {other_modes}"
+    return str(outcome.value)
+
+
+def released_line(msg_id: str, mode: ReleaseMode, by: int) -> str:
+    """What a release that was done says: ``msg_…: released (raise by 12)``."""
+    extra = f" by {by}" if mode is ReleaseMode.RAISE else ""
+    return f"{msg_id}: released ({mode.value}{extra})"
+
+
+def dropped_line(msg_id: str) -> str:
+    """What a drop that was done says."""
+    return f"{msg_id}: dropped by a person (its sender is told)"
+
+
 def _print_json(value: object) -> None:
     print(json_visible(json.dumps(value, indent=2, ensure_ascii=False)))
 
@@ -86,12 +136,7 @@ def cmd_threads(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) ->
     if args.json:
         _print_json([thread_view(t, c) for t, c in threads])
         return EXIT_OK
-    rows = [
-        [t.thread_id, str(t.hops), "-" if t.hop_limit is None else str(t.hop_limit),
-         str(t.turns), str(t.messages), str(t.held), format_tokens(c.tokens),
-         cost_shown(c), format_age(now_ms - t.updated_at)]
-        for t, c in threads
-    ]  # fmt: skip
+    rows = [thread_cells(t, c, now_ms) for t, c in threads]
     for line in table_lines(THREADS_COLUMNS, rows):
         print(line)
     return EXIT_OK
@@ -102,12 +147,7 @@ def cmd_held(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> in
     if args.json:
         _print_json([h.view() for h in held])
         return EXIT_OK
-    rows = [
-        [h.msg_id, h.from_session, h.to_session or f"#{h.channel}", h.thread_id or "-",
-         h.brake, format_age(now_ms - h.created_at), cut(one_line(h.reason), REASON_WIDTH),
-         cut(one_line(h.preview), PREVIEW_WIDTH)]
-        for h in held
-    ]  # fmt: skip
+    rows = [held_cells(h, now_ms) for h in held]
     for line in table_lines(HELD_COLUMNS, rows):
         print(line)
     return EXIT_OK
@@ -122,14 +162,7 @@ def _msg_id(raw: str) -> str | None:
 
 def _not_done(repo: SwarmRepository, msg_id: str, outcome: HoldOutcome) -> int:
     """One line saying why nothing changed; exit 1."""
-    why = outcome.value
-    if outcome is HoldOutcome.NOT_HELD:
-        message = repo.get(msg_id)
-        if message is not None:
-            held_by = "" if message.hold_kind is None else f", held by {message.hold_kind}"
-            why = f"not held by a brake (state {message.state}{held_by})"
-    elif outcome is HoldOutcome.NOT_RAISABLE:
-        why = "its brake has no limit to raise; use --reset or --once"
+    why = why_not_done(repo, msg_id, outcome, "use --reset or --once")
     print(f"pigeon: {visible(msg_id)}: {visible(why)}", file=sys.stderr)
     return EXIT_NOT_CHANGED
 
@@ -147,8 +180,7 @@ def cmd_release(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) ->
     done = repo.release_brake_hold(msg_id, mode, by, now_ms)
     if done.outcome is not HoldOutcome.DONE:
         return _not_done(repo, msg_id, done.outcome)
-    extra = f" by {by}" if mode is ReleaseMode.RAISE else ""
-    print(f"{msg_id}: released ({mode.value}{extra})")
+    print(released_line(msg_id, mode, by))
     return EXIT_OK
 
 
@@ -159,5 +191,5 @@ def cmd_drop(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> in
     outcome = repo.drop_brake_hold(msg_id, now_ms)
     if outcome is not HoldOutcome.DONE:
         return _not_done(repo, msg_id, outcome)
-    print(f"{msg_id}: dropped by a person (its sender is told)")
+    print(dropped_line(msg_id))
     return EXIT_OK

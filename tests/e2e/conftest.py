@@ -1,7 +1,7 @@
 """Fixtures for the end-to-end tests: the real opencode, offline, with a fake LLM.
 
 * ``fake_llm``: the session's :class:`FakeLLM`, reset (records, maxima,
-  ``delay_s``) before every test.
+  ``delay_s``, ``echo_swarm`` off) before every test.
 * ``opencode_1_18`` / ``opencode_1_15``: one ``opencode serve`` per pinned
   version for the whole session (start-up takes seconds), installed on first
   use into the cache (see :mod:`tests.e2e.opencode_dist`).
@@ -76,6 +76,7 @@ def fake_llm(fake_llm_server: FakeLLM) -> FakeLLM:
     """The fake LLM with default timings and no records."""
     fake_llm_server.delay_s = DEFAULT_DELAY_S
     fake_llm_server.title_delay_s = DEFAULT_TITLE_DELAY_S
+    fake_llm_server.echo_swarm = False
     fake_llm_server.reset()
     return fake_llm_server
 

@@ -29,7 +29,10 @@ which prompt each assistant message answered.  A ``CALL <tool> <json>``
 directive in the last user text makes the model call that tool instead (see
 :mod:`tests.e2e.tool_script`); the completion is then recorded with its
 :class:`ToolCall`, and the next one, which answers the tool's result, with its
-:class:`ToolResult`.
+:class:`ToolResult`.  With :attr:`FakeLLM.echo_swarm` on, a last user text holding a
+swarm envelope from another session (and no ``CALL``) is answered with a ``swarm_send``
+back to its sender (:func:`~tests.e2e.tool_script.echo_call`), when opencode offers that
+tool: two such sessions message each other for ever.
 
 Stdlib only; binds 127.0.0.1 on a free port; serves from a daemon thread.
 """
@@ -50,6 +53,7 @@ from tests.e2e.completion import Completion, Kind, ack_for, classify, content_te
 from tests.e2e.tool_script import (
     ToolCall,
     answer_text,
+    echo_call,
     stream_tool_call,
     tool_call_in,
     tool_names,
@@ -121,14 +125,15 @@ class _Server(ThreadingHTTPServer):
 class FakeLLM:
     """The fake model server; :meth:`start` it, :meth:`close` it.
 
-    ``delay_s`` (one main completion), ``title_delay_s`` and ``chunks`` may be
-    changed between tests; a request reads them when it starts.
+    ``delay_s`` (one main completion), ``title_delay_s``, ``chunks`` and ``echo_swarm``
+    may be changed between tests; a request reads them when it starts.
     """
 
     def __init__(self, *, delay_s: float = 0.3, title_delay_s: float = 0.05, chunks: int = 3):
         self.delay_s = delay_s
         self.title_delay_s = title_delay_s
         self.chunks = chunks
+        self.echo_swarm = False
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._records: list[Completion] = []
@@ -298,6 +303,8 @@ class FakeLLM:
             reply = answer_text(tool_result)
         elif kind == "main" and messages and messages[-1].get("role") == "user":
             tool_call = tool_call_in(last_user)
+            if tool_call is None and self.echo_swarm and "swarm_send" in tool_names(request):
+                tool_call = echo_call(last_user)
         with self._lock:
             generation = self._generation
             delay = self.title_delay_s if kind == "title" else self.delay_s

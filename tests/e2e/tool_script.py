@@ -13,10 +13,15 @@ lets a test make the model repeat a tool call exactly, as a provider retry does.
 
 When the last message is the tool's result (``role: "tool"``), the reply is
 text: ``TOOL_DONE <tool> <first 200 characters of the result>``.
+
+The echo model (:func:`echo_call`, when a test turns it on) answers a prompt whose last
+swarm envelope comes from another session with a ``swarm_send`` back to that session
+(``reply_to`` its message): two over-polite agents that keep each other busy for ever.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable
@@ -25,6 +30,8 @@ from typing import Any
 
 DIRECTIVE_RE = re.compile(r"CALL\s+([A-Za-z0-9_-]+)(?:#([A-Za-z0-9_-]+))?\s+(\{.*\})", re.S)
 Chunk = Callable[..., None]
+ENVELOPE_OPENING_RE = re.compile(r"<swarm_message\b([^>]*)>")
+ATTRIBUTE_RE = re.compile(r'([a-z_]+)="([^"]*)"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,21 @@ def tool_call_in(text: str) -> ToolCall | None:
         return None
     name, call_id, arguments = match.groups()
     return ToolCall(name, call_id or "call_" + uuid.uuid4().hex[:24], arguments)
+
+
+def echo_call(text: str) -> ToolCall | None:
+    """The echo model's answer to ``text``: a ``swarm_send`` thanking the sender of the
+    last swarm envelope in it, as a reply to that message; None when there is no envelope,
+    or it is pigeond's own notice (no one to thank)."""
+    openings = ENVELOPE_OPENING_RE.findall(text)
+    if not openings:
+        return None
+    attributes = dict(ATTRIBUTE_RE.findall(openings[-1]))
+    sender, msg_id = attributes.get("from", ""), attributes.get("msg_id", "")
+    if not sender.startswith("ses_") or not msg_id:
+        return None
+    arguments = {"to": sender, "payload": f"re: thanks, noted ({msg_id})", "reply_to": msg_id}
+    return ToolCall("swarm_send", "call_" + uuid.uuid4().hex[:24], json.dumps(arguments))
 
 
 def tool_result_in(

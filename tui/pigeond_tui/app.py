@@ -53,11 +53,13 @@ from pigeond_tui import data
 from pigeond_tui.addressing import AddressingScreen
 from pigeond_tui.consent import PolicyScreen
 from pigeond_tui.data import TABS, Snapshot, read_snapshot
+from pigeond_tui.held import HeldScreen
 from pigeond_tui.keys import KEYS, help_keys
 from pigeond_tui.operator_actions import OperatorActions
 from pigeond_tui.owed import OwedScreen
 from pigeond_tui.permissions import Answer, PermissionsScreen
 from pigeond_tui.screens import HelpScreen
+from pigeond_tui.threads import ThreadsScreen
 from pigeond_tui.widgets import MessageTable, Rows, counts_text, detail_text, fill_table
 
 EXIT_USAGE = 2
@@ -266,6 +268,16 @@ class PigeonApp(OperatorActions):
             self.db, self.clock, self.answer_permission, self.reported, self.interval
         )
         self.push_screen(screen)
+
+    def action_held(self) -> None:
+        """What the conversation brakes hold, and the person's decision (pigeond_tui/held.py)."""
+        self.push_screen(
+            HeldScreen(self.db, self.clock, self.report, self.refresh_data, self.interval)
+        )
+
+    def action_threads(self) -> None:
+        """The threads with their hops, turns and costs (pigeond_tui/threads.py)."""
+        self.push_screen(ThreadsScreen(self.db, self.clock, self.interval))
 
     def action_policy(self) -> None:
         """The highlighted row's target's consent (pigeond_tui/consent.py)."""

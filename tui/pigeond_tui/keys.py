@@ -64,6 +64,10 @@ KEYS: Final[tuple[Binding, ...]] = (
             tooltip="names and channels: who holds which name, each channel's members"),
     Binding("w", "permissions", "Waiting",
             tooltip="permission requests sessions wait on while they handle swarm messages"),
+    Binding("h", "held", "Held",
+            tooltip="messages a conversation brake holds for a person: release or drop them"),
+    Binding("t", "threads", "Threads",
+            tooltip="threads, the latest first: hops, turns, held, tokens and cost"),
     Binding("right_square_bracket", "page(1)", "Next page", show=False,
             tooltip=f"next window of {WINDOW} messages (tables never load everything)"),
     Binding("left_square_bracket", "page(-1)", "Previous page", show=False,
@@ -100,6 +104,34 @@ PERMISSION_KEYS: Final[tuple[Binding, ...]] = (
     Binding("r", "reread", "refresh", tooltip="read the open requests again"),
     Binding("escape,w,q", "close", "close", tooltip="close"),
 )  # fmt: skip
+
+
+# The held screen's keys (pigeond_tui/held.py): the three releases, drop, refresh, close.
+HELD_KEYS: Final[tuple[Binding, ...]] = (
+    Binding("l", "release('reset')", "release",
+            tooltip="deliver the highlighted message; its brake's count starts over"),
+    Binding("plus", "release('raise')", "raise",
+            tooltip="deliver it and raise its thread's limit by N (hops, or budget tokens)"),
+    Binding("o", "release('once')", "once",
+            tooltip="deliver only it; the next message past the limit is held again"),
+    Binding("d", "drop", "drop",
+            tooltip="cancel it (after a question); its sender is told a person dropped it"),
+    Binding("r", "reread", "refresh", tooltip="read the held messages again"),
+    Binding("escape,h,q", "close", "close", tooltip="close"),
+)  # fmt: skip
+
+
+# The threads screen's keys (pigeond_tui/threads.py): it only reads.
+THREAD_KEYS: Final[tuple[Binding, ...]] = (
+    Binding("r", "reread", "refresh", tooltip="read the threads again"),
+    Binding("escape,t,q", "close", "close", tooltip="close"),
+)
+
+
+# The question for a number (pigeond_tui/screens.py NumberScreen): Enter takes it.
+NUMBER_KEYS: Final[tuple[Binding, ...]] = (
+    Binding("escape", "close", "cancel", tooltip="cancel, changing nothing"),
+)
 
 
 def row_action(key: str) -> tuple[str, Action] | None:

@@ -1,4 +1,5 @@
-"""The TUI's modal screens: the Yes/No question before a write, and the help.
+"""The TUI's modal screens: the Yes/No question before a write, the question for a
+number (how far to raise a limit), and the help.
 
 The help is made from the app's key bindings (each binding's ``tooltip`` is its
 help line), so a key cannot be added, changed or dropped without the help
@@ -16,9 +17,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label, Static
+from textual.widgets import Button, Input, Label, Static
 
 from pigeond.terminal import visible
+from pigeond_tui.keys import NUMBER_KEYS, key_line
 
 KEY_WIDTH = 7
 HELP_FOOT = (
@@ -55,6 +57,38 @@ class ConfirmScreen(ModalScreen[bool]):
     @on(Button.Pressed)
     def pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
+
+
+class NumberScreen(ModalScreen[int | None]):
+    """A question for a whole number of at least 1, ``default`` filled in: Enter takes it,
+    Esc answers None.  Anything else typed is refused and the question stays."""
+
+    BINDINGS: ClassVar[list[BindingType]] = list(NUMBER_KEYS)
+
+    def __init__(self, question: str, default: int) -> None:
+        super().__init__()
+        self.question = question
+        self.default = default
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="number"):
+            yield Label(Text(visible(self.question)), id="number-question")
+            yield Input(str(self.default), type="integer", id="number-input")
+            yield Label(f"enter takes it  {key_line(self.app, NUMBER_KEYS)}", id="number-foot")
+
+    def on_mount(self) -> None:
+        self.query_one("#number-input", Input).focus()
+
+    @on(Input.Submitted, "#number-input")
+    def submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text.isdigit() or int(text) < 1:
+            self.query_one("#number-foot", Label).update("a whole number of at least 1, please")
+            return
+        self.dismiss(int(text))
+
+    def action_close(self) -> None:
+        self.dismiss(None)
 
 
 def help_lines(keys: Sequence[tuple[str, str]]) -> list[str]:
