@@ -81,6 +81,11 @@ def send_direct(server: OpencodeServer, session: str, n: int) -> None:
 
 # A benchmark measures delivery, not the flood guard.
 NO_FLOOD_LIMITS = ("--max-queued-per-target", "0", "--sender-rate-per-s", "0")
+# ...nor the conversation brakes (numbered payloads to one session, fast).
+BRAKES_OFF = (
+    "--max-hops-per-thread", "0", "--max-pair-messages-per-minute", "0",
+    "--max-repeats-per-pair", "0",
+)  # fmt: skip
 
 
 def send_via_pigeond(daemon: DaemonProcess, session: str, n: int) -> None:
@@ -158,7 +163,8 @@ def run_version(version: str, n: int, delay: float, work: Path) -> list[Row]:
                 else:
                     daemon = DaemonProcess(
                         work, work / f"{version}-{way}.db", opencode_url=server.url,
-                        extra_args=[*args, "--busy-window-s", "3", *NO_FLOOD_LIMITS],
+                        extra_args=[*args, "--busy-window-s", "3", *NO_FLOOD_LIMITS,
+                                    *BRAKES_OFF],
                     ).start()  # fmt: skip
                     try:
                         send_via_pigeond(daemon, session, n)

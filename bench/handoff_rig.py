@@ -43,6 +43,12 @@ START_TIMEOUT_S = 15.0
 # A bench measures delivery, not the flood guard: 1,000 msg/s from 10 senders would be
 # refused at the defaults (10 msg/s per sender, 1,000 queued per target).
 GUARD_OFF = ("--sender-rate-per-s", "0", "--sender-burst", "0", "--max-queued-per-target", "0")
+# ...nor the conversation brakes: its senders send numbered payloads to one target far
+# faster than 30 a minute, which the pair brakes would hold for a person.
+BRAKES_OFF = (
+    "--max-hops-per-thread", "0", "--max-pair-messages-per-minute", "0",
+    "--max-repeats-per-pair", "0",
+)  # fmt: skip
 # pigeond's defaults for delivery (tests/daemon_process.py passes call/1 for its tests)
 DELIVERY = ("--delivery", "turn", "--batch-max", "10")
 TICK_MS = 500  # the default: new messages go out at once (kick); the tick is a safety net
@@ -124,10 +130,10 @@ def daemon(
     env: dict[str, str] | None = None,
     db: Path | str | None = None,
 ) -> Iterator[BenchDaemon]:
-    """A fresh pigeond (turn delivery, batches of 10, flood guard off), pinned;
+    """A fresh pigeond (turn delivery, batches of 10, flood guard and brakes off), pinned;
     ``launcher``: Python code run with ``-c`` instead of ``-m pigeond``, that runs it;
     ``db``: its ``--db`` (a ``postgresql://`` URL, say), else ``workdir/pigeond.db``."""
-    args = [*DELIVERY, *GUARD_OFF, *extra]
+    args = [*DELIVERY, *GUARD_OFF, *BRAKES_OFF, *extra]
     proc = BenchDaemon(
         workdir, db or workdir / "pigeond.db", opencode_url=opencode_url, tick_ms=TICK_MS,
         extra_args=args, env=env,
