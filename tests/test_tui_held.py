@@ -18,7 +18,7 @@ from pigeond_tui.held import HELD_VIEW_COLUMNS, HeldScreen
 from pigeond_tui.screens import ConfirmScreen, NumberScreen
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
 from tests.messages import new_message
-from tests.tui_support import LATER, NOW, PAIR, THREAD, A, B, drive, seed_held, settle
+from tests.tui_support import BUDGET, LATER, NOW, PAIR, THREAD, A, B, drive, seed_held, settle
 
 
 def reopen(db: Path) -> SwarmRepository:
@@ -107,6 +107,52 @@ def test_plus_raises_the_thread_s_hop_limit_by_the_n_given(tmp_path: Path) -> No
     repo.close()
     assert message is not None and message.next_retry_at == LATER
     assert thread is not None and (thread.hops, thread.hop_limit) == (2, 7)
+
+
+def test_a_budget_hold_s_raise_offers_as_many_tokens_again(tmp_path: Path) -> None:
+    """raise on a budget hold: the tokens the thread used so far filled in; taken, the
+    thread's own token budget is what it used plus that."""
+    db = seed_held(tmp_path / "p.db", BUDGET)
+    asked: list[str] = []
+
+    async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
+        await open_held(app, pilot)
+        await pilot.press("plus")
+        await settle(app, pilot)
+        asked.append(app.screen.query_one("#number-input", Input).value)
+        await pilot.press("enter")
+        await settle(app, pilot)
+
+    app = drive(db, script)
+    assert asked == ["52310"] and "msg_held: released (raise by 52310)" in app.reports
+    repo = reopen(db)
+    thread = repo.thread(THREAD)
+    repo.close()
+    assert thread is not None and thread.token_budget == 2 * 52_310
+
+
+def test_the_question_for_n_takes_only_a_whole_number_of_at_least_1(tmp_path: Path) -> None:
+    """0 or words: the question stays and says what it wants; nothing is released."""
+    db = seed_held(tmp_path / "p.db")
+    said: list[str] = []
+
+    async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
+        await open_held(app, pilot)
+        await pilot.press("plus")
+        await settle(app, pilot)
+        for typed in ("0", "many"):
+            app.screen.query_one("#number-input", Input).value = typed
+            await pilot.press("enter")
+            await settle(app, pilot)
+            assert isinstance(app.screen, NumberScreen)
+            said.append(str(app.screen.query_one("#number-foot").render()))
+
+    drive(db, script)
+    assert said == ["a whole number of at least 1, please"] * 2
+    repo = reopen(db)
+    message = repo.get("msg_held")
+    repo.close()
+    assert message is not None and message.hold_kind == "brake"
 
 
 def test_escape_in_the_question_for_n_releases_nothing(tmp_path: Path) -> None:

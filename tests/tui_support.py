@@ -111,6 +111,7 @@ def seed_real(path: Path) -> Path:
 A, B = "ses_a", "ses_b"
 THREAD = "thr_tui"
 HOPS = Hold("hops", f"thread {THREAD} reached 2 hops without a person; a person must release it")
+BUDGET = Hold("budget", f"thread {THREAD} used 52,310 tokens, over its budget of 50,000")
 PAIR = Hold("pair_rate", "ses_a sent ses_b 31 messages in a minute; a person must release it")
 USAGE = TurnUsage(input=50_000, output=2_310, cost=0.25)
 
