@@ -446,8 +446,13 @@ def slowloris(
             response, latency = health_probe(daemon.port, timeout_s=1.0)
             probes.append((latency, response))
             time.sleep(max(0.0, 0.5 - (time.monotonic() - started)))  # the trickle's pace
-        for trickler in tricklers:
-            trickler.poll()
+
+        def all_cut() -> bool:  # a busy machine may cut the last ones a little late
+            for trickler in tricklers:
+                trickler.poll()
+            return all(t.closed for t in tricklers)
+
+        wait_until(all_cut, PATIENCE_S, "every trickler answered and closed", every_s=0.05)
     finally:
         for trickler in tricklers:
             trickler.close()
