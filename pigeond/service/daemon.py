@@ -16,46 +16,35 @@ from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
-from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.client import HTTPConnectionPool
 
 from pigeond.api.access import AccessPolicy
-from pigeond.api.agents import AgentRoutes
 from pigeond.api.channels import ChannelRoutes
-from pigeond.api.costs import CostsRoute
 from pigeond.api.flood import FloodGuard
-from pigeond.api.metrics import MetricsRoute
-from pigeond.api.names import NamesRoute
-from pigeond.api.owed import OwedRoute
-from pigeond.api.permissions import PermissionRoutes
-from pigeond.api.policy import REFRESH_S, PolicyBook, PolicyRoutes
+from pigeond.api.policy import REFRESH_S, PolicyBook
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth, SwarmRoutes
-from pigeond.api.search import SearchRoute
 from pigeond.api.target_check import TargetCheck
-from pigeond.api.threads import ThreadRoutes
 from pigeond.api.web import JsonApi, QuietSite, make_site
 from pigeond.brakes import Brake
 from pigeond.config import Config
 from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
-from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.member_doors import MemberDoors
 from pigeond.delivery.metrics import DeliveryMetrics
-from pigeond.delivery.opencode_client import OpencodeClient
 from pigeond.delivery.permissions import PermissionWatch
 from pigeond.delivery.policy import DeliveryPolicy
 from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.delivery.registry import SessionDirectoryRegistry
 from pigeond.delivery.reminders import ReminderSweep
-from pigeond.delivery.routing import Routing
 from pigeond.delivery.sweeper import ExpirySweeper
 from pigeond.delivery.turns import TurnTracker
 from pigeond.delivery.verifier import Verifier
 from pigeond.service.brakes import conversation_brakes, person_prompts
 from pigeond.service.db_watch import DatabaseWatch
+from pigeond.service.delivery_parts import DeliveryParts
 from pigeond.service.listeners import listen_runtime_socket, server_endpoint
 from pigeond.service.members import (
     MemberLiveness,
-    NoDelivery,
     member_parts,
     turns_ended_of,
 )
@@ -64,11 +53,13 @@ from pigeond.service.parts import (
     both,
     delivery_health_with_api,
     describe_address,
+    opencode_client,
     timer_job,
 )
 from pigeond.service.pruner import Pruner
 from pigeond.service.reload import RESTART_ONLY, config_changes, needing_restart
-from pigeond.service.shared_db import SharedDatabaseParts, seen_status, shared_database_parts
+from pigeond.service.shared_db import seen_status, shared_database_parts
+from pigeond.service.side_routes import install_side_routes
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database, open_threaded
 
@@ -79,28 +70,6 @@ class Reconfigurable(Protocol):
     """A part that takes a reload's settings (it reads what it needs of them)."""
 
     def configure(self, config: Config) -> None: ...
-
-
-@dataclass
-class DeliveryParts:
-    """The layers a config reload reaches into."""
-
-    client: OpencodeClient
-    registry: SessionDirectoryRegistry
-    verifier: Verifier
-    turns: TurnTracker | None
-    # on PostgreSQL, each drain's lock and the routes (None on a SQLite file)
-    shared: SharedDatabaseParts | None
-    # whether a session exists, asked of its own runtime (opencode, or the members)
-    liveness: MemberLiveness
-    # /swarm/agent/*: the members that ask for their messages (Claude Code, MCP-only)
-    doors: MemberDoors
-    # permission requests of sessions handling swarm messages (pigeond/delivery/permissions.py)
-    permissions: PermissionWatch | None = None
-
-    @property
-    def routing(self) -> Routing | None:
-        return None if self.shared is None else self.shared.routing
 
 
 @dataclass
@@ -314,21 +283,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     delivery: DeliveryParts | None = None
     members = member_parts(db, reactor)
     if config.arbiter_enabled:
-        exchange = None
-        if http is None:
-            pool = HTTPConnectionPool(reactor, persistent=True)
-            pool.maxPersistentPerHost = 16
-            connect_timeout = min(10.0, config.handoff_timeout_s)
-            http = HTTPClient(Agent(reactor, pool=pool, connectTimeout=connect_timeout))
-            if config.opencode_url.startswith("http://"):  # the calls; treq keeps the stream
-                exchange = HttpExchange(
-                    reactor, config.opencode_url, connect_timeout_s=connect_timeout,
-                    auth=config.opencode_auth,
-                )  # fmt: skip
-        client = OpencodeClient(
-            http, config.opencode_url, reactor, config, auth=config.opencode_auth,
-            exchange=exchange,
-        )  # fmt: skip
+        client, pool = opencode_client(config, reactor, http)
         registry = SessionDirectoryRegistry(client, reactor, config)
         reach = client.reachability  # an outage of opencode: everything waits for its end
 
@@ -427,25 +382,10 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     )
     access, notes = access_policy(config)
     api = routes.install(JsonApi(gate=access))
-    MetricsRoute(db, reactor, metrics.registry, routes.delivery_health).install(api)
-    OwedRoute(db).install(api)
-    ThreadRoutes(db, reactor, on_released=kick).install(api)
-    CostsRoute(db).install(api)
-    PermissionRoutes(db, None if delivery is None else delivery.permissions).install(api)
-    PolicyRoutes(db, policies, reactor).install(api)
-    SearchRoute(db, lambda: routes.inbox_max_bytes).install(api)
-    liveness = None if delivery is None else delivery.liveness
-    NamesRoute(db, reactor, liveness).install(api)
-    channels = ChannelRoutes(db, reactor, config, liveness)
-    channels.install(api)
-    doors = (
-        MemberDoors(
-            reactor, members.slots, members.claude, members.paths, NoDelivery(), delivering=False
-        )
-        if delivery is None
-        else delivery.doors
-    )
-    AgentRoutes(doors).install(api)
+    channels = install_side_routes(
+        api, db, reactor, config, routes=routes, metrics=metrics, policies=policies,
+        delivery=delivery, members=members, kick=kick,
+    )  # fmt: skip
     site = make_site(api, config, reactor=reactor)
     pruner = Pruner(db, reactor, retention_days=config.retention_days)
     return Daemon(

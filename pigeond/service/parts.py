@@ -7,9 +7,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
+from treq.client import HTTPClient
 from twisted.application.internet import TimerService
 from twisted.internet.interfaces import IListeningPort, IReactorTime
+from twisted.web.client import Agent, HTTPConnectionPool
 
 from pigeond.api.access import AccessPolicy
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth
@@ -17,6 +20,7 @@ from pigeond.config import OPTION_BY_NAME, Config, default_runtime_socket, defau
 from pigeond.credentials import load_or_create_token
 from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
+from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.opencode_client import OpencodeClient
 
 
@@ -119,3 +123,30 @@ def delivery_health_with_api(
     if client is None or client.api.problem is None or health is DELIVERY_OFF:
         return health
     return replace(health, opencode="unsupported", problem=client.api.problem)
+
+
+def opencode_client(
+    config: Config, reactor: Any, http: HTTPClient | None
+) -> tuple[OpencodeClient, HTTPConnectionPool | None]:
+    """The client of opencode (``http`` when a test passes one), and the connection pool
+    made for it, which the daemon closes when it stops: persistent connections for the
+    calls (a lean exchange for ``http://``; treq keeps the event stream)."""
+    if http is not None:
+        return OpencodeClient(
+            http, config.opencode_url, reactor, config, auth=config.opencode_auth
+        ), None
+    pool = HTTPConnectionPool(reactor, persistent=True)
+    pool.maxPersistentPerHost = 16
+    connect_timeout = min(10.0, config.handoff_timeout_s)
+    http = HTTPClient(Agent(reactor, pool=pool, connectTimeout=connect_timeout))
+    exchange = None
+    if config.opencode_url.startswith("http://"):
+        exchange = HttpExchange(
+            reactor, config.opencode_url, connect_timeout_s=connect_timeout,
+            auth=config.opencode_auth,
+        )  # fmt: skip
+    client = OpencodeClient(
+        http, config.opencode_url, reactor, config, auth=config.opencode_auth,
+        exchange=exchange,
+    )  # fmt: skip
+    return client, pool
