@@ -14,12 +14,7 @@ from pigeond.storage import SwarmRepository, open_database
 from pigeond_tui.addressing import AddressingScreen
 from pigeond_tui.app import PigeonApp
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
-from tests.tui_support import MAX_MEMBERS, NOW, drive, seed_addressing, settle
-
-
-def rows(app: PigeonApp, selector: str) -> list[list[str]]:
-    table = app.screen.query_one(selector, DataTable)
-    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+from tests.tui_support import MAX_MEMBERS, NOW, drive, seed_addressing, settle, table_rows
 
 
 def label(app: PigeonApp, selector: str) -> str:
@@ -36,12 +31,12 @@ def test_c_lists_names_channels_and_the_highlighted_channel_s_members(tmp_path: 
         await pilot.press("c")
         await settle(app, pilot)
         seen["screen"] = type(app.screen)
-        seen["names"] = rows(app, "#names-table")
-        seen["channels"] = rows(app, "#channels-table")
-        seen["dev"] = (label(app, "#members-title"), rows(app, "#members-table"))
+        seen["names"] = table_rows(app, "#names-table")
+        seen["channels"] = table_rows(app, "#channels-table")
+        seen["dev"] = (label(app, "#members-title"), table_rows(app, "#members-table"))
         await pilot.press("down")
         await settle(app, pilot)
-        seen["ops"] = (label(app, "#members-title"), rows(app, "#members-table"))
+        seen["ops"] = (label(app, "#members-title"), table_rows(app, "#members-table"))
         seen["foot"] = label(app, "#addressing-foot")
         seen["help"] = label(app, "#addressing-help")
         await pilot.press("escape")
@@ -86,9 +81,9 @@ def test_a_refresh_keeps_the_highlighted_channel(tmp_path: Path) -> None:
         repo.close()
         await pilot.press("r")
         await settle(app, pilot)
-        seen["channels"] = [row[0] for row in rows(app, "#channels-table")]
+        seen["channels"] = [row[0] for row in table_rows(app, "#channels-table")]
         seen["cursor"] = app.screen.query_one("#channels-table", DataTable).cursor_row
-        seen["members"] = [row[0] for row in rows(app, "#members-table")]
+        seen["members"] = [row[0] for row in table_rows(app, "#members-table")]
 
     drive(db, script)
     assert seen["channels"] == ["arch", "dev", "ops"]
@@ -107,7 +102,7 @@ def test_the_view_says_when_there_is_nothing_to_show(tmp_path: Path) -> None:
         await settle(app, pilot)
         seen.append(label(app, "#addressing-foot"))
         seen.append(label(app, "#members-title"))
-        assert rows(app, "#names-table") == rows(app, "#channels-table") == []
+        assert table_rows(app, "#names-table") == table_rows(app, "#channels-table") == []
 
     drive(db, script)
     assert seen[0] == "0 name(s) held, 0 channel(s) with members"
@@ -151,7 +146,7 @@ def test_hostile_names_sessions_and_channels_show_escaped(tmp_path: Path) -> Non
             table = app.screen.query_one(selector, DataTable)
             cells = [cell for i in range(table.row_count) for cell in table.get_row_at(i)]
             assert all(isinstance(cell, Text) and not cell.spans for cell in cells)
-            tables[selector] = rows(app, selector)
+            tables[selector] = table_rows(app, selector)
         titles.append(label(app, "#members-title"))
 
     drive(db, script)

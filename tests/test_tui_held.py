@@ -18,16 +18,23 @@ from pigeond_tui.held import HELD_VIEW_COLUMNS, HeldScreen
 from pigeond_tui.screens import ConfirmScreen, NumberScreen
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
 from tests.messages import new_message
-from tests.tui_support import BUDGET, LATER, NOW, PAIR, THREAD, A, B, drive, seed_held, settle
+from tests.tui_support import (
+    BUDGET,
+    LATER,
+    NOW,
+    PAIR,
+    THREAD,
+    A,
+    B,
+    drive,
+    seed_held,
+    settle,
+    table_rows,
+)
 
 
 def reopen(db: Path) -> SwarmRepository:
     return SwarmRepository(open_database(db))
-
-
-def rows(app: PigeonApp) -> list[list[str]]:
-    table = app.screen.query_one("#held-table", DataTable)
-    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
 
 
 async def open_held(app: PigeonApp, pilot: Pilot[None]) -> None:
@@ -47,7 +54,7 @@ def test_h_lists_each_held_message_with_why_and_its_thread_s_cost(tmp_path: Path
         seen["screen"] = type(app.screen)
         table = app.screen.query_one("#held-table", DataTable)
         seen["columns"] = [str(c.label) for c in table.columns.values()]
-        shown.extend(rows(app))
+        shown.extend(table_rows(app, "#held-table"))
         await pilot.press("escape")
         await settle(app, pilot)
         seen["after"] = type(app.screen)
@@ -71,7 +78,7 @@ def test_l_releases_it_due_now_and_starts_the_thread_s_hops_over(tmp_path: Path)
         await open_held(app, pilot)
         await pilot.press("l")
         await settle(app, pilot)
-        left.append(rows(app))
+        left.append(table_rows(app, "#held-table"))
 
     app = drive(db, script)
     assert left == [[]] and "msg_held: released (reset)" in app.reports
@@ -306,7 +313,7 @@ def test_hostile_text_in_a_held_message_is_shown_as_data(tmp_path: Path) -> None
 
     async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
         await open_held(app, pilot)
-        shown.extend(rows(app))
+        shown.extend(table_rows(app, "#held-table"))
         detail.append(str(app.screen.query_one("#held-detail").render()))
 
     drive(db, script)

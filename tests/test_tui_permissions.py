@@ -15,7 +15,7 @@ from pigeond_tui.permissions import PERMISSION_COLUMNS, PermissionsScreen
 from tests.hostile_text import EVIL, EVIL_SHOWN
 from tests.messages import new_message
 from tests.permission_helpers import SENDER, SESSION, permission_request
-from tests.tui_support import LATER, drive, settle
+from tests.tui_support import LATER, drive, settle, table_rows
 
 
 def seed(path: Path) -> Path:
@@ -45,11 +45,6 @@ class Daemon:
         return f"{request_id}: answered {answer}"
 
 
-def rows(app: PigeonApp) -> list[list[str]]:
-    table = app.screen.query_one("#permissions-table", DataTable)
-    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
-
-
 def test_w_lists_who_waits_on_what_while_handling_which_message(tmp_path: Path) -> None:
     """One row per request, oldest first: id, session, what it asks, message, sender, age;
     the model's command escaped."""
@@ -62,7 +57,7 @@ def test_w_lists_who_waits_on_what_while_handling_which_message(tmp_path: Path) 
         seen["screen"] = type(app.screen)
         table = app.screen.query_one("#permissions-table", DataTable)
         seen["columns"] = [str(c.label) for c in table.columns.values()]
-        seen["rows"] = rows(app)
+        seen["rows"] = table_rows(app, "#permissions-table")
         await pilot.press("escape")
         await settle(app, pilot)
         seen["after"] = type(app.screen)
@@ -87,10 +82,10 @@ def test_each_answer_key_answers_the_highlighted_request(tmp_path: Path) -> None
         await settle(app, pilot)
         await pilot.press("o")
         await settle(app, pilot)
-        left.append(rows(app))
+        left.append(table_rows(app, "#permissions-table"))
         await pilot.press("a")
         await settle(app, pilot)
-        left.append(rows(app))
+        left.append(table_rows(app, "#permissions-table"))
 
     app = drive(db, script, answer_permission=daemon)
     assert daemon.answers == [("per_old", "once"), ("per_new", "always")]
@@ -123,7 +118,7 @@ def test_without_a_daemon_the_view_only_lists(tmp_path: Path) -> None:
         await settle(app, pilot)
         await pilot.press("o")
         await settle(app, pilot)
-        after.append(rows(app))
+        after.append(table_rows(app, "#permissions-table"))
 
     app = drive(db, script)
     assert len(after[0]) == 2

@@ -18,7 +18,7 @@ from pigeond_tui.threads import ThreadsScreen
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
 from tests.messages import new_message
 from tests.storage_helpers import seen_message
-from tests.tui_support import NOW, drive, settle
+from tests.tui_support import NOW, drive, settle, table_rows
 
 USAGE = TurnUsage(input=50_000, output=2_310, cost=0.25)
 EVIL_THREAD = "thr_[b]e[/b]" + EVIL
@@ -39,11 +39,6 @@ def seed(path: Path) -> Path:
     return path
 
 
-def rows(app: PigeonApp) -> list[list[str]]:
-    table = app.screen.query_one("#threads-table", DataTable)
-    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
-
-
 def test_t_lists_threads_the_latest_first_with_tokens_and_cost(tmp_path: Path) -> None:
     """The latest first, each with hops, limit, turns, messages, held, tokens, cost and
     age; Esc closes."""
@@ -56,7 +51,7 @@ def test_t_lists_threads_the_latest_first_with_tokens_and_cost(tmp_path: Path) -
         seen["screen"] = type(app.screen)
         table = app.screen.query_one("#threads-table", DataTable)
         seen["columns"] = [str(c.label) for c in table.columns.values()]
-        seen["rows"] = rows(app)
+        seen["rows"] = table_rows(app, "#threads-table")
         await pilot.press("escape")
         await settle(app, pilot)
         seen["after"] = type(app.screen)
@@ -80,7 +75,7 @@ def test_hostile_thread_ids_are_shown_as_data(tmp_path: Path) -> None:
     async def script(app: PigeonApp, pilot: Pilot[None]) -> None:
         await pilot.press("t")
         await settle(app, pilot)
-        shown.extend(rows(app))
+        shown.extend(table_rows(app, "#threads-table"))
 
     drive(db, script)
     assert all(not raw_controls(cell) for row in shown for cell in row)

@@ -170,6 +170,12 @@ async def settle(app: PigeonApp, pilot: Pilot[None]) -> None:
     await pilot.pause()
 
 
+def table_rows(app: PigeonApp, selector: str) -> list[list[str]]:
+    """The cells of the current screen's table ``selector``, as shown, row by row."""
+    table = app.screen.query_one(selector, DataTable)
+    return [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+
+
 def table_keys(app: PigeonApp, selector: str) -> list[str]:
     table = app.query_one(selector, DataTable)
     return [
