@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from pigeond.model import KINDS, MSG_ID_RE, PRIORITIES
+from pigeond.tool_calls import plugin_msg_id
 from tests.plugin_runner import (
     SESSION,
     ToolRun,
@@ -168,6 +169,12 @@ def test_other_calls_and_sessions_get_other_msg_ids() -> None:
         for call, session in [("call_A", SESSION), ("call_B", SESSION), ("call_A", "ses_other")]
     }
     assert len(ids) == 3
+
+
+def test_the_plugin_s_msg_id_is_the_one_pigeond_derives_from_the_call() -> None:
+    """pigeond finds the call that made a message from its msg_id (tool_calls.plugin_msg_id)."""
+    run = send({"to": TARGET, "payload": "x"}, call_id="call_A", session=SESSION)
+    assert run.posts[0]["body"]["msg_id"] == plugin_msg_id(SESSION, "call_A")
 
 
 def test_send_without_a_call_id_still_sends() -> None:

@@ -46,11 +46,12 @@ class Peer:
     uid: int
     gid: int
     groups: frozenset[int] | None  # supplementary groups, when the kernel tells them
+    pid: int = 0  # 0 when the kernel could not name it (a peer in another pid namespace)
 
 
 def peer_credentials(sock: socket.socket) -> Peer:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, gid = struct.unpack("3i", raw)
+    pid, uid, gid = struct.unpack("3i", raw)
     groups: frozenset[int] | None
     try:
         data = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 4 * MAX_PEER_GROUPS)
@@ -58,7 +59,7 @@ def peer_credentials(sock: socket.socket) -> Peer:
         groups = None
     else:
         groups = frozenset(struct.unpack(f"{len(data) // 4}I", data[: len(data) // 4 * 4]))
-    return Peer(uid, gid, groups)
+    return Peer(uid, gid, groups, pid)
 
 
 def unix_peer(request: server.Request) -> Peer | None:
