@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unit venv clean bench dist deb docs system-deps
+.PHONY: run test lint unit venv clean bench dist deb docs angles system-deps
 
 venv: $(STAMP)
 
@@ -41,6 +41,10 @@ unit: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python -m docs.gen_reference
 	$(BIN)/mkdocs build --strict --site-dir build/docs
+
+## the angle-bracket look-alikes from Unicode's data: pigeond/angle_table.py and the plugin's copy
+angles: $(STAMP)
+	$(BIN)/python -m pigeond.angles
 
 ## sdist and wheel in dist/
 dist: $(STAMP)

@@ -42,6 +42,42 @@ class TokenError(Exception):
     """The token file is unusable; the text is one line naming the file."""
 
 
+class PasswordFileError(Exception):
+    """The database's password file is unusable; the text is one line naming the file."""
+
+
+def read_password_file(path: Path | str) -> str:
+    """The password in ``path`` (``db_password_file``): its first line, as written.
+
+    Refused (PasswordFileError), like libpq's ``~/.pgpass``, when group or others may
+    read or write it: a password another user can read is no longer one.  Never
+    tightened in place (as pigeond's own token is): the file is the user's, not ours."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise PasswordFileError(f"db_password_file {path} is not a regular file")
+            if st.st_mode & GROUP_OTHER_BITS:
+                raise PasswordFileError(
+                    f"db_password_file {path} is open to group or others (mode"
+                    f" {stat.S_IMODE(st.st_mode):04o}): chmod 600 {path}"
+                )
+            raw = f.read(64 * 1024)
+    except FileNotFoundError as e:
+        raise PasswordFileError(f"db_password_file {path} does not exist") from e
+    except OSError as e:
+        raise PasswordFileError(f"cannot read db_password_file {path}: {e.strerror or e}") from e
+    try:
+        password = raw.decode("utf-8").splitlines()[0] if raw.strip() else ""
+    except UnicodeDecodeError as e:
+        raise PasswordFileError(f"db_password_file {path} is not UTF-8 text") from e
+    if not password:
+        raise PasswordFileError(
+            f"db_password_file {path} is empty (the password is its first line)"
+        )
+    return password
+
+
 def default_state_dir(env: Mapping[str, str]) -> Path:
     """Where pigeond keeps its database (and token) unless told otherwise."""
     state_dirs = env.get("STATE_DIRECTORY")

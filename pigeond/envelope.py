@@ -5,28 +5,24 @@ payload can close the envelope early or forge a second one: after escaping,
 the only ``<`` characters in the text are the envelope's own tags.
 
 A model reads brackets by their looks, not their code points: every character
-whose NFKC form is ``<`` or ``>`` (fullwidth U+FF1C/U+FF1E, small
-U+FE64/U+FE65), and the common look-alikes Unicode's confusables list gives for
-them (U+2039, U+3008, U+27E8, U+02C2, U+1438, U+276E ... and their right-hand
-twins), is escaped as ``&lt;`` or ``&gt;`` too.
+that reads as an angle bracket, by Unicode's own data (the rule and its reasons:
+:mod:`pigeond.angles`; its table: :mod:`pigeond.angle_table`), is escaped too:
+``&lt;`` or ``&gt;`` when its NFKC form is that bracket (fullwidth U+FF1C/U+FF1E,
+small U+FE64/U+FE65), else its numeric character reference (U+00AB is ``&#xAB;``),
+which keeps what it means and drops how it looks.
 """
 
 from __future__ import annotations
 
+from pigeond.angle_table import GREATER_THAN, LESS_THAN, LOOKALIKES
 from pigeond.model import StoredMessage
 
 ENVELOPE_VERSION = "1"
 
-# Characters other than "<" and ">" whose NFKC form is that bracket (checked
-# against unicodedata by the tests), then look-alikes that NFKC keeps apart.
-NFKC_LESS_THAN = "\ufe64\uff1c"
-NFKC_GREATER_THAN = "\ufe65\uff1e"
-LOOKALIKE_LESS_THAN = "\u02c2\u1438\u2039\u2329\u276c\u276e\u2770\u27e8\u3008"
-LOOKALIKE_GREATER_THAN = "\u02c3\u1433\u203a\u232a\u276d\u276f\u2771\u27e9\u3009"
-
 _TEXT_ESCAPES = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"}
-_TEXT_ESCAPES |= {ord(c): "&lt;" for c in NFKC_LESS_THAN + LOOKALIKE_LESS_THAN}
-_TEXT_ESCAPES |= {ord(c): "&gt;" for c in NFKC_GREATER_THAN + LOOKALIKE_GREATER_THAN}
+_TEXT_ESCAPES |= {ord(c): "&lt;" for c in LESS_THAN}
+_TEXT_ESCAPES |= {ord(c): "&gt;" for c in GREATER_THAN}
+_TEXT_ESCAPES |= {ord(c): f"&#x{ord(c):X};" for c in LOOKALIKES}
 _ATTRIBUTE_ESCAPES = _TEXT_ESCAPES | {ord('"'): "&quot;"}
 
 

@@ -64,11 +64,22 @@ class PgCluster:
     def socket_dir(self) -> Path:
         return self.root / "sock"
 
-    def url(self, database: str = "postgres", *, tcp: bool = False) -> str:
-        """A libpq URL of ``database``: over the Unix socket, or over 127.0.0.1."""
+    def url(self, database: str = "postgres", *, tcp: bool = False, role: str = ROLE) -> str:
+        """A libpq URL of ``database`` as ``role``: over the Unix socket, or over 127.0.0.1."""
         if tcp:
-            return f"postgresql://{ROLE}@127.0.0.1:{self.port}/{database}"
-        return f"postgresql://{ROLE}@/{database}?host={self.socket_dir}&port={self.port}"
+            return f"postgresql://{role}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{role}@/{database}?host={self.socket_dir}&port={self.port}"
+
+    def require_password(self, role: str, password: str) -> None:
+        """A superuser ``role`` that must give ``password`` (SCRAM) to connect, however it
+        comes; every other role is still trusted.  Idempotent."""
+        if self.psql(f"SELECT 1 FROM pg_roles WHERE rolname = '{role}'").strip():
+            return
+        self.psql(f"CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'")
+        hba = self.root / "data" / "pg_hba.conf"
+        rules = f"local all {role} scram-sha-256\nhost all {role} 127.0.0.1/32 scram-sha-256\n"
+        hba.write_text(rules + hba.read_text())  # the first rule that matches applies
+        self.pg_ctl("reload")
 
     def psql(self, sql: str, database: str = "postgres") -> str:
         """Run ``sql`` with psql as the cluster's role; its output."""

@@ -190,6 +190,61 @@ def test_missing_host_is_421(repo: SwarmRepository, clock: Clock) -> None:
     assert status == 421 and "Host" in json_body(body)["error"]
 
 
+# -- a header the gate decides on, twice ----------------------------------------------------
+
+SEND_BODY = json.dumps(SEND).encode()
+REPEATED = {
+    "Host": b"Host: evil.com\r\nHost: 127.0.0.1\r\n",
+    "Authorization": b"Authorization: Bearer %s\r\nAuthorization: Bearer %s\r\n"
+    % (TOKEN.encode(), b"x" * 43),
+    "Origin": b"Origin: http://a.example\r\nOrigin: http://b.example\r\n",
+    "Content-Type": b"Content-Type: text/plain\r\nContent-Type: application/json\r\n",
+}
+
+
+def request_with(extra: bytes) -> bytes:
+    """A send with the token and a JSON body, ``extra`` header lines added (each header
+    ``extra`` names is left to ``extra`` alone)."""
+    names = {line.split(b":")[0].lower() for line in extra.split(b"\r\n") if line}
+    lines = [b"POST /swarm/send HTTP/1.1"]
+    defaults = {
+        b"host": b"Host: 127.0.0.1",
+        b"authorization": f"Authorization: Bearer {TOKEN}".encode(),
+        b"content-type": b"Content-Type: application/json",
+    }
+    lines += [line for name, line in defaults.items() if name not in names]
+    lines.append(b"Content-Length: %d" % len(SEND_BODY))
+    return b"\r\n".join(lines) + b"\r\n" + extra + b"\r\n" + SEND_BODY
+
+
+@pytest.mark.parametrize("name", list(REPEATED))
+def test_a_gated_header_given_twice_is_400(repo: SwarmRepository, clock: Clock, name: str) -> None:
+    """Two of Host, Authorization, Origin or Content-Type: 400 naming it, nothing stored."""
+    site = make_site(gated_api(repo, clock), Config())
+    status, _, body = raw_exchange(site, request_with(REPEATED[name]))
+    assert (status, json_body(body)["error"]) == (
+        400, f"the request has more than one {name} header"
+    )  # fmt: skip
+    assert repo.count_by_state() == {}
+
+
+def test_a_second_authorization_does_not_override_the_first(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """A wrong token then the right one is refused too, not read as the last one."""
+    site = make_site(gated_api(repo, clock), Config())
+    extra = f"Authorization: Bearer {'x' * 43}\r\nAuthorization: Bearer {TOKEN}\r\n".encode()
+    assert raw_exchange(site, request_with(extra))[0] == 400
+
+
+def test_the_same_request_with_each_header_once_is_accepted(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """The request the repeated-header tests start from is a good send."""
+    site = make_site(gated_api(repo, clock), Config())
+    assert raw_exchange(site, request_with(b""))[0] == 202
+
+
 # -- Unix sockets: the peer's uid ----------------------------------------------------------
 
 

@@ -54,6 +54,14 @@ def pg_db(pg_migrated_url: str) -> str:
     return pg_migrated_url
 
 
+def run_on(capsys: pytest.CaptureFixture[str], db: str, *argv: str) -> tuple[int, str, str]:
+    """``pigeon`` with ``db`` from PIGEOND_DB: a URL with a password is refused on its
+    command line, where any local user could read it."""
+    code = main(list(argv), env={"HOME": "/nonexistent", "PIGEOND_DB": db}, now_ms=LATER)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def with_password(url: str) -> str:
     """The tests' URL with a password in it (the cluster trusts its role: it is not asked for)."""
     return url.replace("pigeond_test@", f"pigeond_test:{SECRET}@", 1)
@@ -179,12 +187,12 @@ def test_the_password_is_never_printed(
     """A URL's password (before the host, or as password=) shows in no output or error."""
     url = with_password(pg_db) if where == "userinfo" else f"{pg_db}&password={SECRET}"
     runs = [
-        run(capsys, "ls", "--db", url),
-        run(capsys, "stats", "--json", "--db", url),
-        run(capsys, "show", "msg_nope", "--db", url),
-        run(capsys, "cancel", "msg_f", "--db", url),
-        run(capsys, "prune", "--db", url, *PRUNE_AGE),
-        run(capsys, "search", "alpha", "--db", url),
+        run_on(capsys, url, "ls"),
+        run_on(capsys, url, "stats", "--json"),
+        run_on(capsys, url, "show", "msg_nope"),
+        run_on(capsys, url, "cancel", "msg_f"),
+        run_on(capsys, url, "prune", *PRUNE_AGE),
+        run_on(capsys, url, "search", "alpha"),
     ]
     assert [code for code, _, _ in runs] == [0, 0, 1, 1, 0, 0]
     for _, out, err in runs:
@@ -195,7 +203,7 @@ def test_an_unreachable_server_is_one_line_and_exit_2(capsys: pytest.CaptureFixt
     """Nothing listening: exit 2 (as an unusable file), one line naming the URL without
     its password."""
     port = closed_port()
-    code, out, err = run(capsys, "ls", "--db", f"postgresql://u:{SECRET}@127.0.0.1:{port}/db")
+    code, out, err = run_on(capsys, f"postgresql://u:{SECRET}@127.0.0.1:{port}/db", "ls")
     assert (code, out) == (2, "")
     assert err.count("\n") == 1 and SECRET not in err
     assert err.startswith(f"pigeon: postgresql://u:***@127.0.0.1:{port}/db: cannot connect to")
@@ -207,7 +215,7 @@ def test_a_url_libpq_cannot_parse_is_refused_without_its_password(
 ) -> None:
     """libpq quotes a URL it cannot parse whole in its error (one Python's urlsplit cannot
     read either, or one it can): the password is taken out."""
-    code, out, err = run(capsys, "stats", "--db", f"postgresql://u:{SECRET}@{host}/db")
+    code, out, err = run_on(capsys, f"postgresql://u:{SECRET}@{host}/db", "stats")
     assert (code, out) == (2, "")
     assert err.count("\n") == 1 and "not a usable PostgreSQL URL" in err
     assert SECRET not in err and "u:***@" in err
@@ -237,7 +245,7 @@ def test_a_database_without_pigeonds_tables_is_refused(
     pg_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An empty PostgreSQL database: exit 2, one line, and nothing is created in it."""
-    code, out, err = run(capsys, "ls", "--db", with_password(pg_url))
+    code, out, err = run_on(capsys, with_password(pg_url), "ls")
     assert (code, out) == (2, "")
     assert err.count("\n") == 1 and SECRET not in err
     assert err.endswith(": not a pigeond database (no swarm_schema table)\n")

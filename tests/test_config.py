@@ -143,6 +143,7 @@ def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
     samples = {
         "listen": ("tcp:1", "tcp:2", "tcp:3"),
         "db": (str(tmp_path / "1.db"), str(tmp_path / "2.db"), str(tmp_path / "3.db")),
+        "db_password_file": ("/p/1", "/p/2", "/p/3"),  # read only for a postgresql:// db
         "opencode_url": ("http://h:1", "http://h:2", "http://h:3"),
         "tick_ms": ("101", "102", "103"),
         "max_body_bytes": ("2001", "2002", "2003"),

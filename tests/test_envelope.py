@@ -7,14 +7,8 @@ import unicodedata
 
 import pytest
 
-from pigeond.envelope import (
-    LOOKALIKE_GREATER_THAN,
-    LOOKALIKE_LESS_THAN,
-    NFKC_GREATER_THAN,
-    NFKC_LESS_THAN,
-    escape_attribute,
-    render_envelope,
-)
+from pigeond.angle_table import GREATER_THAN, LESS_THAN, LOOKALIKES
+from pigeond.envelope import escape_attribute, escape_text, render_envelope
 from pigeond.model import StoredMessage
 
 
@@ -102,9 +96,9 @@ def nfkc_brackets(bracket: str) -> set[str]:
 
 
 def test_nfkc_bracket_lists_are_complete() -> None:
-    """The declared NFKC brackets are exactly those Unicode's NFKC maps to < and >."""
-    assert nfkc_brackets("<") == set(NFKC_LESS_THAN)
-    assert nfkc_brackets(">") == set(NFKC_GREATER_THAN)
+    """The table's NFKC brackets are exactly those Unicode's NFKC maps to < and >."""
+    assert nfkc_brackets("<") == set(LESS_THAN)
+    assert nfkc_brackets(">") == set(GREATER_THAN)
 
 
 def test_lookalike_brackets_cannot_forge_an_envelope() -> None:
@@ -119,13 +113,33 @@ def test_lookalike_brackets_cannot_forge_an_envelope() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "char",
-    sorted(NFKC_LESS_THAN + NFKC_GREATER_THAN + LOOKALIKE_LESS_THAN + LOOKALIKE_GREATER_THAN),
-)
+# The look-alikes the issue measured reaching the envelope verbatim.
+MEASURED = "\u00ab\u00bb\u300a\u300b\u27ea\u27eb\u29fc\u29fd\u227a\u227b\u2989\u298a"
+
+
+@pytest.mark.parametrize("char", sorted(set(MEASURED + LESS_THAN + GREATER_THAN + LOOKALIKES)))
 def test_every_bracket_lookalike_is_escaped(char: str) -> None:
-    """No bracket look-alike survives in the payload or in an attribute."""
+    """No bracket look-alike survives in the payload or in an attribute: NFKC brackets
+    become &lt; or &gt;, every other its numeric reference."""
     text = render_envelope(stored(payload=f"a{char}b", sender="ses_abc"))
     assert char not in text
-    assert "a&lt;b" in text or "a&gt;b" in text
+    shown = {"<": "&lt;", ">": "&gt;"}.get(
+        unicodedata.normalize("NFKC", char), f"&#x{ord(char):X};"
+    )
+    assert f"a{shown}b" in text
     assert char not in escape_attribute(f"x{char}y")
+
+
+def test_over_all_of_unicode_the_look_alike_rule_changes_exactly_its_characters() -> None:
+    """Every code point: escaped when the table selects it (& < > as ever), else left as
+    it is; what is written for one holds no selected character and no "<" or ">"."""
+    selected = set(LESS_THAN + GREATER_THAN + LOOKALIKES) | {"<", ">"}
+    changed = set()
+    for code in range(0x110000):
+        char = chr(code)
+        shown = escape_text(char)
+        if shown != char:
+            changed.add(char)
+            assert not set(shown) & selected, (hex(code), shown)
+        assert escape_attribute(char) == ("&quot;" if char == '"' else shown)
+    assert changed == selected | {"&"}

@@ -303,3 +303,24 @@ def test_daemon_logs_no_critical_for_hostile_requests(daemon: DaemonProcess) -> 
     assert parse_response(raw).status == 200
     output = daemon.output()
     assert "critical" not in output and "Traceback" not in output, output[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "repeated",
+    [
+        b"Host: evil.com\r\nHost: 127.0.0.1\r\n",
+        b"Host: 127.0.0.1\r\nAuthorization: Bearer " + b"x" * 43 + b"\r\n",
+    ],
+    ids=["two-hosts", "two-authorizations"],
+)
+def test_daemon_refuses_a_repeated_host_or_authorization(
+    daemon: DaemonProcess, repeated: bytes
+) -> None:
+    """Over a real socket, a second Host or Authorization gets 400 and is not served."""
+    request = (
+        b"GET /swarm/inbox?session=ses_a HTTP/1.1\r\n" + repeated + b"Connection: close\r\n\r\n"
+    )
+    response = parse_response(socket_exchange(daemon.port, with_token(daemon, request)))
+    assert (response.status, response.is_json_error) == (400, True)
+    assert "more than one" in response.json()["error"]

@@ -164,6 +164,23 @@ def test_a_refusal_quoting_hostile_text_is_escaped(daemon: DaemonProcess) -> Non
     assert_inert(run.text)
 
 
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("a\x00b", "swarm_search: pigeond refused it (HTTP 400): query parameter 'q': "),
+        ("a\ud800b", "swarm_search: 'query' is not valid Unicode text (a lone surrogate"),
+    ],
+    ids=["nul", "lone-surrogate"],
+)
+def test_a_search_no_engine_can_take_is_a_clear_tool_error(
+    daemon: DaemonProcess, query: str, says: str
+) -> None:
+    """A NUL or a lone surrogate in the query: an error result saying why, no traceback."""
+    run = call_tool("swarm_search", {"query": query}, daemon_env(daemon))
+    assert run.is_error and run.text.startswith(says), run.text
+    assert "Traceback" not in daemon.output()
+
+
 def test_status_follows_a_sent_message_and_an_unknown_one_is_an_error(
     daemon: DaemonProcess,
 ) -> None:

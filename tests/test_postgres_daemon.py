@@ -111,13 +111,14 @@ def test_postgresql_stopped_mid_stream_loses_nothing_that_got_a_202(
 
 
 def test_the_url_password_is_never_printed(tmp_path: Path) -> None:
-    """--check-config and a start that cannot reach PostgreSQL show the URL without its
-    password; the token's default place is the state folder."""
+    """--check-config and a start that cannot reach PostgreSQL show the URL (from
+    PIGEOND_DB: never a command line's) without its password; the token's default place
+    is the state folder."""
     url = "postgresql://pigeon:s3cret-pw@127.0.0.1:1/swarm"
     home = tmp_path / "home"
-    env = isolated_env(home)
+    env = isolated_env(home, {"PIGEOND_DB": url})
     shown = subprocess.run(
-        [sys.executable, "-m", "pigeond", "--check-config", "--db", url],
+        [sys.executable, "-m", "pigeond", "--check-config"],
         capture_output=True, text=True, env=env, timeout=60, check=False,
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
@@ -125,7 +126,7 @@ def test_the_url_password_is_never_printed(tmp_path: Path) -> None:
     assert 'db = "postgresql://pigeon:***@127.0.0.1:1/swarm"' in shown.stdout
     assert f'token_file = "{home}/.local/state/pigeond/token"' in shown.stdout
     started = subprocess.run(
-        [sys.executable, "-m", "pigeond", "--db", url, "--listen", "tcp:0:interface=127.0.0.1"],
+        [sys.executable, "-m", "pigeond", "--listen", "tcp:0:interface=127.0.0.1"],
         capture_output=True, text=True, env=env, timeout=60, check=False,
     )  # fmt: skip
     assert started.returncode != 0
@@ -138,12 +139,12 @@ def test_a_url_that_names_no_database_is_a_config_error(tmp_path: Path) -> None:
     """--db postgresql://host/ (no database) is refused at once, in one line."""
     env = isolated_env(tmp_path / "home")
     shown = subprocess.run(
-        [sys.executable, "-m", "pigeond", "--check-config", "--db", "postgresql://u:pw@h/"],
+        [sys.executable, "-m", "pigeond", "--check-config", "--db", "postgresql://u@h/"],
         capture_output=True, text=True, env=env, timeout=60, check=False,
     )  # fmt: skip
     assert shown.returncode == 2
     assert shown.stderr.strip() == (
-        "pigeond: db postgresql://u:***@h/ names no database (…/DBNAME)"
+        "pigeond: db postgresql://u@h/ names no database (…/DBNAME, or ?service=NAME)"
     )
 
 

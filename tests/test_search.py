@@ -235,3 +235,22 @@ def test_indexing_the_noted_rows_reads_only_those_rows(repo: SwarmRepository) ->
     plan = [str(r[3]) for r in repo.connection.execute("EXPLAIN QUERY PLAN " + INDEX_PENDING_SQL)]
     assert plan[0].startswith("SCAN p"), plan
     assert any("USING INDEX idx_swarm_accept_seq (accept_seq=?)" in s for s in plan), plan
+
+
+UNSEARCHABLE = {
+    "nul": "a\x00b",
+    "lone-low-surrogate": "a\udc80b",
+    "lone-high-surrogate": "a\ud800b",
+}
+
+
+@pytest.mark.parametrize("text", UNSEARCHABLE.values(), ids=UNSEARCHABLE.keys())
+@pytest.mark.parametrize("where", ["text", "session", "state"])
+def test_a_character_no_engine_takes_is_a_query_error(
+    repo: SwarmRepository, text: str, where: str
+) -> None:
+    """A NUL or a lone surrogate, in the text, the session or the state: SearchQueryError
+    naming the character, never the engine's own failure."""
+    session, state = (text if where == "session" else None), (text if where == "state" else None)
+    with pytest.raises(SearchQueryError, match=r"cannot be searched for \(U\+"):
+        repo.search(text if where == "text" else "ab", session=session, state=state)

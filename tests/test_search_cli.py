@@ -60,7 +60,15 @@ def test_search_escapes_what_it_prints(db: Path, capsys: pytest.CaptureFixture[s
     assert EVIL_SHOWN[:20] in out and not raw_controls(out)
 
 
-@pytest.mark.parametrize(("argv", "says"), [(["*"], "no word"), (["x", "--limit", "0"], "--limit")])
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["*"], "no word"),
+        (["x", "--limit", "0"], "--limit"),
+        (["a\udcffb"], "cannot be searched for"),  # an invalid byte of a command line
+        (["review", "--session", "ses_\udcff"], "the session has a character"),
+    ],
+)
 def test_bad_text_or_limit_is_a_one_line_usage_error(
     db: Path, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
 ) -> None:

@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 
 import pytest
 from twisted.internet.task import Clock
+from twisted.logger import LogLevel
 
 from pigeond.config import Config
 from pigeond.service.daemon import Daemon
@@ -103,3 +104,15 @@ def test_search_needs_the_token(daemon: Daemon) -> None:
     """Like every route but /health, it is refused without the token."""
     status, _ = daemon_call(daemon, "GET", f"/swarm/search?q=build&session={ME}", token=False)
     assert status == 401
+
+
+@pytest.mark.parametrize(
+    "raw", ["a%00b", "%00alpha", "a%ED%B2%80b"], ids=["nul", "lead-nul", "surrogate-utf8"]
+)
+def test_text_the_engine_refuses_is_a_400_naming_q_and_logs_nothing(
+    daemon: Daemon, raw: str, log_events: list[tuple[LogLevel, str]]
+) -> None:
+    """A NUL (or bytes that are not UTF-8) in q: 400 naming 'q', and no error log line."""
+    status, body = daemon_call(daemon, "GET", f"/swarm/search?q={raw}&session={ME}")
+    assert status == 400 and body["error"].startswith("query parameter 'q'")
+    assert [text for level, text in log_events if level >= LogLevel.warn] == []

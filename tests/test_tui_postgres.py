@@ -100,7 +100,7 @@ def test_an_unusable_postgresql_database_exits_2_with_one_line(
         url = f"postgresql://u:{SECRET}@127.0.0.1:{closed_port()}/db"
     else:
         url = with_password(pg_url)
-    assert main(["--db", url], env={}) == 2
+    assert main([], env={"PIGEOND_DB": url}) == 2  # a password: never on a command line
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and err.startswith("pigeon-tui: ")
     assert SECRET not in err and ":***@" in err

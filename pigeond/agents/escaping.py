@@ -2,7 +2,8 @@
 of pigeond's own.
 
 A port of the opencode plugin's ``showChar``/``field``: ``& < >`` and every character that
-looks like a bracket become the envelope's entities (:func:`pigeond.envelope.escape_text`);
+reads as a bracket become the envelope's escapes (:func:`pigeond.envelope.escape_text`,
+over the one table of :mod:`pigeond.angle_table`);
 controls, invisible format characters and separators become visible escapes (the
 categories of :data:`pigeond.terminal.ESCAPED_CATEGORIES`); tab stays a tab.  So no
 payload can show a ``<swarm_message`` tag, a line break or a terminal command.
@@ -35,13 +36,6 @@ def show_char(char: str) -> str:
         return f"\\x{code:02x}"
     if unicodedata.category(char) in ESCAPED_CATEGORIES:
         return escape_char(char)
-    folded = unicodedata.normalize("NFKC", char)
-    if folded == "<":
-        return "&lt;"
-    if folded == ">":
-        return "&gt;"
-    if "<" in unicodedata.normalize("NFKD", char) or ">" in unicodedata.normalize("NFKD", char):
-        return escape_char(char) if code > 0xFFFF else f"\\u{code:04x}"  # ≮ ≯
     return char
 
 

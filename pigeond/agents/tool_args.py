@@ -68,6 +68,10 @@ def present(args: Args, key: str) -> bool:
     return args.get(key) is not None
 
 
+# A lone surrogate: text no UTF-8 encodes, so no request to pigeond can carry it.
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
 def string_arg(
     tool: str, args: Args, key: str, pattern: re.Pattern[str] | None = None, hint: str = ""
 ) -> str | None:
@@ -76,6 +80,12 @@ def string_arg(
     value = args[key]
     if not isinstance(value, str):
         raise ToolError(f"{tool}: '{key}' must be a string, not {shown(value)}")
+    lone = _SURROGATE.search(value)
+    if lone is not None:
+        raise ToolError(
+            f"{tool}: '{key}' is not valid Unicode text (a lone surrogate,"
+            f" U+{ord(lone.group()):04X})"
+        )
     if pattern is not None and not pattern.fullmatch(value):
         raise ToolError(f"{tool}: '{key}' must be {hint}, not {shown(value)}")
     return value

@@ -3,6 +3,10 @@
 Every accepted message becomes a prompt in a session that runs shell commands
 as its user, so the gate refuses, in this order:
 
+0. any header the gate decides on (``Host``, ``Origin``, ``Authorization``,
+   ``Content-Type``) given more than once (400): Twisted reads the last of them, so a
+   second ``Host`` or ``Authorization`` would otherwise override the first that a proxy
+   or a log saw;
 1. a ``Host`` that is not a loopback address, ``localhost`` or in ``allow_hosts``
    (421): a DNS-rebound web page names its own host;
 2. any ``Origin`` not in ``allow_origins`` (403): only browsers send one;
@@ -37,6 +41,8 @@ HEALTH_PATH = b"/health"
 JSON_MEDIA_TYPE = "application/json"
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
 MAX_PEER_GROUPS = 4096
+# The headers the gate decides on, as they are named in its answers: each may come once.
+GATED_HEADERS = ("Host", "Origin", "Authorization", "Content-Type")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,15 @@ def unix_peer(request: server.Request) -> Peer | None:
 def header(request: server.Request, name: bytes) -> str | None:
     raw = request.getHeader(name)
     return None if raw is None else raw.decode("latin-1")
+
+
+def refuse_repeated_headers(request: server.Request) -> None:
+    """400 when a header the gate decides on comes more than once (a browser never
+    sends two; a client that does is trying which one wins)."""
+    for name in GATED_HEADERS:
+        values = request.requestHeaders.getRawHeaders(name.lower().encode("ascii"))
+        if values is not None and len(values) > 1:
+            raise HttpError(400, f"the request has more than one {name} header")
 
 
 def host_name(header: str) -> str:
@@ -143,6 +158,7 @@ class AccessPolicy:
         self.allow_hosts = frozenset(host_name(h) for h in allow_hosts)
 
     def __call__(self, request: server.Request) -> None:
+        refuse_repeated_headers(request)
         self._check_host(request)
         self._check_origin(request)
         peer = unix_peer(request)

@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Final
 
 from pigeond.config import SYSTEM_DB, default_db_path
-from pigeond.db_url import without_password
+from pigeond.credentials import PasswordFileError, read_password_file
+from pigeond.db_url import (
+    PasswordOnCommandLine,
+    has_password,
+    is_postgres_url,
+    password_on_command_line,
+    with_password,
+    without_password,
+)
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.operator import (
     CANCEL_FROM,
@@ -34,16 +42,44 @@ from pigeond.storage.operator import (
 
 
 class NoDatabase(ValueError):
-    """No database named, none of the user's, and the service's is closed to them; the
-    text is one line saying so."""
+    """No database the tools may open: none named, none of the user's and the service's
+    closed to them; a password on the command line; an unusable password file.  The text
+    is one line saying so."""
 
 
-def resolve_db(given: str | None, env: Mapping[str, str], *, system_db: str = SYSTEM_DB) -> str:
-    """--db, else $PIGEOND_DB, else the system database when readable, else the user's.
+def resolve_db(
+    given: str | None,
+    env: Mapping[str, str],
+    *,
+    system_db: str = SYSTEM_DB,
+    password_file: str | None = None,
+) -> str:
+    """--db, else $PIGEOND_DB, else the system database when readable, else the user's;
+    a PostgreSQL URL with the password of ``password_file`` (--db-password-file, else
+    $PIGEOND_DB_PASSWORD_FILE) added in memory.
 
-    A path or a ``postgresql://`` URL, returned as given: only the system database and
-    the user's, files, are looked for on disk.  NoDatabase when the user's is not there
-    and the service's is, but only root (or pigeond) may read it."""
+    NoDatabase when ``given`` (a command line's) carries a password, when the password
+    file is unusable, or when the user's database is not there and the service's is, but
+    only root (or pigeond) may read it."""
+    try:
+        password_on_command_line(given)
+    except PasswordOnCommandLine as e:
+        raise NoDatabase(str(e)) from None
+    db = _named_db(given, env, system_db)
+    named = password_file or env.get("PIGEOND_DB_PASSWORD_FILE", "")
+    if not named or not is_postgres_url(db):
+        return db
+    if has_password(db):
+        raise NoDatabase("the database URL carries a password and a password file names one too")
+    try:
+        return with_password(db, read_password_file(named))
+    except PasswordFileError as e:
+        raise NoDatabase(str(e)) from None
+
+
+def _named_db(given: str | None, env: Mapping[str, str], system_db: str) -> str:
+    """A path or a ``postgresql://`` URL, returned as given: only the system database and
+    the user's, files, are looked for on disk."""
     if given:
         return given
     if env.get("PIGEOND_DB"):

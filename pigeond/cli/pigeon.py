@@ -326,7 +326,7 @@ def main(
             return cmd_permission(args, env)
         if args.command == "channel" and args.verb in DAEMON_VERBS:
             return cmd_membership(args, env)
-        db = resolve_db(args.db, env, system_db=system_db)
+        db = resolve_db(args.db, env, system_db=system_db, password_file=args.db_password_file)
         try:
             repo = SwarmRepository(open_existing(db))
         except StorageError as e:  # missing, foreign, another schema; PostgreSQL out of reach

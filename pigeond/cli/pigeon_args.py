@@ -35,7 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--db",
         metavar="PATH|URL",
         help=f"a database file or a postgresql:// URL (default $PIGEOND_DB, else {SYSTEM_DB}"
-        " when readable, else the per-user pigeond.db)",
+        " when readable, else the per-user pigeond.db); never with its password",
+    )
+    db.add_argument(
+        "--db-password-file",
+        metavar="FILE",
+        help="the PostgreSQL password's file (first line, mode 0600; default"
+        " $PIGEOND_DB_PASSWORD_FILE; libpq's ~/.pgpass works too)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

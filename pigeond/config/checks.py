@@ -35,7 +35,8 @@ def daemon_name(name: str, value: Any) -> None:
 
 
 def database(name: str, value: Any) -> None:
-    """A file path, or a ``postgresql://`` URL with a database name (shown redacted)."""
+    """A file path, or a ``postgresql://`` URL with a database name or a libpq service
+    (shown redacted)."""
     nonempty(name, value)
     if "://" not in str(value):
         return
@@ -45,8 +46,10 @@ def database(name: str, value: Any) -> None:
         parts = urlsplit(str(value))
     except ValueError:
         raise ConfigError(f"{name} {redacted(str(value))} is not a valid URL") from None
-    if not parts.path.strip("/") and "dbname=" not in parts.query:
-        raise ConfigError(f"{name} {redacted(str(value))} names no database (…/DBNAME)")
+    if not parts.path.strip("/") and not re.search(r"(?:^|&)(?:dbname|service)=", parts.query):
+        raise ConfigError(
+            f"{name} {redacted(str(value))} names no database (…/DBNAME, or ?service=NAME)"
+        )
 
 
 def between(low: float, high: float) -> Check:

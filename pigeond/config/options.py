@@ -30,7 +30,7 @@ from pigeond.config.checks import (
     words,
 )
 from pigeond.credentials import BasicAuth
-from pigeond.db_url import is_postgres_url, redacted
+from pigeond.db_url import is_postgres_url, redacted, with_password
 
 T = TypeVar("T")
 
@@ -70,6 +70,12 @@ class Config:
         "",
         "SQLite database file, or a postgresql:// URL (several daemons, one database)",
         database,
+    )
+    db_password_file: str = option(
+        "",
+        "a file holding the password of a postgresql:// db (its first line; refused unless only"
+        " its owner may read it), so the password is never on a command line; empty: none"
+        " (libpq's ~/.pgpass and service files work too)",
     )
     opencode_url: str = option(
         "http://127.0.0.1:4096", "opencode serve base URL; empty disables delivery", http_url
@@ -252,6 +258,16 @@ class Config:
     log_format: str = option("text", "text (one line per event) or json", one_of(("text", "json")))
     opencode_auth: BasicAuth | None = None
     config_file: str | None = None
+    # read from db_password_file at load; never shown, never compared in a reload's line
+    db_password: str = field(default="", repr=False)
+
+    @property
+    def connect_db(self) -> str:
+        """``db`` as the storage opens it: with the password of ``db_password_file``, in
+        memory only (:func:`pigeond.db_url.with_password`)."""
+        if self.db_password and is_postgres_url(self.db):
+            return with_password(self.db, self.db_password)
+        return self.db
 
     @property
     def arbiter_enabled(self) -> bool:
@@ -294,7 +310,7 @@ def _declared_options() -> tuple[Option, ...]:
     declared = []
     for f in fields(Config):
         if "help" not in f.metadata:
-            continue  # not an option: set from the environment (opencode_auth, config_file)
+            continue  # not an option: opencode_auth, config_file, db_password
         kind = get_origin(hints[f.name]) or hints[f.name]
         declared.append(Option(f.name, kind, f.default, f.metadata["help"], f.metadata["check"]))
     return tuple(declared)

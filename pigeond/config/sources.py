@@ -21,7 +21,13 @@ from pigeond.config.options import (
     default_runtime_socket,
     default_token_path,
 )
-from pigeond.credentials import BasicAuth
+from pigeond.credentials import BasicAuth, PasswordFileError, read_password_file
+from pigeond.db_url import (
+    PasswordOnCommandLine,
+    has_password,
+    is_postgres_url,
+    password_on_command_line,
+)
 
 
 def _split_list(raw: str) -> tuple[str, ...]:
@@ -104,10 +110,30 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return values
 
 
+def db_password(db: str, password_file: str) -> str:
+    """The password ``password_file`` holds for ``db`` (a PostgreSQL URL); "" for none.
+    ConfigError when it cannot be read, or ``db`` carries a password of its own too."""
+    if not password_file or not is_postgres_url(db):
+        return ""
+    if has_password(db):
+        raise ConfigError("db carries a password and db_password_file names one too: keep one")
+    try:
+        return read_password_file(password_file)
+    except PasswordFileError as e:
+        raise ConfigError(str(e)) from None
+
+
 def load_config(
     flags: Mapping[str, str | None], env: Mapping[str, str], config_path: str | None = None
 ) -> Config:
-    """Merge the sources; ``flags`` maps option names to the raw flag text (None = not given)."""
+    """Merge the sources; ``flags`` maps option names to the raw flag text (None = not given).
+
+    A ``--db`` with a password is refused (a command line is every local user's to
+    read); one in the environment or the config file, both the user's own, is taken."""
+    try:
+        password_on_command_line(flags.get("db"))
+    except PasswordOnCommandLine as e:
+        raise ConfigError(str(e)) from None
     path = find_config_file(config_path, env)
     from_file = read_config_file(path) if path is not None else {}
     values: dict[str, Any] = {
@@ -124,6 +150,7 @@ def load_config(
             values[option.name] = from_file[option.name]
         if option.name in values:
             option.validate(values[option.name])
+    values["db_password"] = db_password(values["db"], values.get("db_password_file", ""))
     if not values.get("token_file"):
         values["token_file"] = default_token_path(values["db"], env)
     if not values.get("daemon_name"):

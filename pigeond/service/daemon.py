@@ -257,7 +257,7 @@ def build_daemon(
     :class:`~pigeond.storage.database.InlineDatabase`) and wire the layers; listens on
     nothing yet."""
     if db is None:
-        db = open_threaded(config.db, reactor)
+        db = open_threaded(config.connect_db, reactor)
     db.configure(config)
     try:
         return _wire(config, reactor, http, db)

@@ -47,9 +47,9 @@ def shared_database_parts(
     """The locks and routing of a daemon on PostgreSQL; None on a SQLite file."""
     if not is_postgres_url(config.db):
         return None
-    locks = ThreadedTargetLocks(reactor, PgTargetLocks(config.db))
+    locks = ThreadedTargetLocks(reactor, PgTargetLocks(config.connect_db))
     routing = Routing(db, registry, reactor, config.daemon_name, config.opencode_url)
-    return SharedDatabaseParts(locks, routing, config.db, reactor)
+    return SharedDatabaseParts(locks, routing, config.connect_db, reactor)
 
 
 def seen_status(

@@ -9,7 +9,10 @@ User text never reaches FTS5's query language: it is split on white space and ev
 word becomes a quoted phrase (a ``"`` doubled), all of them ANDed, so ``NEAR(``,
 ``*``, ``payload:`` or an unbalanced parenthesis are searched for as the words they
 contain, never parsed.  A word with nothing FTS5 would index (``*``, ``--``) is
-dropped; text with no word left is a :class:`SearchQueryError`.
+dropped; text with no word left is a :class:`SearchQueryError`, and so is text neither
+engine can take: a NUL (PostgreSQL refuses it in text, SQLite's FTS5 ends the query at
+it) or a lone surrogate (no UTF-8 encodes it: what an invalid byte of a command line
+becomes in Python).
 
 A session's search is narrowed inside the index (its id as a phrase in the sender and
 target columns, an intersection of posting lists, not a walk of every match) and then
@@ -23,6 +26,7 @@ of the history (bench/search_table.py).
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -91,6 +95,20 @@ class SearchQueryError(ValueError):
     """Search text that cannot be searched for (empty, too long, no word in it)."""
 
 
+# What neither engine takes in a query: NUL and the surrogates, which no UTF-8 encodes.
+_UNSEARCHABLE: Final = re.compile("[\x00\ud800-\udfff]")
+
+
+def check_searchable(text: str, what: str = "the search text") -> None:
+    """:class:`SearchQueryError` naming the first character of ``text`` that no search
+    engine takes (a NUL, a lone surrogate), before it reaches one."""
+    found = _UNSEARCHABLE.search(text)
+    if found is not None:
+        raise SearchQueryError(
+            f"{what} has a character that cannot be searched for (U+{ord(found.group()):04X})"
+        )
+
+
 def _phrase(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
@@ -106,6 +124,7 @@ def search_words(text: str) -> list[str]:
     nothing to search, or too much."""
     if len(text) > MAX_QUERY_CHARS:
         raise SearchQueryError(f"the search text is over {MAX_QUERY_CHARS} characters")
+    check_searchable(text)
     words = [w for w in text.split() if _has_word(w)]
     if not words:
         raise SearchQueryError("the search text has no word to search for")
@@ -119,6 +138,7 @@ def match_expression(text: str, session: str | None = None) -> str:
     phrase, ANDed.  Raises :class:`SearchQueryError` for text with nothing to search."""
     terms = [_phrase(w) for w in search_words(text)]
     if session is not None:
+        check_searchable(session, "the session")
         terms.append(f"{_SESSION_COLUMNS} : {_phrase(session)}")
     return " AND ".join(terms)
 
@@ -157,6 +177,8 @@ class Search(RepositoryBase):
     def _matches(
         self, text: str, session: str | None, state: str | None, limit: int, offset: int
     ) -> Iterator[StoredMessage]:
+        if state is not None:
+            check_searchable(state, "the state")
         params: dict[str, object] = {
             "state": state,
             "session": session,
@@ -165,6 +187,8 @@ class Search(RepositoryBase):
         }
         if self.postgres:
             words = search_words(text)
+            if session is not None:
+                check_searchable(session, "the session")
             params |= {f"w{i}": word for i, word in enumerate(words)}
             sql = postgres_search_sql(len(words))
         else:

@@ -336,14 +336,19 @@ def main(
     parser = argparse.ArgumentParser(prog="pigeon-tui", description="pigeond operator TUI")
     parser.add_argument(
         "--db", metavar="PATH|URL",
-        help="a database file or a postgresql:// URL (default as for pigeon)",
+        help="a database file or a postgresql:// URL (default as for pigeon); never with its"
+        " password",
+    )  # fmt: skip
+    parser.add_argument(
+        "--db-password-file", metavar="FILE",
+        help="the PostgreSQL password's file (as for pigeon)",
     )  # fmt: skip
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:
         return EXIT_USAGE if e.code else 0
     try:
-        path = resolve_db(args.db, env, system_db=system_db)
+        path = resolve_db(args.db, env, system_db=system_db, password_file=args.db_password_file)
     except NoDatabase as e:
         print(f"pigeon-tui: {visible(str(e))}", file=sys.stderr)
         return EXIT_USAGE
