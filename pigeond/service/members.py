@@ -88,6 +88,13 @@ class MemberLiveness:
     def cached(self, session_id: str) -> bool:
         return _runtime(session_id) is Runtime.OPENCODE and self._registry.cached(session_id)
 
+    def can_look_up_now(self, session_id: str) -> bool:
+        """A member's liveness is a database read; an opencode session's may wait for one of
+        the registry's lookup slots."""
+        return _runtime(session_id) is not Runtime.OPENCODE or self._registry.can_look_up_now(
+            session_id
+        )
+
     def invalidate(self, session_id: str) -> None:
         self._registry.invalidate(session_id)
 
