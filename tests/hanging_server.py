@@ -10,9 +10,26 @@ Stopping it closes every connection it holds.
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 from collections.abc import Callable
+
+
+def _content_length(head: bytes) -> int:
+    for header in head.split(b"\r\n")[1:]:
+        name, _, value = header.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value.strip())
+    return 0
+
+
+def json_answer(status: int, body: object) -> bytes:
+    """A whole HTTP/1.1 answer with a JSON body (kept alive)."""
+    data = b"" if status == 204 else json.dumps(body).encode()
+    reason = {200: "OK", 204: "No Content", 404: "Not Found"}.get(status, "Answer")
+    head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+    return (head + f"content-length: {len(data)}\r\n\r\n").encode() + data
 
 
 class HangingServer:
@@ -64,7 +81,11 @@ class HangingServer:
                 return
             buffer += data
             while b"\r\n\r\n" in buffer:
-                head, buffer = buffer.split(b"\r\n\r\n", 1)
+                head, rest = buffer.split(b"\r\n\r\n", 1)
+                length = _content_length(head)
+                if len(rest) < length:
+                    break  # the body is still coming
+                buffer = rest[length:]
                 line = head.split(b"\r\n", 1)[0].decode("latin-1")
                 with self._lock:
                     self.request_lines.append(line)

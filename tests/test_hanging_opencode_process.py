@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.hanging_server import HangingServer
+from tests.hanging_server import HangingServer, json_answer
 from tests.polling import PATIENCE_S, holds_for, wait_until
 
 SENDS = 30
@@ -45,3 +45,37 @@ def test_sends_to_unknown_targets_keep_at_most_the_cap_of_lookups_open(
             lambda: len(opencode.open_requests("GET /session/ses_new")) <= CAP,
             2.0, f"at most {CAP} session lookups open at opencode",
         )  # fmt: skip
+
+
+def test_a_hanging_transcript_read_shows_opencode_degraded_on_health(
+    daemons: DaemonFactory, tmp_path: Path
+) -> None:
+    """opencode answers every call but the transcript reads (GET /session/<id>/message),
+    which hang: /health comes to say opencode degraded, naming why, and the message waits
+    queued with no attempt spent."""
+    directory = tmp_path / "project"
+    directory.mkdir()
+
+    def answer(line: str) -> bytes | None:
+        method, path, _ = line.split(" ")
+        if "/message" in path or path.startswith("/global/event"):
+            return None  # held: never answered
+        if method == "POST":
+            return json_answer(204, None)
+        if path.startswith("/session/ses_"):
+            return json_answer(200, {"id": path.split("/")[2], "directory": str(directory)})
+        return json_answer(200, [] if path.startswith("/agent") else {})
+
+    with HangingServer(answer) as opencode:
+        daemon = daemons.start(
+            tmp_path / "p.db", opencode_url=opencode.url, extra_args=["--handoff-timeout-s", "1"]
+        )
+        status, body = send_to(daemon, "ses_t")
+        assert (status, body["target_checked"]) == (202, True)
+        health = wait_until(
+            lambda: (h := daemon.request_json("GET", "/health")[1])["opencode"] == "degraded" and h,
+            PATIENCE_S, "opencode degraded on /health",
+        )  # fmt: skip
+        assert health["opencode_problem"].startswith("transcript reads time out (")
+        [stored] = daemon.stored_messages()
+        assert (stored.state, stored.attempts) == ("queued", 0)
