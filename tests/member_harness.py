@@ -17,6 +17,7 @@ from pigeond.delivery.claude_runtime import ClaudeRuntime, ClaudeTranscripts, Mc
 from pigeond.delivery.member_doors import MemberDoors, TranscriptPaths
 from pigeond.delivery.policy import DeliveryPolicy
 from pigeond.delivery.pull_slots import PullSlots
+from pigeond.delivery.transcript_reads import TranscriptReadWatch
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from tests.arbiter_harness import FakeRegistry, InMemoryOpencode
@@ -81,7 +82,9 @@ def make_members(
     db = InlineDatabase(repo)
     slots = PullSlots()
     paths = TranscriptPaths(db, clock)
-    claude = ClaudeRuntime(slots, ClaudeTranscripts(paths.path_of, at_once))
+    claude = ClaudeRuntime(
+        slots, ClaudeTranscripts(paths.path_of, at_once, clock, TranscriptReadWatch(clock))
+    )
     opencode = InMemoryOpencode()
     policy = DeliveryPolicy(tick_s=TICK_S, batch_max=batch_max, verify_grace_s=60)
     arbiter = Arbiter(

@@ -171,6 +171,7 @@ def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
         "inbox_max_bytes": ("2048", "4096", "8192"),
         "request_timeout_s": ("1.5", "2.5", "3.5"),
         "max_connections": ("10", "20", "30"),
+        "max_session_lookups": ("1", "4", "64"),
         "retention_days": ("0", "7", "1.5"),
         "auth": ("none", "token", "none"),
         "token_file": ("/t/1", "/t/2", "/t/3"),

@@ -15,7 +15,12 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.web.server import Site
 
-from pigeond.api.http_limits import EVICT_AFTER_S, MIN_REFUSALS_OPEN, RESERVED_FDS
+from pigeond.api.http_limits import (
+    EVICT_AFTER_S,
+    MIN_REFUSALS_OPEN,
+    PROBATION_S,
+    RESERVED_FDS,
+)
 from pigeond.api.routes import SwarmRoutes
 from pigeond.api.site_limits import LimitedSite
 from pigeond.api.web import JsonApi, JsonResponse, configure_site, make_site
@@ -184,10 +189,13 @@ def test_client_that_never_reads_a_refusal_is_aborted(site: Site, clock: Clock) 
 def test_connection_beyond_the_cap_gets_503_and_is_closed(
     repo: SwarmRepository, clock: Clock
 ) -> None:
-    """With max_connections 2, a third connection gets 503 too many connections, and a close."""
+    """With max_connections 2, a third connection that sends no request within PROBATION_S
+    gets 503 too many connections, and a close."""
     site = limited_site(repo, clock, max_connections=2)
     Connection(site), Connection(site)
     third = Connection(site)
+    assert third.responses() == []
+    clock.advance(PROBATION_S)
     response = only_response(third)
     assert (response.status, response.json()) == (503, {"error": "too many connections"})
     assert response.headers["content-type"].startswith("application/json") and third.closing
@@ -229,7 +237,51 @@ def test_fresh_connections_are_not_cut(repo: SwarmRepository, clock: Clock) -> N
     held = Connection(site)
     clock.advance(EVICT_AFTER_S / 2)
     refused = Connection(site)
+    clock.advance(PROBATION_S)
     assert only_response(refused).status == 503 and not held.closing
+
+
+def test_a_whole_request_on_probation_takes_the_longest_waiting_place(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """At the cap with every connection younger than EVICT_AFTER_S (right after a flood),
+    a newcomer whose whole request comes at once is answered: the connection that has
+    waited longest for a request gives up its place with a 503."""
+    site = limited_site(repo, clock, max_connections=2)
+    oldest, younger = Connection(site), Connection(site)
+    oldest.send(HEAD_START)
+    newcomer = Connection(site)
+    newcomer.send(HEALTH)
+    assert only_response(newcomer).status == 200
+    response = only_response(oldest)
+    assert response.status == 503 and "make room" in response.json()["error"]
+    assert younger.responses() == [] and not younger.closing
+    assert (site.open_connections, site.refusals_open) == (2, 1)
+
+
+def test_a_request_after_the_probation_is_refused(repo: SwarmRepository, clock: Clock) -> None:
+    """A newcomer whose request comes only after PROBATION_S got its 503 already."""
+    site = limited_site(repo, clock, max_connections=1)
+    held = Connection(site)
+    late = Connection(site)
+    clock.advance(PROBATION_S)
+    late.send(HEALTH)
+    assert [r.status for r in late.responses()] == [503] and not held.closing
+
+
+def test_a_newcomer_displaces_the_oldest_probation(repo: SwarmRepository, clock: Clock) -> None:
+    """With as many probations as a quarter of the refusals allows, a newcomer takes the
+    oldest one's place: that one is closed at once, and the newcomer's whole request is
+    answered."""
+    site = limited_site(repo, clock, max_connections=1)
+    site.max_refusals_open = 8
+    assert site.probations_allowed(8) == 2
+    Connection(site)
+    first, second = Connection(site), Connection(site)
+    newcomer = Connection(site)
+    assert first.responses() == [] and first.aborted and second.responses() == []
+    newcomer.send(HEALTH)
+    assert only_response(newcomer).status == 200
 
 
 def test_a_connection_being_answered_is_never_cut(clock: Clock) -> None:
@@ -248,6 +300,7 @@ def test_a_connection_being_answered_is_never_cut(clock: Clock) -> None:
     busy.send(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     clock.advance(10 * EVICT_AFTER_S)
     refused = Connection(site)
+    refused.send(HEALTH)  # a whole request: it would take a waiting connection's place
     assert only_response(refused).status == 503 and not busy.closing
 
 
@@ -286,8 +339,9 @@ def test_refused_connection_takes_no_slot(repo: SwarmRepository, clock: Clock) -
 def test_flood_beyond_the_open_refusals_is_closed_unanswered(
     repo: SwarmRepository, clock: Clock
 ) -> None:
-    """While as many refusals as allowed are still being written, one more connection is
-    closed at once (no protocol at all), so a connect flood cannot pile up descriptors."""
+    """While as many refusals as allowed are still being written (probations among them),
+    one more connection is closed at once (no protocol at all), so a connect flood cannot
+    pile up descriptors."""
     site = limited_site(repo, clock, max_connections=1)
     site.max_refusals_open = 8
     Connection(site)
@@ -320,7 +374,9 @@ def test_configure_site_applies_new_limits_live(site: Site, clock: Clock) -> Non
     """A reload's deadline holds for the next request, its cap for the next connection."""
     held = Connection(site)
     configure_site(site, 64 * 1024, request_timeout_s=5, max_connections=1)
-    assert only_response(Connection(site)).status == 503
+    beyond = Connection(site)
+    clock.advance(PROBATION_S)
+    assert only_response(beyond).status == 503
     held.send(HEALTH)
     held.send(b"GET /he")
     clock.advance(5)
@@ -335,7 +391,9 @@ def test_daemon_reload_applies_request_timeout_and_max_connections(
     daemon = clock_daemon(config, clock)
     daemon.reload(replace(config, request_timeout_s=2, max_connections=1, max_body_bytes=2048))
     first = Connection(daemon.site)
-    assert only_response(Connection(daemon.site)).status == 503
+    beyond = Connection(daemon.site)
+    clock.advance(PROBATION_S)
+    assert only_response(beyond).status == 503
     clock.advance(2)
     assert is_408(first)
     repo_of(daemon).close()
@@ -507,8 +565,9 @@ def test_slowloris_at_a_fixed_fd_limit_is_held_off_by_the_cap(
     daemons: DaemonFactory, tmp_path: Path
 ) -> None:
     """With 256 descriptors, soft and hard, and max_connections 120, 300 tricklers never
-    exhaust the descriptors: every probe is answered within 1 s (503 while the tricklers
-    hold every slot, 200 once the deadline has cut them)."""
+    exhaust the descriptors: every probe is answered within 1 s (its whole request takes
+    a trickler's slot); each trickler is cut (408), refused (503) or, displaced from its
+    probation by newer connections, closed unanswered."""
     daemon = start_for_slowloris(daemons, tmp_path, (FEW_FDS, FEW_FDS), "--max-connections", "120")
     assert open_files_limit(daemon.pid) == FEW_FDS
     tricklers, probes = slowloris(daemon, wave=20)
@@ -519,8 +578,8 @@ def test_slowloris_at_a_fixed_fd_limit_is_held_off_by_the_cap(
     assert answers[-1].status == 200
     statuses = sorted(r.status for t in tricklers for r in parse_responses(t.received))
     print(f"tricklers: {statuses.count(408)} x 408, {statuses.count(503)} x 503")
-    assert len(statuses) == TRICKLERS and set(statuses) == {408, 503}
-    assert statuses.count(408) <= 120 and all(t.closed for t in tricklers)
+    assert set(statuses) <= {408, 503} and statuses.count(408) <= 120
+    assert all(t.closed for t in tricklers)
     output = daemon.output()
     assert "EMFILE" not in output and "Could not accept" not in output
 
@@ -552,7 +611,10 @@ def test_slowloris_holding_every_slot_cannot_keep_health_out(
     print("probe statuses:", statuses)
     assert statuses[3:] == [200] * 5  # from 2 s on, every probe
     cut = [r.json()["error"] for t in tricklers for r in parse_responses(t.received)]
-    assert cut.count("too many connections") == 70  # beyond the cap from the start
+    # beyond the cap from the start: refused after their probation, or displaced from it
+    # (closed unanswered) by the newer ones
+    unanswered = sum(1 for t in tricklers if t.closed and not parse_responses(t.received))
+    assert cut.count("too many connections") + unanswered == 70
     # the probe that found every slot held cut one (its slot then serves the next probes)
     assert cut.count("closed to make room for a new connection (too many connections)") == 1
 
@@ -593,15 +655,24 @@ def test_connect_flood_at_a_fixed_fd_limit_exhausts_no_descriptors(
 def test_connection_cap_refuses_the_21st_and_frees_slots_on_close(
     daemons: DaemonFactory, tmp_path: Path
 ) -> None:
-    """With max_connections 20, the 21st connection gets 503 JSON and a close; once the
-    20 close, /health on a fresh connection answers 200."""
+    """With max_connections 20, a 21st connection that sends no whole request gets 503
+    JSON and a close once its probation is over; once the 20 close, /health on a fresh
+    connection answers 200."""
     daemon = daemons.start(
         tmp_path / "p.db", opencode_url="", extra_args=["--max-connections", "20"]
     )
     held = [Trickler(daemon.port) for _ in range(20)]
     try:
-        response, _ = health_probe(daemon.port, timeout_s=PATIENCE_S)
-        assert response is not None and response.is_json_error
+        late = Trickler(daemon.port)
+        held.append(late)
+
+        def refused() -> bool:
+            late.poll()
+            return late.closed
+
+        wait_until(refused, PATIENCE_S, "the 21st connection refused", every_s=0.05)
+        [response] = parse_responses(late.received)
+        assert response.is_json_error
         assert (response.status, response.json()) == (503, {"error": "too many connections"})
     finally:
         for trickler in held:

@@ -383,3 +383,28 @@ def test_read_timeout_is_an_outage(clock: Clock) -> None:
     clock.advance(30)
     error = failure_of(d).value
     assert isinstance(error, OpencodeError) and error.kind is FailureKind.OUTAGE
+
+
+class HeldLookup:
+    """A directory lookup that answers only when the test fires its Deferred."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, Deferred[str]] = {}
+
+    async def session_directory(self, session_id: str) -> str:
+        self.held[session_id] = Deferred()
+        return await self.held[session_id]
+
+
+def test_a_reload_raising_max_session_lookups_lets_waiting_lookups_go(clock: Clock) -> None:
+    """Lookups beyond the cap wait for a slot; a reload with a higher cap starts them."""
+    lookup = HeldLookup()
+    registry = SessionDirectoryRegistry(lookup, clock, Config(max_session_lookups=1))
+    resolving = [Deferred.fromCoroutine(registry.resolve(f"ses_{n}")) for n in range(3)]
+    assert list(lookup.held) == ["ses_0"] and not registry.can_look_up_now("ses_9")
+    registry.configure(Config(max_session_lookups=3))
+    assert list(lookup.held) == ["ses_0", "ses_1", "ses_2"]
+    for session, held in lookup.held.items():
+        held.callback(f"/srv/{session}")
+    assert [result_of(d) for d in resolving] == ["/srv/ses_0", "/srv/ses_1", "/srv/ses_2"]
+    assert registry.asking == 0

@@ -279,3 +279,59 @@ def test_unknown_targets_fail_no_delivery_later(
     send(daemon, to="ses_nope", msg_id="msg_1")
     clock.advance(120)
     assert repo_of(daemon).count_by_state() == {}
+
+
+def test_lookups_beyond_the_cap_accept_sends_unchecked_at_once(
+    tmp_path: Path, clock: Clock, opencode: SessionsOpencode
+) -> None:
+    """An opencode that never answers and ten sends to ten unknown targets together: at most
+    max_session_lookups lookups are open at it; the sends beyond the cap get their 202
+    (target_checked false) at once, the others once CHECK_WAIT_S has passed."""
+    opencode.mode = "hang"
+    daemon = build(tmp_path, clock, opencode, max_session_lookups=3)
+    api = StubTreq(daemon.site.resource)
+    sends = [send_later(daemon, api, to=f"ses_new{n}", msg_id=f"msg_{n}") for n in range(10)]
+    api.flush()
+    assert len(opencode.held) == 3
+    assert sum(d.called for d in sends) == 7
+    clock.advance(CHECK_WAIT_S)
+    api.flush()
+    answers = [result_of(d) for d in sends]
+    assert [(status, body["target_checked"]) for status, body in answers] == [(202, False)] * 10
+    assert len(opencode.held) == 3
+
+
+def test_hand_offs_to_unchecked_targets_wait_for_a_lookup_slot(
+    tmp_path: Path, clock: Clock, opencode: SessionsOpencode
+) -> None:
+    """The drains of the targets accepted unchecked look their sessions up through the same
+    cap: an opencode that never answers still has at most max_session_lookups open."""
+    opencode.mode = "hang"
+    daemon = build(tmp_path, clock, opencode, max_session_lookups=3)
+    daemon.start_delivery()
+    api = StubTreq(daemon.site.resource)
+    for n in range(10):
+        send_later(daemon, api, to=f"ses_new{n}", msg_id=f"msg_{n}")
+    for _ in range(5):
+        clock.advance(1)
+        api.flush()
+    assert len(opencode.held) == 3
+    assert repo_of(daemon).count_by_state() == {"queued": 10}
+
+
+def test_sends_to_one_unknown_target_share_one_lookup_slot(
+    tmp_path: Path, clock: Clock, opencode: SessionsOpencode
+) -> None:
+    """Sends to a target whose lookup is under way join it, taking no slot of their own:
+    with the cap at 1, all five wait for that one lookup and are checked by its answer."""
+    opencode.mode = "hang"
+    daemon = build(tmp_path, clock, opencode, max_session_lookups=1)
+    api = StubTreq(daemon.site.resource)
+    sends = [send_later(daemon, api, msg_id=f"msg_{n}") for n in range(5)]
+    api.flush()
+    assert not any(d.called for d in sends)
+    opencode.mode = "up"
+    opencode.answer_held()
+    api.flush()
+    assert [result_of(d)[1]["target_checked"] for d in sends] == [True] * 5
+    assert opencode.lookups == ["ses_known"]

@@ -59,6 +59,14 @@ MIN_REFUSALS_OPEN = 8
 # (idle, or still trickling one in) is closed to make room for the new one; younger
 # ones are not, so a burst of fresh connections cannot push out requests on their way.
 EVICT_AFTER_S = 1.0
+# At the cap with none of them waiting that long, a new connection is served on probation
+# for this long: if its whole request arrives meanwhile, it takes the place of the one
+# that has waited longest for a request, however young (that one sent none, this one a
+# whole one); else it gets the 503.  A client on the same machine sends its request as
+# soon as it is connected, so /health answers at once right after a flood of connects.
+PROBATION_S = 1.0
+# Connections on probation at once, at most (see LimitedSite.probations_allowed).
+PROBATIONS_AT_ONCE = 64
 # A Content-Length with more digits than this is no length we would ever read
 # (and int() refuses strings of more than 4300 digits with a ValueError).
 MAX_LENGTH_DIGITS = 18
@@ -125,7 +133,10 @@ class LimitedChannel(http.HTTPChannel):
     _serving = False  # a whole request has arrived and is being answered
     _refused = False  # an error answer went out; everything after it is dropped
     _counted = False  # holds one of the site's connection slots
-    _evicted = False  # closed to make room: counted among the site's open refusals
+    _evicted = False  # closed to make room, or on probation: counted among open refusals
+    # beyond the cap, waiting for its whole request to take a slot (see PROBATION_S)
+    on_probation = False
+    _probation: IDelayedCall | None = None
     _dropped_bytes = 0
     _held: http.Request | None = None  # answered; its answer not yet sent
     _receiving = 0  # depth of dataReceived calls (Twisted replays pipelined data re-entrantly)
@@ -139,13 +150,20 @@ class LimitedChannel(http.HTTPChannel):
     # -- the connection ------------------------------------------------------------------
 
     def connectionMade(self) -> None:
-        self._counted = True
         self.waiting_since = self.site.reactor.seconds()
-        self.site.connection_opened(self)
+        if self.on_probation:  # beyond the cap: a refusal until its request has come
+            self._evicted = True
+            self.site.refusals_open += 1
+            self.site.probation_began(self)
+            self._probation = self.site.reactor.callLater(PROBATION_S, self.end_probation)
+        else:
+            self._counted = True
+            self.site.connection_opened(self)
         super().connectionMade()  # type: ignore[no-untyped-call]
         self._start_deadline()  # the first request's clock runs from the connection's opening
 
     def connectionLost(self, reason: Any = None) -> None:
+        self._leave_probation()
         for call in (self._deadline, self._closer):
             if call is not None and call.active():
                 call.cancel()
@@ -207,6 +225,14 @@ class LimitedChannel(http.HTTPChannel):
         if self._deadline is not None and self._deadline.active():
             self._deadline.cancel()
         self._deadline = None
+        if self.on_probation:
+            self._leave_probation()
+            if not self.site.make_room_for(self):  # every slot is answering a request
+                self._refuse(503, "too many connections")
+                return
+            self._evicted, self._counted = False, True
+            self.site.refusals_open -= 1
+            self.site.connection_opened(self)
         self._serving = True
         self._head_bytes = self._head_lines = self._length_headers = 0
         super().allContentReceived()  # type: ignore[no-untyped-call]
@@ -312,6 +338,31 @@ class LimitedChannel(http.HTTPChannel):
             self.site.connection_closed(self)
         self._refuse(503, "closed to make room for a new connection (too many connections)")
 
+    def end_probation(self) -> None:
+        """No whole request came within PROBATION_S: 503, too many connections (no
+        lingering: it sent no request to read on)."""
+        self._leave_probation()
+        self._refuse(503, "too many connections", linger=False)
+
+    def displace(self) -> None:
+        """A newer connection takes its place on probation (in a flood of connects, the
+        newest may be a client's): closed at once, without an answer, so its descriptor
+        is free before the next connections are accepted (a 503 would hold it until the
+        next turn of the reactor has written it, while a flood fills the refusals)."""
+        self._leave_probation()
+        self._refused = True
+        if self.transport is not None:
+            abort(self.transport)
+
+    def _leave_probation(self) -> None:
+        if not self.on_probation:
+            return
+        self.on_probation = False
+        if self._probation is not None and self._probation.active():
+            self._probation.cancel()
+        self._probation = None
+        self.site.probation_ended(self)
+
     # -- answers --------------------------------------------------------------------------
 
     def _respondToBadRequestAndDisconnect(self) -> None:
@@ -322,8 +373,9 @@ class LimitedChannel(http.HTTPChannel):
             message = "the chunked request body is malformed"
         self._refuse(400, message)
 
-    def _refuse(self, status: int, message: str) -> None:
-        """Answer ``{"error": message}`` (unless an answer went out already) and close."""
+    def _refuse(self, status: int, message: str, *, linger: bool = True) -> None:
+        """Answer ``{"error": message}`` (unless an answer went out already) and close;
+        ``linger``: read and drop what the client may still send for a moment first."""
         if self._refused:
             return
         self._refused = True
@@ -340,7 +392,7 @@ class LimitedChannel(http.HTTPChannel):
         transport.write(error_response(status, message))
         half_closeable = interfaces.ITCPTransport(transport, None)
         consumer = interfaces.IConsumer(transport, None)
-        if status == 408 or half_closeable is None or consumer is None:
+        if status == 408 or not linger or half_closeable is None or consumer is None:
             self.loseConnection()  # type: ignore[no-untyped-call]
             self._abort_in(CLOSE_GRACE_S)
             return

@@ -68,7 +68,7 @@ class DeliveryHealth:
 
     running: bool  # the arbiter runs (false with delivery off)
     ticking: bool  # ...and ticked lately
-    opencode: str  # ok, unreachable, not contacted yet, unsupported, off
+    opencode: str  # ok, degraded, unreachable, not contacted yet, unsupported, off
     event_stream: str  # connected, down, off (delivery=call needs none)
     in_flight: int  # targets with a hand-off in flight
     unrecorded: int  # hand-offs opencode took that the database has not recorded yet
@@ -76,6 +76,8 @@ class DeliveryHealth:
     # while opencode is unreachable: since when (ms since the epoch), and the last error
     unreachable_since_ms: int | None = None
     unreachable_error: str | None = None
+    # while transcript reads (of any runtime) pass their deadline: what /health says of it
+    transcripts_problem: str | None = None
 
 
 DELIVERY_OFF = DeliveryHealth(False, False, "off", "off", 0, 0)
@@ -327,6 +329,11 @@ class SwarmRoutes:
                 "failed": counts.get(State.FAILED, 0),
             }
             | ({} if delivery.problem is None else {"opencode_problem": delivery.problem})
+            | (
+                {}
+                if delivery.transcripts_problem is None
+                else {"transcripts_problem": delivery.transcripts_problem}
+            )
             | (
                 {}
                 if delivery.unreachable_since_ms is None

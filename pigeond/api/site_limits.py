@@ -3,10 +3,16 @@
 At ``max_connections`` a new connection makes room: the connection that has waited
 longest for a request (at least :data:`~pigeond.api.http_limits.EVICT_AFTER_S`; idle,
 or still trickling one in) is closed with a 503, so connections that send nothing
-cannot lock out a client with a request.  Only when none has waited that long does
-the new one get ``503 {"error": "too many connections"}`` and a close; in a flood of
-connects that would leave too few descriptors even for those answers, the surplus is
-closed without one.
+cannot lock out a client with a request.  When none has waited that long (right after a
+flood of connects), the new one is served on probation
+(:data:`~pigeond.api.http_limits.PROBATION_S`): its whole request, if it comes in that
+time, takes the place of the connection that has waited longest for one, however
+young; else it gets ``503 {"error": "too many connections"}`` and a close.  So a
+/health probe right after a slowloris flood is answered at once, where it got a 503 for
+up to a second.  Probations count among the refusals being written, at most a quarter
+of them (:meth:`LimitedSite.probations_allowed`): past that a new connection displaces
+the oldest probation, which is closed at once.  In a flood of connects that would leave too
+few descriptors even for those answers, the surplus is closed without one.
 """
 
 from __future__ import annotations
@@ -16,52 +22,19 @@ from collections import OrderedDict
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IDelayedCall
-from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.web import server
 
 from pigeond.api.http_limits import (
-    CLOSE_GRACE_S,
     EVICT_AFTER_S,
     MIN_REFUSALS_OPEN,
+    PROBATIONS_AT_ONCE,
     RESERVED_FDS,
     LimitedChannel,
-    abort,
-    error_response,
 )
 from pigeond.config import DEFAULTS
 
 log = Logger()
-
-
-class TooManyConnections(Protocol):
-    """What a connection beyond ``max_connections`` gets: 503, then it is closed."""
-
-    def __init__(self, site: LimitedSite) -> None:
-        self._site = site
-        self._closer: IDelayedCall | None = None
-        self._counted = False
-
-    def connectionMade(self) -> None:
-        transport = self.transport
-        assert transport is not None
-        self._counted = True
-        self._site.refusals_open += 1
-        transport.write(error_response(503, "too many connections"))
-        transport.loseConnection()
-        self._closer = self._site.reactor.callLater(CLOSE_GRACE_S, abort, transport)
-
-    def dataReceived(self, data: bytes) -> None:
-        pass  # the answer is out already
-
-    def connectionLost(self, reason: Any = None) -> None:
-        if self._closer is not None and self._closer.active():
-            self._closer.cancel()
-        self._closer = None
-        if self._counted:
-            self._counted = False
-            self._site.refusals_open -= 1
 
 
 class LimitedSite(server.Site):
@@ -71,14 +44,16 @@ class LimitedSite(server.Site):
     At the cap, the connection that has waited longest for a request (at least
     :data:`EVICT_AFTER_S`) is closed with a 503 to make room for the new one, so
     connections that send nothing, or trickle, cannot lock out a client with a
-    request; only when none has waited that long is the new one refused.
+    request.  When none has waited that long, the new one is on probation
+    (:data:`~pigeond.api.http_limits.PROBATION_S`): its whole request, if it comes in
+    time, takes the place of the connection waiting longest, else it gets the 503.
 
-    A connection refused with 503 holds its descriptor until its answer is written, a
-    turn of the reactor later, and Twisted accepts a hundred connections or more in one
-    turn: under a flood of connects, the refused ones alone could exhaust the
-    descriptors, and then the kernel's accept fails for everyone.  So at most
-    :meth:`refusals_allowed` refusals are open at once (what the open-files limit leaves
-    beside ``max_connections`` and ``RESERVED_FDS``; thousands under the units'
+    A connection on probation, or refused with 503, holds its descriptor until it is
+    closed, a turn of the reactor later at the soonest, and Twisted accepts a hundred
+    connections or more in one turn: under a flood of connects, the refused ones alone
+    could exhaust the descriptors, and then the kernel's accept fails for everyone.  So
+    at most :meth:`refusals_allowed` refusals are open at once (what the open-files limit
+    leaves beside ``max_connections`` and ``RESERVED_FDS``; thousands under the units'
     ``LimitNOFILE=``); beyond that a new connection is closed at once without an answer
     (Twisted closes the socket when ``buildProtocol`` returns None).
     """
@@ -90,30 +65,71 @@ class LimitedSite(server.Site):
     request_timeout_s: float = DEFAULTS.request_timeout_s
     max_connections: int = DEFAULTS.max_connections
     open_connections = 0  # LimitedChannel connections
-    refusals_open = 0  # TooManyConnections not closed yet
+    refusals_open = 0  # connections on probation, or refused and not closed yet
     max_refusals_open: int | None = None  # None: from the open-files limit
     _full_logged = False
     # counted connections, in the order they began to wait for a request; made on first
     # use (Site's __init__ has no hook for it)
     _open: OrderedDict[LimitedChannel, None] | None = None
+    # connections beyond the cap on probation, oldest first (see PROBATION_S)
+    _on_probation: OrderedDict[LimitedChannel, None] | None = None
     _all_closed: list[Deferred[None]]
 
     def buildProtocol(self, addr: Any) -> Any:
         if self.open_connections >= self.max_connections:
             self._make_room()
-        if self.open_connections >= self.max_connections:
-            if not self._full_logged:
-                self._full_logged = True
-                log.warn(
-                    "{n} connections open, the most max_connections allows, and none has"
-                    " waited {s:g} s for a request: refusing new ones with 503 until one has",
-                    n=self.open_connections,
-                    s=EVICT_AFTER_S,
-                )
-            if self.refusals_open >= self.refusals_allowed():
-                return None
-            return TooManyConnections(self)
-        return super().buildProtocol(addr)  # type: ignore[no-untyped-call]
+        if self.open_connections < self.max_connections:
+            return super().buildProtocol(addr)  # type: ignore[no-untyped-call]
+        if not self._full_logged:
+            self._full_logged = True
+            log.warn(
+                "{n} connections open, the most max_connections allows, and none has"
+                " waited {s:g} s for a request: a new one is served only if its whole"
+                " request comes at once, else it gets 503",
+                n=self.open_connections,
+                s=EVICT_AFTER_S,
+            )
+        allowed = self.refusals_allowed()
+        if len(self._probations()) >= self.probations_allowed(allowed):
+            # the newest connection may be a client with a request; the oldest probation
+            # has had its chance
+            next(iter(self._probations())).displace()
+        if self.refusals_open >= allowed:
+            return None
+        channel = super().buildProtocol(addr)  # type: ignore[no-untyped-call]
+        channel.on_probation = True
+        return channel
+
+    @staticmethod
+    def probations_allowed(refusals_allowed: int) -> int:
+        """Connections on probation at once: a quarter of the refusals (at most
+        PROBATIONS_AT_ONCE), so the rest can take the 503s of the probations a flood
+        displaces in one turn of the reactor (Twisted accepts a hundred or more in one),
+        and a client connecting right after the flood is not closed unanswered."""
+        return max(1, min(PROBATIONS_AT_ONCE, refusals_allowed // 4))
+
+    def probation_began(self, channel: LimitedChannel) -> None:
+        self._probations()[channel] = None
+
+    def probation_ended(self, channel: LimitedChannel) -> None:
+        self._probations().pop(channel, None)
+
+    def make_room_for(self, channel: LimitedChannel) -> bool:
+        """A connection on probation has its whole request: a slot for it, freed by closing
+        the connection that has waited longest for a request (however young); False when
+        every slot is answering one."""
+        if self.open_connections < self.max_connections:
+            return True
+        for waiting in self._channels():
+            if waiting.waiting:
+                waiting.evict()
+                return True
+        return False
+
+    def _probations(self) -> OrderedDict[LimitedChannel, None]:
+        if self._on_probation is None:
+            self._on_probation = OrderedDict()
+        return self._on_probation
 
     def refusals_allowed(self) -> int:
         if self.max_refusals_open is not None:
@@ -178,4 +194,4 @@ class LimitedSite(server.Site):
         return self._open
 
 
-__all__ = ["LimitedSite", "TooManyConnections"]
+__all__ = ["LimitedSite"]

@@ -14,6 +14,9 @@ send went to lately) one dict lookup, and nothing awaited.  Any other target is
 looked up once (``GET /session/<id>``) through the registry, which caches the
 answer for the hand-off that follows; the send waits for it at most
 :data:`CHECK_WAIT_S`, then goes on unchecked (the lookup still fills the cache).
+Lookups of distinct sessions at opencode are capped (``max_session_lookups``, the
+registry's): a send whose target would need a new lookup while the cap is reached is
+accepted unchecked at once, as with opencode down; it never waits for a slot.
 A database read happens only on the refusal path: a retry of a msg_id already
 stored is answered as it always was (202, or 409), even once its target is gone,
 so a client that lost its 202 never learns a different story.
@@ -48,6 +51,8 @@ class SessionRegistry(Protocol):
     """What the check needs of :class:`pigeond.delivery.registry.SessionDirectoryRegistry`."""
 
     def cached(self, session_id: str) -> bool: ...
+
+    def can_look_up_now(self, session_id: str) -> bool: ...
 
     async def exists(self, session_id: str) -> bool | None: ...
 
@@ -112,6 +117,9 @@ class TargetCheck:
             return False
         if self._registry.cached(target):
             return True
+        if not self._registry.can_look_up_now(target):
+            log.debug("no free session lookup for {target}: accepted unchecked", target=target)
+            return False
         return self._look_up(message, target)
 
     async def _look_up(self, message: NewMessage, target: str) -> bool:

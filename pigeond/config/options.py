@@ -90,6 +90,12 @@ class Config:
     registry_ttl_s: float = option(
         300.0, "how long a session's directory is cached in seconds", between(0, 86_400)
     )
+    max_session_lookups: int = option(
+        8,
+        "most session lookups (GET /session/<id>) at opencode at once; a send whose target"
+        " cannot be looked up now is accepted unchecked (target_checked false)",
+        between(1, 10_000),
+    )
     max_attempts: int = option(
         10, "failed attempts before a message is marked failed", between(1, 1000)
     )

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 
 from pigeond.costs import EndedTurn
 from pigeond.delivery.claude_transcript import answers_in, envelope_homes, read_tail
@@ -32,6 +33,7 @@ from pigeond.delivery.claude_usage import ended_turns
 from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.pull_slots import Ask, Handed, PullSlot, PullSlots
 from pigeond.delivery.runtime import Prepared, TranscriptSource
+from pigeond.delivery.transcript_reads import ReadTimedOut, TranscriptReadWatch, within_deadline
 from pigeond.model import HandoffMode, Runtime
 
 T = TypeVar("T")
@@ -189,10 +191,22 @@ class ClaudeTranscripts:
     """A Claude Code session's transcript: the JSONL file its hooks named, read by pigeond
     (which must be able to: the user's own daemon can; see docs/agents-other.md)."""
 
-    def __init__(self, path_of: Callable[[str], Deferred[str | None]], in_thread: InThread[Any]):
-        """``path_of`` finds a session's transcript path (memory, then the database)."""
+    def __init__(
+        self,
+        path_of: Callable[[str], Deferred[str | None]],
+        in_thread: InThread[Any],
+        clock: IReactorTime,
+        reads: TranscriptReadWatch,
+    ) -> None:
+        """``path_of`` finds a session's transcript path (memory, then the database).  A read
+        gets ``reads.deadline_s`` (a file on a hung network mount must not hold its
+        messages silently) and is told to ``reads``; its thread cannot be stopped, so while
+        one of a target is still running, the next read of it times out at once."""
         self._path_of = path_of
         self._in_thread = in_thread
+        self._clock = clock
+        self._reads = reads
+        self._reading: set[str] = set()  # targets with a read still running in a thread
 
     async def read(self, target: str, limit: int | None) -> ClaudeTranscript:
         path = await self._path_of(target)
@@ -205,10 +219,34 @@ class ClaudeTranscripts:
             MAX_READ_BYTES if limit is None else max(MIN_TAIL_BYTES, limit * TAIL_BYTES_PER_MESSAGE)
         )
         try:
-            entries, complete = await self._in_thread(lambda: _read(path, max_bytes))
+            entries, complete = await within_deadline(
+                self._clock, self._read_in_thread(target, path, max_bytes), self._reads.deadline_s
+            )
+        except ReadTimedOut as e:
+            error = f"reading {target}'s transcript {path}: {e}"
+            self._reads.timed_out(target, error)
+            raise HandOffError(error, kind=FailureKind.OUTAGE) from e
         except OSError as e:
             raise HandOffError(
                 f"cannot read {target}'s transcript {path}: {e.strerror or e}",
                 kind=FailureKind.OUTAGE,
             ) from e
+        self._reads.succeeded(target)
         return ClaudeTranscript(entries, complete)
+
+    def _read_in_thread(
+        self, target: str, path: str, max_bytes: int
+    ) -> Deferred[tuple[list[dict[str, Any]], bool]]:
+        """The read, in a thread; never a second one of ``target`` while one still runs."""
+        if target in self._reading:
+            return Deferred()  # never fires: this read times out as the one running did
+        self._reading.add(target)
+        read: Deferred[tuple[list[dict[str, Any]], bool]] = self._in_thread(
+            lambda: _read(path, max_bytes)
+        )
+
+        def finished(result: object) -> object:
+            self._reading.discard(target)
+            return result
+
+        return read.addBoth(finished)

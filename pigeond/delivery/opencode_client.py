@@ -38,6 +38,7 @@ from pigeond.delivery.opencode_errors import (
     was_cancelled,
 )
 from pigeond.delivery.reachability import OpencodeReachability, Reach
+from pigeond.delivery.transcript_reads import TranscriptReadWatch
 
 T = TypeVar("T")
 
@@ -58,14 +59,18 @@ class OpencodeClient:
         *,
         auth: BasicAuth | None = None,
         exchange: HttpExchange | None = None,
+        transcript_reads: TranscriptReadWatch | None = None,
     ) -> None:
         """``config`` gives ``handoff_timeout_s``, each call's deadline (see :meth:`configure`).
         ``exchange``, when given, makes every call but the event stream (which stays on
         ``http``): the daemon passes one for an ``http://`` opencode, as it costs a third
-        of what treq does per call (see :mod:`pigeond.delivery.http_exchange`)."""
+        of what treq does per call (see :mod:`pigeond.delivery.http_exchange`).
+        ``transcript_reads`` is told each transcript read that passes the deadline, and each
+        that does not (one shared with the other runtimes' reads; else one of its own)."""
         self._http = http
         self._base = base_url.rstrip("/")
         self._clock = clock
+        self.transcript_reads = transcript_reads or TranscriptReadWatch(clock)
         self.configure(config)
         self._auth = auth
         self._lean = exchange
@@ -74,8 +79,10 @@ class OpencodeClient:
         self.api = ApiSupport(self._base, self._probe_api)  # is v1 there (see api_support)
 
     def configure(self, config: Config) -> None:
-        """A reload's deadline, for the calls made from now on."""
+        """A reload's deadline, for the calls (and the other runtimes' transcript reads)
+        made from now on."""
         self.timeout_s = config.handoff_timeout_s
+        self.transcript_reads.deadline_s = config.handoff_timeout_s
 
     @property
     def base_url(self) -> str:
@@ -345,7 +352,15 @@ class OpencodeClient:
     ) -> list[dict[str, Any]]:
         """The transcript, oldest first; with ``limit`` only the newest ``limit`` messages."""
         path = f"/session/{session_id}/message" + (f"?limit={limit}" if limit else "")
-        answer = await self._get_json(path, directory)
+        try:
+            answer = await self._get_json(path, directory)
+        except DeadlineExceeded as e:
+            self.transcript_reads.timed_out(session_id, str(e))
+            raise
+        except SessionNotFound:
+            self.transcript_reads.succeeded(session_id)  # answered: nothing hangs
+            raise
+        self.transcript_reads.succeeded(session_id)
         if not isinstance(answer, list):
             return []
         return [m for m in answer if isinstance(m, dict) and isinstance(m.get("info"), dict)]

@@ -9,13 +9,21 @@ The cache also tells a send, at no cost, that its target exists
 (:meth:`~SessionDirectoryRegistry.exists`), and the answer cached for the
 hand-off that follows.  Lookups of one session under way at once share one
 request: a burst of sends to a new target asks opencode once.
+
+At most ``max_session_lookups`` lookups of distinct sessions are at opencode at once
+(each under the client's deadline, ``handoff_timeout_s``): against an opencode that
+accepts connections and never answers, a burst of sends to a hundred unknown sessions
+must not hold a hundred requests open there.  A hand-off's lookup beyond the cap waits
+for a slot; a send's target check does not wait: it asks :meth:`can_look_up_now` and,
+when no slot is free, goes on unchecked (as with opencode down).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Protocol
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
@@ -37,13 +45,16 @@ class DirectoryResolver(Protocol):
 
 class SessionDirectoryRegistry:
     def __init__(self, lookup: DirectoryLookup, clock: IReactorTime, config: Config) -> None:
-        """``config`` gives ``registry_ttl_s`` (see :meth:`configure`)."""
+        """``config`` gives ``registry_ttl_s`` and ``max_session_lookups`` (see
+        :meth:`configure`)."""
         self._lookup = lookup
         self._clock = clock
-        self.configure(config)
         self._cache: dict[str, tuple[str, float]] = {}
         # sessions being looked up -> the callers waiting for that same lookup
         self._looking_up: dict[str, list[Deferred[str]]] = {}
+        self.asking = 0  # lookups at opencode now (at most max_lookups)
+        self._slot_waiters: deque[Deferred[None]] = deque()  # lookups waiting for a slot
+        self.configure(config)
 
     async def resolve(self, session_id: str) -> str:
         cached = self._cache.get(session_id)
@@ -57,7 +68,11 @@ class SessionDirectoryRegistry:
             return await waiter
         self._looking_up[session_id] = []
         try:
-            directory = await self._lookup.session_directory(session_id)
+            await self._slot()
+            try:
+                directory = await self._lookup.session_directory(session_id)
+            finally:
+                self._release_slot()
         except SessionNotFound:
             self.invalidate(session_id)
             self._answer_waiters(session_id, Failure())
@@ -75,6 +90,34 @@ class SessionDirectoryRegistry:
                 waiter.errback(result)
             else:
                 waiter.callback(result)
+
+    def _slot(self) -> Deferred[None]:
+        """A slot for one lookup at opencode: at once while fewer than ``max_lookups`` are
+        under way, else when one ends (first come, first served)."""
+        if self.asking < self.max_lookups and not self._slot_waiters:
+            self.asking += 1
+            return succeed(None)
+        waiter: Deferred[None] = Deferred(self._slot_waiters.remove)
+        self._slot_waiters.append(waiter)
+        return waiter
+
+    def _release_slot(self) -> None:
+        self.asking -= 1
+        self._grant_slots()
+
+    def _grant_slots(self) -> None:
+        while self._slot_waiters and self.asking < self.max_lookups:
+            self.asking += 1
+            self._slot_waiters.popleft().callback(None)
+
+    def can_look_up_now(self, session_id: str) -> bool:
+        """Whether an answer about ``session_id`` needs no wait for a slot: it is cached, a
+        lookup of it is under way (to share), or a slot is free for a new one."""
+        return (
+            self.cached(session_id)
+            or session_id in self._looking_up
+            or (self.asking < self.max_lookups and not self._slot_waiters)
+        )
 
     def cached(self, session_id: str) -> bool:
         """Whether opencode said, within ``registry_ttl_s``, that the session exists: a
@@ -98,5 +141,8 @@ class SessionDirectoryRegistry:
         self._cache.pop(session_id, None)
 
     def configure(self, config: Config) -> None:
-        """A reload's time to live, for the directories looked up from now on."""
+        """A reload's time to live, for the directories looked up from now on, and its cap
+        on lookups at once (a raised cap lets waiting lookups go at once)."""
         self.ttl_s = config.registry_ttl_s
+        self.max_lookups = config.max_session_lookups
+        self._grant_slots()

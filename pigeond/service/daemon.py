@@ -283,7 +283,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     delivery: DeliveryParts | None = None
     members = member_parts(db, reactor)
     if config.arbiter_enabled:
-        client, pool = opencode_client(config, reactor, http)
+        client, pool = opencode_client(config, reactor, http, members.reads)
         registry = SessionDirectoryRegistry(client, reactor, config)
         reach = client.reachability  # an outage of opencode: everything waits for its end
 

@@ -19,6 +19,7 @@ from pigeond.delivery.claude_runtime import ClaudeRuntime, ClaudeTranscripts, Mc
 from pigeond.delivery.member_doors import TranscriptPaths
 from pigeond.delivery.pull_slots import PullSlots
 from pigeond.delivery.registry import SessionDirectoryRegistry
+from pigeond.delivery.transcript_reads import TranscriptReadWatch
 from pigeond.delivery.turns import TurnCount, TurnTracker
 from pigeond.model import Runtime, runtime_of
 from pigeond.storage import SwarmRepository
@@ -33,6 +34,9 @@ class MemberParts:
     paths: TranscriptPaths
     claude: ClaudeRuntime
     mcp: McpRuntime
+    # every runtime's transcript reads that pass their deadline (opencode's client tells
+    # it too), for /health
+    reads: TranscriptReadWatch
 
 
 def member_parts(db: Database, reactor: Any) -> MemberParts:
@@ -44,8 +48,9 @@ def member_parts(db: Database, reactor: Any) -> MemberParts:
 
     slots = PullSlots()
     paths = TranscriptPaths(db, reactor)
-    claude = ClaudeRuntime(slots, ClaudeTranscripts(paths.path_of, in_thread))
-    return MemberParts(slots, paths, claude, McpRuntime(slots))
+    reads = TranscriptReadWatch(reactor)
+    claude = ClaudeRuntime(slots, ClaudeTranscripts(paths.path_of, in_thread, reactor, reads))
+    return MemberParts(slots, paths, claude, McpRuntime(slots), reads)
 
 
 class NoDelivery:
@@ -87,6 +92,13 @@ class MemberLiveness:
 
     def cached(self, session_id: str) -> bool:
         return _runtime(session_id) is Runtime.OPENCODE and self._registry.cached(session_id)
+
+    def can_look_up_now(self, session_id: str) -> bool:
+        """A member's liveness is a database read; an opencode session's may wait for one of
+        the registry's lookup slots."""
+        return _runtime(session_id) is not Runtime.OPENCODE or self._registry.can_look_up_now(
+            session_id
+        )
 
     def invalidate(self, session_id: str) -> None:
         self._registry.invalidate(session_id)

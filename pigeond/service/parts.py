@@ -22,6 +22,9 @@ from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
 from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.reachability import Reach
+from pigeond.delivery.transcript_reads import TranscriptReadWatch
+from pigeond.model import Runtime
 
 
 def timer_job(
@@ -52,10 +55,15 @@ def delivery_health_of(
         return DELIVERY_OFF
     stream = "off" if events is None else ("connected" if events.connected else "down")
     reach = client.reachability
+    # opencode answers, but reads of some session's transcript pass their deadline
+    slow_reads = client.transcript_reads.problem(Runtime.OPENCODE)
+    degraded = reach.state is Reach.OK and slow_reads is not None
     return DeliveryHealth(
         running=arbiter.running,
         ticking=arbiter.ticking_lately(),
-        opencode=reach.state.value,
+        opencode="degraded" if degraded else reach.state.value,
+        problem=slow_reads if degraded else None,
+        transcripts_problem=client.transcript_reads.problem(),
         event_stream=stream,
         in_flight=len(arbiter.in_flight_targets()),
         unrecorded=len(arbiter.unrecorded()),
@@ -126,15 +134,16 @@ def delivery_health_with_api(
 
 
 def opencode_client(
-    config: Config, reactor: Any, http: HTTPClient | None
+    config: Config, reactor: Any, http: HTTPClient | None, reads: TranscriptReadWatch
 ) -> tuple[OpencodeClient, HTTPConnectionPool | None]:
     """The client of opencode (``http`` when a test passes one), and the connection pool
     made for it, which the daemon closes when it stops: persistent connections for the
     calls (a lean exchange for ``http://``; treq keeps the event stream)."""
     if http is not None:
         return OpencodeClient(
-            http, config.opencode_url, reactor, config, auth=config.opencode_auth
-        ), None
+            http, config.opencode_url, reactor, config, auth=config.opencode_auth,
+            transcript_reads=reads,
+        ), None  # fmt: skip
     pool = HTTPConnectionPool(reactor, persistent=True)
     pool.maxPersistentPerHost = 16
     connect_timeout = min(10.0, config.handoff_timeout_s)
@@ -147,6 +156,6 @@ def opencode_client(
         )  # fmt: skip
     client = OpencodeClient(
         http, config.opencode_url, reactor, config, auth=config.opencode_auth,
-        exchange=exchange,
+        exchange=exchange, transcript_reads=reads,
     )  # fmt: skip
     return client, pool
