@@ -17,17 +17,22 @@ of the channel message follows each copy.  The routes:
   ``GET /swarm/inbox`` is (the cursor numbers accepts, not hand-offs), so a member who
   joined late can read what came before.
 
-Like every route but ``/health`` they are behind the daemon's access check.
+Like every route but ``/health`` they are behind the daemon's access check.  Beyond it,
+a session's memberships are its own (:mod:`pigeond.api.authority`): joining session X or
+removing it is allowed only to X's own ``swarm_channel`` call (``join`` or ``leave`` of
+that channel, in flight) or to a person.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web import server
 
+from pigeond.api.authority import OwnCall, SessionAuthority
 from pigeond.api.names import NAMES_PATH, SessionLiveness
 from pigeond.api.paging import cursor_number, encode_cursor, page_limit
 from pigeond.api.send_request import InvalidRequest, check_name, decode_json_object
@@ -75,12 +80,24 @@ async def channel_status(db: Database, msg_id: str) -> dict[str, object]:
     }
 
 
+def membership(action: str, channel: str, session: str) -> OwnCall:
+    """The ``swarm_channel`` call that joins or leaves ``channel`` (``action``)."""
+
+    def matches(given: Mapping[str, Any]) -> bool:
+        return given.get("action") == action and given.get("channel") == channel
+
+    verb = "join" if action == "join" else "remove"
+    what = f"{verb} it {'to' if action == 'join' else 'from'} channel {channel}"
+    return OwnCall("swarm_channel", matches, what, f"channel {action} {channel} {session}")
+
+
 class ChannelRoutes:
     def __init__(
         self,
         db: Database,
         clock: IReactorTime,
         config: Config,
+        authority: SessionAuthority,
         liveness: SessionLiveness | None = None,
     ) -> None:
         """``config`` gives ``max_channel_members`` and ``inbox_max_bytes`` (see
@@ -88,6 +105,7 @@ class ChannelRoutes:
         self.configure(config)
         self._db = db
         self._clock = clock
+        self._authority = authority
         self._liveness = liveness
 
     def configure(self, config: Config) -> None:
@@ -121,6 +139,7 @@ class ChannelRoutes:
         assert session is not None
         if await self._gone(session):
             raise HttpError(404, f"no session {session} in opencode: it cannot join {channel}")
+        await self._authority.acting_for(request, session, membership("join", channel, session))
         now_ms = int(self._clock.seconds() * 1000)
         outcome = await self._db.write(
             SwarmRepository.join_channel, channel, session, now_ms, self.max_members
@@ -146,6 +165,7 @@ class ChannelRoutes:
         channel, session = _path_parts(request, MEMBER_PATH)
         if not SESSION_ID_RE.fullmatch(session):
             raise HttpError(400, f"the session in the path must match {SESSION_ID_RE.pattern}")
+        await self._authority.acting_for(request, session, membership("leave", channel, session))
         if not await self._db.write(SwarmRepository.leave_channel, channel, session):
             raise HttpError(404, f"{session} is not a member of {channel}")
         log.info("{session} left channel {channel}", session=session, channel=channel)
