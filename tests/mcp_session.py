@@ -64,8 +64,9 @@ def claude_member_calling(
     session = str(uuid.uuid4())
     block = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:20],
              "name": f"mcp__pigeon__{tool}", "input": dict(args)}  # fmt: skip
+    message = {"role": "assistant", "content": [block], "stop_reason": "tool_use"}
     entry = {"type": "assistant", "uuid": str(uuid.uuid4()), "sessionId": session,
-             "message": {"role": "assistant", "content": [block], "stop_reason": "tool_use"}}  # fmt: skip
+             "message": message}  # fmt: skip
     transcript = folder / f"{session}.jsonl"
     transcript.write_text(json.dumps(entry) + "\n", encoding="utf-8")
     status, answer = daemon.request_json(
