@@ -1,6 +1,6 @@
-"""A session's own things in the real opencode 1.18.33 (pigeond/api/authority.py): its name,
-its policy and its channels change through pigeond only by its own tool call, which
-pigeond finds running in its transcript; another process saying it acts for the session
+"""A session's own things in the real opencode 1.18.33 and 1.15.4 (pigeond/api/authority.py):
+its name, its policy and its channels change through pigeond only by its own tool call,
+which pigeond finds running in its transcript; another process saying it acts for the session
 is refused (403), and nothing changes.
 
 The other process is this test, over TCP, as a session's bash tool or a prompt-injected
@@ -21,9 +21,12 @@ from tests.e2e.fake_llm import FakeLLM
 from tests.e2e.opencode_server import OpencodeServer
 
 
-@pytest.fixture
-def agents(opencode_with_plugin: OpencodeServer, fake_llm: FakeLLM) -> tuple[Agent, Agent]:
-    server = opencode_with_plugin
+@pytest.fixture(params=["opencode_with_plugin", "opencode_1_15_with_plugin"],
+                ids=["opencode-1.18.33", "opencode-1.15.4"])  # fmt: skip
+def agents(request: pytest.FixtureRequest, fake_llm: FakeLLM) -> tuple[Agent, Agent]:
+    """A victim and an attacker session in one opencode with pigeond's plugin (each version)."""
+    server = request.getfixturevalue(request.param)
+    assert isinstance(server, OpencodeServer)
     return Agent(server, fake_llm, "dirA", "victim"), Agent(server, fake_llm, "dirB", "attacker")
 
 
