@@ -46,7 +46,9 @@ PERSON: Final = "person"
 # the MCP call starts), and how often its transcript is read meanwhile.
 OWN_CALL_WAIT_S: Final = 2.0
 OWN_CALL_POLL_S: Final = 0.2
-OPERATOR_HINT: Final = "or a person at a terminal (pigeon {command}, over the Unix socket)"
+OPERATOR_HINT: Final = (
+    "or a person at a terminal over the Unix socket (an operator: pigeon {command})"
+)
 
 
 @dataclass(frozen=True, slots=True)
