@@ -74,6 +74,23 @@ def test_a_forced_claim_of_a_live_sessions_name_by_another_is_403(
     assert stored["to"] == OWNER
 
 
+def test_an_allow_list_name_cannot_be_taken_to_pass_a_refusal(
+    daemon: Daemon, calls: CallsInFlight
+) -> None:
+    """The victim refuses all but @lead; the attacker's forced claim of lead is refused, so
+    its send to the victim is still refused."""
+    lead = "ses_lead"
+    calls.start(lead, "swarm_name", name="lead")
+    assert claim(daemon, "lead", lead)[0] == 200
+    calls.start(OWNER, "swarm_policy", policy="refuse", allow=["@lead"])
+    assert put_policy(daemon, OWNER, policy="refuse", allow=["@lead"])[0] == 200
+    calls.start(ATTACKER, "swarm_name", name="lead")
+    assert claim(daemon, "lead", ATTACKER, force=True)[0] == 403
+    sent = daemon_call(daemon, "POST", "/swarm/send",
+                       {"from": ATTACKER, "to": OWNER, "payload": "let me in"})  # fmt: skip
+    assert sent[0] == 403 and "refuses messages from ses_att" in sent[1]["error"]
+
+
 def test_a_claim_for_another_session_is_403(daemon: Daemon, calls: CallsInFlight) -> None:
     """A claim naming session X, with no swarm_name call of X in flight, is refused."""
     calls.start(ATTACKER, "swarm_name", name="lead")
