@@ -17,7 +17,7 @@ from twisted.web import server
 from pigeond.api.authority import SessionAuthority
 from pigeond.api.callers import Caller
 from pigeond.service.daemon import Daemon
-from pigeond.tool_calls import ToolCall
+from pigeond.tool_calls import ToolCall, ToolCallReader
 
 PERSON_CALLER = Caller("session:4000", 4242, None, person=True)
 AGENT_CALLER = Caller("agent:4000", 4343, "opencode", person=False)
@@ -62,7 +62,7 @@ def person_authority(clock: IReactorTime) -> SessionAuthority:
     return SessionAuthority(None, clock, caller=a_person)
 
 
-def agent_authority(clock: IReactorTime, calls: CallsInFlight) -> SessionAuthority:
+def agent_authority(clock: IReactorTime, calls: ToolCallReader) -> SessionAuthority:
     """Routes built by a test on their own, asked by an agent; ``calls`` are the sessions'
     own calls in flight."""
     return SessionAuthority(calls, clock, caller=an_agent)

@@ -16,7 +16,13 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from pigeond.api.authority import OWN_CALL_POLL_S, OWN_CALL_WAIT_S, PERSON, OwnCall
+from pigeond.api.authority import (
+    MAX_CHECKS_IN_FLIGHT,
+    OWN_CALL_POLL_S,
+    OWN_CALL_WAIT_S,
+    PERSON,
+    OwnCall,
+)
 from pigeond.api.web import HttpError
 from pigeond.config import Config
 from pigeond.service.daemon import Daemon
@@ -298,3 +304,29 @@ def test_a_transcript_not_read_is_a_403_saying_why(answer: Any, why: str) -> Non
     """An unreadable transcript, or a member pigeond reads none of: 403, and why."""
     refusal = failure_of(ask(Clock(), Scripted(answer), OWNER)).value
     assert isinstance(refusal, HttpError) and why in refusal.message
+
+
+class Hanging:
+    """A reader whose reads never end (an opencode that hangs)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def recent_calls(self, member: str) -> list[ToolCall] | None:
+        self.reads += 1
+        await Deferred()
+        return None
+
+
+def test_checks_beyond_the_cap_are_429_and_read_nothing() -> None:
+    """With MAX_CHECKS_IN_FLIGHT checks under way, the next is 429 with Retry-After."""
+    reader, clock = Hanging(), Clock()
+    authority = agent_authority(clock, reader)
+    for n in range(MAX_CHECKS_IN_FLIGHT):
+        Deferred.fromCoroutine(authority.acting_for(object(), f"ses_{n}", NAMING))  # type: ignore[arg-type]
+    refusal = failure_of(
+        Deferred.fromCoroutine(authority.acting_for(object(), "ses_more", NAMING))  # type: ignore[arg-type]
+    ).value
+    assert isinstance(refusal, HttpError)
+    assert (refusal.status, refusal.headers) == (429, {"Retry-After": "1"})
+    assert reader.reads == MAX_CHECKS_IN_FLIGHT

@@ -46,6 +46,11 @@ PERSON: Final = "person"
 # the MCP call starts), and how often its transcript is read meanwhile.
 OWN_CALL_WAIT_S: Final = 2.0
 OWN_CALL_POLL_S: Final = 0.2
+# Transcript reads under way at once for these checks: each costs opencode a request (or a
+# file read), and a flood of requests naming others' sessions must not turn into a flood
+# at opencode.  Beyond it a request is answered 429, as a busy sender is.
+MAX_CHECKS_IN_FLIGHT: Final = 16
+RETRY_AFTER_S: Final = 1
 OPERATOR_HINT: Final = (
     "or a person at a terminal over the Unix socket (an operator: pigeon {command})"
 )
@@ -78,6 +83,7 @@ class SessionAuthority:
         self.reader = reader
         self.caller = caller
         self._clock = clock
+        self._in_flight = 0
 
     def is_person(self, request: server.Request) -> bool:
         return self.caller(request).person
@@ -89,7 +95,19 @@ class SessionAuthority:
         named ``call_id`` when the client names it); a 403 otherwise."""
         if self.is_person(request):
             return PERSON
-        why = await self._own_call_missing(session, call, call_id)
+        if self._in_flight >= MAX_CHECKS_IN_FLIGHT:
+            raise HttpError(
+                429,
+                f"too many requests acting for sessions are being checked now"
+                f" ({MAX_CHECKS_IN_FLIGHT}); nothing changed, retry in {RETRY_AFTER_S} s",
+                {"retry_after_s": RETRY_AFTER_S},
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        self._in_flight += 1
+        try:
+            why = await self._own_call_missing(session, call, call_id)
+        finally:
+            self._in_flight -= 1
         if why is None:
             return session
         raise HttpError(
