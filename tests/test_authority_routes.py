@@ -125,6 +125,23 @@ def test_an_own_call_for_another_name_or_finished_does_not_count(
     assert claim(daemon, "reviewer", OWNER)[0] == 403
 
 
+def test_a_request_naming_its_call_needs_that_very_call(
+    daemon: Daemon, calls: CallsInFlight
+) -> None:
+    """With call_id (the plugin sends opencode's callID), only that call counts."""
+    own = calls.start(OWNER, "swarm_name", name="reviewer")
+    status, answer = claim(daemon, "reviewer", OWNER, call_id="call_other")
+    assert status == 403 and "no swarm_name call call_other in flight" in answer["error"]
+    assert claim(daemon, "reviewer", OWNER, call_id=own.call_id)[0] == 200
+
+
+@pytest.mark.parametrize("call_id", ["", "call id", 7, "x" * 129])
+def test_a_malformed_call_id_is_a_400(daemon: Daemon, calls: CallsInFlight, call_id: Any) -> None:
+    """A call_id that is not an id is refused before anything is looked up."""
+    status, answer = claim(daemon, "reviewer", OWNER, call_id=call_id)
+    assert status == 400 and answer["error"].startswith("call_id must match")
+
+
 def test_an_mcp_member_claims_its_own_name_without_a_call(
     daemon: Daemon, calls: CallsInFlight
 ) -> None:
@@ -194,8 +211,9 @@ def test_an_own_policy_call_asking_something_else_does_not_count(
 def test_releasing_anothers_held_messages_is_403(daemon: Daemon, calls: CallsInFlight) -> None:
     """POST /swarm/release/<session> needs the session's own swarm_policy release call."""
     assert daemon_call(daemon, "POST", f"/swarm/release/{OWNER}", {})[0] == 403
-    calls.start(OWNER, "swarm_policy", release=True)
-    assert daemon_call(daemon, "POST", f"/swarm/release/{OWNER}", {})[0] == 200
+    release = calls.start(OWNER, "swarm_policy", release=True)
+    body = {"call_id": release.call_id}
+    assert daemon_call(daemon, "POST", f"/swarm/release/{OWNER}", body)[0] == 200
 
 
 def test_a_persons_policy_is_stored_as_by_a_person(daemon: Daemon) -> None:
@@ -232,8 +250,8 @@ def test_a_sessions_own_join_and_leave_are_allowed(daemon: Daemon, calls: CallsI
     assert daemon_call(daemon, "POST", path, {"session": OWNER})[0] == 201
     assert daemon_call(daemon, "DELETE", f"{path}/{OWNER}")[0] == 403
     assert members(daemon) == [OWNER]
-    calls.start(OWNER, "swarm_channel", action="leave", channel=TEAM)
-    assert daemon_call(daemon, "DELETE", f"{path}/{OWNER}")[0] == 200
+    leave = calls.start(OWNER, "swarm_channel", action="leave", channel=TEAM)
+    assert daemon_call(daemon, "DELETE", f"{path}/{OWNER}?call_id={leave.call_id}")[0] == 200
     assert members(daemon) == []
 
 

@@ -27,6 +27,7 @@ again for up to :data:`OWN_CALL_WAIT_S` before the request is refused.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -40,6 +41,10 @@ from pigeond.api.web import HttpError
 from pigeond.model import Runtime, runtime_of
 from pigeond.tool_calls import ToolCall, ToolCallReader, TranscriptUnreadable
 
+# A request may name the tool call making it (the plugin sends opencode's callID): then
+# exactly that call must be the one running.
+CALL_ID_FIELD: Final = "call_id"
+CALL_ID_RE: Final = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 # Who acted, as stored (a policy's ``by``) when it was a person and not a session.
 PERSON: Final = "person"
 # How long a Claude Code session's own call is looked for (it is written 20-80 ms after
@@ -54,6 +59,15 @@ RETRY_AFTER_S: Final = 1
 OPERATOR_HINT: Final = (
     "or a person at a terminal over the Unix socket (an operator: pigeon {command})"
 )
+
+
+def call_id_of(value: object) -> str | None:
+    """A request's ``call_id`` (None when not given); a 400 when it is malformed."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not CALL_ID_RE.fullmatch(value):
+        raise HttpError(400, f"{CALL_ID_FIELD} must match {CALL_ID_RE.pattern}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)

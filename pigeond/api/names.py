@@ -20,13 +20,13 @@ its own ``<name>``, which only says what its id already says.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web import server
 
-from pigeond.api.authority import OwnCall, SessionAuthority
+from pigeond.api.authority import CALL_ID_FIELD, OwnCall, SessionAuthority, call_id_of
 from pigeond.api.send_request import InvalidRequest, SendRequest, check_name, decode_json_object
 from pigeond.api.web import HttpError, JsonApi, JsonResponse, query_param, read_body
 from pigeond.model import MCP_MEMBER_PREFIX, NAME_RE, SESSION_ID_RE, NewMessage
@@ -93,15 +93,17 @@ class NamesRoute:
         session's own ``swarm_name`` call nor a person, or is not a person and ``force``
         would move the name from a live session."""
         try:
-            name, session, force = _parse_claim(read_body(request))
+            body = decode_json_object(read_body(request))
+            name, session, force = _parse_claim(body)
         except InvalidRequest as e:
             raise HttpError(400, str(e)) from e
+        call_id = call_id_of(body.get(CALL_ID_FIELD))
         if session != MCP_MEMBER_PREFIX + name:  # mcp_<name> claiming <name>: see the docstring
             own = OwnCall(
                 "swarm_name", lambda given: given.get("name") == name,
                 "claim a name for it", f"name set {name} {session}",
             )  # fmt: skip
-            await self._authority.acting_for(request, session, own)
+            await self._authority.acting_for(request, session, own, call_id)
         # force by anyone but a person moves only the name of a holder that is gone
         asked_force, force = force, force and self._authority.is_person(request)
         now_ms = int(self._clock.seconds() * 1000)
@@ -170,8 +172,7 @@ class NamesRoute:
         return await self._liveness.exists(holder) is False
 
 
-def _parse_claim(raw: bytes) -> tuple[str, str, bool]:
-    body = decode_json_object(raw)
+def _parse_claim(body: dict[str, Any]) -> tuple[str, str, bool]:
     name, session, force = body.get("name"), body.get("session"), body.get("force", False)
     if not isinstance(name, str) or not name:
         raise InvalidRequest("field 'name' is required and must be a non-empty string")

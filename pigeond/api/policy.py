@@ -31,7 +31,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web import server
 
-from pigeond.api.authority import OwnCall, SessionAuthority
+from pigeond.api.authority import CALL_ID_FIELD, OwnCall, SessionAuthority, call_id_of
 from pigeond.api.send_request import InvalidRequest, decode_json_object
 from pigeond.api.web import HttpError, JsonApi, JsonResponse, read_body
 from pigeond.consent import (
@@ -205,7 +205,8 @@ class PolicyRoutes:
             )
         except (InvalidRequest, ValueError) as e:
             raise HttpError(400, str(e)) from e
-        by = await self._authority.acting_for(request, session, setting(session, body))
+        call_id = call_id_of(body.get(CALL_ID_FIELD))
+        by = await self._authority.acting_for(request, session, setting(session, body), call_id)
         change = await self._db.write(
             SwarmRepository.set_policy, session, policy, allow, self._now_ms(), by
         )
@@ -226,7 +227,13 @@ class PolicyRoutes:
     async def release(self, request: server.Request) -> JsonResponse:
         """Release what is held for the session now; its policy stays."""
         session = self._session(request, RELEASE_PREFIX)
-        await self._authority.acting_for(request, session, releasing(session))
+        raw = read_body(request)
+        try:
+            body = decode_json_object(raw) if raw.strip() else {}
+        except InvalidRequest as e:
+            raise HttpError(400, str(e)) from e
+        call_id = call_id_of(body.get(CALL_ID_FIELD))
+        await self._authority.acting_for(request, session, releasing(session), call_id)
         released = await self._db.write(SwarmRepository.release_held, session, self._now_ms())
         log.info("{n} held message(s) for {session} released", n=released, session=session)
         return JsonResponse(200, {"session": session, "released": released})
