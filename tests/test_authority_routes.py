@@ -150,6 +150,19 @@ def test_an_mcp_member_claims_its_own_name_without_a_call(
     assert claim(daemon, "other", "mcp_reviewer")[0] == 403
 
 
+def test_an_mcp_members_policy_and_channels_are_a_persons(
+    daemon: Daemon, calls: CallsInFlight
+) -> None:
+    """pigeond reads no transcript of an MCP-only member (Codex): only a person changes
+    its policy or memberships, and the refusal says why."""
+    status, answer = put_policy(daemon, "mcp_codex", policy="hold")
+    assert status == 403 and "pigeond has no transcript of mcp_codex" in answer["error"]
+    joined = daemon_call(
+        daemon, "POST", f"/swarm/channels/{TEAM}/members", {"session": "mcp_codex"}
+    )
+    assert joined[0] == 403
+
+
 def test_releasing_a_name_is_a_persons(daemon: Daemon, calls: CallsInFlight) -> None:
     """DELETE /swarm/names/<name> from an agent is refused; the name stays."""
     calls.start(OWNER, "swarm_name", name="reviewer")
