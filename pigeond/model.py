@@ -27,7 +27,8 @@ OPENCODE_SESSION: Final = r"ses_[A-Za-z0-9_-]{1,128}"
 CLAUDE_SESSION: Final = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # A member whose client names no session (Codex): ``pigeon-mcp --as @reviewer`` is
 # ``mcp_reviewer``; the part after ``mcp_`` is a name (NAME_RE).
-MCP_MEMBER: Final = r"mcp_[a-z0-9][a-z0-9_.-]{0,63}"
+MCP_MEMBER_PREFIX: Final = "mcp_"
+MCP_MEMBER: Final = MCP_MEMBER_PREFIX + r"[a-z0-9][a-z0-9_.-]{0,63}"
 
 
 class Runtime(StrEnum):

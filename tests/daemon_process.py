@@ -317,6 +317,16 @@ class DaemonProcess:
         finally:
             repo.close()
 
+    def join_in_database(self, channel: str, *sessions: str) -> None:
+        """Make ``sessions`` members of ``channel`` in the daemon's database, as an operator's
+        tool may (over HTTP only each session itself or a person may: api/authority.py)."""
+        repo = SwarmRepository(open_existing(str(self.db)))
+        try:
+            for session in sessions:
+                repo.join_channel(channel, session, int(time.time() * 1000), 1000)
+        finally:
+            repo.close()
+
     def cpu_s(self) -> float:
         """The CPU time (user and system, every thread) the daemon has used so far."""
         stat = Path(f"/proc/{self.pid}/stat").read_text(encoding="ascii")

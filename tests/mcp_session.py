@@ -4,8 +4,11 @@ initialize handshake, as Claude Code and Codex do over stdio."""
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -49,6 +52,29 @@ def call_tool_as(
     [content] = result.content
     assert isinstance(content, types.TextContent)
     return ToolRun(bool(result.is_error), content.text)
+
+
+def claude_member_calling(
+    daemon: DaemonProcess, folder: Path, tool: str, args: Mapping[str, Any]
+) -> str:
+    """A Claude Code session known to ``daemon`` (its SessionStart hook named its transcript)
+    whose transcript holds its model's call of pigeon-mcp's ``tool`` with ``args``, still in
+    flight: the tool's requests for this session are the session's own
+    (pigeond/api/authority.py).  Its session id."""
+    session = str(uuid.uuid4())
+    block = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:20],
+             "name": f"mcp__pigeon__{tool}", "input": dict(args)}  # fmt: skip
+    message = {"role": "assistant", "content": [block], "stop_reason": "tool_use"}
+    entry = {"type": "assistant", "uuid": str(uuid.uuid4()), "sessionId": session,
+             "message": message}  # fmt: skip
+    transcript = folder / f"{session}.jsonl"
+    transcript.write_text(json.dumps(entry) + "\n", encoding="utf-8")
+    status, answer = daemon.request_json(
+        "POST", "/swarm/agent/claude/event",
+        {"event": "session_start", "session": session, "transcript_path": str(transcript)},
+    )  # fmt: skip
+    assert status == 200, answer
+    return session
 
 
 def listed_tools(env: Mapping[str, str]) -> list[types.Tool]:

@@ -21,6 +21,7 @@ from pigeond.service.daemon import Daemon
 from pigeond.storage import SwarmRepository
 from pigeond.storage.channels import DEFAULT_MAX_CHANNEL_MEMBERS
 from pigeond.storage.database import InlineDatabase
+from tests.authority_helpers import as_person, person_authority
 from tests.http_helpers import daemon_call, result_of, stub_client
 from tests.openapi_check import check_body
 from tests.storage_helpers import clock_daemon, repo_of
@@ -86,7 +87,7 @@ def rig(repo: SwarmRepository, clock: Clock) -> Rig:
     kicked: list[str] = []
     config = Config(max_channel_members=3)
     api = SwarmRoutes(db, clock, config, on_accepted=kicked.append).install(JsonApi())
-    ChannelRoutes(db, clock, config, liveness).install(api)
+    ChannelRoutes(db, clock, config, person_authority(clock), liveness).install(api)
     return Rig(repo, clock, stub_client(api), liveness, kicked)
 
 
@@ -97,7 +98,7 @@ def daemon(tmp_path: Path, clock: Clock) -> Daemon:
     config = Config(
         db=str(tmp_path / "p.db"), opencode_url="", max_channel_members=1, max_queued_per_target=1
     )
-    return clock_daemon(config, clock)
+    return as_person(clock_daemon(config, clock))
 
 
 # -- joining and leaving --------------------------------------------------------------------

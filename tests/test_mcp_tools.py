@@ -14,7 +14,7 @@ from pigeond.storage import SwarmRepository, open_database
 from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.hostile_text import EVIL, raw_controls
 from tests.inbox_load import READER, handed_off
-from tests.mcp_session import call_tool, daemon_env, listed_tools
+from tests.mcp_session import call_tool, claude_member_calling, daemon_env, listed_tools
 from tests.permission_helpers import permission_request
 
 pytestmark = pytest.mark.slow
@@ -238,24 +238,29 @@ def test_read_quotes_every_payload_line_and_escapes_it(
     assert lines[-1] == 'no more; next time call swarm_read with since="cur_1" for newer ones only'
 
 
-def test_name_claims_and_a_live_holder_refuses(daemon: DaemonProcess) -> None:
-    """swarm_name claims for the calling session; another session's claim is refused."""
+def test_name_claims_and_a_live_holder_refuses(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """swarm_name claims for the calling session (its own call, in its transcript); another
+    session's claim is refused."""
     env = daemon_env(daemon)
-    run = call_tool("swarm_name", {"name": "reviewer"}, env)
+    own = claude_member_calling(daemon, tmp_path, "swarm_name", {"name": "reviewer"})
+    run = call_tool("swarm_name", {"name": "reviewer"}, env, session=own)
     assert run.text == 'you are now reviewer: others reach you with swarm_send to "@reviewer"'
     bad = call_tool("swarm_name", {"name": "Reviewer"}, env)
     assert bad.is_error and bad.text.startswith("swarm_name: 'name' must be lower-case letters")
 
 
-def test_channel_join_list_and_send(daemon: DaemonProcess) -> None:
-    """swarm_channel joins; a send to the channel fans out to the other member."""
+def test_channel_join_list_and_send(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """swarm_channel joins (each session's own call); a send to the channel fans out to the
+    other member."""
     env = daemon_env(daemon)
-    joined = call_tool("swarm_channel", {"action": "join", "channel": "ops"}, env)
+    join = {"action": "join", "channel": "ops"}
+    me, other = (claude_member_calling(daemon, tmp_path, "swarm_channel", join) for _ in "ab")
+    joined = call_tool("swarm_channel", join, env, session=me)
     assert joined.text.startswith("you joined ops (1 member)")
-    call_tool("swarm_channel", {"action": "join", "channel": "ops"}, env, session=TARGET)
-    listed = call_tool("swarm_channel", {"action": "list"}, env)
+    call_tool("swarm_channel", join, env, session=other)
+    listed = call_tool("swarm_channel", {"action": "list"}, env, session=me)
     assert listed.text.startswith("you are a member of 1 channel:\n- ops: 2 members, ")
-    sent = call_tool("swarm_send", {"channel": "ops", "payload": "standup"}, env)
+    sent = call_tool("swarm_send", {"channel": "ops", "payload": "standup"}, env, session=me)
     assert sent.text.endswith("on channel ops: a copy to each of 1 member"), sent.text
     needs = call_tool("swarm_channel", {"action": "join"}, env)
     assert (needs.is_error, needs.text) == (
@@ -279,9 +284,11 @@ def test_channel_history_past_the_newest_cursor_is_the_daemons_refusal(
     )
 
 
-def test_policy_sets_and_shows_ones_own(daemon: DaemonProcess) -> None:
-    """swarm_policy sets hold with an allow-list, then shows it."""
-    run = call_tool("swarm_policy", {"policy": "hold", "allow": ["ses_lead"]}, daemon_env(daemon))
+def test_policy_sets_and_shows_ones_own(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """swarm_policy sets hold with an allow-list (its own call), then shows it."""
+    args = {"policy": "hold", "allow": ["ses_lead"]}
+    own = claude_member_calling(daemon, tmp_path, "swarm_policy", args)
+    run = call_tool("swarm_policy", args, daemon_env(daemon), session=own)
     assert run.text == (
         "your policy is now hold: 0 message(s) held, 0 released\n"
         "policy: hold; always let through: ses_lead; held now: 0"

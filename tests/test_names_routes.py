@@ -15,6 +15,7 @@ from pigeond.config import Config
 from pigeond.service.daemon import Daemon
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from tests.authority_helpers import as_person, person_authority
 from tests.http_helpers import API, client_headers, daemon_call, result_of, stub_client
 from tests.openapi_check import check_body
 from tests.storage_helpers import clock_daemon, repo_of
@@ -26,8 +27,9 @@ A, B, C = "ses_alice", "ses_bob", "ses_carol"
 
 @pytest.fixture
 def daemon(tmp_path: Path, clock: Clock) -> Daemon:
-    """Delivery off: no opencode to ask, so every holder counts as live."""
-    return clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock)
+    """Delivery off: no opencode to ask, so every holder counts as live; asked by a person
+    (tests/test_authority_routes.py asks as sessions)."""
+    return as_person(clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock))
 
 
 def claim(daemon: Daemon, name: str, session: str, **more: Any) -> tuple[int, Any]:
@@ -137,7 +139,9 @@ class Liveness:
 
 
 def claim_with(repo: SwarmRepository, clock: Clock, liveness: Liveness, body: Any) -> int:
-    api = NamesRoute(InlineDatabase(repo), clock, liveness).install(JsonApi())
+    api = NamesRoute(InlineDatabase(repo), clock, liveness, person_authority(clock)).install(
+        JsonApi()
+    )
     stub = stub_client(api)
     response = result_of(stub.post(API + "/swarm/names", data=json.dumps(body).encode()))
     return int(response.code)

@@ -69,11 +69,7 @@ def test_status_of_a_channel_message_follows_each_copy(daemon: DaemonProcess) ->
     """swarm_status of a message sent to a channel lists the copy of each other member as
     GET /swarm/message/<msg_id> does: its msg_id, state and receipt."""
     env = tcp_env(daemon)
-    for member in (SESSION, TARGET):
-        status, answer = daemon.request_json(
-            "POST", "/swarm/channels/ops/members", {"session": member}
-        )
-        assert status == 201, answer
+    daemon.join_in_database("ops", SESSION, TARGET)
     sent = run_tool("swarm_send", {"channel": "ops", "payload": "standup"}, replies=None, env=env)
     assert sent.ok, sent.error
     [(msg_id, *_)] = [row for row in stored(daemon) if row[2] is None]

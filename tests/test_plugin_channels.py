@@ -61,7 +61,7 @@ def test_join_makes_the_calling_session_a_member() -> None:
     """join posts the calling session itself and says how many members the channel has."""
     output, [post] = channel({"action": "join", "channel": "ops"}, joined(3))
     assert (post["method"], post["url"]) == ("POST", f"{DAEMON}/swarm/channels/ops/members")
-    assert post["body"] == {"session": SESSION}
+    assert post["body"] == {"session": SESSION, "call_id": "call_1"}
     assert output.startswith("you joined ops (3 members): every message sent to it from now")
 
 
@@ -94,7 +94,7 @@ def test_leave_deletes_the_calling_sessions_membership() -> None:
     left = ok({"channel": "ops", "session": SESSION, "left": True})
     output, [delete] = channel({"action": "leave", "channel": "ops"}, left)
     assert delete["method"] == "DELETE"
-    assert delete["url"] == f"{DAEMON}/swarm/channels/ops/members/{SESSION}"
+    assert delete["url"] == f"{DAEMON}/swarm/channels/ops/members/{SESSION}?call_id=call_1"
     assert output == (
         "you left ops: its new messages no longer reach you"
         " (copies already queued for you still come)"

@@ -21,8 +21,18 @@ def test_swarm_name_claims_the_name_for_the_calling_session() -> None:
     assert run.ok, run.error
     [post] = run.posts
     assert post["url"] == "http://127.0.0.1:9/swarm/names"
-    assert post["body"] == {"name": "reviewer", "session": SESSION}
+    assert post["body"] == {"name": "reviewer", "session": SESSION, "call_id": "call_1"}
     assert run.output == 'you are now reviewer: others reach you with swarm_send to "@reviewer"'
+
+
+@pytest.mark.parametrize("call_id", [None, "", "call with spaces"])
+def test_without_a_usable_call_id_the_claim_names_none(call_id: str | None) -> None:
+    """opencode gave no call id pigeond could take: the claim goes without one (pigeond
+    then finds the call by its input)."""
+    run = run_tool("swarm_name", {"name": "reviewer"}, replies=[claimed("reviewer")],
+                   call_id=call_id)  # fmt: skip
+    assert run.ok, run.error
+    assert run.posts[0]["body"] == {"name": "reviewer", "session": SESSION}
 
 
 def test_swarm_name_takes_no_session_argument() -> None:

@@ -43,7 +43,9 @@ def test_swarm_policy_sets_the_calling_session_s_own_policy() -> None:
     assert run.ok, run.error
     put = run.requests[0]
     assert (put["method"], put["url"]) == ("PUT", f"http://127.0.0.1:9/swarm/policy/{SESSION}")
-    assert put["body"] == {"policy": "hold", "allow": ["ses_lead"], "by": SESSION}
+    assert put["body"] == {
+        "policy": "hold", "allow": ["ses_lead"], "by": SESSION, "call_id": "call_1",
+    }  # fmt: skip
     assert run.output == (
         "your policy is now hold: 2 message(s) held, 0 released\n"
         "policy: hold; always let through: ses_lead; held now: 2"
@@ -56,6 +58,7 @@ def test_swarm_policy_release_lets_the_held_messages_in() -> None:
     run = run_tool("swarm_policy", {"release": True}, replies=[released, policy_answer("hold")])
     assert run.ok, run.error
     assert run.posts[0]["url"] == f"http://127.0.0.1:9/swarm/release/{SESSION}"
+    assert run.posts[0]["body"] == {"call_id": "call_1"}
     assert run.output is not None and run.output.startswith("released 3 held message(s)")
 
 

@@ -18,6 +18,7 @@ from pigeond.consent import POLICIES, Policy
 from pigeond.service.daemon import Daemon
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from tests.authority_helpers import as_person
 from tests.http_helpers import API, client_headers, daemon_call, result_of, stub_client
 from tests.messages import new_message
 from tests.openapi_check import check_body
@@ -31,8 +32,9 @@ JSON_HEADERS = {"content-type": "application/json; charset=utf-8"}
 
 @pytest.fixture
 def daemon(tmp_path: Path, clock: Clock) -> Daemon:
-    """A daemon with delivery off: what is due stays queued for the test to read."""
-    return clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock)
+    """A daemon with delivery off: what is due stays queued for the test to read; asked by a
+    person (tests/test_authority_routes.py asks as sessions)."""
+    return as_person(clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock))
 
 
 def send(daemon: Daemon, sender: str = A) -> tuple[int, dict[str, object]]:

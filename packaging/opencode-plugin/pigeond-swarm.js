@@ -47,6 +47,7 @@ const ALLOW_ENTRY_RE = /^@?[A-Za-z0-9_.-]{1,128}$/; // pigeond.consent.ALLOW_ENT
 const MAX_ALLOW = 64;
 const SESSION_ID_RE = /^(?:ses_[A-Za-z0-9_-]{1,128}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|mcp_[a-z0-9][a-z0-9_.-]{0,63})$/;
 const MSG_ID_RE = /^msg_[A-Za-z0-9_-]{1,128}$/;
+const CALL_ID_RE = /^[A-Za-z0-9_.:-]{1,128}$/; // pigeond.api.authority.CALL_ID_RE
 const CHANNEL_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
 const THREAD_RE = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/; // pigeond's THREAD_RE (pigeond/model.py)
 const NAME_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/; // pigeond's NAME_RE (pigeond/model.py)
@@ -223,6 +224,14 @@ function callerSession(tool, context) {
     throw new ToolError(`${tool}: opencode gave no usable session id (${JSON.stringify(session)})`);
   }
   return session;
+}
+
+// A request acting for this session (its name, policy, channels) names the tool call
+// making it, so pigeond finds exactly this call running in the session's transcript; with
+// no usable call id from opencode, pigeond finds the call by its input.
+function ownCall(context) {
+  const id = context && context.callID;
+  return typeof id === "string" && CALL_ID_RE.test(id) ? { call_id: id } : {};
 }
 
 // A retried tool call (same session, same call id) must not send twice: the
@@ -1022,7 +1031,7 @@ function makeTools(env) {
       let answer;
       try {
         answer = await withRetries(daemon, READ_RETRY_S, abort, () =>
-          request(daemon, "POST", "/swarm/names", { name, session }, abort),
+          request(daemon, "POST", "/swarm/names", { name, session, ...ownCall(context) }, abort),
         );
       } catch (error) {
         if (error instanceof Unreachable || error instanceof RateLimited) {
@@ -1064,14 +1073,14 @@ function makeTools(env) {
       const lines = [];
       try {
         if (policy !== undefined) {
-          const body = { policy, by: session };
+          const body = { policy, by: session, ...ownCall(context) };
           if (allow !== undefined) body.allow = allow;
           const answer = await call("PUT", `/swarm/policy/${session}`, body);
           if (answer.status !== 200) throw refused("swarm_policy", answer);
           lines.push(`your policy is now ${answer.json.policy}: ${answer.json.held} message(s) held, ${answer.json.released} released`);
         }
         if (release) {
-          const answer = await call("POST", `/swarm/release/${session}`, {});
+          const answer = await call("POST", `/swarm/release/${session}`, ownCall(context));
           if (answer.status !== 200) throw refused("swarm_policy", answer);
           lines.push(`released ${answer.json.released} held message(s): they come in your next turn`);
         }
@@ -1121,7 +1130,7 @@ function makeTools(env) {
       };
       const members = `/swarm/channels/${channel}/members`;
       if (action === "join") {
-        const answer = await call("POST", members, { session });
+        const answer = await call("POST", members, { session, ...ownCall(context) });
         if (answer.status !== 200 && answer.status !== 201) throw channelRefused(`cannot join ${channel}`, answer);
         const count = counted(answer.json.members, "member");
         if (answer.json.joined === false) return `you are a member of ${channel} already (${count})`;
@@ -1129,7 +1138,9 @@ function makeTools(env) {
           `your own copy; swarm_send with channel "${channel}" reaches the other members`;
       }
       if (action === "leave") {
-        const answer = await call("DELETE", `${members}/${session}`, undefined);
+        const own = ownCall(context).call_id;
+        const query = own === undefined ? "" : `?${new URLSearchParams({ call_id: own })}`;
+        const answer = await call("DELETE", `${members}/${session}${query}`, undefined);
         if (answer.status === 404) return `you are not a member of ${channel}: nothing changed`;
         if (answer.status !== 200) throw channelRefused(`cannot leave ${channel}`, answer);
         return `you left ${channel}: its new messages no longer reach you (copies already queued for you still come)`;

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from pigeond.model import NAME_RE, RUNTIME_IDS, Runtime
+from pigeond.model import MCP_MEMBER_PREFIX, NAME_RE, RUNTIME_IDS, Runtime
 
 CLAUDE_SESSION_RE: Final = RUNTIME_IDS[Runtime.CLAUDE]
-MCP_PREFIX: Final = "mcp_"
+MCP_PREFIX: Final = MCP_MEMBER_PREFIX
 
 
 def member_of_name(name: str) -> str:

@@ -17,17 +17,22 @@ of the channel message follows each copy.  The routes:
   ``GET /swarm/inbox`` is (the cursor numbers accepts, not hand-offs), so a member who
   joined late can read what came before.
 
-Like every route but ``/health`` they are behind the daemon's access check.
+Like every route but ``/health`` they are behind the daemon's access check.  Beyond it,
+a session's memberships are its own (:mod:`pigeond.api.authority`): joining session X or
+removing it is allowed only to X's own ``swarm_channel`` call (``join`` or ``leave`` of
+that channel, in flight) or to a person.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web import server
 
+from pigeond.api.authority import CALL_ID_FIELD, OwnCall, SessionAuthority, call_id_of
 from pigeond.api.names import NAMES_PATH, SessionLiveness
 from pigeond.api.paging import cursor_number, encode_cursor, page_limit
 from pigeond.api.send_request import InvalidRequest, check_name, decode_json_object
@@ -75,12 +80,24 @@ async def channel_status(db: Database, msg_id: str) -> dict[str, object]:
     }
 
 
+def membership(action: str, channel: str, session: str) -> OwnCall:
+    """The ``swarm_channel`` call that joins or leaves ``channel`` (``action``)."""
+
+    def matches(given: Mapping[str, Any]) -> bool:
+        return given.get("action") == action and given.get("channel") == channel
+
+    verb = "join" if action == "join" else "remove"
+    what = f"{verb} it {'to' if action == 'join' else 'from'} channel {channel}"
+    return OwnCall("swarm_channel", matches, what, f"channel {action} {channel} {session}")
+
+
 class ChannelRoutes:
     def __init__(
         self,
         db: Database,
         clock: IReactorTime,
         config: Config,
+        authority: SessionAuthority,
         liveness: SessionLiveness | None = None,
     ) -> None:
         """``config`` gives ``max_channel_members`` and ``inbox_max_bytes`` (see
@@ -88,6 +105,7 @@ class ChannelRoutes:
         self.configure(config)
         self._db = db
         self._clock = clock
+        self._authority = authority
         self._liveness = liveness
 
     def configure(self, config: Config) -> None:
@@ -111,9 +129,11 @@ class ChannelRoutes:
         full, 404 for a name nobody holds or a session opencode does not have."""
         (channel,) = _path_parts(request, MEMBERS_PATH)
         try:
-            session, name = _parse_member(read_body(request))
+            body = decode_json_object(read_body(request))
+            session, name = _parse_member(body)
         except InvalidRequest as e:
             raise HttpError(400, str(e)) from e
+        call_id = call_id_of(body.get(CALL_ID_FIELD))
         if name is not None:
             session = await self._db.read(SwarmRepository.name_holder, name)
             if session is None:
@@ -121,6 +141,8 @@ class ChannelRoutes:
         assert session is not None
         if await self._gone(session):
             raise HttpError(404, f"no session {session} in opencode: it cannot join {channel}")
+        joining = membership("join", channel, session)
+        await self._authority.acting_for(request, session, joining, call_id)
         now_ms = int(self._clock.seconds() * 1000)
         outcome = await self._db.write(
             SwarmRepository.join_channel, channel, session, now_ms, self.max_members
@@ -146,6 +168,9 @@ class ChannelRoutes:
         channel, session = _path_parts(request, MEMBER_PATH)
         if not SESSION_ID_RE.fullmatch(session):
             raise HttpError(400, f"the session in the path must match {SESSION_ID_RE.pattern}")
+        leaving = membership("leave", channel, session)
+        call_id = call_id_of(query_param(request, CALL_ID_FIELD))
+        await self._authority.acting_for(request, session, leaving, call_id)
         if not await self._db.write(SwarmRepository.leave_channel, channel, session):
             raise HttpError(404, f"{session} is not a member of {channel}")
         log.info("{session} left channel {channel}", session=session, channel=channel)
@@ -233,9 +258,9 @@ def _path_parts(request: server.Request, pattern: str) -> list[str]:
     return parts
 
 
-def _parse_member(raw: bytes) -> tuple[str | None, str | None]:
+def _parse_member(body: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """Field 'session' of a join as (session, name): a session id, or ``@name``."""
-    session = decode_json_object(raw).get("session")
+    session = body.get("session")
     if isinstance(session, str) and session.startswith(NAME_MARK):
         check_name(session[len(NAME_MARK) :], "session")
         return None, session[len(NAME_MARK) :]

@@ -9,23 +9,27 @@ no opencode to ask (delivery off, or no clear answer) the holder counts as live.
 is released by ``DELETE``; with ``?session=`` only if that session still holds it, so a
 session giving up its name cannot free one its successor took meanwhile.
 
-Like every route but ``/health`` these are behind the daemon's access check: the caller
-is the owner (or the allowed group), who may name any session.  The plugin's
-``swarm_name`` only ever names the calling session itself.
+Like every route but ``/health`` these are behind the daemon's access check.  Beyond it,
+a session's name is its own (:mod:`pigeond.api.authority`): a claim for session X is
+allowed to X's own ``swarm_name`` call or to a person; moving a name a live session holds
+(``force``) and releasing a name only to a person.  One claim needs no call: an MCP-only
+member ``mcp_<name>`` (``pigeon-mcp --as @name``, whose client names no session) claiming
+its own ``<name>``, which only says what its id already says.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web import server
 
+from pigeond.api.authority import CALL_ID_FIELD, OwnCall, SessionAuthority, call_id_of
 from pigeond.api.send_request import InvalidRequest, SendRequest, check_name, decode_json_object
 from pigeond.api.web import HttpError, JsonApi, JsonResponse, query_param, read_body
-from pigeond.model import NAME_RE, SESSION_ID_RE, NewMessage
+from pigeond.model import MCP_MEMBER_PREFIX, NAME_RE, SESSION_ID_RE, NewMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
 from pigeond.storage.names import ANY_HOLDER, ClaimOutcome
@@ -60,11 +64,18 @@ async def resolve_target(db: Database, send: SendRequest) -> NewMessage:
 
 
 class NamesRoute:
-    def __init__(self, db: Database, clock: IReactorTime, liveness: SessionLiveness | None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: IReactorTime,
+        liveness: SessionLiveness | None,
+        authority: SessionAuthority,
+    ) -> None:
         """``liveness`` None: no opencode to ask (delivery off), every holder counts as live."""
         self._db = db
         self._clock = clock
         self._liveness = liveness
+        self._authority = authority
 
     def install(self, api: JsonApi) -> JsonApi:
         api.route("POST", NAMES_PATH, self.claim)
@@ -78,11 +89,23 @@ class NamesRoute:
 
     async def claim(self, request: server.Request) -> JsonResponse:
         """200 with the name, its session and whom it was taken from; 409 when a live
-        session holds it and ``force`` is not set."""
+        session holds it and ``force`` is not set; 403 when the caller is neither the
+        session's own ``swarm_name`` call nor a person, or is not a person and ``force``
+        would move the name from a live session."""
         try:
-            name, session, force = _parse_claim(read_body(request))
+            body = decode_json_object(read_body(request))
+            name, session, force = _parse_claim(body)
         except InvalidRequest as e:
             raise HttpError(400, str(e)) from e
+        call_id = call_id_of(body.get(CALL_ID_FIELD))
+        if session != MCP_MEMBER_PREFIX + name:  # mcp_<name> claiming <name>: see the docstring
+            own = OwnCall(
+                "swarm_name", lambda given: given.get("name") == name,
+                "claim a name for it", f"name set {name} {session}",
+            )  # fmt: skip
+            await self._authority.acting_for(request, session, own, call_id)
+        # force by anyone but a person moves only the name of a holder that is gone
+        asked_force, force = force, force and self._authority.is_person(request)
         now_ms = int(self._clock.seconds() * 1000)
         claim = await self._db.write(
             SwarmRepository.claim_name, name, session, now_ms,
@@ -91,6 +114,11 @@ class NamesRoute:
         if claim.outcome is ClaimOutcome.HELD:
             assert claim.holder is not None
             if not await self._gone(claim.holder):
+                if asked_force:  # and not a person
+                    self._authority.person_only(
+                        request, f"take the name {name} from {claim.holder}, a live session",
+                        f"name set {name} {session} --force",
+                    )  # fmt: skip
                 raise HttpError(
                     409,
                     f"the name {name} is held by {claim.holder}, a live session (or one"
@@ -123,6 +151,7 @@ class NamesRoute:
         session = query_param(request, "session")
         if session is not None and not SESSION_ID_RE.fullmatch(session):
             raise HttpError(400, f"query parameter 'session' must match {SESSION_ID_RE.pattern}")
+        self._authority.person_only(request, f"release the name {name}", f"name release {name}")
         holder = await self._db.write(SwarmRepository.release_name, name, session)
         if holder is None:
             raise HttpError(404, f"nobody holds the name {name} (see GET {NAMES_PATH})")
@@ -143,8 +172,7 @@ class NamesRoute:
         return await self._liveness.exists(holder) is False
 
 
-def _parse_claim(raw: bytes) -> tuple[str, str, bool]:
-    body = decode_json_object(raw)
+def _parse_claim(body: dict[str, Any]) -> tuple[str, str, bool]:
     name, session, force = body.get("name"), body.get("session"), body.get("force", False)
     if not isinstance(name, str) or not name:
         raise InvalidRequest("field 'name' is required and must be a non-empty string")

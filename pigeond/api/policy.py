@@ -5,6 +5,12 @@
 held messages, ``POST /swarm/release/<session>`` releases what is held now (the policy
 stays), and ``GET /swarm/policies`` lists every session that set one.
 
+A session's consent is its own (:mod:`pigeond.api.authority`): ``PUT`` and the release
+are allowed only to the session's own ``swarm_policy`` call (in flight, asking for the same)
+or to a person; the stored ``by`` is who that was (the session, or ``person``), never what
+the request's ``by`` says.  ``pigeon policy`` acts on the database, as the operator's tools
+always have.
+
 The send path must stay as fast as before for the default ``accept``: so the daemon
 keeps every stored policy in memory (:class:`PolicyBook`), loaded at start, kept by the
 writes made through it, and read again every :data:`REFRESH_S` seconds for what another
@@ -17,11 +23,15 @@ meanwhile under the old one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web import server
 
+from pigeond.api.authority import CALL_ID_FIELD, OwnCall, SessionAuthority, call_id_of
 from pigeond.api.send_request import InvalidRequest, decode_json_object
 from pigeond.api.web import HttpError, JsonApi, JsonResponse, read_body
 from pigeond.consent import (
@@ -32,7 +42,7 @@ from pigeond.consent import (
     parse_allow,
     parse_policy,
 )
-from pigeond.model import SENDER_RE, SESSION_ID_RE, NewMessage
+from pigeond.model import SESSION_ID_RE, NewMessage
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
 from pigeond.storage.policies import PolicyChange
@@ -132,11 +142,37 @@ class PolicyBook:
             log.warn("policy refresh: {error}; trying again", error=str(e))
 
 
+def _allow_list(raw: object) -> tuple[object, ...] | None:
+    """An allow-list as given, duplicates dropped (None: not given)."""
+    return tuple(dict.fromkeys(raw)) if isinstance(raw, list) else None
+
+
+def setting(session: str, body: Mapping[str, Any]) -> OwnCall:
+    """The ``swarm_policy`` call that asks for what a ``PUT`` body does."""
+    wanted, allow = body.get("policy"), _allow_list(body.get("allow"))
+
+    def matches(given: Mapping[str, Any]) -> bool:
+        return given.get("policy") == wanted and _allow_list(given.get("allow")) == allow
+
+    return OwnCall("swarm_policy", matches, "set its policy", f"policy set {session} ...")
+
+
+def releasing(session: str) -> OwnCall:
+    """The ``swarm_policy`` call that releases what is held."""
+    return OwnCall(
+        "swarm_policy", lambda given: given.get("release") is True,
+        "release its held messages", f"policy release {session}",
+    )  # fmt: skip
+
+
 class PolicyRoutes:
-    def __init__(self, db: Database, book: PolicyBook, clock: IReactorTime) -> None:
+    def __init__(
+        self, db: Database, book: PolicyBook, clock: IReactorTime, authority: SessionAuthority
+    ) -> None:
         self._db = db
         self._book = book
         self._clock = clock
+        self._authority = authority
 
     def install(self, api: JsonApi) -> JsonApi:
         api.route_prefix("PUT", POLICY_PREFIX, self.put)
@@ -156,7 +192,8 @@ class PolicyRoutes:
         return session
 
     async def put(self, request: server.Request) -> JsonResponse:
-        """Set the session's policy (and allow-list: omitted, it stays as it was)."""
+        """Set the session's policy (and allow-list: omitted, it stays as it was); 403 when
+        the caller is neither the session's own swarm_policy call nor a person."""
         session = self._session(request)
         try:
             body = decode_json_object(read_body(request))
@@ -168,9 +205,8 @@ class PolicyRoutes:
             )
         except (InvalidRequest, ValueError) as e:
             raise HttpError(400, str(e)) from e
-        by = body.get("by", "http")
-        if not isinstance(by, str) or not SENDER_RE.fullmatch(by):
-            raise HttpError(400, f"by must match {SENDER_RE.pattern}")
+        call_id = call_id_of(body.get(CALL_ID_FIELD))
+        by = await self._authority.acting_for(request, session, setting(session, body), call_id)
         change = await self._db.write(
             SwarmRepository.set_policy, session, policy, allow, self._now_ms(), by
         )
@@ -191,6 +227,13 @@ class PolicyRoutes:
     async def release(self, request: server.Request) -> JsonResponse:
         """Release what is held for the session now; its policy stays."""
         session = self._session(request, RELEASE_PREFIX)
+        raw = read_body(request)
+        try:
+            body = decode_json_object(raw) if raw.strip() else {}
+        except InvalidRequest as e:
+            raise HttpError(400, str(e)) from e
+        call_id = call_id_of(body.get(CALL_ID_FIELD))
+        await self._authority.acting_for(request, session, releasing(session), call_id)
         released = await self._db.write(SwarmRepository.release_held, session, self._now_ms())
         log.info("{n} held message(s) for {session} released", n=released, session=session)
         return JsonResponse(200, {"session": session, "released": released})

@@ -19,6 +19,7 @@ from twisted.logger import Logger
 from twisted.web.client import HTTPConnectionPool
 
 from pigeond.api.access import AccessPolicy
+from pigeond.api.authority import SessionAuthority
 from pigeond.api.channels import ChannelRoutes
 from pigeond.api.flood import FloodGuard
 from pigeond.api.policy import REFRESH_S, PolicyBook
@@ -46,6 +47,7 @@ from pigeond.service.listeners import listen_runtime_socket, server_endpoint
 from pigeond.service.members import (
     MemberLiveness,
     member_parts,
+    tool_call_readers,
     turns_ended_of,
 )
 from pigeond.service.parts import (
@@ -95,6 +97,8 @@ class Daemon:
     jobs: MultiService = field(default_factory=MultiService)
     # the conversation brakes, in the order a send is judged (pigeond/brakes/)
     brakes: tuple[Brake, ...] = ()
+    # who may act on a session's own things (names, policy, channels): pigeond/api/authority.py
+    authority: SessionAuthority | None = None
 
     async def listen(self) -> IListeningPort:
         """Listen on ``config.listen`` (``unix:`` private by default, a passed Unix socket
@@ -358,6 +362,10 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     # the conversation brakes, asked in order; a person's prompts read where delivery reads
     reading = (None, None) if delivery is None else (delivery.registry, delivery.client)
     prompts = person_prompts(members, *reading)
+    # a session's own things: only its own tool calls (read from its transcript) or a person
+    opencode = None if delivery is None else (delivery.registry, delivery.client)
+    tool_calls = tool_call_readers(members, reactor, opencode)
+    authority = SessionAuthority(tool_calls, reactor)
     brakes = conversation_brakes(db, config, prompts)
     kick = arbiter.kick if arbiter is not None else _no_kick
     routes = SwarmRoutes(
@@ -384,7 +392,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     api = routes.install(JsonApi(gate=access))
     channels = install_side_routes(
         api, db, reactor, config, routes=routes, metrics=metrics, policies=policies,
-        delivery=delivery, members=members, kick=kick,
+        delivery=delivery, members=members, kick=kick, authority=authority,
     )  # fmt: skip
     site = make_site(api, config, reactor=reactor)
     pruner = Pruner(db, reactor, retention_days=config.retention_days)
@@ -392,7 +400,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         config=config, db=db, site=site, arbiter=arbiter, events=events, pool=pool,
         reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
         notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs, channels=channels,
-        brakes=brakes,
+        brakes=brakes, authority=authority,
     )  # fmt: skip
 
 

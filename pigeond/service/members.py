@@ -17,13 +17,16 @@ from twisted.internet.threads import deferToThreadPool
 
 from pigeond.delivery.claude_runtime import ClaudeRuntime, ClaudeTranscripts, McpRuntime
 from pigeond.delivery.member_doors import TranscriptPaths
+from pigeond.delivery.opencode_client import OpencodeClient
 from pigeond.delivery.pull_slots import PullSlots
 from pigeond.delivery.registry import SessionDirectoryRegistry
+from pigeond.delivery.tool_call_reader import ClaudeToolCalls, OpencodeToolCalls, ToolCallReaders
 from pigeond.delivery.transcript_reads import TranscriptReadWatch
 from pigeond.delivery.turns import TurnCount, TurnTracker
 from pigeond.model import Runtime, runtime_of
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
+from pigeond.tool_calls import ToolCallReader
 
 T = TypeVar("T")
 
@@ -37,6 +40,7 @@ class MemberParts:
     # every runtime's transcript reads that pass their deadline (opencode's client tells
     # it too), for /health
     reads: TranscriptReadWatch
+    in_thread: Callable[[Callable[[], Any]], Deferred[Any]]  # a blocking call off the reactor
 
 
 def member_parts(db: Database, reactor: Any) -> MemberParts:
@@ -50,7 +54,23 @@ def member_parts(db: Database, reactor: Any) -> MemberParts:
     paths = TranscriptPaths(db, reactor)
     reads = TranscriptReadWatch(reactor)
     claude = ClaudeRuntime(slots, ClaudeTranscripts(paths.path_of, in_thread, reactor, reads))
-    return MemberParts(slots, paths, claude, McpRuntime(slots), reads)
+    return MemberParts(slots, paths, claude, McpRuntime(slots), reads, in_thread)
+
+
+def tool_call_readers(
+    members: MemberParts,
+    reactor: Any,
+    opencode: tuple[SessionDirectoryRegistry, OpencodeClient] | None,
+) -> ToolCallReaders:
+    """Each member's recent pigeond tool calls, read from its own transcript: Claude Code's
+    file, and opencode's sessions when delivery reaches an opencode (``opencode``: its
+    directory registry and client); None for any other member."""
+    readers: dict[Runtime, ToolCallReader] = {
+        Runtime.CLAUDE: ClaudeToolCalls(members.paths.path_of, members.in_thread, reactor)
+    }
+    if opencode is not None:
+        readers[Runtime.OPENCODE] = OpencodeToolCalls(*opencode, reactor)
+    return ToolCallReaders(readers)
 
 
 class NoDelivery:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pigeond.api.agents import AgentRoutes
+from pigeond.api.authority import SessionAuthority
 from pigeond.api.channels import ChannelRoutes
 from pigeond.api.costs import CostsRoute
 from pigeond.api.metrics import MetricsRoute
@@ -42,6 +43,7 @@ def install_side_routes(
     delivery: DeliveryParts | None,
     members: MemberParts,
     kick: Callable[[str], None],
+    authority: SessionAuthority,
 ) -> ChannelRoutes:
     """Install every side route on ``api``; returns the channel routes (a reload reaches
     them)."""
@@ -50,11 +52,11 @@ def install_side_routes(
     ThreadRoutes(db, reactor, on_released=kick).install(api)
     CostsRoute(db).install(api)
     PermissionRoutes(db, None if delivery is None else delivery.permissions).install(api)
-    PolicyRoutes(db, policies, reactor).install(api)
+    PolicyRoutes(db, policies, reactor, authority).install(api)
     SearchRoute(db, lambda: routes.inbox_max_bytes).install(api)
     liveness = None if delivery is None else delivery.liveness
-    NamesRoute(db, reactor, liveness).install(api)
-    channels = ChannelRoutes(db, reactor, config, liveness)
+    NamesRoute(db, reactor, liveness, authority).install(api)
+    channels = ChannelRoutes(db, reactor, config, authority, liveness)
     channels.install(api)
     doors = (
         MemberDoors(

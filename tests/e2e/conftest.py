@@ -12,6 +12,8 @@
   (where a test starts pigeond, or leaves nothing to show an outage) and at
   ``plugin_token_link`` for the token: a link to the token file of the test's
   pigeond, which holds a token even before (or without) a pigeond.
+* ``opencode_1_15_with_plugin``: the same with opencode 1.15.4 (its tools call the same
+  ``plugin_pigeond_port``), for tests that hold for both pinned versions.
 * ``daemon``: the test's pigeond on ``plugin_pigeond_port``, delivering to
   ``opencode_with_plugin`` in turns.
 * ``opencode_with_plugin_b``: a second such opencode, another host's, for tests of
@@ -185,6 +187,22 @@ def opencode_with_plugin(
         "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
     }
     yield from _serve(OPENCODE_1_18, tmp_path_factory, fake_llm_server, env, _install_plugin)
+
+
+@pytest.fixture(scope="session")
+def opencode_1_15_with_plugin(
+    tmp_path_factory: pytest.TempPathFactory,
+    fake_llm_server: FakeLLM,
+    plugin_pigeond_port: int,
+    plugin_token_link: Path,
+) -> Iterator[OpencodeServer]:
+    """opencode 1.15.4 whose sessions have the swarm_* tools, calling ``plugin_pigeond_port``."""
+    env = {
+        "PIGEOND_URL": f"http://127.0.0.1:{plugin_pigeond_port}",
+        "PIGEOND_TOKEN_FILE": str(plugin_token_link),
+        "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
+    }
+    yield from _serve(OPENCODE_1_15, tmp_path_factory, fake_llm_server, env, _install_plugin)
 
 
 @pytest.fixture

@@ -33,16 +33,26 @@ def member(claude: ClaudeCode, tmp_path: Path, daemon: DaemonProcess) -> ClaudeM
     return session
 
 
+def call_pigeon_tool(member: ClaudeMember, folder: Path, tool: str, args: object) -> str:
+    """A turn whose model calls pigeon-mcp's ``tool``; what the tool said."""
+    config = folder / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"pigeon": {"command": str(MCP_SERVER)}}}))
+    run = member.turn(
+        f"CALLTOOL mcp__pigeon__{tool} {json.dumps(args)}",
+        "--mcp-config", str(config), "--allowedTools", "mcp__pigeon",
+    )  # fmt: skip
+    return str(run.result["result"])
+
+
 def test_an_opencode_send_reaches_a_claude_session_at_its_turn_end_once(
     member: ClaudeMember, daemon: DaemonProcess, opencode_with_plugin: OpencodeServer,
-    fake_llm: FakeLLM,
+    fake_llm: FakeLLM, tmp_path: Path,
 ) -> None:  # fmt: skip
-    """swarm_send from an opencode session, by id and by @name: each envelope is in the
-    Claude Code transcript exactly once, fed back by the Stop hook, seen then answered."""
-    status, claimed = daemon.request_json(
-        "POST", "/swarm/names", {"name": "critic", "session": member.id}
-    )
-    assert status == 200, claimed
+    """swarm_send from an opencode session, by id and by @name (which the Claude Code
+    session claimed with its own swarm_name call): each envelope is in the Claude Code
+    transcript exactly once, fed back by the Stop hook, seen then answered."""
+    said = call_pigeon_tool(member, tmp_path, "swarm_name", {"name": "critic"})
+    assert said.startswith("tool said: you are now critic"), said
     sender = Agent(opencode_with_plugin, fake_llm, "dirA", "sender")
     ids = []
     for to in (member.id, "@critic"):
@@ -66,14 +76,9 @@ def test_a_claude_session_sends_to_an_opencode_session_through_its_mcp_tool(
     """mcp__pigeon__swarm_send from Claude Code: the envelope, from the Claude Code session,
     is in the opencode transcript exactly once."""
     target = Agent(opencode_with_plugin, fake_llm, "dirA", "target")
-    config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"pigeon": {"command": str(MCP_SERVER)}}}))
     args = {"to": target.id, "payload": "hello from Claude Code"}
-    run = member.turn(
-        f"CALLTOOL mcp__pigeon__swarm_send {json.dumps(args)}",
-        "--mcp-config", str(config), "--allowedTools", "mcp__pigeon",
-    )  # fmt: skip
-    assert "tool said:" in run.result["result"], run.result
+    said = call_pigeon_tool(member, tmp_path, "swarm_send", args)
+    assert "tool said:" in said, said
     [(attributes, _)] = wait_until(lambda: target.envelopes(), "the envelope in opencode")
     answered = wait_until(lambda: receipt(daemon, attributes["msg_id"]) == "answered", "answered")
     assert answered  # its delivery is over: nothing more can come of it
@@ -97,15 +102,16 @@ def test_three_waiting_messages_arrive_as_one_batch_urgent_first(
 
 def test_a_channel_of_an_opencode_and_a_claude_member_gives_each_one_copy(
     member: ClaudeMember, daemon: DaemonProcess, opencode_with_plugin: OpencodeServer,
-    fake_llm: FakeLLM,
+    fake_llm: FakeLLM, tmp_path: Path,
 ) -> None:  # fmt: skip
-    """Both runtimes in one channel: each member's transcript has its copy once."""
+    """Both runtimes in one channel, each joined by its own swarm_channel call: each
+    member's transcript has its copy once."""
     other = Agent(opencode_with_plugin, fake_llm, "dirB", "opencode member")
-    for session in (member.id, other.id):
-        status, joined = daemon.request_json(
-            "POST", "/swarm/channels/mixed/members", {"session": session}
-        )
-        assert status in (200, 201), joined
+    join = {"action": "join", "channel": "mixed"}
+    said = call_pigeon_tool(member, tmp_path, "swarm_channel", join)
+    assert said.startswith("tool said: you joined mixed"), said
+    part = other.call("swarm_channel", join)
+    assert str(part["state"].get("output", "")).startswith("you joined mixed"), part["state"]
     status, sent = daemon.request_json(
         "POST", "/swarm/send", {"from": "ses_tester", "channel": "mixed", "payload": "sync"}
     )
