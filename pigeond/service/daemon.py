@@ -36,6 +36,7 @@ from pigeond.delivery.policy import DeliveryPolicy
 from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.delivery.registry import SessionDirectoryRegistry
 from pigeond.delivery.reminders import ReminderSweep
+from pigeond.delivery.sender_proof import SenderProofJob
 from pigeond.delivery.sweeper import ExpirySweeper
 from pigeond.delivery.turns import TurnTracker
 from pigeond.delivery.verifier import Verifier
@@ -58,6 +59,7 @@ from pigeond.service.parts import (
 )
 from pigeond.service.pruner import Pruner
 from pigeond.service.reload import RESTART_ONLY, config_changes, needing_restart
+from pigeond.service.sender_proofs import accepted_then, sender_proof_job
 from pigeond.service.shared_db import seen_status, shared_database_parts
 from pigeond.service.side_routes import install_side_routes
 from pigeond.storage import SwarmRepository
@@ -95,6 +97,8 @@ class Daemon:
     jobs: MultiService = field(default_factory=MultiService)
     # the conversation brakes, in the order a send is judged (pigeond/brakes/)
     brakes: tuple[Brake, ...] = ()
+    # who really sent each message (pigeond/delivery/sender_proof.py)
+    proofs: SenderProofJob | None = None
 
     async def listen(self) -> IListeningPort:
         """Listen on ``config.listen`` (``unix:`` private by default, a passed Unix socket
@@ -219,7 +223,7 @@ class Daemon:
     def reconfigurable(self) -> list[Reconfigurable]:
         """Every part a reload reaches; each takes the new settings through ``configure``."""
         parts: list[Reconfigurable] = [self.site, self.routes, self.db, self.pruner, *self.brakes]
-        optional = (self.flood, self.access, self.arbiter, self.channels)
+        optional = (self.flood, self.access, self.arbiter, self.channels, self.proofs)
         parts += [p for p in optional if p is not None]
         if self.delivery is not None:
             d = self.delivery
@@ -360,11 +364,13 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     prompts = person_prompts(members, *reading)
     brakes = conversation_brakes(db, config, prompts)
     kick = arbiter.kick if arbiter is not None else _no_kick
+    # who really sent each message: settled off the accept path, before its hand-off
+    proofs = sender_proof_job(db, reactor, config, jobs, None, kick)
     routes = SwarmRoutes(
         db,
         reactor,
         config,
-        on_accepted=kick,
+        on_accepted=accepted_then(kick, proofs),
         delivery_health=functools.partial(
             delivery_health_with_api, arbiter, None if delivery is None else delivery.client, events
         ),
@@ -392,7 +398,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         config=config, db=db, site=site, arbiter=arbiter, events=events, pool=pool,
         reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
         notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs, channels=channels,
-        brakes=brakes,
+        brakes=brakes, proofs=proofs,
     )  # fmt: skip
 
 
