@@ -86,7 +86,7 @@ class SenderProofJob:
         """``on_settled`` is told each target whose queue a settled proof made due (the
         arbiter's kick)."""
         self._db = db
-        self._reader = reader
+        self.reader = reader
         self._clock = clock
         self._on_settled = on_settled
         self._retries: dict[str, _Retry] = {}
@@ -157,7 +157,7 @@ class SenderProofJob:
         unreadable: str | None = None
         calls: Sequence[ToolCall] | None = ()
         try:
-            calls = await self._reader.recent_calls(sender)
+            calls = await self.reader.recent_calls(sender)
         except TranscriptUnreadable as e:
             unreadable = str(e) or "unreadable"
         except Exception as e:  # a reader's bug must not stop the others: as unreadable
