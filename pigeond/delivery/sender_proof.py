@@ -100,7 +100,8 @@ class SenderProofJob:
         self.timeout_ms = int(config.sender_proof_timeout_s * 1000)
 
     def _now_ms(self) -> int:
-        return int(self._clock.seconds() * 1000)
+        # rounded, not cut: a timer set for the deadline fires at it, not a millisecond short
+        return round(self._clock.seconds() * 1000)
 
     def kick(self, target: str | None = None) -> None:
         """A send was accepted: look soon (on the next turn of the reactor, not inside the
@@ -110,21 +111,18 @@ class SenderProofJob:
 
     def tick(self) -> Deferred[None]:
         """One pass; never fails (a failure would stop its TimerService for good)."""
-        if self._running is not None:
+        if self._running is not None and not self._running.called:
             self._again = True
             return self._running
         self._running = Deferred.fromCoroutine(self._ticks())
         return self._running
 
     async def _ticks(self) -> None:
-        try:
-            again = True
-            while again:
-                self._again = False
-                await self._tick()
-                again = self._again
-        finally:
-            self._running = None
+        again = True
+        while again:
+            self._again = False
+            await self._tick()
+            again = self._again
 
     async def _tick(self) -> None:
         try:
