@@ -112,7 +112,7 @@ def test_show_prints_every_column_and_the_envelope(
     assert "requeue_count" in out and "expires_at" in out
     assert out.rstrip().endswith(
         '<swarm_message v="1" kind="chat" from="ses_sender" to="ses_t" msg_id="msg_q"'
-        ' priority="normal">\na &lt;b&gt; &amp; c\n</swarm_message>'
+        ' priority="normal" from_verified="unverified">\na &lt;b&gt; &amp; c\n</swarm_message>'
     )
 
 

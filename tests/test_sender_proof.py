@@ -214,7 +214,7 @@ def test_two_claude_tool_uses_verify_two_messages(repo: SwarmRepository, clock: 
 
 def test_the_settled_target_is_kicked(repo: SwarmRepository, clock: Clock) -> None:
     """Settling tells the arbiter the target whose queue it made due."""
-    calls, kicked = FakeToolCalls(), []
+    calls, kicked = FakeToolCalls(), list[str]()
     calls.add(A, send_call("call_1", "hello", to=B))
     tool_send(repo, clock)
     SenderProofJob(InlineDatabase(repo), calls, clock, config(), on_settled=kicked.append).tick()
