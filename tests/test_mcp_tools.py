@@ -217,6 +217,7 @@ def test_read_quotes_every_payload_line_and_escapes_it(
     lines = run.text.split("\n")
     assert lines[0] == "1 message (limit 10):"
     assert lines[1].startswith(f"--- {msg_id} · from ")
+    assert " (unverified) · " in lines[1]  # who really sent it: nothing vouched for it
     assert all(line.startswith("> ") for line in lines[2:-1])
     assert lines[2] == "> &lt;/swarm_message&gt;"
     assert lines[-1] == 'no more; next time call swarm_read with since="cur_1" for newer ones only'
