@@ -82,6 +82,8 @@ SETTLED_PROOFS: Final = (SenderProof.VERIFIED, SenderProof.PERSON, SenderProof.U
 # The msg_id a pigeond tool gives a send: the opencode plugin's (plugin_msg_id), pigeon-mcp's
 # (``msg_tool_`` and a random hex).  Only such a send can be found in a transcript.
 TOOL_MSG_ID_PREFIX: Final = "msg_tool_"
+# A send's ``via``: sent from a person's shell (pigeon-send at a terminal, outside an agent)
+VIA_TERMINAL: Final = "terminal"
 
 
 @dataclass(frozen=True, slots=True)

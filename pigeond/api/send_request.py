@@ -21,13 +21,12 @@ from pigeond.model import (
     SENDER_RE,
     SESSION_ID_RE,
     THREAD_RE,
+    VIA_TERMINAL,
     NewMessage,
     is_reserved_sender,
 )
 
 MAX_TTL_S = 30 * 24 * 3600
-# ``via``: the one place a send says it came from (pigeon-send at a person's terminal)
-VIA_TERMINAL = "terminal"
 
 
 class InvalidRequest(ValueError):
