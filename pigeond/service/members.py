@@ -17,12 +17,15 @@ from twisted.internet.threads import deferToThreadPool
 
 from pigeond.delivery.claude_runtime import ClaudeRuntime, ClaudeTranscripts, McpRuntime
 from pigeond.delivery.member_doors import TranscriptPaths
+from pigeond.delivery.opencode_client import OpencodeClient
 from pigeond.delivery.pull_slots import PullSlots
 from pigeond.delivery.registry import SessionDirectoryRegistry
+from pigeond.delivery.tool_call_reader import ClaudeToolCalls, OpencodeToolCalls, ToolCallReaders
 from pigeond.delivery.turns import TurnCount, TurnTracker
 from pigeond.model import Runtime, runtime_of
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
+from pigeond.tool_calls import ToolCallReader
 
 T = TypeVar("T")
 
@@ -33,6 +36,7 @@ class MemberParts:
     paths: TranscriptPaths
     claude: ClaudeRuntime
     mcp: McpRuntime
+    in_thread: Callable[[Callable[[], Any]], Deferred[Any]]  # a blocking call off the reactor
 
 
 def member_parts(db: Database, reactor: Any) -> MemberParts:
@@ -45,7 +49,23 @@ def member_parts(db: Database, reactor: Any) -> MemberParts:
     slots = PullSlots()
     paths = TranscriptPaths(db, reactor)
     claude = ClaudeRuntime(slots, ClaudeTranscripts(paths.path_of, in_thread))
-    return MemberParts(slots, paths, claude, McpRuntime(slots))
+    return MemberParts(slots, paths, claude, McpRuntime(slots), in_thread)
+
+
+def tool_call_readers(
+    members: MemberParts,
+    reactor: Any,
+    opencode: tuple[SessionDirectoryRegistry, OpencodeClient] | None,
+) -> ToolCallReaders:
+    """Each member's recent pigeond tool calls, read from its own transcript: Claude Code's
+    file, and opencode's sessions when delivery reaches an opencode (``opencode``: its
+    directory registry and client); None for any other member."""
+    readers: dict[Runtime, ToolCallReader] = {
+        Runtime.CLAUDE: ClaudeToolCalls(members.paths.path_of, members.in_thread, reactor)
+    }
+    if opencode is not None:
+        readers[Runtime.OPENCODE] = OpencodeToolCalls(*opencode, reactor)
+    return ToolCallReaders(readers)
 
 
 class NoDelivery:
