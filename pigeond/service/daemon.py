@@ -47,6 +47,7 @@ from pigeond.service.listeners import listen_runtime_socket, server_endpoint
 from pigeond.service.members import (
     MemberLiveness,
     member_parts,
+    tool_call_readers,
     turns_ended_of,
 )
 from pigeond.service.parts import (
@@ -364,8 +365,10 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     prompts = person_prompts(members, *reading)
     brakes = conversation_brakes(db, config, prompts)
     kick = arbiter.kick if arbiter is not None else _no_kick
+    opencode_reading = None if delivery is None else (delivery.registry, delivery.client)
+    tool_calls = tool_call_readers(members, reactor, opencode_reading)  # their own transcripts
     # who really sent each message: settled off the accept path, before its hand-off
-    proofs = sender_proof_job(db, reactor, config, jobs, None, kick)
+    proofs = sender_proof_job(db, reactor, config, jobs, tool_calls, kick)
     routes = SwarmRoutes(
         db,
         reactor,
