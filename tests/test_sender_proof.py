@@ -219,3 +219,24 @@ def test_the_settled_target_is_kicked(repo: SwarmRepository, clock: Clock) -> No
     tool_send(repo, clock)
     SenderProofJob(InlineDatabase(repo), calls, clock, config(), on_settled=kicked.append).tick()
     assert kicked == [B]
+
+
+def test_a_sender_another_daemons_opencode_has_is_left_to_it(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """On a shared database, a daemon whose opencode lacks the sender reads nothing and
+    settles it only at its deadline (the owner verifies it first)."""
+    calls = FakeToolCalls()
+    calls.add(A, send_call("call_1", "hello", to=B))
+    message = tool_send(repo, clock)
+
+    async def not_mine(session: str) -> bool:
+        return False
+
+    elsewhere = SenderProofJob(InlineDatabase(repo), calls, clock, config(), mine=not_mine)
+    elsewhere.tick()
+    assert calls.reads == [] and proof(repo, message.msg_id)[0] == "pending"
+    clock.advance(TIMEOUT_S)
+    elsewhere.tick()
+    state, note = proof(repo, message.msg_id)
+    assert state == "unverified" and "this daemon's opencode does not have it" in str(note)

@@ -21,7 +21,7 @@ pending messages in the database again.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from twisted.internet.defer import Deferred
@@ -82,9 +82,13 @@ class SenderProofJob:
         clock: IReactorTime,
         config: Config,
         on_settled: Callable[[str], None] = lambda target: None,
+        mine: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         """``on_settled`` is told each target whose queue a settled proof made due (the
-        arbiter's kick)."""
+        arbiter's kick).  ``mine`` (daemons sharing a PostgreSQL database: the routing's)
+        says whether this daemon's opencode has a session: a sender another daemon's
+        opencode has is left to that daemon, and settled here only at its deadline."""
+        self._mine = mine
         self._db = db
         self.reader = reader
         self._clock = clock
@@ -155,7 +159,10 @@ class SenderProofJob:
         unreadable: str | None = None
         calls: Sequence[ToolCall] | None = ()
         try:
-            calls = await self.reader.recent_calls(sender)
+            if self._mine is not None and not await self._mine(sender):
+                unreadable = "this daemon's opencode does not have it"
+            else:
+                calls = await self.reader.recent_calls(sender)
         except TranscriptUnreadable as e:
             unreadable = str(e) or "unreadable"
         except Exception as e:  # a reader's bug must not stop the others: as unreadable

@@ -368,7 +368,9 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     opencode_reading = None if delivery is None else (delivery.registry, delivery.client)
     tool_calls = tool_call_readers(members, reactor, opencode_reading)  # their own transcripts
     # who really sent each message: settled off the accept path, before its hand-off
-    proofs = sender_proof_job(db, reactor, config, jobs, tool_calls, kick)
+    proofs = sender_proof_job(
+        db, reactor, config, jobs, tool_calls, kick, None if delivery is None else delivery.routing
+    )
     routes = SwarmRoutes(
         db,
         reactor,

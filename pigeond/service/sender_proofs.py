@@ -14,6 +14,7 @@ from typing import Any
 from twisted.application.service import MultiService
 
 from pigeond.config import Config
+from pigeond.delivery.routing import Routing
 from pigeond.delivery.sender_proof import SenderProofJob
 from pigeond.service.parts import timer_job
 from pigeond.storage.database import Database
@@ -34,10 +35,13 @@ def sender_proof_job(
     jobs: MultiService,
     reader: ToolCallReader | None,
     kick: Callable[[str], None],
+    routing: Routing | None = None,
 ) -> SenderProofJob:
     """The job, on its timer among ``jobs``; ``kick`` is the arbiter's, for the targets
-    a settled proof made due."""
-    job = SenderProofJob(db, reader or NoTranscripts(), reactor, config, on_settled=kick)
+    a settled proof made due; ``routing`` (a shared PostgreSQL) leaves each sender to the
+    daemon whose opencode has it."""
+    mine = None if routing is None else routing.mine
+    job = SenderProofJob(db, reader or NoTranscripts(), reactor, config, on_settled=kick, mine=mine)
     timer_job("sender-proof", config.tick_ms / 1000, job.tick, reactor).setServiceParent(jobs)
     return job
 
