@@ -14,6 +14,7 @@
   pigeond, which holds a token even before (or without) a pigeond.
 * ``daemon``: the test's pigeond on ``plugin_pigeond_port``, delivering to
   ``opencode_with_plugin`` in turns.
+* ``opencode_1_15_with_plugin``: the same with opencode 1.15.4.
 * ``opencode_with_plugin_b``: a second such opencode, another host's, for tests of
   several daemons on one PostgreSQL: its tools call pigeond on ``plugin_pigeond_port_b``
   with the token ``plugin_token_link_b`` leads to (the test points it at its second
@@ -224,6 +225,23 @@ def opencode_with_plugin_b(
         "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
     }
     yield from _serve(OPENCODE_1_18, tmp_path_factory, fake_llm_server, env, _install_plugin)
+
+
+@pytest.fixture(scope="session")
+def opencode_1_15_with_plugin(
+    tmp_path_factory: pytest.TempPathFactory,
+    fake_llm_server: FakeLLM,
+    plugin_pigeond_port: int,
+    plugin_token_link: Path,
+) -> Iterator[OpencodeServer]:
+    """opencode 1.15.4 with pigeond's plugin, its tools calling the pigeond a test starts on
+    ``plugin_pigeond_port`` (as ``opencode_with_plugin``'s do: one of them per test)."""
+    env = {
+        "PIGEOND_URL": f"http://127.0.0.1:{plugin_pigeond_port}",
+        "PIGEOND_TOKEN_FILE": str(plugin_token_link),
+        "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
+    }
+    yield from _serve(OPENCODE_1_15, tmp_path_factory, fake_llm_server, env, _install_plugin)
 
 
 @pytest.fixture(params=[OPENCODE_1_18, OPENCODE_1_15], ids=lambda v: f"opencode-{v}")

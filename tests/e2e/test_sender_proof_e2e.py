@@ -1,4 +1,5 @@
-"""Who really sent a message, in the real opencode 1.18.33 with pigeond's plugin.
+"""Who really sent a message, in the real opencode 1.18.33 (and 1.15.4) with pigeond's
+plugin.
 
 A's own ``swarm_send`` is found in A's transcript: B's envelope says
 ``from_verified="verified"``.  Another process writing ``from: <A's id>`` is not: the
@@ -92,4 +93,20 @@ def test_a_refuse_policy_allowing_a_session_holds_out_whoever_forges_it(
     assert f"sender {a.id} not verified" in str(held["last_error"])
     assert dressed["msg_id"] not in [e["msg_id"] for e, _ in b.envelopes()]
     own = sent_by_tool(a, b.id, "the real A")
+    assert envelope_at(b, own)["from_verified"] == "verified"
+
+
+def test_a_plugin_send_in_opencode_1_15_is_verified(
+    opencode_1_15_with_plugin: OpencodeServer,
+    fake_llm: FakeLLM,
+    daemons: DaemonFactory,
+    tmp_path: Path,
+    plugin_pigeond_port: int,
+) -> None:
+    """opencode 1.15.4 stores the running tool part as 1.18.33 does: verified there too."""
+    server = opencode_1_15_with_plugin
+    a, b = Agent(server, fake_llm, "dirA", "sender"), Agent(server, fake_llm, "dirB", "reader")
+    extra = ("--sender-proof-timeout-s", str(PROOF_TIMEOUT_S))
+    start_pigeond(daemons, tmp_path, server, plugin_pigeond_port, extra)
+    own = sent_by_tool(a, b.id, "from A in 1.15")
     assert envelope_at(b, own)["from_verified"] == "verified"
