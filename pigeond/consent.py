@@ -55,10 +55,12 @@ class InboundPolicy:
     updated_at: int = 0
     updated_by: str | None = None
 
-    def verdict(self, sender: str, sender_name: str | None = None) -> Verdict:
+    def verdict(self, sender: str, sender_name: str | None = None, proven: bool = True) -> Verdict:
         """Whether a message from ``sender`` (holding the name ``sender_name``, if any) is
-        delivered, held or refused under this policy."""
-        if self.policy is Policy.ACCEPT or self.allows(sender, sender_name):
+        delivered, held or refused under this policy.  The allow-list admits only a sender
+        whose proof may admit it (``proven``: verified, or pending until it settles): an
+        unverified sender named on it is treated as not on it."""
+        if self.policy is Policy.ACCEPT or (proven and self.allows(sender, sender_name)):
             return Verdict.DELIVER
         return Verdict.HOLD if self.policy is Policy.HOLD else Verdict.REFUSE
 
@@ -103,6 +105,8 @@ def parse_allow(raw: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(raw))
 
 
-def held_reason(session: str, policy: Policy) -> str:
-    """``last_error`` of a held message: why it waits."""
-    return f"held: {session}'s inbound policy is {policy.value}; waits until released"
+def held_reason(session: str, policy: Policy, unverified: str | None = None) -> str:
+    """``last_error`` of a held message: why it waits (``unverified``: the sender named on
+    the allow-list whose proof did not admit it)."""
+    why = "" if unverified is None else f"; sender {unverified} not verified"
+    return f"held: {session}'s inbound policy is {policy.value}{why}; waits until released"

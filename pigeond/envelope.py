@@ -1,5 +1,9 @@
 """The ``<swarm_message>`` wrapper that lets an agent tell swarm traffic from its user.
 
+``from_verified`` says who really sent it: ``verified`` (the call that made it is in the
+sender's own transcript), ``person`` (a person's shell) or ``unverified`` (``from`` is only
+what the request claimed).
+
 Attribute values escape ``& " < >`` and the payload escapes ``& < >``, so no
 payload can close the envelope early or forge a second one: after escaping,
 the only ``<`` characters in the text are the envelope's own tags.
@@ -53,6 +57,9 @@ def opening_tag(message: StoredMessage) -> str:
         attributes.append(("from_name", message.from_name))
     if message.to_name is not None:
         attributes.append(("to_name", message.to_name))
+    # who really sent it (model.SenderProof): "verified" only when the call that made it was
+    # found in the sender's own transcript; "from" alone is what the sender claimed
+    attributes.append(("from_verified", message.from_proof))
     rendered = " ".join(f'{name}="{escape_attribute(value)}"' for name, value in attributes)
     return f"<swarm_message {rendered}>"
 

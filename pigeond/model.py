@@ -66,6 +66,43 @@ NAME_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 NAME_MARK: Final = "@"
 
 
+class SenderProof(StrEnum):
+    """What pigeond knows of who sent a message (``from_proof``; the envelope's
+    ``from_verified``).  ``from`` is what a request claims; a send made by a session's own
+    pigeond tool is found in that session's own transcript (pigeond/tool_calls.py)."""
+
+    PENDING = "pending"  # not settled yet: looked for off the accept path, never handed off
+    VERIFIED = "verified"  # the call that made it is in the claimed sender's transcript
+    PERSON = "person"  # sent from a person's shell (pigeon-send at a terminal, no agent)
+    UNVERIFIED = "unverified"  # nothing shows the claimed sender made it
+
+
+# The proofs settled: what the envelope and the views show (a message is never handed
+# off while its proof is pending).
+SETTLED_PROOFS: Final = (SenderProof.VERIFIED, SenderProof.PERSON, SenderProof.UNVERIFIED)
+# The msg_id a pigeond tool gives a send: the opencode plugin's (plugin_msg_id), pigeon-mcp's
+# (``msg_tool_`` and a random hex).  Only such a send can be found in a transcript.
+TOOL_MSG_ID_PREFIX: Final = "msg_tool_"
+# A send's ``via``: sent from a person's shell (pigeon-send at a terminal, outside an agent)
+VIA_TERMINAL: Final = "terminal"
+
+
+@dataclass(frozen=True, slots=True)
+class SenderClaim:
+    """What the accept knew of a send's sender: its proof so far, why, and, while it is
+    pending, when it must be settled by (the message is not due before)."""
+
+    proof: SenderProof = SenderProof.UNVERIFIED
+    note: str | None = None
+    settle_by: int | None = None
+
+    @property
+    def may_be_allowed(self) -> bool:
+        """Whether an allow-list may admit it: verified, or pending (never handed off before
+        it settles; settled unverified, its target's consent judges it again)."""
+        return self.proof in (SenderProof.VERIFIED, SenderProof.PENDING)
+
+
 class State(StrEnum):
     QUEUED = "queued"
     HANDED_OFF = "handed_off"
@@ -215,6 +252,11 @@ class StoredMessage(NewMessage):
     hold_brake: str | None = None
     hold_reason: str | None = None
     hold_ttl_ms: int | None = None
+    # who sent it, as far as pigeond could tell (SenderProof; migration 22): a few words
+    # why, and the tool call that verified it (one call verifies one message)
+    from_proof: str = SenderProof.UNVERIFIED.value
+    from_proof_note: str | None = None
+    from_proof_call: str | None = None
 
     @property
     def brake_held(self) -> bool:
@@ -266,6 +308,8 @@ class StoredMessage(NewMessage):
             "from_name": self.from_name,
             "to_name": self.to_name,
             "channel_msg_id": self.channel_msg_id,
+            "from_verified": self.from_proof,
+            "from_verified_note": self.from_proof_note,
         }
 
 

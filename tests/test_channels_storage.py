@@ -9,13 +9,15 @@ import pytest
 
 from pigeond.consent import Policy
 from pigeond.envelope import opening_tag
-from pigeond.model import NOTICE_KIND, State
+from pigeond.model import NOTICE_KIND, SenderClaim, SenderProof, State
 from pigeond.storage import SwarmRepository
+from pigeond.storage.base import UNVERIFIED_SENDER
 from pigeond.storage.channels import JoinOutcome
 from pigeond.storage.migrations import MIGRATIONS
 from pigeond.storage.repository import Accept, AcceptOutcome
 from pigeond.storage.schema import connect, migrate
 from tests.messages import new_message
+from tests.sender_proof_support import pending
 from tests.storage_helpers import search_index_in_step
 
 pytestmark = pytest.mark.both_backends
@@ -30,10 +32,14 @@ def _team(repo: SwarmRepository, *members: str, limit: int = 32) -> None:
 
 
 def _send(
-    repo: SwarmRepository, msg_id: str = "msg_c1", sender: str = D, queue_cap: int = 0
+    repo: SwarmRepository,
+    msg_id: str = "msg_c1",
+    sender: str = D,
+    queue_cap: int = 0,
+    claim: SenderClaim = UNVERIFIED_SENDER,
 ) -> None:
     message = new_message(channel=TEAM, msg_id=msg_id, sender=sender)
-    accept = Accept(message, NOW, NOW + 60_000, queue_cap)
+    accept = Accept(message, NOW, NOW + 60_000, queue_cap, sender=claim)
     assert repo.accept_many([accept])[0] is AcceptOutcome.STORED
 
 
@@ -183,13 +189,41 @@ def test_a_refusing_member_is_left_out_and_named(repo: SwarmRepository) -> None:
 
 
 def test_a_refusing_member_s_allow_list_lets_the_sender_through(repo: SwarmRepository) -> None:
-    """A refusing member who allows the sender (by id or by @name) gets its copy."""
+    """A refusing member who allows the sender (by id or by @name) gets its copy, while the
+    sender is being verified."""
     _team(repo, A, B)
     repo.claim_name("lead", C, NOW)
     repo.set_policy(A, Policy.REFUSE, ("@lead",), NOW, "test")
     repo.set_policy(B, Policy.REFUSE, (C,), NOW, "test")
-    _send(repo, sender=C)
+    _send(repo, sender=C, claim=pending(NOW))
     assert _copies(repo) == {A: "queued", B: "queued"}
+
+
+def test_a_refusing_member_s_allow_list_skips_an_unverified_sender(
+    repo: SwarmRepository,
+) -> None:
+    """A sender that only claims to be the listed one is skipped by a refusing member."""
+    _team(repo, A, B)
+    repo.set_policy(A, Policy.REFUSE, (C,), NOW, "test")
+    _send(repo, sender=C)
+    assert _copies(repo) == {B: "queued"}
+
+
+def test_copies_settled_unverified_are_held_by_the_members_that_listed_the_sender(
+    repo: SwarmRepository,
+) -> None:
+    """Each copy shares the channel message's proof; settled unverified, a copy the
+    member's allow-list let in is held, naming the sender, and the others go on."""
+    _team(repo, A, B)
+    repo.set_policy(A, Policy.REFUSE, (C,), NOW, "test")
+    _send(repo, sender=C, claim=pending(NOW))
+    repo.settle_proof("msg_c1", SenderProof.UNVERIFIED, "not found (test)", NOW + 1)
+    copies = {d.to_session: d for d in repo.fan_out_of("msg_c1").deliveries}
+    assert {d.from_proof for d in copies.values()} == {"unverified"}
+    assert copies[A].hold_kind == "consent" and f"sender {C} not verified" in str(
+        copies[A].last_error
+    )
+    assert [m.to_session for m in repo.ready_batch(B, NOW + 1, 10)] == [B]
 
 
 def test_a_member_at_its_cap_is_left_out(repo: SwarmRepository) -> None:

@@ -158,6 +158,7 @@ def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
         "verify_grace_s": ("5", "6", "7"),
         "verify_interval_s": ("0.5", "1", "2"),
         "max_requeues": ("0", "1", "2"),
+        "sender_proof_timeout_s": ("1", "2", "3"),
         "outage_retry_s": ("3", "4", "5"),
         "default_ttl_s": ("60", "120", "180"),
         "reply_within_s": ("30", "90", "600"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import replace
 
 import pytest
 
@@ -34,17 +35,25 @@ def test_direct_message_shape() -> None:
     """A direct message has every attribute on one line, then the payload, then the close."""
     assert render_envelope(stored()) == (
         '<swarm_message v="1" kind="task.assign" from="ses_abc" to="ses_def"'
-        ' msg_id="msg_123" priority="normal">\n'
+        ' msg_id="msg_123" priority="normal" from_verified="unverified">\n'
         "The actual payload here.\n"
         "</swarm_message>"
     )
 
 
 def test_reply_to_only_when_set() -> None:
-    """reply_to is the last attribute, and only present when the message has one."""
+    """reply_to is the last of the seed's attributes, and only present when the message has
+    one."""
     text = render_envelope(stored(reply_to="msg_xyz"))
-    assert text.splitlines()[0].endswith(' priority="normal" reply_to="msg_xyz">')
+    assert ' priority="normal" reply_to="msg_xyz" from_verified=' in text.splitlines()[0]
     assert "reply_to" not in render_envelope(stored())
+
+
+@pytest.mark.parametrize("proof", ["verified", "person", "unverified"])
+def test_from_verified_says_who_really_sent_it(proof: str) -> None:
+    """The last attribute is the sender's proof, as pigeond settled it."""
+    message = replace(stored(), from_proof=proof)
+    assert render_envelope(message).splitlines()[0].endswith(f' from_verified="{proof}">')
 
 
 def test_channel_stands_instead_of_to() -> None:

@@ -516,7 +516,8 @@ def test_pigeon_send_message_reaches_opencode_and_the_inbox(
             {
                 "type": "text",
                 "text": '<swarm_message v="1" kind="chat" from="ses_sender" to="ses_target"'
-                f' msg_id="{msg_id}" priority="normal">\nhello &lt;b&gt;\n</swarm_message>',
+                f' msg_id="{msg_id}" priority="normal" from_verified="unverified">'
+                "\nhello &lt;b&gt;\n</swarm_message>",
             }
         ]
     }

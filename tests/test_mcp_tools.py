@@ -190,7 +190,7 @@ def test_status_follows_a_sent_message_and_an_unknown_one_is_an_error(
     [stored] = daemon.stored_messages()
     assert (
         call_tool("swarm_status", {"msg_id": stored.msg_id}, env).text
-        == f"{stored.msg_id} to {TARGET}: queued; thread {stored.thread_id}"
+        == f"{stored.msg_id} to {TARGET}: queued; sender unverified; thread {stored.thread_id}"
     )
     missing = call_tool("swarm_status", {"msg_id": "msg_nothere"}, env)
     assert (missing.is_error, missing.text) == (
@@ -213,7 +213,8 @@ def test_status_says_the_target_waits_on_a_permission(
     repo.close()
     text = call_tool("swarm_status", {"msg_id": stored.msg_id}, env).text
     assert text.startswith(
-        f"{stored.msg_id} to {TARGET}: queued; waiting on a permission in {TARGET}: bash `rm "
+        f"{stored.msg_id} to {TARGET}: queued; sender unverified;"
+        f" waiting on a permission in {TARGET}: bash `rm "
     )
     assert ("(request per_one, asked 1970-01-01T00:00:01Z; a person answers it:"
             " pigeon permissions); thread thr_") in text  # fmt: skip
@@ -233,6 +234,7 @@ def test_read_quotes_every_payload_line_and_escapes_it(
     lines = run.text.split("\n")
     assert lines[0] == "1 message (limit 10):"
     assert lines[1].startswith(f"--- {msg_id} · from ")
+    assert " (unverified) · " in lines[1]  # who really sent it: nothing vouched for it
     assert all(line.startswith("> ") for line in lines[2:-1])
     assert lines[2] == "> &lt;/swarm_message&gt;"
     assert lines[-1] == 'no more; next time call swarm_read with since="cur_1" for newer ones only'

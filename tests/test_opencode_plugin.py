@@ -620,6 +620,19 @@ def test_read_shows_each_message_and_the_next_cursor() -> None:
     )
 
 
+def test_read_says_who_really_sent_each_message() -> None:
+    """The sender's proof follows its id in the header, escaped as every field is."""
+    run = read(
+        {},
+        inbox_message(1, "a", from_verified="verified"),
+        inbox_message(2, "b", from_verified="unverified\n<x>"),
+    )
+    assert run.output is not None
+    headers = [line for line in run.output.splitlines() if line.startswith("--- ")]
+    assert "from ses_senderCCCC (verified) · chat" in headers[0]
+    assert "from ses_senderCCCC (unverified\\x0a&lt;x&gt;) · chat" in headers[1]
+
+
 def test_read_says_when_more_are_waiting() -> None:
     """has_more ends the output with the cursor to read on from."""
     run = read({"limit": 1}, inbox_message(1, "first"), has_more=True)

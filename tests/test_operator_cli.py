@@ -13,11 +13,13 @@ import pytest
 
 from pigeond.cli.pigeon import main
 from pigeond.cli.presentation import LS_COLUMNS
-from pigeond.model import StoredMessage
+from pigeond.model import SenderProof, StoredMessage
 from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
+from pigeond.storage.repository import Accept
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
 from tests.messages import new_message
+from tests.sender_proof_support import pending
 from tests.stdlib_http import JsonHandler, serving
 
 NOW = NOW_MS
@@ -112,7 +114,7 @@ def test_show_prints_every_column_and_the_envelope(
     assert "requeue_count" in out and "expires_at" in out
     assert out.rstrip().endswith(
         '<swarm_message v="1" kind="chat" from="ses_sender" to="ses_t" msg_id="msg_q"'
-        ' priority="normal">\na &lt;b&gt; &amp; c\n</swarm_message>'
+        ' priority="normal" from_verified="unverified">\na &lt;b&gt; &amp; c\n</swarm_message>'
     )
 
 
@@ -227,6 +229,23 @@ def test_show_escapes_every_field(evil_db: Path, capsys: pytest.CaptureFixture[s
     assert re.search(r"^msg_id +msg_e\\x1b\[2J$", out, re.M)
     assert "\nline one " + EVIL_SHOWN + "\nline two\n" in out
     assert 'kind="chat' + EVIL_SHOWN + '"' in out
+
+
+def test_show_says_who_really_sent_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """show: the sender's proof, why (escaped) and the call that verified it, in its
+    fields and in the envelope's from_verified."""
+    path = tmp_path / "proof.db"
+    repo = SwarmRepository(open_database(path))
+    repo.accept_many([Accept(new_message("ses_t", msg_id="msg_p", sender="ses_a"), NOW,
+                             sender=pending(NOW))])  # fmt: skip
+    repo.settle_proof("msg_p", SenderProof.VERIFIED, "call c1 found" + EVIL, NOW, "c1")
+    repo.close()
+    code, out, _ = run(capsys, "show", "--db", str(path), "msg_p")
+    assert code == 0 and raw_controls(out) == set()
+    assert re.search(r"^from_proof +verified$", out, re.M)
+    assert re.search("^from_proof_note +call c1 found" + re.escape(EVIL_SHOWN) + "$", out, re.M)
+    assert re.search(r"^from_proof_call +c1$", out, re.M)
+    assert ' from_verified="verified">' in out
 
 
 def test_show_json_keeps_the_exact_characters(

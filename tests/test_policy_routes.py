@@ -22,6 +22,7 @@ from tests.authority_helpers import as_person
 from tests.http_helpers import API, client_headers, daemon_call, result_of, stub_client
 from tests.messages import new_message
 from tests.openapi_check import check_body
+from tests.sender_proof_support import FakeToolCalls, pending, plugin_send
 from tests.storage_helpers import clock_daemon, repo_of
 
 pytestmark = pytest.mark.both_backends
@@ -67,11 +68,45 @@ def test_refuse_answers_403_naming_the_policy(daemon: Daemon) -> None:
     assert repo_of(daemon).count_queued_for(B) == 0
 
 
+def tool_send(daemon: Daemon, sender: str = FRIEND, call_id: str = "call_1") -> str:
+    """A send by ``sender``'s own swarm_send call, found in its transcript: its msg_id once
+    the sender-proof job has settled it."""
+    calls = FakeToolCalls()
+    assert daemon.proofs is not None
+    daemon.proofs.reader = calls
+    status, body = daemon_call(
+        daemon, "POST", "/swarm/send", plugin_send(calls, sender, B, "hi", call_id)
+    )
+    assert status == 202
+    result_of(daemon.proofs.tick())
+    stored = repo_of(daemon).get(str(body["msg_id"]))
+    assert stored is not None and stored.from_proof == "verified"
+    return str(body["msg_id"])
+
+
 def test_refuse_lets_the_allow_list_through(daemon: Daemon, clock: Clock) -> None:
-    """A sender on the allow-list is delivered as usual under refuse."""
+    """A verified sender on the allow-list is delivered as usual under refuse."""
+    put(daemon, {"policy": "refuse", "allow": [FRIEND]})
+    msg_id = tool_send(daemon)
+    assert due_ids(daemon, clock) == [msg_id]
+
+
+def test_refuse_refuses_an_unverified_sender_the_allow_list_names(daemon: Daemon) -> None:
+    """Writing ``from: ses_friend`` is no way past a list naming ses_friend: 403, and the
+    error says the sender is not verified."""
     put(daemon, {"policy": "refuse", "allow": [FRIEND]})
     status, body = send(daemon, FRIEND)
-    assert status == 202 and due_ids(daemon, clock) == [body["msg_id"]]
+    assert status == 403 and f"sender {FRIEND} not verified" in str(body["error"])
+    assert repo_of(daemon).count_queued_for(B) == 0
+
+
+def test_hold_holds_an_unverified_sender_the_allow_list_names(daemon: Daemon) -> None:
+    """Under hold, a forged listed sender is held, and the reason says it is not verified."""
+    put(daemon, {"policy": "hold", "allow": [FRIEND]})
+    status, body = send(daemon, FRIEND)
+    stored = repo_of(daemon).get(str(body["msg_id"]))
+    assert status == 202 and stored is not None and stored.hold_kind == "consent"
+    assert f"sender {FRIEND} not verified" in str(stored.last_error)
 
 
 def test_hold_stores_the_message_and_keeps_it_back(daemon: Daemon, clock: Clock) -> None:
@@ -209,8 +244,8 @@ def test_a_name_on_the_allow_list_lets_its_holder_through(
     """``@builder`` on the list: the session holding builder is delivered as usual."""
     claim(daemon, "builder", FRIEND)
     put(daemon, {"policy": policy, "allow": ["@builder"]})
-    status, body = send(daemon, FRIEND)
-    assert status == 202 and due_ids(daemon, clock) == [body["msg_id"]]
+    msg_id = tool_send(daemon)
+    assert due_ids(daemon, clock) == [msg_id]
 
 
 def test_a_name_on_the_allow_list_follows_the_name(daemon: Daemon) -> None:
@@ -219,7 +254,7 @@ def test_a_name_on_the_allow_list_follows_the_name(daemon: Daemon) -> None:
     put(daemon, {"policy": "refuse", "allow": ["@builder"]})
     daemon_call(daemon, "POST", "/swarm/names", {"name": "builder", "session": A, "force": True})
     assert send(daemon, FRIEND)[0] == 403
-    assert send(daemon, A)[0] == 202
+    tool_send(daemon, A)
 
 
 def test_a_sender_without_the_listed_name_is_still_refused(daemon: Daemon) -> None:
@@ -270,7 +305,7 @@ def judged(repo: SwarmRepository, clock: Clock, allow: tuple[str, ...], sender: 
     book = PolicyBook(db, clock)
     result_of(book.load())
     db.reads.clear()
-    result_of(Deferred.fromCoroutine(book.judge(new_message(B, sender=sender))))
+    result_of(Deferred.fromCoroutine(book.judge(new_message(B, sender=sender), pending())))
     return db.reads
 
 

@@ -13,15 +13,22 @@ from pigeond.storage import SwarmRepository
 from pigeond.storage.repository import Accept
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
+from tests.sender_proof_support import accept_pending, accept_verified
 
 pytestmark = pytest.mark.both_backends
 B, A, FRIEND = "ses_b", "ses_a", "ses_friend"
 
 
-def held_accept(repo: SwarmRepository, sender: str = A, expires_at: int | None = None) -> str:
+def held_accept(
+    repo: SwarmRepository, sender: str = A, expires_at: int | None = None, verified: bool = False
+) -> str:
     """A message to B stored as held, as the send path stores it under B's ``hold``."""
     message = new_message(B, sender=sender)
-    repo.accept_many([Accept(message, NOW_MS, expires_at, held=held_reason(B, Policy.HOLD))])
+    held = held_reason(B, Policy.HOLD)
+    if verified:
+        accept_verified(repo, message, NOW_MS, held)
+    else:
+        repo.accept_many([Accept(message, NOW_MS, expires_at, held=held)])
     return message.msg_id
 
 
@@ -77,7 +84,7 @@ def test_hold_holds_what_already_waits(repo: SwarmRepository) -> None:
     """Switching to hold holds the queued messages, but not an allowed sender's."""
     repo.accept(new_message(B, sender=A), NOW_MS)
     allowed = new_message(B, sender=FRIEND)
-    repo.accept(allowed, NOW_MS)
+    accept_verified(repo, allowed)
     change = repo.set_policy(B, Policy.HOLD, (FRIEND,), NOW_MS, B)
     assert (change.held, change.released) == (1, 0)
     assert [m.msg_id for m in repo.ready_batch(B, NOW_MS, 10)] == [allowed.msg_id]
@@ -116,7 +123,7 @@ def test_release_keeps_the_policy(repo: SwarmRepository) -> None:
 def test_adding_a_sender_to_the_allow_list_releases_its_messages(repo: SwarmRepository) -> None:
     """Under hold, a sender newly allowed gets its held messages through."""
     repo.set_policy(B, Policy.HOLD, (), NOW_MS, B)
-    from_friend, from_a = held_accept(repo, sender=FRIEND), held_accept(repo)
+    from_friend, from_a = held_accept(repo, sender=FRIEND, verified=True), held_accept(repo)
     change = repo.set_policy(B, Policy.HOLD, (FRIEND,), NOW_MS + 1, B)
     assert change.released == 1
     assert [m.msg_id for m in repo.ready_batch(B, NOW_MS + 1, 10)] == [from_friend]
@@ -139,7 +146,7 @@ def test_hold_spares_what_a_listed_name_sent(repo: SwarmRepository) -> None:
     repo.claim_name("builder", FRIEND, NOW_MS)
     repo.accept(new_message(B, sender=A), NOW_MS)
     from_builder = new_message(B, sender=FRIEND)
-    repo.accept(from_builder, NOW_MS)
+    accept_verified(repo, from_builder)
     change = repo.set_policy(B, Policy.HOLD, ("@builder",), NOW_MS, B)
     assert (change.held, change.released) == (1, 0)
     assert [m.msg_id for m in repo.ready_batch(B, NOW_MS, 10)] == [from_builder.msg_id]
@@ -150,7 +157,7 @@ def test_listing_a_name_releases_what_its_holder_sent(repo: SwarmRepository) -> 
     builder, and only those."""
     repo.claim_name("builder", FRIEND, NOW_MS)
     repo.set_policy(B, Policy.HOLD, (), NOW_MS, B)
-    from_builder, _ = held_accept(repo, sender=FRIEND), held_accept(repo, sender=A)
+    from_builder, _ = held_accept(repo, sender=FRIEND, verified=True), held_accept(repo, sender=A)
     change = repo.set_policy(B, Policy.REFUSE, ("@builder",), NOW_MS + 1, B)
     assert (change.held, change.released) == (0, 1)
     assert [m.msg_id for m in repo.ready_batch(B, NOW_MS + 1, 10)] == [from_builder]
@@ -165,3 +172,18 @@ def test_a_name_claimed_after_the_send_releases_nothing(repo: SwarmRepository) -
     repo.claim_name("builder", FRIEND, NOW_MS + 1)
     assert repo.set_policy(B, Policy.HOLD, ("@builder",), NOW_MS + 2, B).released == 0
     assert repo.ready_batch(B, NOW_MS + 2, 10) == []
+
+
+def test_hold_holds_an_unverified_sender_the_allow_list_names(repo: SwarmRepository) -> None:
+    """An allow-list admits only a verified sender: one that only claims to be FRIEND is
+    held with the rest."""
+    repo.accept(new_message(B, sender=FRIEND), NOW_MS)
+    change = repo.set_policy(B, Policy.HOLD, (FRIEND,), NOW_MS, B)
+    assert (change.held, change.released) == (1, 0)
+
+
+def test_hold_spares_a_listed_sender_still_being_verified(repo: SwarmRepository) -> None:
+    """A listed sender whose proof is pending is not held (it is not due before it settles,
+    and settled unverified it is held then)."""
+    accept_pending(repo, new_message(B, sender=FRIEND))
+    assert repo.set_policy(B, Policy.HOLD, (FRIEND,), NOW_MS, B).held == 0

@@ -617,8 +617,13 @@ function quotedPayload(payload, maxBytes) {
   return { size, whole: () => units.join(""), cut };
 }
 
+// Who really sent it, after its sender: "(verified)", "(person)" or "(unverified)".
+function proofOf(message) {
+  return message.from_verified ? ` (${field(message.from_verified)})` : "";
+}
+
 function headerLine(message, view) {
-  const fields = [`from ${field(message.from)}`, field(message.kind), field(message.priority)];
+  const fields = [`from ${field(message.from)}${proofOf(message)}`, field(message.kind), field(message.priority)];
   if (message.channel) fields.push(`channel ${field(message.channel)}`);
   if (message.reply_to) fields.push(`reply_to ${field(message.reply_to)}`);
   fields.push(isoTime(view.time(message)));
@@ -737,6 +742,7 @@ function renderStatus(message) {
   if (message.state === "fanned_out") return renderChannelStatus(message);
   const target = message.to ? `to ${field(message.to)}` : `on channel ${field(message.channel)}`;
   const parts = [`${field(message.msg_id)} ${target}: ${field(message.state)}`];
+  if (message.from_verified) parts.push(`sender ${field(message.from_verified)}`);
   if (message.attempts) parts.push(`attempts ${field(message.attempts)}`);
   if (message.handed_off_at != null) parts.push(`handed off ${isoTime(message.handed_off_at)}`);
   if (message.verified_at != null) parts.push(`seen in the transcript ${isoTime(message.verified_at)}`);

@@ -84,8 +84,14 @@ def search_view(query: str) -> View:
     )
 
 
+def proof_of(message: Json) -> str:
+    """Who really sent it, after its sender: " (verified)", " (person)", " (unverified)"."""
+    proof = message.get("from_verified")
+    return f" ({field(proof)})" if proof else ""
+
+
 def _header(message: Json, view: View) -> str:
-    fields = [f"from {field(message.get('from'))}", field(message.get("kind"))]
+    fields = [f"from {field(message.get('from'))}{proof_of(message)}", field(message.get("kind"))]
     fields.append(field(message.get("priority")))
     if message.get("channel"):
         fields.append(f"channel {field(message.get('channel'))}")
@@ -226,6 +232,8 @@ def render_status(message: Json) -> str:
         else f"on channel {field(message.get('channel'))}"
     )
     parts = [f"{field(message.get('msg_id'))} {target}: {field(message.get('state'))}"]
+    if message.get("from_verified"):
+        parts.append(f"sender {field(message.get('from_verified'))}")
     if message.get("attempts"):
         parts.append(f"attempts {field(message.get('attempts'))}")
     for key, words in (("handed_off_at", "handed off"), ("verified_at", "seen in the transcript")):

@@ -42,7 +42,12 @@ from pigeond.consent import (
     parse_allow,
     parse_policy,
 )
-from pigeond.model import SESSION_ID_RE, NewMessage
+from pigeond.model import (
+    SESSION_ID_RE,
+    NewMessage,
+    SenderClaim,
+    SenderProof,
+)
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
 from pigeond.storage.policies import PolicyChange
@@ -51,6 +56,8 @@ POLICY_PREFIX = "/swarm/policy/"
 POLICIES_PATH = "/swarm/policies"
 RELEASE_PREFIX = "/swarm/release/"
 REFRESH_S = 2.0
+# A sender nothing vouches for: what a caller that names no proof is judged as.
+UNVERIFIED_CLAIM = SenderClaim(SenderProof.UNVERIFIED)
 log = Logger()
 
 
@@ -79,7 +86,9 @@ class PolicyBook:
     def policy_of(self, session: str) -> InboundPolicy:
         return self._policies.get(session) or InboundPolicy(session, DEFAULT_POLICY)
 
-    async def judge(self, message: NewMessage) -> str | None:
+    async def judge(
+        self, message: NewMessage, sender: SenderClaim = UNVERIFIED_CLAIM
+    ) -> str | None:
         """Why ``message`` must wait for its target's consent (None: it goes as usual);
         raises a 403 HttpError when the target refuses its sender.
 
@@ -94,18 +103,26 @@ class PolicyBook:
         policy = None if target is None else self._policies.get(target)
         if policy is None or target is None:
             return None
-        verdict = policy.verdict(message.from_session)
+        proven = sender.may_be_allowed
+        name = None
+        verdict = policy.verdict(message.from_session, None, proven)
         if verdict is not Verdict.DELIVER and policy.allows_names:
             name = await self._db.read(SwarmRepository.name_of, message.from_session)
-            verdict = policy.verdict(message.from_session, name)
+            verdict = policy.verdict(message.from_session, name, proven)
+        unverified = None
+        if verdict is not Verdict.DELIVER and policy.allows(message.from_session, name):
+            unverified = message.from_session  # listed, but its proof did not admit it
         if verdict is Verdict.REFUSE and not await self._stored_already(message):
+            why = "" if unverified is None else f" (sender {unverified} not verified)"
             raise HttpError(
                 403,
                 f"{target} refuses messages from {message.from_session}:"
-                f" its inbound policy is {policy.policy.value}",
+                f" its inbound policy is {policy.policy.value}{why}",
                 {"policy": policy.policy.value},
             )
-        return held_reason(target, policy.policy) if verdict is Verdict.HOLD else None
+        if verdict is Verdict.HOLD:
+            return held_reason(target, policy.policy, unverified)
+        return None
 
     async def _stored_already(self, message: NewMessage) -> bool:
         """Whether ``message`` is a retry of one stored before (its msg_id, its content):

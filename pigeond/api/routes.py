@@ -18,6 +18,7 @@ from twisted.logger import Logger
 from twisted.web import server
 
 from pigeond import __version__
+from pigeond.api.callers import caller_of
 from pigeond.api.channels import channel_status, fan_out_answer
 from pigeond.api.names import resolve_target
 from pigeond.api.openapi import OPENAPI_PATH, openapi_document
@@ -25,12 +26,13 @@ from pigeond.api.paging import DEFAULT_INBOX_LIMIT as DEFAULT_INBOX_LIMIT
 from pigeond.api.paging import MAX_INBOX_LIMIT as MAX_INBOX_LIMIT
 from pigeond.api.paging import cursor_number, encode_cursor, page_limit
 from pigeond.api.send_request import parse_send_body
+from pigeond.api.sender_claims import sender_claim
 from pigeond.api.threads import hold_view, message_thread_fields, stored_hold, thread_for
 from pigeond.api.web import HttpError, JsonApi, JsonResponse, query_param, read_body
 from pigeond.brakes import Brake, first_hold
 from pigeond.config import Config
 from pigeond.ids import make_msg_id
-from pigeond.model import MSG_ID_RE, SESSION_ID_RE, NewMessage, State
+from pigeond.model import MSG_ID_RE, SESSION_ID_RE, NewMessage, SenderClaim, State
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import Database
 from pigeond.storage.repository import Accept
@@ -48,7 +50,8 @@ TargetCheck = Callable[[NewMessage], bool | Awaitable[bool]]
 
 # Why a send must wait for its target's consent (None: it goes as usual); raises a 403
 # HttpError when the target refuses the sender (see pigeond.api.policy.PolicyBook.judge).
-Consent = Callable[[NewMessage], Awaitable[str | None]]
+# The allow-list admits the sender only as its proof may (model.SenderClaim).
+Consent = Callable[[NewMessage, SenderClaim], Awaitable[str | None]]
 
 
 class Admission(Protocol):
@@ -133,6 +136,7 @@ class SwarmRoutes:
         self.default_ttl_s = config.default_ttl_s
         self.reply_within_s = config.reply_within_s
         self.inbox_max_bytes = config.inbox_max_bytes
+        self.sender_proof_timeout_ms = int(config.sender_proof_timeout_s * 1000)
 
     async def send(self, request: server.Request) -> JsonResponse:
         now_ms = self._now_ms()
@@ -142,7 +146,9 @@ class SwarmRoutes:
             waiting = check(request, message)
             if waiting is not None:
                 await waiting
-        held = None if self._consent is None else await self._consent(message)
+        caller = caller_of(request) if send.via_terminal else None  # a person's shell?
+        sender = sender_claim(message, caller, now_ms, self.sender_proof_timeout_ms)
+        held = None if self._consent is None else await self._consent(message, sender)
         target_checked = False  # no opencode to ask (delivery off)
         if self._target_check is not None:  # before the flood guard spends a token
             checked = self._target_check(message)
@@ -166,6 +172,7 @@ class SwarmRoutes:
                     held=held,
                     thread_id=thread_id,
                     brake_hold=hold,
+                    sender=sender,
                 )
             )
 

@@ -21,6 +21,7 @@ from pigeond.model import (
     SENDER_RE,
     SESSION_ID_RE,
     THREAD_RE,
+    VIA_TERMINAL,
     NewMessage,
     is_reserved_sender,
 )
@@ -45,6 +46,9 @@ class SendRequest:
     to_name: str | None = None
     # the thread the sender names (None: its reply_to's, else a new one; see api/threads.py)
     thread: str | None = None
+    # ``"via": "terminal"``: sent from a person's shell, as pigeon-send says at a terminal
+    # outside an agent (checked against the Unix peer: api/sender_claims.py)
+    via_terminal: bool = False
 
 
 def _reply_expectation(body: dict[str, Any], kind: str, direct: bool) -> tuple[bool, int | None]:
@@ -210,4 +214,9 @@ def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> SendRequest:
     )
     direct = channel is None
     expects_reply, reply_within_s = _reply_expectation(body, message.kind, direct)
-    return SendRequest(message, ttl_s, expects_reply, reply_within_s, to_name, thread)
+    via = _optional_string(body, "via")
+    if via is not None and via != VIA_TERMINAL:
+        raise InvalidRequest(f"field 'via' must be {VIA_TERMINAL!r} when given")
+    return SendRequest(
+        message, ttl_s, expects_reply, reply_within_s, to_name, thread, via == VIA_TERMINAL
+    )

@@ -44,7 +44,7 @@ from pigeond.credentials import (
     daemon_address,
 )
 from pigeond.ids import make_msg_id
-from pigeond.model import RECEIPT_STAGES, receipt_stage
+from pigeond.model import RECEIPT_STAGES, VIA_TERMINAL, receipt_stage
 from pigeond.terminal import visible
 
 __all__ = [
@@ -69,8 +69,31 @@ ENDED = ("failed", "expired", "cancelled")
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
 
+# Set in the environment of what an agent runs (opencode's shell and plugin, Claude Code's
+# Bash tool, Codex's sandbox): a pigeon-send under one is an agent's, never a person's.
+AGENT_ENV_MARKERS: Final = (
+    "OPENCODE", "OPENCODE_SESSION_ID", "CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_SANDBOX",
+)  # fmt: skip
+
+
+def at_a_terminal(env: Mapping[str, str], stdin: IO[str], stderr: IO[str]) -> bool:
+    """Whether a person runs this at a terminal: stdin (or, with the payload piped in,
+    stderr) is one, and no agent's marker is in the environment.  pigeond believes it only
+    if the kernel agrees (the process has a terminal and no agent above it)."""
+    if any(env.get(marker) for marker in AGENT_ENV_MARKERS):
+        return False
+    return any(_isatty(stream) for stream in (stdin, stderr))
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def build_request(
-    args: argparse.Namespace, env: Mapping[str, str], stdin: IO[str]
+    args: argparse.Namespace, env: Mapping[str, str], stdin: IO[str], terminal: bool = False
 ) -> dict[str, Any]:
     if args.channel is not None and args.target is not None:
         raise UsageError("give no TO with --channel: --channel NAME PAYLOAD")
@@ -99,6 +122,8 @@ def build_request(
     ):
         if value is not None:
             body[key] = value
+    if terminal:
+        body["via"] = VIA_TERMINAL  # the message says from_verified="person" if pigeond agrees
     return body
 
 
@@ -134,7 +159,8 @@ def main(
     closed = closed_system_socket(address, system_socket)
     retry_for = 0.0 if closed else args.retry_for
     try:
-        body = build_request(args, env, stdin or sys.stdin)
+        stdin = stdin or sys.stdin
+        body = build_request(args, env, stdin, at_a_terminal(env, stdin, sys.stderr))
         check_options(args)
         token = client_token(env)
         request_timeout = request_timeout_s(args.timeout, wait=args.wait)

@@ -122,6 +122,12 @@ class Config:
     verify_interval_s: float = option(
         2.0, "how often a target's transcript is checked", between(0.05, 3600)
     )
+    sender_proof_timeout_s: float = option(
+        10.0,
+        "how long a send by an agent's pigeond tool may wait to be found in its sender's"
+        " transcript before it goes on marked unverified (it is not handed off meanwhile)",
+        between(0.5, 600),
+    )
     max_requeues: int = option(
         3, "times an unseen hand-off is queued again before it fails", between(0, 100)
     )

@@ -37,6 +37,7 @@ from pigeond.delivery.policy import DeliveryPolicy
 from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
 from pigeond.delivery.registry import SessionDirectoryRegistry
 from pigeond.delivery.reminders import ReminderSweep
+from pigeond.delivery.sender_proof import SenderProofJob
 from pigeond.delivery.sweeper import ExpirySweeper
 from pigeond.delivery.turns import TurnTracker
 from pigeond.delivery.verifier import Verifier
@@ -60,6 +61,7 @@ from pigeond.service.parts import (
 )
 from pigeond.service.pruner import Pruner
 from pigeond.service.reload import RESTART_ONLY, config_changes, needing_restart
+from pigeond.service.sender_proofs import accepted_then, sender_proof_job
 from pigeond.service.shared_db import seen_status, shared_database_parts
 from pigeond.service.side_routes import install_side_routes
 from pigeond.storage import SwarmRepository
@@ -99,6 +101,8 @@ class Daemon:
     brakes: tuple[Brake, ...] = ()
     # who may act on a session's own things (names, policy, channels): pigeond/api/authority.py
     authority: SessionAuthority | None = None
+    # who really sent each message (pigeond/delivery/sender_proof.py)
+    proofs: SenderProofJob | None = None
 
     async def listen(self) -> IListeningPort:
         """Listen on ``config.listen`` (``unix:`` private by default, a passed Unix socket
@@ -223,7 +227,7 @@ class Daemon:
     def reconfigurable(self) -> list[Reconfigurable]:
         """Every part a reload reaches; each takes the new settings through ``configure``."""
         parts: list[Reconfigurable] = [self.site, self.routes, self.db, self.pruner, *self.brakes]
-        optional = (self.flood, self.access, self.arbiter, self.channels)
+        optional = (self.flood, self.access, self.arbiter, self.channels, self.proofs)
         parts += [p for p in optional if p is not None]
         if self.delivery is not None:
             d = self.delivery
@@ -362,17 +366,23 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     # the conversation brakes, asked in order; a person's prompts read where delivery reads
     reading = (None, None) if delivery is None else (delivery.registry, delivery.client)
     prompts = person_prompts(members, *reading)
-    # a session's own things: only its own tool calls (read from its transcript) or a person
-    opencode = None if delivery is None else (delivery.registry, delivery.client)
-    tool_calls = tool_call_readers(members, reactor, opencode)
+    # each member's own tool calls, read from its own transcript: a session's own things
+    # are only its own calls' (or a person's) to change
+    tool_calls = tool_call_readers(
+        members, reactor, None if delivery is None else (delivery.registry, delivery.client)
+    )
     authority = SessionAuthority(tool_calls, reactor)
     brakes = conversation_brakes(db, config, prompts)
     kick = arbiter.kick if arbiter is not None else _no_kick
+    # who really sent each message: settled off the accept path, before its hand-off
+    proofs = sender_proof_job(
+        db, reactor, config, jobs, tool_calls, kick, None if delivery is None else delivery.routing
+    )
     routes = SwarmRoutes(
         db,
         reactor,
         config,
-        on_accepted=kick,
+        on_accepted=accepted_then(kick, proofs),
         delivery_health=functools.partial(
             delivery_health_with_api, arbiter, None if delivery is None else delivery.client, events
         ),
@@ -400,7 +410,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
         config=config, db=db, site=site, arbiter=arbiter, events=events, pool=pool,
         reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
         notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs, channels=channels,
-        brakes=brakes, authority=authority,
+        brakes=brakes, authority=authority, proofs=proofs,
     )  # fmt: skip
 
 

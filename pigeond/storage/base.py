@@ -13,6 +13,8 @@ from pigeond.model import (
     NOTICE_KIND,
     NOTICE_SENDER,
     SESSION_ID_RE,
+    SenderClaim,
+    SenderProof,
     StoredMessage,
 )
 from pigeond.storage.errors import UNAVAILABLE_ERRORS, StorageUnavailable
@@ -24,7 +26,8 @@ COLUMNS = (
     " accept_seq, handoff_seq, verified_at, verify_by, requeue_count, expires_at,"
     " handoff_agent, handoff_provider, handoff_model, handoff_variant, handoff_note,"
     " handoff_intent_at, answered_at, answer_message_id, from_name, to_name, channel_msg_id,"
-    " thread_id, hold_kind, hold_brake, hold_reason, hold_ttl_ms"
+    " thread_id, hold_kind, hold_brake, hold_reason, hold_ttl_ms,"
+    " from_proof, from_proof_note, from_proof_call"
 )
 
 # How many messages wait for one target, counted no further than a limit: every
@@ -47,6 +50,9 @@ QUEUED_FOR_TARGET_SQL = (
 )
 # A LIMIT that is no limit, as both engines take it (PostgreSQL refuses SQLite's -1).
 NO_LIMIT = 2**62
+
+# pigeond's own notices and reminders, and every insert that names no sender proof
+UNVERIFIED_SENDER = SenderClaim(SenderProof.UNVERIFIED)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -209,22 +215,25 @@ class RepositoryBase:
         to_name: str | None = None,
         channel_msg_id: str | None = None,
         thread_id: str | None = None,
+        sender: SenderClaim = UNVERIFIED_SENDER,
     ) -> None:
         """Insert a queued message numbered ``seq`` (None: the accept sequence's next), in
         ``thread_id`` (None: the thread of the message it replies to, as pigeond's notices
-        and reminders take it; none without one)."""
+        and reminders take it; none without one).  A sender whose proof is pending makes
+        it due only once settled (``settle_by`` at the latest)."""
         if seq is None:
             seq = self._next_sequence(conn, "accept")
+        due_at = now_ms if sender.settle_by is None else max(sender.settle_by, now_ms)
         conn.execute(
             "INSERT INTO swarm_messages (msg_id, from_session, to_session, channel, kind,"
             " priority, reply_to, payload, state, attempts, next_retry_at, created_at,"
             " updated_at, accept_seq, expires_at, from_name, to_name, channel_msg_id,"
-            " thread_id)"
+            " thread_id, from_proof, from_proof_note)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, ?,"
-            " COALESCE(?, (SELECT r.thread_id FROM swarm_messages r WHERE r.msg_id = ?)))",
+            " COALESCE(?, (SELECT r.thread_id FROM swarm_messages r WHERE r.msg_id = ?)), ?, ?)",
             (msg_id, from_session, to_session, channel, kind, priority, reply_to, payload,
-             now_ms, now_ms, now_ms, seq, expires_at, from_name, to_name, channel_msg_id,
-             thread_id, reply_to),
+             due_at, now_ms, now_ms, seq, expires_at, from_name, to_name, channel_msg_id,
+             thread_id, reply_to, sender.proof.value, sender.note),
         )  # fmt: skip
 
     def _queue_notice(

@@ -28,8 +28,15 @@ from typing import Final
 
 from pigeond.consent import InboundPolicy, Policy, Verdict, held_reason, parse_allow
 from pigeond.ids import make_msg_id
-from pigeond.model import NewMessage, StoredMessage
-from pigeond.storage.base import COLUMNS, Connection, RepositoryBase, reads, row_to_message
+from pigeond.model import NewMessage, SenderClaim, StoredMessage
+from pigeond.storage.base import (
+    COLUMNS,
+    UNVERIFIED_SENDER,
+    Connection,
+    RepositoryBase,
+    reads,
+    row_to_message,
+)
 
 # The most members a channel may have unless the configuration says otherwise.
 DEFAULT_MAX_CHANNEL_MEMBERS: Final = 32
@@ -133,6 +140,14 @@ def _member_policy(session: str, policy: object, allow: object) -> InboundPolicy
     if policy is None:
         return None
     return InboundPolicy(session, Policy(str(policy)), parse_allow(json.loads(str(allow))))
+
+
+def _unproven(
+    rule: InboundPolicy, message: NewMessage, from_name: str | None, sender: SenderClaim
+) -> str | None:
+    """The sender, when ``rule``'s allow-list names it but its proof did not admit it."""
+    listed = rule.allows(message.from_session, from_name)
+    return message.from_session if listed and not sender.may_be_allowed else None
 
 
 class Channels(RepositoryBase):
@@ -283,10 +298,13 @@ class Channels(RepositoryBase):
         queue_cap: int,
         from_name: str | None,
         thread_id: str | None = None,
+        sender: SenderClaim = UNVERIFIED_SENDER,
     ) -> int:
         """Inside the accept: store ``message`` to its channel's members as deliveries
         numbered from ``first_seq``, and note who was left out on the channel message
-        (already inserted).  Returns how many accept numbers it used."""
+        (already inserted).  Returns how many accept numbers it used.  Each copy shares
+        the channel message's ``sender`` proof, and a member's allow-list admits it only
+        as that proof may (consent.InboundPolicy.verdict)."""
         assert message.channel is not None
         recipients = conn.execute(_RECIPIENTS_SQL, (message.channel, message.from_session))
         seq, skipped = first_seq, []
@@ -295,7 +313,7 @@ class Channels(RepositoryBase):
             rule = _member_policy(member, policy, allow)
             verdict = Verdict.DELIVER
             if rule is not None:
-                verdict = rule.verdict(message.from_session, from_name)
+                verdict = rule.verdict(message.from_session, from_name, sender.may_be_allowed)
             if verdict is Verdict.REFUSE:
                 skipped.append(Skipped(member, "its inbound policy is refuse"))
                 continue
@@ -309,14 +327,19 @@ class Channels(RepositoryBase):
                 reply_to=message.reply_to, payload=message.payload, now_ms=now_ms,
                 expires_at=expires_at, seq=seq, from_name=from_name,
                 to_name=None if name is None else str(name),
-                channel_msg_id=message.msg_id, thread_id=thread_id,
+                channel_msg_id=message.msg_id, thread_id=thread_id, sender=sender,
             )  # fmt: skip
             if verdict is Verdict.HOLD:
                 assert rule is not None
                 conn.execute(
                     "UPDATE swarm_messages SET next_retry_at = NULL, last_error = ?,"
                     " hold_kind = 'consent' WHERE msg_id = ?",
-                    (held_reason(member, rule.policy), msg_id),
+                    (
+                        held_reason(
+                            member, rule.policy, _unproven(rule, message, from_name, sender)
+                        ),
+                        msg_id,
+                    ),
                 )
             seq += 1
         conn.execute(

@@ -22,7 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pigeond.model import NO_MODE, PIGEOND_KINDS, HandoffMode, State, StoredMessage
+from pigeond.model import (
+    NO_MODE,
+    PIGEOND_KINDS,
+    HandoffMode,
+    SenderProof,
+    State,
+    StoredMessage,
+)
 from pigeond.storage.base import (
     COLUMNS,
     NO_LIMIT,
@@ -104,12 +111,16 @@ class DeliveryTransitions(RepositoryBase):
         The batch stops at the first message that is not due: a message waiting
         out its backoff holds the ones behind it, so order is kept.  Expired
         messages are skipped: they never block a queue; so are held ones (the target's
-        policy holds them), so an allowed sender's message is not stuck behind them.
+        policy holds them), so an allowed sender's message is not stuck behind them.  A
+        message whose sender is still being verified is not due, whatever its
+        ``next_retry_at`` says (a release, or a restart past its deadline, made it due).
         """
         batch = []
         for message in self._queue_order(target, now_ms, limit, held=False):
             if message.next_retry_at is None or message.next_retry_at > now_ms:
                 break
+            if message.from_proof == SenderProof.PENDING:
+                break  # not due before its sender is settled (storage/sender_proofs.py)
             batch.append(message)
         return batch
 

@@ -22,6 +22,7 @@ from pigeond.storage.addressing_schema import (
     V14_CHANNELS,
 )
 from pigeond.storage.costs_schema import V19_TURNS
+from pigeond.storage.sender_proof_schema import V22_SENDER_PROOF
 from pigeond.storage.thread_schema import V17_THREADS, V18_BRAKES
 
 # The priority order, as one SQL expression: the ready-head index is built on
@@ -342,6 +343,7 @@ MIGRATIONS: list[Migration] = [
     _script(V19_TURNS),
     _script(_PERMISSIONS),
     _script(PAIR_HISTORY_INDEX),
+    _script(V22_SENDER_PROOF),
 ]
 
 __all__ = [

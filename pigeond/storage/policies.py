@@ -11,7 +11,9 @@ sender then, and spends no attempt, since it is never handed off.
 Every policy change applies itself to the messages already waiting, in its own
 transaction: ``accept`` releases every held message of the session; ``hold`` and
 ``refuse`` hold every waiting message whose sender is not on the allow-list (and release
-those whose sender now is).  An ``@name`` entry lets through the messages whose
+those whose sender now is).  The allow-list admits only a sender pigeond verified (or is
+still verifying: storage/sender_proofs.py holds it if it settles unverified).  An
+``@name`` entry lets through the messages whose
 ``from_name`` is that name: the name their sender held when they were accepted, as the
 send path judged them (a name claimed later does not release what was held before it).
 A message in doubt (``handoff_intent_at`` set: it may be in the transcript already) is
@@ -35,8 +37,11 @@ _CONSENT_HELD = "hold_kind = 'consent' AND next_retry_at IS NULL"
 # The message's sender is on :allow (a JSON list): by its ``from``, or by its ``from_name``
 # with the ``@``.  EXISTS, not ``IN``: a message without a name has a NULL ``'@' || from_name``,
 # and ``NOT (x IN (...))`` would be NULL, never true, for it.
+# Only a sender whose proof may admit it (verified, or pending: never handed off before it
+# settles, and settled unverified it is judged again): consent.InboundPolicy.verdict.
 _ALLOWED = (
-    "EXISTS (SELECT 1 FROM json_each(:allow) WHERE value IN (from_session, '@' || from_name))"
+    "(from_proof IN ('verified', 'pending') AND EXISTS (SELECT 1 FROM json_each(:allow)"
+    " WHERE value IN (from_session, '@' || from_name)))"
 )
 
 

@@ -14,8 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from pigeond.model import Hold, NewMessage, StoredMessage
-from pigeond.storage.base import COLUMNS, Connection, reads, row_to_message
+from pigeond.model import Hold, NewMessage, SenderClaim, StoredMessage
+from pigeond.storage.base import (
+    COLUMNS,
+    UNVERIFIED_SENDER,
+    Connection,
+    reads,
+    row_to_message,
+)
 from pigeond.storage.brake_holds import BrakeHolds
 from pigeond.storage.channels import Channels
 from pigeond.storage.costs import Costs
@@ -33,6 +39,7 @@ from pigeond.storage.receipts import Receipts
 from pigeond.storage.retention import Retention
 from pigeond.storage.routes import Routes
 from pigeond.storage.search import Search
+from pigeond.storage.sender_proofs import SenderProofs
 from pigeond.storage.threads import Threads, count_send
 
 
@@ -56,6 +63,8 @@ class Accept:
     thread_id: str | None = None
     # the conversation brake that holds it for a person (storage/brake_holds.py), else None
     brake_hold: Hold | None = None
+    # what the send path knew of its sender (model.SenderProof); a channel's copies share it
+    sender: SenderClaim = UNVERIFIED_SENDER
 
 
 class AcceptOutcome(Enum):
@@ -124,6 +133,7 @@ class SwarmRepository(
     Threads,
     Costs,
     Permissions,
+    SenderProofs,
 ):
     def __init__(self, conn: Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS) -> None:
         super().__init__(conn)
@@ -184,14 +194,14 @@ class SwarmRepository(
             priority=message.priority, reply_to=message.reply_to, payload=message.payload,
             now_ms=accept.now_ms, expires_at=accept.expires_at, seq=seq,
             from_name=from_name, to_name=accept.to_name or target_name,
-            thread_id=accept.thread_id,
+            thread_id=accept.thread_id, sender=accept.sender,
         )  # fmt: skip
         numbered = 1
         if message.channel is not None:
             numbered += self._fan_out(
                 conn, message, now_ms=accept.now_ms, expires_at=accept.expires_at,
                 first_seq=seq + 1, queue_cap=cap, from_name=from_name,
-                thread_id=accept.thread_id,
+                thread_id=accept.thread_id, sender=accept.sender,
             )  # fmt: skip
         if accept.brake_hold is not None:  # a person decides first; consent at the release
             self._brake_hold_new(conn, message.msg_id, accept.brake_hold)

@@ -16,6 +16,7 @@
   ``plugin_pigeond_port``), for tests that hold for both pinned versions.
 * ``daemon``: the test's pigeond on ``plugin_pigeond_port``, delivering to
   ``opencode_with_plugin`` in turns.
+* ``opencode_1_15_with_plugin``: the same with opencode 1.15.4.
 * ``opencode_with_plugin_b``: a second such opencode, another host's, for tests of
   several daemons on one PostgreSQL: its tools call pigeond on ``plugin_pigeond_port_b``
   with the token ``plugin_token_link_b`` leads to (the test points it at its second

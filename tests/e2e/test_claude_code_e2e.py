@@ -73,8 +73,8 @@ def test_a_claude_session_sends_to_an_opencode_session_through_its_mcp_tool(
     member: ClaudeMember, daemon: DaemonProcess, opencode_with_plugin: OpencodeServer,
     fake_llm: FakeLLM, tmp_path: Path,
 ) -> None:  # fmt: skip
-    """mcp__pigeon__swarm_send from Claude Code: the envelope, from the Claude Code session,
-    is in the opencode transcript exactly once."""
+    """mcp__pigeon__swarm_send from Claude Code: the envelope, from the Claude Code session
+    and verified in its transcript, is in the opencode transcript exactly once."""
     target = Agent(opencode_with_plugin, fake_llm, "dirA", "target")
     args = {"to": target.id, "payload": "hello from Claude Code"}
     said = call_pigeon_tool(member, tmp_path, "swarm_send", args)
@@ -84,6 +84,7 @@ def test_a_claude_session_sends_to_an_opencode_session_through_its_mcp_tool(
     assert answered  # its delivery is over: nothing more can come of it
     [(attributes, text)] = target.envelopes()
     assert attributes["from"] == member.id
+    assert attributes["from_verified"] == "verified"  # its tool_use, in its own transcript
     assert text.count("hello from Claude Code") == 1
 
 

@@ -225,7 +225,8 @@ def test_pigeond_delivers_one_message_as_the_envelope(
             msg_id = answer["msg_id"]
             envelope = (
                 f'<swarm_message v="1" kind="chat" from="ses_sender" to="{session_id}" '
-                f'msg_id="{msg_id}" priority="normal">\nhello\n</swarm_message>'
+                f'msg_id="{msg_id}" priority="normal" from_verified="unverified">'
+                "\nhello\n</swarm_message>"
             )
             fake_llm.wait_for(
                 lambda llm: envelope in texts_seen_by_model(llm, session_id),

@@ -67,7 +67,7 @@ def test_swarm_read_returns_the_delivered_message(
     output = part["state"]["output"]
     assert part["state"]["status"] == "completed"
     assert output.startswith("1 message (limit 10):\n")
-    assert f"--- {msg_id} · from {a.id} · chat · normal · " in output
+    assert f"--- {msg_id} · from {a.id} (verified) · chat · normal · " in output
     assert "\n> the build is green\n" in output
     assert output.endswith(
         'no more; next time call swarm_read with since="cur_1" for newer ones only'

@@ -25,6 +25,7 @@ from pigeond.storage.addressing_schema import PRUNABLE_SQL
 from pigeond.storage.costs_schema import V19_TURNS_PG
 from pigeond.storage.migrations import PAIR_HISTORY_INDEX, PRIORITY_RANK_SQL
 from pigeond.storage.postgres.thread_schema import PG_V17_THREADS, PG_V18_BRAKES
+from pigeond.storage.sender_proof_schema import V22_SENDER_PROOF_PG
 
 # The prunable expressions of versions 5 and 6, as SQLite's migrations made them.
 _PRUNABLE_V5: Final = (
@@ -301,4 +302,5 @@ PG_MIGRATIONS: Final = (
     V19_TURNS_PG,
     _PERMISSIONS,
     PAIR_HISTORY_INDEX,  # the pair brakes' index: the same statement on both engines
+    V22_SENDER_PROOF_PG,
 )  # fmt: skip

@@ -1,0 +1,56 @@
+"""The sender-proof job, wired (pigeond/delivery/sender_proof.py): its reader of the
+members' transcripts, its timer, and the kicks after an accept and after a settle.
+
+The job runs whether delivery runs or not: a pending message must settle either way (a
+daemon with delivery off hands nothing off, but shows the proof).  Without a reader of
+transcripts (:class:`NoTranscripts`) every pending proof settles ``unverified`` at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from twisted.application.service import MultiService
+
+from pigeond.config import Config
+from pigeond.delivery.routing import Routing
+from pigeond.delivery.sender_proof import SenderProofJob
+from pigeond.service.parts import timer_job
+from pigeond.storage.database import Database
+from pigeond.tool_calls import ToolCall, ToolCallReader
+
+
+class NoTranscripts:
+    """A reader with no transcript of anyone: what a daemon has until one is wired."""
+
+    async def recent_calls(self, member: str) -> Sequence[ToolCall] | None:
+        return None
+
+
+def sender_proof_job(
+    db: Database,
+    reactor: Any,
+    config: Config,
+    jobs: MultiService,
+    reader: ToolCallReader | None,
+    kick: Callable[[str], None],
+    routing: Routing | None = None,
+) -> SenderProofJob:
+    """The job, on its timer among ``jobs``; ``kick`` is the arbiter's, for the targets
+    a settled proof made due; ``routing`` (a shared PostgreSQL) leaves each sender to the
+    daemon whose opencode has it."""
+    mine = None if routing is None else routing.mine
+    job = SenderProofJob(db, reader or NoTranscripts(), reactor, config, on_settled=kick, mine=mine)
+    timer_job("sender-proof", config.tick_ms / 1000, job.tick, reactor).setServiceParent(jobs)
+    return job
+
+
+def accepted_then(kick: Callable[[str], None], job: SenderProofJob) -> Callable[[str], None]:
+    """The send path's ``on_accepted``: the arbiter's kick, then the sender-proof job's."""
+
+    def accepted(target: str) -> None:
+        kick(target)
+        job.kick()
+
+    return accepted
