@@ -350,6 +350,8 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     flood = FloodGuard(
         db, reactor, max_queued_per_target=config.max_queued_per_target,
         sender_rate_per_s=config.sender_rate_per_s, sender_burst=config.sender_burst,
+        caller_rate_per_s=config.caller_rate_per_s, caller_burst=config.caller_burst,
+        max_queued_bytes=config.max_queued_bytes,
     )  # fmt: skip
     # each session's consent: every policy in memory, read again for other processes' writes
     policies = PolicyBook(db, reactor)
