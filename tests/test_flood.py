@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from unittest.mock import ANY
 
 import pytest
-from treq.client import HTTPClient
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.web.http_headers import Headers
@@ -17,15 +14,15 @@ from twisted.web.http_headers import Headers
 from pigeond.api import buckets
 from pigeond.api.callers import TCP_CALLER
 from pigeond.api.flood import TARGET_FULL_RETRY_AFTER_S, FloodGuard
-from pigeond.api.routes import SwarmRoutes
-from pigeond.api.web import HttpError, JsonApi
+from pigeond.api.web import HttpError
 from pigeond.config import Config
 from pigeond.model import NewMessage
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.errors import StorageUnavailable
-from pigeond.storage.repository import Accept, QueueLimits
-from tests.http_helpers import result_of, stub_client
+from pigeond.storage.repository import QueueLimits
+from tests.flood_helpers import admit, route
+from tests.http_helpers import result_of
 from tests.messages import new_message
 
 pytestmark = pytest.mark.both_backends
@@ -52,25 +49,6 @@ def make_guard(repo: SwarmRepository, clock: Clock) -> MakeGuard:
         )
 
     return make
-
-
-def admit(
-    guard: FloodGuard,
-    repo: SwarmRepository,
-    clock: Clock,
-    message: NewMessage,
-    caller: str = TCP_CALLER,
-) -> AcceptOutcome:
-    """What the send route does: the guard around the store; raises the guard's HttpError."""
-    db = InlineDatabase(repo)
-
-    def store(limits: QueueLimits) -> Deferred[AcceptOutcome]:
-        now_ms = int(clock.seconds() * 1000)
-        return db.accept(
-            Accept(message, now_ms, None, limits.per_target, max_queued_bytes=limits.total_bytes)
-        )
-
-    return result_of(Deferred.fromCoroutine(guard.admit(message, store, caller)))
 
 
 def offer(guard: FloodGuard, repo: SwarmRepository, clock: Clock, message: NewMessage) -> int:
@@ -367,30 +345,6 @@ def test_configure_changes_limits_live(
 
 
 # -- through the routes --------------------------------------------------------------
-
-
-@dataclass
-class Route:
-    """POST /swarm/send in memory, through SwarmRoutes and JsonApi with the guard as a check."""
-
-    stub: HTTPClient
-
-    def send(self, **fields: str) -> tuple[int, dict[str, Any], list[str] | None]:
-        body = {"from": "ses_sender", "to": "ses_target", "payload": "hi", **fields}
-        response = result_of(
-            self.stub.post(
-                BASE + "/swarm/send",
-                data=json.dumps(body).encode(),
-                headers=JSON_HEADERS,
-            )
-        )
-        content = json.loads(result_of(response.content()))
-        return response.code, content, response.headers.getRawHeaders("retry-after")
-
-
-def route(repo: SwarmRepository, clock: Clock, guard: FloodGuard) -> Route:
-    routes = SwarmRoutes(InlineDatabase(repo), clock, Config(), admission=guard)
-    return Route(stub_client(routes.install(JsonApi())))
 
 
 def test_route_answers_429_with_retry_after(

@@ -104,6 +104,13 @@ class FloodGuard:
             max_queued_bytes=max_queued_bytes,
         )
 
+    @classmethod
+    def from_config(cls, db: Database, clock: IReactorTime, config: Config) -> FloodGuard:
+        """A guard with ``config``'s limits."""
+        guard = cls(db, clock, max_queued_per_target=0, sender_rate_per_s=0, sender_burst=0)
+        guard.configure(config)
+        return guard
+
     def configure(self, config: Config) -> None:
         """A reload's limits (see :meth:`set_limits`)."""
         self.set_limits(
