@@ -113,17 +113,18 @@ def reopened(repo: SwarmRepository, db_path: Path) -> SwarmRepository:
     return SwarmRepository(connect(db_path))
 
 
-def accept_channel_alone(repo: SwarmRepository, message: NewMessage, now_ms: int) -> None:
+def accept_channel_alone(
+    repo: SwarmRepository, message: NewMessage, now_ms: int, expires_at: int | None = None
+) -> None:
     """``message`` (a channel message) stored with no member's copy, as pigeond stored one
     whose members were all left out before such a send was refused (issue 27): a member
-    joins for the accept, then its copy is deleted and it leaves."""
+    joins for the accept, then its copy is deleted and it leaves (other members keep
+    theirs)."""
     assert message.channel is not None
     repo.join_channel(message.channel, "ses_passing", now_ms, 10_000)
-    assert repo.accept(message, now_ms) is AcceptOutcome.STORED
+    assert repo.accept(message, now_ms, expires_at) is AcceptOutcome.STORED
     repo.connection.execute(
-        "DELETE FROM swarm_messages WHERE channel_msg_id = ?", (message.msg_id,)
-    )
-    repo.connection.execute(
-        "UPDATE swarm_messages SET last_error = NULL WHERE msg_id = ?", (message.msg_id,)
+        "DELETE FROM swarm_messages WHERE channel_msg_id = ? AND to_session = 'ses_passing'",
+        (message.msg_id,),
     )
     repo.leave_channel(message.channel, "ses_passing")
