@@ -80,7 +80,10 @@ def send_direct(server: OpencodeServer, session: str, n: int) -> None:
 
 
 # A benchmark measures delivery, not the flood guard.
-NO_FLOOD_LIMITS = ("--max-queued-per-target", "0", "--sender-rate-per-s", "0")
+NO_FLOOD_LIMITS = (
+    "--max-queued-per-target", "0", "--sender-rate-per-s", "0", "--caller-rate-per-s", "0",
+    "--max-queued-bytes", "0",
+)  # fmt: skip
 # ...nor the conversation brakes (numbered payloads to one session, fast).
 BRAKES_OFF = (
     "--max-hops-per-thread", "0", "--max-pair-messages-per-minute", "0",

@@ -42,7 +42,10 @@ PAYLOAD_BYTES = 500
 START_TIMEOUT_S = 15.0
 # A bench measures delivery, not the flood guard: 1,000 msg/s from 10 senders would be
 # refused at the defaults (10 msg/s per sender, 1,000 queued per target).
-GUARD_OFF = ("--sender-rate-per-s", "0", "--sender-burst", "0", "--max-queued-per-target", "0")
+GUARD_OFF = (
+    "--sender-rate-per-s", "0", "--sender-burst", "0", "--max-queued-per-target", "0",
+    "--caller-rate-per-s", "0", "--caller-burst", "0", "--max-queued-bytes", "0",
+)  # fmt: skip
 # ...nor the conversation brakes: its senders send numbered payloads to one target far
 # faster than 30 a minute, which the pair brakes would hold for a person.
 BRAKES_OFF = (

@@ -28,6 +28,7 @@ from tests.docs_commands import (
     run_in_one_shell,
 )
 from tests.messages import new_message
+from tests.storage_helpers import accept_channel_alone
 
 DAY_MS = 86_400_000
 # the two sqlite3 the SQL runs with (the ``sqlite_path`` fixture's params)
@@ -86,7 +87,9 @@ def make_operator_db(tmp_path: Path) -> OperatorDb:
             msg_id = made.failed_id if to == "ses_b" else f"msg_queued{i}"
             message = new_message(to, msg_id=msg_id, sender="operator-test")
             repo.accept(message, t0 + i * 60_000, expires_at=t0 + i * 60_000 + DAY_MS)
-        repo.accept(new_message(channel="ops", msg_id="msg_channel", sender="operator-test"), t0)
+        accept_channel_alone(
+            repo, new_message(channel="ops", msg_id="msg_channel", sender="operator-test"), t0
+        )
         assert repo.fail_now([made.failed_id], made.failed_error, t0 + 300_000) == [made.failed_id]
     finally:
         repo.close()

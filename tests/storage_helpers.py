@@ -10,8 +10,9 @@ from treq.client import HTTPClient
 from twisted.internet.task import Clock
 
 from pigeond.config import Config
+from pigeond.model import NewMessage
 from pigeond.service.daemon import Daemon, build_daemon
-from pigeond.storage import SwarmRepository, connect, open_database
+from pigeond.storage import AcceptOutcome, SwarmRepository, connect, open_database
 from pigeond.storage.base import Connection
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.postgres import open_postgres
@@ -110,3 +111,20 @@ def reopened(repo: SwarmRepository, db_path: Path) -> SwarmRepository:
     if repo.postgres:
         return SwarmRepository(open_postgres(repo.connection.url))  # type: ignore[attr-defined]
     return SwarmRepository(connect(db_path))
+
+
+def accept_channel_alone(
+    repo: SwarmRepository, message: NewMessage, now_ms: int, expires_at: int | None = None
+) -> None:
+    """``message`` (a channel message) stored with no member's copy, as pigeond stored one
+    whose members were all left out before such a send was refused (issue 27): a member
+    joins for the accept, then its copy is deleted and it leaves (other members keep
+    theirs)."""
+    assert message.channel is not None
+    repo.join_channel(message.channel, "ses_passing", now_ms, 10_000)
+    assert repo.accept(message, now_ms, expires_at) is AcceptOutcome.STORED
+    repo.connection.execute(
+        "DELETE FROM swarm_messages WHERE channel_msg_id = ? AND to_session = 'ses_passing'",
+        (message.msg_id,),
+    )
+    repo.leave_channel(message.channel, "ses_passing")

@@ -282,6 +282,7 @@ def test_the_history_of_a_channel_without_messages_is_empty(rig: Rig) -> None:
 @pytest.mark.parametrize("query", ["since=cur_999", "since=msg_1", "since=x", "limit=0"])
 def test_the_history_refuses_a_cursor_it_never_gave(rig: Rig, query: str) -> None:
     """A cursor past the last accept number, one of another shape, or a bad limit: 400."""
+    rig.join(B)
     rig.send()
     status, body = rig.call("GET", f"/swarm/channel/{TEAM}?{query}")
     assert status == 400 and ("cursor" in body["error"] or "'limit'" in body["error"])
@@ -363,14 +364,29 @@ def test_a_direct_message_s_status_has_no_deliveries(rig: Rig) -> None:
 
 def test_a_member_at_its_queue_cap_is_skipped_not_refused(daemon: Daemon) -> None:
     """With max_queued_per_target reached for one member, a channel send is still a 202
-    and that member is left out, named with its cap."""
-    assert daemon_call(daemon, "POST", MEMBERS, {"session": B})[0] == 201
+    for the others and that member is left out, named with its cap."""
+    assert daemon.reload(replace(daemon.config, max_channel_members=2)) == []
+    for member in (B, C):
+        assert daemon_call(daemon, "POST", MEMBERS, {"session": member})[0] == 201
     daemon_call(daemon, "POST", "/swarm/send", {"from": A, "to": B, "payload": "first"})
     status, body = daemon_call(
         daemon, "POST", "/swarm/send", {"from": A, "channel": TEAM, "payload": "x"}
     )
-    assert (status, body["deliveries"]) == (202, [])
+    assert (status, [d["to"] for d in body["deliveries"]]) == (202, [C])
     assert body["skipped"] == [{"session": B, "reason": "its queue holds 1 messages"}]
+
+
+def test_a_channel_send_no_member_can_take_is_409_and_not_stored(daemon: Daemon) -> None:
+    """Every member at its max_queued_per_target: 409 naming the channel, nothing stored."""
+    assert daemon_call(daemon, "POST", MEMBERS, {"session": B})[0] == 201
+    daemon_call(daemon, "POST", "/swarm/send", {"from": A, "to": B, "payload": "first"})
+    status, body = daemon_call(
+        daemon, "POST", "/swarm/send",
+        {"from": A, "channel": TEAM, "payload": "x", "msg_id": "msg_nobody"},
+    )  # fmt: skip
+    assert (status, body["channel"]) == (409, TEAM)
+    assert "max_queued_per_target" in body["error"] and "nothing stored" in body["error"]
+    assert repo_of(daemon).get("msg_nobody") is None
 
 
 def test_max_channel_members_is_reloaded(daemon: Daemon) -> None:
@@ -386,6 +402,7 @@ def test_max_channel_members_is_reloaded(daemon: Daemon) -> None:
 
 def test_the_history_is_bounded_in_bytes_as_the_inbox_is(rig: Rig) -> None:
     """A page holds at most inbox_max_bytes of messages, but always its first one."""
+    rig.join(B)
     for i in range(3):
         rig.send(msg_id=f"msg_big{i}", payload=f"{i}" * 700)
     page = rig.repo.channel_history_page(TEAM, 0, 10, 1024)

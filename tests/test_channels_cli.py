@@ -17,6 +17,7 @@ from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
 from tests.messages import new_message
 from tests.stdlib_http import JsonHandler, serving
+from tests.storage_helpers import accept_channel_alone
 
 MAX_MEMBERS = 32
 
@@ -34,7 +35,9 @@ def db(tmp_path: Path) -> Path:
     repo.join_channel("dev", "ses_a", NOW_MS, MAX_MEMBERS)
     first = new_message(channel="ops", sender="ses_a", msg_id="msg_c1", payload="go " + EVIL)
     repo.accept(first, NOW_MS + 5000)
-    repo.accept(new_message(channel="ops", sender="ses_b", msg_id="msg_c2"), NOW_MS + 6000)
+    accept_channel_alone(
+        repo, new_message(channel="ops", sender="ses_b", msg_id="msg_c2"), NOW_MS + 6000
+    )
     repo.close()
     return path
 

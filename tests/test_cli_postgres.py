@@ -22,6 +22,7 @@ from pigeond.storage.postgres.schema import PG_MIGRATIONS
 from tests.messages import new_message
 from tests.permission_helpers import permission_request
 from tests.ports import closed_port
+from tests.storage_helpers import accept_channel_alone
 from tests.test_operator_cli import LATER, NOW, PRUNE_AGE, run
 
 SECRET = "s3cret-Pw"
@@ -34,7 +35,7 @@ def fill(repo: SwarmRepository) -> None:
     repo.accept(new_message("ses_t", msg_id="msg_q", payload="alpha <b> & c"), NOW, NOW + 3_600_000)
     repo.accept(new_message("ses_t", msg_id="msg_f", sender="cron"), NOW + 1, NOW + 3_600_000)
     repo.record_failed_attempt("msg_f", "HTTP 400: " + "x" * 80, NOW + 2, None)
-    repo.accept(new_message(channel="ops", msg_id="msg_c", payload="beta"), NOW + 3)
+    accept_channel_alone(repo, new_message(channel="ops", msg_id="msg_c", payload="beta"), NOW + 3)
     repo.claim_name("reviewer", "ses_t", NOW)
     repo.join_channel("dev", "ses_d", NOW, MAX_MEMBERS)
     repo.record_permission(permission_request(msg_id="msg_q", session="ses_t", asked_at=NOW))

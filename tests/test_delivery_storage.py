@@ -13,6 +13,7 @@ from pigeond.storage.schema import connect, migrate
 from pigeond.storage.synthetic import add_delivered_history, add_stuck_rows, drop_statistics
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
+from tests.storage_helpers import accept_channel_alone
 
 pytestmark = pytest.mark.both_backends
 
@@ -127,7 +128,9 @@ def test_expire_due_expires_and_notifies(repo: SwarmRepository) -> None:
 
 def test_channel_messages_never_expire(repo: SwarmRepository) -> None:
     """Channel messages wait for the channels work: no expiry, no notice."""
-    repo.accept(new_message(channel="builds", msg_id="msg_c", sender="ses_alice"), NOW_MS, NOW_MS)
+    accept_channel_alone(
+        repo, new_message(channel="builds", msg_id="msg_c", sender="ses_alice"), NOW_MS, NOW_MS
+    )
     assert repo.expire_due(NOW_MS + 10**9) == []
 
 

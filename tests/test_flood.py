@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from unittest.mock import ANY
 
 import pytest
-from treq.client import HTTPClient
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.web.http_headers import Headers
 
-from pigeond.api import flood
+from pigeond.api import buckets
+from pigeond.api.callers import TCP_CALLER
 from pigeond.api.flood import TARGET_FULL_RETRY_AFTER_S, FloodGuard
-from pigeond.api.routes import SwarmRoutes
-from pigeond.api.web import HttpError, JsonApi
+from pigeond.api.web import HttpError
 from pigeond.config import Config
 from pigeond.model import NewMessage
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.errors import StorageUnavailable
-from pigeond.storage.repository import Accept
-from tests.http_helpers import result_of, stub_client
+from pigeond.storage.repository import QueueLimits
+from tests.flood_helpers import admit, route
+from tests.http_helpers import result_of
 from tests.messages import new_message
 
 pytestmark = pytest.mark.both_backends
@@ -51,18 +49,6 @@ def make_guard(repo: SwarmRepository, clock: Clock) -> MakeGuard:
         )
 
     return make
-
-
-def admit(
-    guard: FloodGuard, repo: SwarmRepository, clock: Clock, message: NewMessage
-) -> AcceptOutcome:
-    """What the send route does: the guard around the store; raises the guard's HttpError."""
-    db = InlineDatabase(repo)
-
-    def store(queue_cap: int) -> Deferred[AcceptOutcome]:
-        return db.accept(Accept(message, int(clock.seconds() * 1000), None, queue_cap))
-
-    return result_of(Deferred.fromCoroutine(guard.admit(message, store)))
 
 
 def offer(guard: FloodGuard, repo: SwarmRepository, clock: Clock, message: NewMessage) -> int:
@@ -244,14 +230,14 @@ def test_all_guards_off_reads_nothing(
     """With every limit at 0 the guard reads nothing and asks the store for no cap."""
     guard = make_guard()
     repo.close()  # any read would now raise
-    caps: list[int] = []
+    caps: list[QueueLimits] = []
 
-    def store(queue_cap: int) -> Deferred[AcceptOutcome]:
-        caps.append(queue_cap)
+    def store(limits: QueueLimits) -> Deferred[AcceptOutcome]:
+        caps.append(limits)
         return succeed(AcceptOutcome.STORED)
 
-    outcome = result_of(Deferred.fromCoroutine(guard.admit(new_message(), store)))
-    assert (outcome, caps) == (AcceptOutcome.STORED, [0])
+    outcome = result_of(Deferred.fromCoroutine(guard.admit(new_message(), store, TCP_CALLER)))
+    assert (outcome, caps) == (AcceptOutcome.STORED, [QueueLimits()])
 
 
 def test_with_sender_tokens_left_the_guard_reads_nothing(
@@ -260,15 +246,15 @@ def test_with_sender_tokens_left_the_guard_reads_nothing(
     """A sender with tokens costs no database read: only the store, with the cap, is asked."""
     guard = make_guard(max_queued_per_target=5, sender_rate_per_s=1.0, sender_burst=2)
     repo.close()  # any read would now raise
-    caps: list[int] = []
+    caps: list[QueueLimits] = []
 
-    def store(queue_cap: int) -> Deferred[AcceptOutcome]:
-        caps.append(queue_cap)
+    def store(limits: QueueLimits) -> Deferred[AcceptOutcome]:
+        caps.append(limits)
         return succeed(AcceptOutcome.STORED)
 
     for _ in range(2):
-        result_of(Deferred.fromCoroutine(guard.admit(new_message(), store)))
-    assert caps == [5, 5]
+        result_of(Deferred.fromCoroutine(guard.admit(new_message(), store, TCP_CALLER)))
+    assert caps == [QueueLimits(per_target=5)] * 2
 
 
 # -- retries of stored messages -----------------------------------------------------
@@ -303,11 +289,11 @@ def test_a_failed_store_costs_the_sender_no_token(
     """A store that fails (a 503 for the client) gives back the sender's token."""
     guard = make_guard(sender_rate_per_s=1.0, sender_burst=1)
 
-    def failing(queue_cap: int) -> Deferred[AcceptOutcome]:
+    def failing(limits: QueueLimits) -> Deferred[AcceptOutcome]:
         return fail(StorageUnavailable("disk gone"))
 
     with pytest.raises(StorageUnavailable):
-        result_of(Deferred.fromCoroutine(guard.admit(new_message(), failing)))
+        result_of(Deferred.fromCoroutine(guard.admit(new_message(), failing, TCP_CALLER)))
     assert offer(guard, repo, clock, new_message()) == 202
 
 
@@ -331,8 +317,8 @@ def test_refilled_buckets_are_forgotten(
 def test_tracked_senders_never_exceed_the_hard_bound(
     make_guard: MakeGuard, repo: SwarmRepository, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Distinct names at one instant stop at MAX_TRACKED_SENDERS, the oldest forgotten."""
-    monkeypatch.setattr(flood, "MAX_TRACKED_SENDERS", 100)
+    """Distinct names at one instant stop at MAX_TRACKED_KEYS, the oldest forgotten."""
+    monkeypatch.setattr(buckets, "MAX_TRACKED_KEYS", 100)
     guard = make_guard(sender_rate_per_s=1.0, sender_burst=1)
     for i in range(500):
         admit(guard, repo, clock, new_message(sender=f"ses_name{i}"))
@@ -359,30 +345,6 @@ def test_configure_changes_limits_live(
 
 
 # -- through the routes --------------------------------------------------------------
-
-
-@dataclass
-class Route:
-    """POST /swarm/send in memory, through SwarmRoutes and JsonApi with the guard as a check."""
-
-    stub: HTTPClient
-
-    def send(self, **fields: str) -> tuple[int, dict[str, Any], list[str] | None]:
-        body = {"from": "ses_sender", "to": "ses_target", "payload": "hi", **fields}
-        response = result_of(
-            self.stub.post(
-                BASE + "/swarm/send",
-                data=json.dumps(body).encode(),
-                headers=JSON_HEADERS,
-            )
-        )
-        content = json.loads(result_of(response.content()))
-        return response.code, content, response.headers.getRawHeaders("retry-after")
-
-
-def route(repo: SwarmRepository, clock: Clock, guard: FloodGuard) -> Route:
-    routes = SwarmRoutes(InlineDatabase(repo), clock, Config(), admission=guard)
-    return Route(stub_client(routes.install(JsonApi())))
 
 
 def test_route_answers_429_with_retry_after(

@@ -18,6 +18,7 @@ from pigeond.storage import SwarmRepository
 from pigeond.storage.operator import ActionOutcome
 from pigeond_tui.app import PigeonApp
 from tests.messages import new_message
+from tests.storage_helpers import accept_channel_alone
 from tests.tui_support import HOUR, LATER, NOW, drive, highlight, seed, settle
 
 
@@ -27,7 +28,10 @@ def message_in(repo: SwarmRepository, state: State) -> str:
     kind = NOTICE_KIND if state is State.DROPPED else "chat"  # a notice ends dropped, not failed
     to, channel = ("ses_t", None) if state is not State.FANNED_OUT else (None, "ops")
     message = new_message(to, msg_id=msg_id, sender="cron", kind=kind, channel=channel)
-    repo.accept(message, NOW, NOW + HOUR)
+    if channel is None:
+        repo.accept(message, NOW, NOW + HOUR)
+    else:
+        accept_channel_alone(repo, message, NOW, NOW + HOUR)
     if state in (State.QUEUED, State.FANNED_OUT):  # a channel message is fanned out at once
         pass
     elif state is State.HANDED_OFF:

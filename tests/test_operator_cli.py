@@ -21,6 +21,7 @@ from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
 from tests.messages import new_message
 from tests.sender_proof_support import pending
 from tests.stdlib_http import JsonHandler, serving
+from tests.storage_helpers import accept_channel_alone
 
 NOW = NOW_MS
 LATER = NOW + 90_000
@@ -36,7 +37,7 @@ def db(tmp_path: Path) -> Iterator[Path]:
     repo.accept(new_message("ses_t", msg_id="msg_q", payload="a <b> & c"), NOW, NOW + 3_600_000)
     repo.accept(new_message("ses_t", msg_id="msg_f", sender="cron"), NOW + 1, NOW + 3_600_000)
     repo.record_failed_attempt("msg_f", "HTTP 400: " + "x" * 80, NOW + 2, None)
-    repo.accept(new_message(channel="ops", msg_id="msg_c"), NOW + 3)
+    accept_channel_alone(repo, new_message(channel="ops", msg_id="msg_c"), NOW + 3)
     repo.close()
     yield path
 

@@ -9,6 +9,7 @@ from pigeond.storage import SwarmRepository
 from pigeond.storage.operator import ActionOutcome
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
+from tests.storage_helpers import accept_channel_alone
 
 pytestmark = pytest.mark.both_backends
 TTL = 3_600_000
@@ -179,7 +180,7 @@ def test_list_messages_filters_newest_first_with_limit(repo: SwarmRepository) ->
     """list_messages: newest accepted first, filtered by state, target (or channel), sender."""
     _queued(repo, "msg_1")
     _failed(repo, "msg_2", to="ses_other", sender="cron")  # no notice: not a session
-    repo.accept(new_message(channel="ops", msg_id="msg_3", sender="bot"), NOW_MS)
+    accept_channel_alone(repo, new_message(channel="ops", msg_id="msg_3", sender="bot"), NOW_MS)
     _queued(repo, "msg_4")
     assert [m.msg_id for m in repo.list_messages()] == ["msg_4", "msg_3", "msg_2", "msg_1"]
     assert [m.msg_id for m in repo.list_messages(limit=2)] == ["msg_4", "msg_3"]
@@ -194,7 +195,7 @@ def test_counts_and_queued_per_target(repo: SwarmRepository) -> None:
     repo.accept(new_message("ses_b", msg_id="msg_b1"), NOW_MS)
     repo.accept(new_message("ses_a", msg_id="msg_a1"), NOW_MS + 10)
     repo.accept(new_message("ses_b", msg_id="msg_b2"), NOW_MS + 20)
-    repo.accept(new_message(channel="ops", msg_id="msg_c"), NOW_MS)
+    accept_channel_alone(repo, new_message(channel="ops", msg_id="msg_c"), NOW_MS)
     assert repo.count_channel_by_state() == {"fanned_out": 1}
     assert repo.count_by_state() == {"queued": 3}
     summary = [(t.target, t.queued, t.oldest_created_at) for t in repo.queued_per_target(NOW_MS)]

@@ -13,6 +13,7 @@ from pigeond.storage.brake_holds import ReleaseMode, pair_scope
 from pigeond.storage.repository import Accept
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
+from tests.storage_helpers import accept_channel_alone
 
 pytestmark = pytest.mark.both_backends
 A, B, C = "ses_a", "ses_b", "ses_c"
@@ -58,7 +59,7 @@ def test_a_channel_copy_is_a_message_to_its_member(repo: SwarmRepository) -> Non
     """A channel message's copy for B counts as a message from its sender to B; the
     channel's own message has no target and does not."""
     repo.join_channel("team", B, NOW_MS, 32)
-    repo.accept(new_message(channel="team", sender=A), NOW_MS)
+    accept_channel_alone(repo, new_message(channel="team", sender=A), NOW_MS)
     assert repo.pair_sent_count(A, B, 0, 100) == 1
 
 

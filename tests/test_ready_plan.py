@@ -16,6 +16,7 @@ from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.synthetic import add_delivered_history, drop_statistics
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
+from tests.storage_helpers import accept_channel_alone
 
 HISTORY_ROWS = 1_000_000
 HISTORY_TARGETS = 100
@@ -49,7 +50,7 @@ def big_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwarmReposito
     repo.accept(backing_off, NOW_MS - 5_000)
     repo.record_failed_attempt(backing_off.msg_id, "refused", NOW_MS - 4_000, NOW_MS + RETRY_IN_MS)
     # Due channel messages have no target; failed and handed-off ones are not queued.
-    repo.accept(new_message(channel="general"), NOW_MS - 5_000)
+    accept_channel_alone(repo, new_message(channel="general"), NOW_MS - 5_000)
     failed = new_message("ses_failed", sender="cli-user")  # a script: no notice back
     repo.accept(failed, NOW_MS - 5_000)
     repo.record_failed_attempt(failed.msg_id, "gone", NOW_MS - 4_000, None)

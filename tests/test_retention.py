@@ -19,7 +19,7 @@ from pigeond.storage.schema import (
 from pigeond.storage.synthetic import drop_statistics
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
-from tests.storage_helpers import add_done_rows
+from tests.storage_helpers import accept_channel_alone, add_done_rows
 
 pytestmark = pytest.mark.both_backends
 OLD = NOW_MS - 40 * DAY_MS
@@ -57,10 +57,12 @@ def every_kind_of_row(repo: SwarmRepository) -> None:
     ended(repo, "msg_failed_old", "failed", OLD)
     ended(repo, "msg_expired_old", "expired", OLD - DAY_MS)
     ended(repo, "msg_cancelled_old", "cancelled", OLD)
-    repo.accept(new_message(channel="ops", msg_id="msg_channel_old"), OLD)
+    accept_channel_alone(repo, new_message(channel="ops", msg_id="msg_channel_old"), OLD)
     delivered(repo, "msg_verified_young", NOW_MS - DAY_MS)
     ended(repo, "msg_failed_young", "failed", NOW_MS - DAY_MS)
-    repo.accept(new_message(channel="ops", msg_id="msg_channel_young"), NOW_MS - DAY_MS)
+    accept_channel_alone(
+        repo, new_message(channel="ops", msg_id="msg_channel_young"), NOW_MS - DAY_MS
+    )
 
 
 def prune_all(repo: SwarmRepository, cutoff: int, batch: int = 500) -> int:

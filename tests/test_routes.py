@@ -21,6 +21,8 @@ from pigeond.model import HandoffMode
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from tests.http_helpers import json_body, raw_exchange, result_of, stub_client
+from tests.messages import new_message
+from tests.storage_helpers import accept_channel_alone
 
 BASE = "http://pigeond.test"
 
@@ -96,12 +98,11 @@ def test_send_kicks_the_target(api: Api) -> None:
     assert api.kicked == ["ses_other"]
 
 
-def test_channel_message_is_stored_not_kicked(api: Api) -> None:
-    """A channel message with no members is stored, goes to nobody, and kicks nobody."""
-    status, body = api.send(to=None, channel="builds")
-    assert (status, body["deliveries"], body["skipped"]) == (202, [], [])
-    stored = api.repo.get(body["msg_id"])
-    assert stored is not None and stored.channel == "builds" and stored.to_session is None
+def test_channel_message_without_members_is_409_not_stored(api: Api) -> None:
+    """A channel message with no members would go to nobody: 409, nothing stored or kicked."""
+    status, body = api.send(to=None, channel="builds", msg_id="msg_nobody")
+    assert (status, body["channel"]) == (409, "builds")
+    assert api.repo.get("msg_nobody") is None
     assert api.kicked == []
 
 
@@ -312,7 +313,7 @@ def test_inbox_limit_max(api: Api) -> None:
 def test_health(api: Api) -> None:
     """Health reports the version, delivery as the daemon sees it, and queued/failed counts."""
     api.send()
-    api.send(to=None, channel="builds")
+    accept_channel_alone(api.repo, new_message(channel="builds"), int(api.clock.seconds() * 1000))
     _, failed = api.send(**{"from": "cli-user"})
     api.repo.record_failed_attempt(failed["msg_id"], "x", 0, None)
     status, body = api.call("GET", "/health")
@@ -416,6 +417,7 @@ def test_default_ttl(api: Api) -> None:
 
 def test_channel_message_expires_like_a_direct_one(api: Api) -> None:
     """A channel message is given its expiry from ttl_s as a direct message is."""
+    api.repo.join_channel("builds", "ses_member", int(api.clock.seconds() * 1000), 32)
     _, body = api.send(to=None, channel="builds", ttl_s=5)
     stored = api.repo.get(body["msg_id"])
     assert stored is not None and stored.expires_at == stored.created_at + 5000

@@ -22,7 +22,7 @@ from pigeond.storage.search import (
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import HOSTILE_SEARCHES
 from tests.messages import new_message
-from tests.storage_helpers import search_index_in_step
+from tests.storage_helpers import accept_channel_alone, search_index_in_step
 
 pytestmark = pytest.mark.both_backends
 
@@ -56,7 +56,7 @@ def test_finds_by_each_indexed_field(repo: SwarmRepository, text: str, expected:
     repo.accept(new_message(msg_id="msg_k", kind="clarification.request"), NOW_MS)
     repo.accept(new_message(msg_id="msg_f", sender="ses_writer"), NOW_MS)
     repo.accept(new_message("ses_reader", msg_id="msg_t"), NOW_MS)
-    repo.accept(new_message(msg_id="msg_c", channel="ops"), NOW_MS)
+    accept_channel_alone(repo, new_message(msg_id="msg_c", channel="ops"), NOW_MS)
     repo.accept_many([Accept(new_message("ses_x", msg_id="msg_n"), NOW_MS, to_name="reviewer")])
     assert ids(repo.search(text)) == [expected]
 

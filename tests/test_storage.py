@@ -28,7 +28,12 @@ from pigeond.storage.repository import (
 )
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
-from tests.storage_helpers import column_names, reopened, stored_schema_version
+from tests.storage_helpers import (
+    accept_channel_alone,
+    column_names,
+    reopened,
+    stored_schema_version,
+)
 
 pytestmark = pytest.mark.both_backends
 
@@ -285,7 +290,7 @@ def test_ready_targets_only_due_direct_messages(repo: SwarmRepository) -> None:
     repo.accept(new_message("ses_due", msg_id="msg_1"), NOW_MS)
     repo.accept(new_message("ses_later", msg_id="msg_2"), NOW_MS)
     repo.record_failed_attempt("msg_2", "x", NOW_MS, NOW_MS + 5000)
-    repo.accept(new_message(channel="builds", msg_id="msg_3"), NOW_MS)
+    accept_channel_alone(repo, new_message(channel="builds", msg_id="msg_3"), NOW_MS)
     repo.accept(new_message("ses_done", msg_id="msg_4"), NOW_MS)
     repo.mark_handed_off("msg_4", NOW_MS)
     assert repo.ready_targets(NOW_MS) == ["ses_due"]
@@ -294,7 +299,7 @@ def test_ready_targets_only_due_direct_messages(repo: SwarmRepository) -> None:
 
 def test_counts_leave_out_channel_messages(repo: SwarmRepository) -> None:
     """Channel messages wait by design and are not counted as queued."""
-    repo.accept(new_message(channel="builds"), NOW_MS)
+    accept_channel_alone(repo, new_message(channel="builds"), NOW_MS)
     repo.accept(new_message("ses_t"), NOW_MS)
     assert repo.count_by_state() == {State.QUEUED: 1}
 
@@ -511,7 +516,7 @@ def test_count_open_counts_only_queued_and_failed_direct_messages(repo: SwarmRep
     """count_open: queued and failed direct messages; delivered, channel ones left out."""
     for i in range(3):
         repo.accept(new_message("ses_t", msg_id=f"msg_{i}"), NOW_MS)
-    repo.accept(new_message(channel="general", msg_id="msg_chan"), NOW_MS)
+    accept_channel_alone(repo, new_message(channel="general", msg_id="msg_chan"), NOW_MS)
     assert repo.mark_handed_off("msg_0", NOW_MS)
     assert repo.fail_now(["msg_1"], "gone", NOW_MS) == ["msg_1"]  # queues its sender a notice
     assert repo.count_open() == {"queued": 2, "failed": 1}

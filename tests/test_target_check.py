@@ -19,6 +19,7 @@ from twisted.web.resource import Resource
 
 from pigeond.api.target_check import CHECK_WAIT_S, TargetCheck
 from pigeond.config import Config
+from pigeond.consent import Policy
 from pigeond.service.daemon import Daemon
 from tests.http_helpers import API, client_headers, daemon_call, result_of
 from tests.messages import new_message
@@ -204,6 +205,9 @@ def test_channel_message_is_not_checked(
 ) -> None:
     """A channel message has no target session: nothing asked, target_checked false."""
     daemon = build(tmp_path, clock, opencode)
+    now_ms = int(clock.seconds() * 1000)
+    repo_of(daemon).join_channel("builds", "ses_member", now_ms, 32)
+    repo_of(daemon).set_policy("ses_member", Policy.HOLD, (), now_ms, None)  # its copy waits
     status, answer = send(daemon, to=None, channel="builds")
     assert (status, answer["target_checked"]) == (202, False)
     assert opencode.lookups == []

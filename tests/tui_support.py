@@ -27,6 +27,7 @@ from pigeond_tui.permissions import Answer
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, EVIL_SHOWN
 from tests.messages import new_message
+from tests.storage_helpers import accept_channel_alone
 
 NOW = NOW_MS
 LATER = NOW + 90_000  # the app's clock: every seeded message is 1m old
@@ -48,7 +49,7 @@ def seed(path: Path) -> Path:
     repo.record_failed_attempt("msg_f", "HTTP 500: boom", NOW + 3, None)
     repo.accept(new_message("ses_b", msg_id="msg_d"), NOW + 4, NOW + HOUR)
     assert repo.mark_handed_off("msg_d", NOW + 5)
-    repo.accept(new_message(channel="ops", msg_id="msg_c"), NOW + 6)
+    accept_channel_alone(repo, new_message(channel="ops", msg_id="msg_c"), NOW + 6)
     repo.close()
     return path
 
@@ -77,7 +78,7 @@ def seed_addressing(path: Path) -> Path:
     repo.join_channel("dev", "ses_c", NOW, MAX_MEMBERS)
     repo.join_channel("ops", "ses_a", NOW, MAX_MEMBERS)
     repo.join_channel("ops", "ses_b", NOW + 1, MAX_MEMBERS)
-    repo.accept(new_message(channel="ops", sender="ses_a", msg_id="msg_c"), NOW + 2)
+    accept_channel_alone(repo, new_message(channel="ops", sender="ses_a", msg_id="msg_c"), NOW + 2)
     repo.close()
     return path
 

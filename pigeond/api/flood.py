@@ -1,77 +1,81 @@
 """The flood guard: the admission around the store that bounds what a runaway agent loop can queue.
 
 Every accepted message becomes a prompt in its target's session, so a loop that
-sends without pause would bury that session and fill the disk.  Two limits,
-each answered with 429 and ``Retry-After`` and nothing stored, each off at 0:
+sends without pause would bury that session and fill the disk.  These limits, each
+answered with nothing stored and ``Retry-After``, each off at 0:
 
-* ``max_queued_per_target``: queued messages per target, counted in the
+* ``max_queued_per_target`` (429): queued messages per target, counted in the
   database (the truth survives restarts and sees every sender).  The queue
   drains as the target's turns end, which no sender can predict, so the answer
   is a fixed :data:`TARGET_FULL_RETRY_AFTER_S`.  A channel send is never
   refused for it: the store applies the cap to each member's copy, and a member
   at its cap is left out of that message (the 202's ``skipped``) rather than
-  the channel's other members.
-* ``sender_rate_per_s`` / ``sender_burst``: a token bucket per ``from`` field,
-  in memory.  ``Retry-After`` is the whole seconds until a token is back.
+  the channel's other members.  A channel send that no member would get is
+  refused by the store (a 409 from the route: nothing to deliver, nothing stored).
+* ``max_queued_bytes`` (507): the payload bytes of every undelivered message,
+  each channel copy counted, with the send's own copies
+  (pigeond/storage/queue_bytes.py), taken in the store's transaction like the
+  target's count; :data:`QUEUE_FULL_RETRY_AFTER_S`.
+* two token buckets (429), both charged for every send
+  (pigeond/api/buckets.py): one per ``from`` field (``sender_rate_per_s`` /
+  ``sender_burst``), which stops a loop in one session; and one per caller
+  (``caller_rate_per_s`` / ``caller_burst``), the process the kernel names
+  (:func:`pigeond.api.callers.caller_of`: the agent that started the client, a
+  login session, or every TCP client as one), which a sender cannot change by
+  writing another ``from``.  A channel message costs one token per copy stored.
+  ``Retry-After`` is the whole seconds until a token is back.
 
 A retried send whose msg_id is already stored passes untouched: the repository
 answers it as a duplicate (or a conflict) and stores nothing, and refusing it
 would make a client that lost a 202 believe its message was never taken.
 
-How, at the cost of nothing but a dict lookup for a send that passes (no trip to a
-database thread): the sender's token is spent on the reactor thread before the store,
-so two sends of one sender cannot spend the same token, and given back when the store
-did not store (a retry, a conflict, a full target, a failed commit).  The target's
-count is taken by the store itself, in the transaction that would insert the row
-(:attr:`Accept.queue_cap <pigeond.storage.repository.Accept>`), after its msg_id
-check: a retry is answered as before, and concurrent sends can never push a target
-past its cap.  Only a sender without a token waits for a read, to learn whether its
-send is a retry of a stored msg_id.  While a send's store is under way its token is
-spent, so a second send of the same sender at the very edge of its bucket may be
-refused though the first then stores nothing: the guard errs on the side of the cap.
-
-The ``from`` field is self-declared: the sender limit stops a loop, not an
-adversary who varies its name; the per-target cap is what bounds storage.
+How, at the cost of nothing but dict lookups for a send that passes (no trip to a
+database thread): one token of each bucket is spent on the reactor thread before the
+store, so two sends of one sender cannot spend the same token, and given back when the
+store did not store (a retry, a conflict, a full target or queue, a channel nobody
+would get, a failed commit).  A stored channel message then costs the rest of its
+copies, counted by one read, and may leave its buckets in debt.  The target's count and
+the queue's bytes are taken by the store itself, in the transaction that would insert the
+row (:class:`QueueLimits <pigeond.storage.repository.QueueLimits>`), after its msg_id
+check: a retry is answered as before, and concurrent sends can never push a target or
+the queue past its bound.  Only a send without a token waits for a read, to learn
+whether it is a retry of a stored msg_id.  While a send's store is under way its token is
+spent, so a second send at the very edge of its bucket may be refused though the first
+then stores nothing: the guard errs on the side of the limit.
 """
 
 from __future__ import annotations
 
-import math
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
+from typing import Final, NoReturn
 
 from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
 
+from pigeond.api.buckets import TokenBuckets
 from pigeond.api.web import HttpError
 from pigeond.config import Config
 from pigeond.model import NewMessage
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import Database
+from pigeond.storage.errors import StorageUnavailable
+from pigeond.storage.queue_bytes import payload_bytes
+from pigeond.storage.repository import QueueLimits
 
-# Stores a send with the given cap on its target's queue (0: none); see FloodGuard.admit.
-Store = Callable[[int], Awaitable[AcceptOutcome]]
+# Stores a send with the given limits on the queue; see FloodGuard.admit.
+Store = Callable[[QueueLimits], Awaitable[AcceptOutcome]]
 
 # A full target's queue drains one turn at a time (seconds to minutes); 5 s
 # lets a sender see room soon after it appears without polling hot.
-TARGET_FULL_RETRY_AFTER_S = 5
-# The most senders with a bucket in memory: about 330 bytes each with a
-# 100-character name, so about 3 MB.  Reached only by more distinct names in
-# burst/rate seconds than this; then the bucket spent from longest ago is
-# forgotten, which gives that sender a full bucket again.
-MAX_TRACKED_SENDERS = 10_000
-# Clock readings near 1.8e9 s carry float error around 1e-7 s: a wait within a
-# millisecond of whole seconds is rounded down to them, so 2 s is not answered 3.
-_ROUNDING_SLACK_S = 1e-3
+TARGET_FULL_RETRY_AFTER_S: Final = 5
+# A full queue drains as every target's turns end: slower to make room than one target's.
+QUEUE_FULL_RETRY_AFTER_S: Final = 30
+log = Logger()
 
 
 class FloodGuard:
-    """An :class:`pigeond.api.routes.Admission`; :meth:`configure` applies a reload's limits live.
-
-    Memory: only senders that spent a token in the last ``burst / rate`` seconds
-    (10 s with the defaults) keep a bucket, since an older one has refilled and
-    is the same as none; at most :data:`MAX_TRACKED_SENDERS` in any case.
-    """
+    """An :class:`pigeond.api.routes.Admission`; :meth:`configure` applies a reload's limits
+    live.  Memory: the buckets of :mod:`pigeond.api.buckets`, bounded there."""
 
     def __init__(
         self,
@@ -81,16 +85,31 @@ class FloodGuard:
         max_queued_per_target: int,
         sender_rate_per_s: float,
         sender_burst: int,
+        caller_rate_per_s: float = 0.0,
+        caller_burst: int = 0,
+        max_queued_bytes: int = 0,
     ) -> None:
+        """The limits as :meth:`set_limits` takes them (the caller's and the queue's bytes off
+        unless given)."""
         self._db = db
         self._clock = clock
-        # sender -> (tokens after its last spend, time of that spend), oldest spend first
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self.senders = TokenBuckets(sender_rate_per_s, sender_burst)
+        self.callers = TokenBuckets(caller_rate_per_s, caller_burst)
         self.set_limits(
             max_queued_per_target=max_queued_per_target,
             sender_rate_per_s=sender_rate_per_s,
             sender_burst=sender_burst,
+            caller_rate_per_s=caller_rate_per_s,
+            caller_burst=caller_burst,
+            max_queued_bytes=max_queued_bytes,
         )
+
+    @classmethod
+    def from_config(cls, db: Database, clock: IReactorTime, config: Config) -> FloodGuard:
+        """A guard with ``config``'s limits."""
+        guard = cls(db, clock, max_queued_per_target=0, sender_rate_per_s=0, sender_burst=0)
+        guard.configure(config)
+        return guard
 
     def configure(self, config: Config) -> None:
         """A reload's limits (see :meth:`set_limits`)."""
@@ -98,116 +117,123 @@ class FloodGuard:
             max_queued_per_target=config.max_queued_per_target,
             sender_rate_per_s=config.sender_rate_per_s,
             sender_burst=config.sender_burst,
+            caller_rate_per_s=config.caller_rate_per_s,
+            caller_burst=config.caller_burst,
+            max_queued_bytes=config.max_queued_bytes,
         )
 
     def set_limits(
-        self, *, max_queued_per_target: int, sender_rate_per_s: float, sender_burst: int
+        self,
+        *,
+        max_queued_per_target: int,
+        sender_rate_per_s: float,
+        sender_burst: int,
+        caller_rate_per_s: float = 0.0,
+        caller_burst: int = 0,
+        max_queued_bytes: int = 0,
     ) -> None:
-        """New limits from now on; buckets carry over, capped at the new burst."""
+        """New limits from now on; buckets carry over, capped at the new bursts."""
         self.max_queued_per_target = max_queued_per_target
-        self.sender_rate_per_s = sender_rate_per_s
-        self.sender_burst = sender_burst
-        if not self._sender_limited:
-            self._buckets.clear()
+        self.max_queued_bytes = max_queued_bytes
+        self.senders.set_limits(sender_rate_per_s, sender_burst)
+        self.callers.set_limits(caller_rate_per_s, caller_burst)
 
     @property
     def tracked_senders(self) -> int:
         """How many senders have a bucket in memory (the rest have a full one)."""
-        return len(self._buckets)
+        return self.senders.tracked
 
-    @property
-    def _sender_limited(self) -> bool:
-        return self.sender_rate_per_s > 0 and self.sender_burst > 0
+    def limits(self, message: NewMessage) -> QueueLimits:
+        """The limits the store applies to ``message`` (to each member's copy of a channel
+        message, for the target's cap)."""
+        return QueueLimits(self.max_queued_per_target, self.max_queued_bytes)
 
-    def queue_cap(self, message: NewMessage) -> int:
-        """The cap the store applies to ``message``'s target, or to each member's copy of a
-        channel message (0: none)."""
-        return self.max_queued_per_target
-
-    async def admit(self, message: NewMessage, store: Store) -> AcceptOutcome:
-        """Store ``message`` through ``store`` if its sender and target are within their
-        limits; otherwise raise a 429 :class:`HttpError` and store nothing."""
-        if not self._sender_limited:
-            return self._outcome(message, await store(self.queue_cap(message)))
-        spent = await self._spend_token(message)
+    async def admit(self, message: NewMessage, store: Store, caller: str) -> AcceptOutcome:
+        """Store ``message`` through ``store`` if its sender, its ``caller`` (the key of
+        :class:`pigeond.api.callers.Caller`), its target and the queue are within their
+        limits; otherwise raise a 429 or 507 :class:`HttpError` and store nothing."""
+        charged = self._charged(message, caller)
+        if not charged:
+            return self._outcome(message, await store(self.limits(message)))
+        spent = await self._spend_token(message, charged)
         try:
-            outcome = await store(self.queue_cap(message))
+            outcome = await store(self.limits(message))
         except BaseException:
             if spent:
-                self._give_back(message.from_session)
+                self._give_back(charged)
             raise
         if spent and outcome is not AcceptOutcome.STORED:
-            self._give_back(message.from_session)
+            self._give_back(charged)
+        elif spent and message.channel is not None:
+            await self._charge_copies(message, charged)
         return self._outcome(message, outcome)
 
-    async def _spend_token(self, message: NewMessage) -> bool:
-        """Spend one of the sender's tokens (True), or let a retry of a stored msg_id
-        through without one (False); a 429 when the sender has no token for a new send."""
-        sender = message.from_session
+    def _charged(self, message: NewMessage, caller: str) -> list[tuple[TokenBuckets, str]]:
+        """The buckets a send of ``message`` by ``caller`` spends from (those limits on)."""
+        return [
+            (buckets, key)
+            for buckets, key in ((self.senders, message.from_session), (self.callers, caller))
+            if buckets.limited
+        ]
+
+    async def _spend_token(
+        self, message: NewMessage, charged: list[tuple[TokenBuckets, str]]
+    ) -> bool:
+        """Spend one token of each bucket (True), or let a retry of a stored msg_id
+        through without one (False); a 429 when a bucket has no token for a new send."""
         now = self._clock.seconds()
-        self._forget_refilled(now)
-        tokens = self._tokens(sender, now)
-        if tokens < 1:
+        if any(buckets.tokens(key, now) < 1 for buckets, key in charged):
             if await self._db.read(SwarmRepository.is_stored, message.msg_id):
                 return False  # a retry: the store answers it and stores nothing
             now = self._clock.seconds()  # the read took time: the bucket may have refilled
-            tokens = self._tokens(sender, now)
-            if tokens < 1:
-                self._refuse_sender(sender, tokens)
-        self._buckets[sender] = (tokens - 1, now)
-        self._buckets.move_to_end(sender)
-        while len(self._buckets) > MAX_TRACKED_SENDERS:
-            self._buckets.popitem(last=False)
+            for buckets, key in charged:
+                if buckets.tokens(key, now) < 1:
+                    self._refuse_bucket(buckets, key, now)
+        for buckets, key in charged:
+            buckets.spend(key, now)
         return True
 
-    def _give_back(self, sender: str) -> None:
-        """Return a token spent on a send that stored nothing (a bucket forgotten since
-        was full, which is the same as getting it back)."""
-        bucket = self._buckets.get(sender)
-        if bucket is not None:
-            left, spent_at = bucket
-            self._buckets[sender] = (min(float(self.sender_burst), left + 1), spent_at)
+    def _give_back(self, charged: list[tuple[TokenBuckets, str]]) -> None:
+        for buckets, key in charged:
+            buckets.give_back(key)
+
+    async def _charge_copies(
+        self, message: NewMessage, charged: list[tuple[TokenBuckets, str]]
+    ) -> None:
+        """A stored channel message costs one token per copy: its first is spent, the rest
+        now (below zero if need be).  A failed read charges nothing more: the message is
+        stored, and its 202 must not turn into an error for the guard's sake."""
+        try:
+            copies = await self._db.read(SwarmRepository.copies_of, message.msg_id)
+        except StorageUnavailable as e:
+            log.warn("channel copies of {msg_id} not charged: {error}", msg_id=message.msg_id,
+                     error=e)  # fmt: skip
+            return
+        now = self._clock.seconds()
+        for buckets, key in charged:
+            if copies > 1:
+                buckets.spend(key, now, copies - 1)
 
     def _outcome(self, message: NewMessage, outcome: AcceptOutcome) -> AcceptOutcome:
         if outcome is AcceptOutcome.TARGET_FULL:
             assert message.to_session is not None
             self._refuse_target(message.to_session)
+        if outcome is AcceptOutcome.QUEUE_FULL:
+            self._refuse_queue(message)
         return outcome
 
-    # -- the sender's bucket ------------------------------------------------------
+    # -- the refusals ------------------------------------------------------------------
 
-    def _tokens(self, sender: str, now: float) -> float:
-        bucket = self._buckets.get(sender)
-        if bucket is None:
-            return float(self.sender_burst)
-        left, spent_at = bucket
-        refilled = left + max(0.0, now - spent_at) * self.sender_rate_per_s
-        return min(float(self.sender_burst), refilled)
-
-    def _forget_refilled(self, now: float) -> None:
-        """Drop buckets whose last spend is old enough that they are full again.
-
-        Buckets are in spend order, so this stops at the first recent one:
-        amortised constant time per send.
-        """
-        horizon = now - self.sender_burst / self.sender_rate_per_s
-        while self._buckets:
-            _left, spent_at = next(iter(self._buckets.values()))
-            if spent_at > horizon:
-                break
-            self._buckets.popitem(last=False)
-
-    def _refuse_sender(self, sender: str, tokens: float) -> NoReturn:
-        wait_s = (1 - tokens) / self.sender_rate_per_s
-        retry_after = max(1, math.ceil(wait_s - _ROUNDING_SLACK_S))
+    def _refuse_bucket(self, buckets: TokenBuckets, key: str, now: float) -> NoReturn:
+        what = "sender" if buckets is self.senders else "caller"
+        retry_after = buckets.retry_after_s(key, now)
         raise _too_many(
-            f"sender {sender!r} is over its limit of {self.sender_rate_per_s:g} messages"
-            f" a second after a burst of {self.sender_burst} (options sender_rate_per_s,"
-            f" sender_burst); nothing stored, retry in {retry_after} s",
+            f"{what} {key!r} is over its limit of {buckets.rate_per_s:g} messages"
+            f" a second after a burst of {buckets.burst} (options {what}_rate_per_s,"
+            f" {what}_burst; each copy of a channel message counts one); nothing stored,"
+            f" retry in {retry_after} s",
             retry_after,
         )
-
-    # -- the target's queue ---------------------------------------------------------
 
     def _refuse_target(self, target: str) -> NoReturn:
         cap = self.max_queued_per_target
@@ -216,6 +242,19 @@ class FloodGuard:
             f" (option max_queued_per_target); nothing stored, retry in"
             f" {TARGET_FULL_RETRY_AFTER_S} s as its queue drains",
             TARGET_FULL_RETRY_AFTER_S,
+        )
+
+    def _refuse_queue(self, message: NewMessage) -> NoReturn:
+        size = payload_bytes(message.payload)
+        copies = " for each member's copy" if message.channel is not None else ""
+        raise HttpError(
+            507,
+            f"the queue of undelivered messages would pass {self.max_queued_bytes} bytes"
+            f" of payload with this send's {size} bytes{copies}, the most allowed (option"
+            f" max_queued_bytes); nothing stored, retry in {QUEUE_FULL_RETRY_AFTER_S} s"
+            " as the queue drains",
+            {"retry_after_s": QUEUE_FULL_RETRY_AFTER_S},
+            headers={"Retry-After": str(QUEUE_FULL_RETRY_AFTER_S)},
         )
 
 

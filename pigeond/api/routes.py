@@ -35,7 +35,7 @@ from pigeond.ids import make_msg_id
 from pigeond.model import MSG_ID_RE, SESSION_ID_RE, NewMessage, SenderClaim, State
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import Database
-from pigeond.storage.repository import Accept
+from pigeond.storage.repository import Accept, QueueLimits
 
 MESSAGE_PREFIX = "/swarm/message/"
 log = Logger()
@@ -59,9 +59,13 @@ class Admission(Protocol):
     some limits can only be judged in the store's own transaction (a target's count)."""
 
     async def admit(
-        self, message: NewMessage, store: Callable[[int], Awaitable[AcceptOutcome]]
+        self,
+        message: NewMessage,
+        store: Callable[[QueueLimits], Awaitable[AcceptOutcome]],
+        caller: str,
     ) -> AcceptOutcome:
-        """Store ``message`` through ``store(queue_cap)`` or raise a 4xx HttpError."""
+        """Store ``message``, sent by ``caller`` (a :class:`Caller`'s key), through
+        ``store(limits)`` or raise a 4xx/5xx HttpError."""
         ...
 
 
@@ -146,8 +150,10 @@ class SwarmRoutes:
             waiting = check(request, message)
             if waiting is not None:
                 await waiting
-        caller = caller_of(request) if send.via_terminal else None  # a person's shell?
-        sender = sender_claim(message, caller, now_ms, self.sender_proof_timeout_ms)
+        caller = caller_of(request)  # the process behind it: charged, and a person's shell?
+        sender = sender_claim(
+            message, caller if send.via_terminal else None, now_ms, self.sender_proof_timeout_ms
+        )
         held = None if self._consent is None else await self._consent(message, sender)
         target_checked = False  # no opencode to ask (delivery off)
         if self._target_check is not None:  # before the flood guard spends a token
@@ -160,31 +166,40 @@ class SwarmRoutes:
         if send.expects_reply:
             reply_within_ms = 1000 * (send.reply_within_s or self.reply_within_s)
 
-        def store(queue_cap: int) -> Awaitable[AcceptOutcome]:
+        def store(limits: QueueLimits) -> Awaitable[AcceptOutcome]:
             return self._db.accept(
                 Accept(
                     message,
                     now_ms,
                     expires_at,
-                    queue_cap,
+                    limits.per_target,
                     reply_within_ms,
                     send.to_name,
                     held=held,
                     thread_id=thread_id,
                     brake_hold=hold,
                     sender=sender,
+                    max_queued_bytes=limits.total_bytes,
                 )
             )
 
         if self._admission is None:
-            outcome = await store(0)
+            outcome = await store(QueueLimits())
         else:
-            outcome = await self._admission.admit(message, store)
+            outcome = await self._admission.admit(message, store, caller.key)
         if outcome is AcceptOutcome.CONFLICT:
             raise HttpError(
                 409,
                 "msg_id is already used by a message with different content",
                 {"msg_id": message.msg_id},
+            )
+        if outcome is AcceptOutcome.NO_RECIPIENT:
+            raise HttpError(
+                409,
+                f"no member of channel {message.channel!r} can take this message: it has no"
+                " member but the sender, or each one refuses the sender or already has"
+                " max_queued_per_target queued messages; nothing stored",
+                {"channel": message.channel},
             )
         if outcome is AcceptOutcome.STORED:
             log.info(

@@ -228,13 +228,33 @@ class Config:
     )
     sender_rate_per_s: float = option(
         10.0,
-        "messages per second one sender may keep sending (token bucket); 0: no limit",
+        "messages (each channel copy one) per second one sender (the from field) may keep"
+        " sending (token bucket); 0: no limit",
         between(0, 1_000_000),
     )
     sender_burst: int = option(
         100,
         "messages one sender may send at once before the rate applies; 0: no limit",
         between(0, 10_000_000),
+    )
+    caller_rate_per_s: float = option(
+        40.0,
+        "messages (each channel copy one) per second one caller may keep sending, whatever"
+        " its from: an agent process, a login session, or every TCP client together; 0: no"
+        " limit",
+        between(0, 1_000_000),
+    )
+    caller_burst: int = option(
+        400,
+        "messages (each channel copy one) one caller may send at once before its rate"
+        " applies; 0: no limit",
+        between(0, 10_000_000),
+    )
+    max_queued_bytes: int = option(
+        256 * 1024 * 1024,
+        "most payload bytes all undelivered messages may hold (each channel copy counted)"
+        " before sends get 507; 0: no limit",
+        between(0, 10**15),
     )
     max_channel_members: int = option(
         32,

@@ -355,10 +355,7 @@ def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -
     # owed replies: reminders and overdue notices, kicked at once when delivery runs
     reminders = ReminderSweep(db, reactor, arbiter.kick if arbiter is not None else _no_kick)
     timer_job("reminders", config.tick_ms / 1000, reminders.sweep, reactor).setServiceParent(jobs)
-    flood = FloodGuard(
-        db, reactor, max_queued_per_target=config.max_queued_per_target,
-        sender_rate_per_s=config.sender_rate_per_s, sender_burst=config.sender_burst,
-    )  # fmt: skip
+    flood = FloodGuard.from_config(db, reactor, config)
     # each session's consent: every policy in memory, read again for other processes' writes
     policies = PolicyBook(db, reactor)
     policies.load()

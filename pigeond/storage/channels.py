@@ -14,7 +14,10 @@ Each member's own consent applies to its copy, as it would to a direct message: 
 holds it, ``refuse`` (unless the sender is on its allow-list) leaves that member out, and
 a member whose queue is at the cap (``queue_cap``) is left out too, rather than refusing
 the channel's other members their copy.  Who was left out, and why, is written on the
-channel message (``last_error``), so a retried send answers what the first one did.
+channel message (``last_error``), so a retried send answers what the first one did.  A
+send that would reach no member at all (none but the sender, or every one left out) is not
+stored: the accept answers ``NO_RECIPIENT`` (a 409), so a channel whose members are all full
+cannot be made to keep its history growing.
 
 Times come in as unix milliseconds: nothing here reads a clock.
 """
@@ -110,6 +113,25 @@ class FanOut:
     """What one channel message became: its members' deliveries, and who was left out."""
 
     deliveries: list[StoredMessage]
+    skipped: list[Skipped]
+
+
+@dataclass(frozen=True, slots=True)
+class _Copy:
+    """One member's copy of a channel message, before it is stored."""
+
+    member: str
+    name: str | None
+    held: str | None  # why its policy holds it, else None
+
+
+@dataclass(frozen=True, slots=True)
+class FanOutPlan:
+    """Who gets a copy of a channel message and who is left out, decided before anything is
+    written: a send that reaches no member is refused whole (a 409), and the bytes of every
+    copy are counted against the queue's bound first (pigeond/storage/queue_bytes.py)."""
+
+    copies: list[_Copy]
     skipped: list[Skipped]
 
 
@@ -276,6 +298,15 @@ class Channels(RepositoryBase):
         """The deliveries a channel message was fanned out into, and who was left out."""
         return self._fan_out_of(self._conn, channel_msg_id)
 
+    @reads
+    def copies_of(self, channel_msg_id: str) -> int:
+        """How many member copies a channel message was stored as (a search of
+        idx_swarm_fanout): what its sender is charged by the flood guard."""
+        row = self._conn.execute(
+            "SELECT COUNT(*) FROM swarm_messages WHERE channel_msg_id = ?", (channel_msg_id,)
+        ).fetchone()
+        return int(row[0])
+
     def _fan_out_of(self, conn: Connection, channel_msg_id: str) -> FanOut:
         rows = conn.execute(
             f"SELECT {COLUMNS} FROM swarm_messages WHERE channel_msg_id = ? ORDER BY accept_seq",
@@ -287,27 +318,22 @@ class Channels(RepositoryBase):
         skipped = parse_skipped(None if parent is None else parent[0])
         return FanOut([row_to_message(r) for r in rows], skipped)
 
-    def _fan_out(
+    def _plan_fan_out(
         self,
         conn: Connection,
         message: NewMessage,
         *,
-        now_ms: int,
-        expires_at: int | None,
-        first_seq: int,
         queue_cap: int,
         from_name: str | None,
-        thread_id: str | None = None,
         sender: SenderClaim = UNVERIFIED_SENDER,
-    ) -> int:
-        """Inside the accept: store ``message`` to its channel's members as deliveries
-        numbered from ``first_seq``, and note who was left out on the channel message
-        (already inserted).  Returns how many accept numbers it used.  Each copy shares
-        the channel message's ``sender`` proof, and a member's allow-list admits it only
-        as that proof may (consent.InboundPolicy.verdict)."""
+    ) -> FanOutPlan:
+        """Inside the accept, before anything is written: which members get a copy of
+        ``message`` (and whether their policy holds it) and who is left out, and why.  A
+        member's allow-list admits the sender only as its ``sender`` proof may
+        (consent.InboundPolicy.verdict)."""
         assert message.channel is not None
         recipients = conn.execute(_RECIPIENTS_SQL, (message.channel, message.from_session))
-        seq, skipped = first_seq, []
+        plan = FanOutPlan([], [])
         for session, name, policy, allow in recipients.fetchall():
             member = str(session)
             rule = _member_policy(member, policy, allow)
@@ -315,36 +341,56 @@ class Channels(RepositoryBase):
             if rule is not None:
                 verdict = rule.verdict(message.from_session, from_name, sender.may_be_allowed)
             if verdict is Verdict.REFUSE:
-                skipped.append(Skipped(member, "its inbound policy is refuse"))
+                plan.skipped.append(Skipped(member, "its inbound policy is refuse"))
                 continue
             if queue_cap > 0 and self._queued_for(conn, member, queue_cap) >= queue_cap:
-                skipped.append(Skipped(member, f"its queue holds {queue_cap} messages"))
+                plan.skipped.append(Skipped(member, f"its queue holds {queue_cap} messages"))
                 continue
-            msg_id = make_msg_id(now_ms)
-            self._insert(
-                conn, msg_id=msg_id, from_session=message.from_session, to_session=member,
-                channel=message.channel, kind=message.kind, priority=message.priority,
-                reply_to=message.reply_to, payload=message.payload, now_ms=now_ms,
-                expires_at=expires_at, seq=seq, from_name=from_name,
-                to_name=None if name is None else str(name),
-                channel_msg_id=message.msg_id, thread_id=thread_id, sender=sender,
-            )  # fmt: skip
+            held = None
             if verdict is Verdict.HOLD:
                 assert rule is not None
+                held = held_reason(member, rule.policy, _unproven(rule, message, from_name, sender))
+            plan.copies.append(_Copy(member, None if name is None else str(name), held))
+        return plan
+
+    def _fan_out(
+        self,
+        conn: Connection,
+        message: NewMessage,
+        plan: FanOutPlan,
+        *,
+        now_ms: int,
+        expires_at: int | None,
+        first_seq: int,
+        from_name: str | None,
+        thread_id: str | None = None,
+        sender: SenderClaim = UNVERIFIED_SENDER,
+    ) -> int:
+        """Inside the accept: store ``message`` to the members ``plan`` names as deliveries
+        numbered from ``first_seq``, and note who was left out on the channel message
+        (already inserted).  Returns how many accept numbers it used.  Each copy shares
+        the channel message's ``sender`` proof."""
+        assert message.channel is not None
+        seq = first_seq
+        for copy in plan.copies:
+            msg_id = make_msg_id(now_ms)
+            self._insert(
+                conn, msg_id=msg_id, from_session=message.from_session, to_session=copy.member,
+                channel=message.channel, kind=message.kind, priority=message.priority,
+                reply_to=message.reply_to, payload=message.payload, now_ms=now_ms,
+                expires_at=expires_at, seq=seq, from_name=from_name, to_name=copy.name,
+                channel_msg_id=message.msg_id, thread_id=thread_id, sender=sender,
+            )  # fmt: skip
+            if copy.held is not None:
                 conn.execute(
                     "UPDATE swarm_messages SET next_retry_at = NULL, last_error = ?,"
                     " hold_kind = 'consent' WHERE msg_id = ?",
-                    (
-                        held_reason(
-                            member, rule.policy, _unproven(rule, message, from_name, sender)
-                        ),
-                        msg_id,
-                    ),
+                    (copy.held, msg_id),
                 )
             seq += 1
         conn.execute(
             "UPDATE swarm_messages SET state = 'fanned_out', next_retry_at = NULL,"
             " last_error = ? WHERE msg_id = ?",
-            (_skipped_text(skipped), message.msg_id),
+            (_skipped_text(plan.skipped), message.msg_id),
         )
         return seq - first_seq

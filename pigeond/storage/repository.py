@@ -35,6 +35,7 @@ from pigeond.storage.pair_history import PairHistory
 from pigeond.storage.permissions import Permissions
 from pigeond.storage.policies import Policies
 from pigeond.storage.postgres.schema import NOTIFY_SQL
+from pigeond.storage.queue_bytes import QueueBytes, payload_bytes
 from pigeond.storage.receipts import Receipts
 from pigeond.storage.retention import Retention
 from pigeond.storage.routes import Routes
@@ -65,6 +66,19 @@ class Accept:
     brake_hold: Hold | None = None
     # what the send path knew of its sender (model.SenderProof); a channel's copies share it
     sender: SenderClaim = UNVERIFIED_SENDER
+    # the most payload bytes the whole queue may hold with this send's copies (0: no bound;
+    # pigeond/storage/queue_bytes.py)
+    max_queued_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """The limits the store applies to one send, in its own transaction (the flood guard's):
+    the most queued messages its target, or each member of its channel, may hold, and the
+    most payload bytes the whole queue may hold; 0: none."""
+
+    per_target: int = 0
+    total_bytes: int = 0
 
 
 class AcceptOutcome(Enum):
@@ -72,6 +86,8 @@ class AcceptOutcome(Enum):
     DUPLICATE = "duplicate"
     CONFLICT = "conflict"
     TARGET_FULL = "target_full"  # the target already holds queue_cap queued messages
+    NO_RECIPIENT = "no_recipient"  # a channel send no member would get a copy of
+    QUEUE_FULL = "queue_full"  # its copies would take the queue past max_queued_bytes
 
 
 # The most bytes of messages one inbox page holds unless the caller says otherwise.
@@ -160,13 +176,17 @@ class SwarmRepository(
         An accept with a ``queue_cap`` whose target already holds that many queued
         messages is TARGET_FULL and stores nothing.  The count is taken in the same
         transaction as the insert, so concurrent sends can never push a target past its
-        cap, and it comes after the msg_id check: a retried send is answered as before."""
+        cap, and it comes after the msg_id check: a retried send is answered as before.
+        So is ``max_queued_bytes`` (QUEUE_FULL; pigeond/storage/queue_bytes.py), and a
+        channel message no member would get a copy of is NO_RECIPIENT; neither stores
+        anything."""
         with self._write() as conn:
             last_seq = self._sequence_value(conn, "accept")
             first_seq = last_seq + 1
             outcomes = []
+            queue = QueueBytes(conn, postgres=self.postgres)
             for accept in accepts:
-                outcome, numbered = self._accept_one(conn, accept, last_seq + 1)
+                outcome, numbered = self._accept_one(conn, accept, last_seq + 1, queue)
                 last_seq += numbered
                 outcomes.append(outcome)
             self._set_sequence(conn, "accept", last_seq)
@@ -174,9 +194,12 @@ class SwarmRepository(
                 self._notify_due(conn, self._due_targets(conn, first_seq, last_seq))
             return outcomes
 
-    def _accept_one(self, conn: Connection, accept: Accept, seq: int) -> tuple[AcceptOutcome, int]:
-        """Store ``accept`` numbered ``seq``, unless its msg_id is taken or its target full;
-        a channel message is fanned out to its members, numbered after it.  Returns the
+    def _accept_one(
+        self, conn: Connection, accept: Accept, seq: int, queue: QueueBytes
+    ) -> tuple[AcceptOutcome, int]:
+        """Store ``accept`` numbered ``seq``, unless its msg_id is taken, its target full,
+        no member of its channel would get it or the queue has no room for its bytes; a
+        channel message is fanned out to its members, numbered after it.  Returns the
         outcome and how many accept numbers were used."""
         message = accept.message
         existing = self._get(conn, message.msg_id)
@@ -188,6 +211,17 @@ class SwarmRepository(
         if cap > 0 and target is not None and self._queued_for(conn, target, cap) >= cap:
             return AcceptOutcome.TARGET_FULL, 0
         from_name, target_name = self._names_of(conn, message.from_session, target)
+        plan, copies = None, 1
+        if message.channel is not None:
+            plan = self._plan_fan_out(
+                conn, message, queue_cap=cap, from_name=from_name, sender=accept.sender
+            )
+            copies = len(plan.copies)
+            if copies == 0:
+                return AcceptOutcome.NO_RECIPIENT, 0
+        adding = payload_bytes(message.payload) * copies
+        if not queue.fits(accept.max_queued_bytes, adding):
+            return AcceptOutcome.QUEUE_FULL, 0
         self._insert(
             conn, msg_id=message.msg_id, from_session=message.from_session,
             to_session=message.to_session, channel=message.channel, kind=message.kind,
@@ -197,12 +231,13 @@ class SwarmRepository(
             thread_id=accept.thread_id, sender=accept.sender,
         )  # fmt: skip
         numbered = 1
-        if message.channel is not None:
+        if plan is not None:
             numbered += self._fan_out(
-                conn, message, now_ms=accept.now_ms, expires_at=accept.expires_at,
-                first_seq=seq + 1, queue_cap=cap, from_name=from_name,
-                thread_id=accept.thread_id, sender=accept.sender,
+                conn, message, plan, now_ms=accept.now_ms, expires_at=accept.expires_at,
+                first_seq=seq + 1, from_name=from_name, thread_id=accept.thread_id,
+                sender=accept.sender,
             )  # fmt: skip
+        queue.stored(adding)
         if accept.brake_hold is not None:  # a person decides first; consent at the release
             self._brake_hold_new(conn, message.msg_id, accept.brake_hold)
         elif accept.held is not None:

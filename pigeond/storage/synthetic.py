@@ -83,6 +83,33 @@ def add_delivered_history(
     conn.execute("ANALYZE")
 
 
+def add_queued_rows(
+    conn: sqlite3.Connection, rows: int, targets: int, now_ms: int, payload_bytes: int
+) -> None:
+    """Add ``rows`` queued messages of ``payload_bytes`` ASCII bytes each, spread over
+    ``targets`` sessions (what max_queued_bytes sums: bench/queue_bytes_table.py)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        base = conn.execute("SELECT value FROM swarm_sequences WHERE name = 'accept'").fetchone()[0]
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
+            " INSERT INTO swarm_messages (msg_id, from_session, to_session, kind, priority,"
+            " payload, state, attempts, next_retry_at, created_at, updated_at, accept_seq)"
+            " SELECT printf('msg_queued%012d', i + ?), 'ses_sender', printf('ses_q%d', i % ?),"
+            " 'chat', 'normal', substr(printf('%0*d', ?, i), 1, ?), 'queued', 0, ?, ?, ?, i + ?"
+            " FROM n",
+            (rows, base, max(targets, 1), payload_bytes, payload_bytes, now_ms, now_ms, now_ms,
+             base),
+        )  # fmt: skip
+        conn.execute("UPDATE swarm_sequences SET value = value + ? WHERE name = 'accept'", (rows,))
+        index_pending(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("ANALYZE")
+
+
 def drop_statistics(conn: sqlite3.Connection) -> None:
     """Forget what ANALYZE gathered, so the planner uses its defaults.
 

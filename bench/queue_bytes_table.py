@@ -1,0 +1,121 @@
+"""What ``max_queued_bytes`` costs an accept, by the number of queued messages (issue 27).
+
+    .venv/bin/python bench/queue_bytes_table.py [--runs 5] [--accepts 200]
+
+The bound is checked in the accept's own transaction (pigeond/storage/queue_bytes.py): the
+first accept of a group commit that has a bound sums the payload bytes of every queued
+message, a walk of the queued rows.  For each queue depth (``--depths``, queued messages of
+500 bytes over 1,000 targets, on top of 100,000 delivered ones), a SQLite file in WAL mode
+with ``synchronous=FULL`` as pigeond opens it is timed two ways, interleaved within a run:
+
+* ``off``: ``accept_many`` of one small direct message with ``max_queued_bytes = 0``
+  (the baseline: the transaction and its fsync);
+* ``on``: the same with a bound far above the queue, so the sum is taken and passes;
+
+and the sum alone (``queued_bytes``, the query the bound adds).  Each cell is the median
+over ``--accepts`` accepts in a run; ratios are ``on / off`` within a run; the table shows
+the median over ``--runs`` runs, with the range of the ratios.  Prints markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pigeond.model import NewMessage
+from pigeond.storage import SwarmRepository, open_database
+from pigeond.storage.queue_bytes import queued_bytes
+from pigeond.storage.repository import Accept
+from pigeond.storage.synthetic import add_delivered_history, add_queued_rows
+
+NOW_MS = 1_793_491_200_000
+HISTORY_ROWS = 100_000
+TARGETS = 1_000
+PAYLOAD_BYTES = 500
+FAR_ABOVE = 10**15
+_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    off_ms: float
+    on_ms: float
+    sum_ms: float
+
+
+def build(path: Path, depth: int) -> SwarmRepository:
+    repo = SwarmRepository(open_database(path))
+    conn = repo.sqlite_connection
+    add_delivered_history(conn, HISTORY_ROWS, TARGETS, NOW_MS)
+    if depth:
+        add_queued_rows(conn, depth, TARGETS, NOW_MS, PAYLOAD_BYTES)
+    return repo
+
+
+def accept_ms(repo: SwarmRepository, bound: int) -> float:
+    message = NewMessage(
+        msg_id=f"msg_bench{next(_ids)}", from_session="ses_bench", to_session="ses_q1",
+        channel=None, kind="chat", priority="normal", reply_to=None, payload="ping",
+    )  # fmt: skip
+    started = time.perf_counter()
+    repo.accept_many([Accept(message, NOW_MS, max_queued_bytes=bound)])
+    return (time.perf_counter() - started) * 1000
+
+
+def sum_ms(repo: SwarmRepository) -> float:
+    started = time.perf_counter()
+    queued_bytes(repo.connection, postgres=False)
+    return (time.perf_counter() - started) * 1000
+
+
+def one_run(repo: SwarmRepository, accepts: int) -> RunFigures:
+    off, on, sums = [], [], []
+    for _ in range(accepts):  # interleaved, so a slow moment of the disk hits both
+        off.append(accept_ms(repo, 0))
+        on.append(accept_ms(repo, FAR_ABOVE))
+        sums.append(sum_ms(repo))
+    return RunFigures(statistics.median(off), statistics.median(on), statistics.median(sums))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--accepts", type=int, default=200)
+    parser.add_argument("--depths", default="0,1000,10000,100000")
+    args = parser.parse_args()
+    depths = [int(d) for d in args.depths.split(",")]
+    print(f"machine: {platform.machine()}, {platform.python_implementation()}"
+          f" {platform.python_version()}, Linux {platform.release()}\n")  # fmt: skip
+    print("| queued messages | accept, bound off (ms) | accept, bound on (ms) | on / off"
+          " (range) | the sum alone (ms) |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory(prefix="queue-bytes-") as scratch:
+        for depth in depths:
+            repo = build(Path(scratch) / f"d{depth}.db", depth)
+            try:
+                runs = [one_run(repo, args.accepts) for _ in range(max(args.runs, 3))]
+            finally:
+                repo.close()
+            ratios = [r.on_ms / r.off_ms for r in runs]
+            print(
+                f"| {depth:,} | {statistics.median(r.off_ms for r in runs):.2f}"
+                f" | {statistics.median(r.on_ms for r in runs):.2f}"
+                f" | {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+                f" | {statistics.median(r.sum_ms for r in runs):.3f} |"
+            )
+    print(
+        f"\n- Each database: {HISTORY_ROWS:,} delivered messages, then the queued ones"
+        f" ({PAYLOAD_BYTES} bytes each, {TARGETS:,} targets); one accept = one transaction"
+        " with its fsync (no group: the worst case, one sum per send).  Medians over"
+        f" {args.accepts} accepts a run, then over {max(args.runs, 3)} runs."
+    )
+
+
+if __name__ == "__main__":
+    main()
