@@ -78,7 +78,8 @@ def test_set_writes_the_policy_and_applies_it(capsys: pytest.CaptureFixture[str]
 def test_set_records_the_operator_and_the_allow_list(
     capsys: pytest.CaptureFixture[str], db: Path
 ) -> None:
-    """``--allow`` replaces the list; the row says the operator set it."""
+    """``--allow`` replaces the list; the row says the operator set it; a held message
+    whose sender was never verified stays held (an allow-list admits verified senders)."""
     run(capsys, db, "policy", "set", B, "refuse", "--allow", "ses_a")
     code, out, _ = run(capsys, db, "policy", "show", B, "--json")
     shown = json.loads(out)
@@ -88,7 +89,7 @@ def test_set_records_the_operator_and_the_allow_list(
         ["ses_a"],
         "operator",
     )
-    assert shown["held"] == 0  # ses_a is allowed now: released
+    assert shown["held"] == 1  # ses_a's held message is unverified: the list does not admit it
 
 
 def test_release_releases_and_keeps_the_policy(
