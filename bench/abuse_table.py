@@ -1,4 +1,4 @@
-"""The adversarial review's table (issue 11), re-run at full size against the current pigeond.
+"""The adversarial review's table, re-run at full size against the current pigeond.
 
     .venv/bin/python bench/abuse_table.py [--quick]
 
@@ -838,7 +838,7 @@ def main() -> None:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # this side holds 2,000 sockets
     table = rows(QUICK if args.quick else FULL)
-    print(f"pigeond under abuse (issue 11), {'quick' if args.quick else 'full'} size")
+    print(f"pigeond under abuse, {'quick' if args.quick else 'full'} size")
     print(f"machine: {machine()}\n")
     print("| row | what was measured | figure | target | met |")
     print("|---|---|---|---|---|")

@@ -1,4 +1,4 @@
-"""Accepts per second: pigeond's ``POST /swarm/send`` against its baselines, in one run (issue 13).
+"""Accepts per second: pigeond's ``POST /swarm/send`` against its baselines, in one run.
 
     .venv/bin/python bench/accept_table.py [--quick] [--profile [--profile-dir DIR]]
         [--runs N] [--pigeond-src DIR]
@@ -1004,7 +1004,7 @@ def main(argv: list[str] | None = None) -> None:
     load_at_start = load_average()
     src = args.pigeond_src.resolve() if args.pigeond_src else None
     figures = measure_all(size, cpus, src)
-    lines = ["## Accepts: pigeond against its baselines (issue 13)", ""]
+    lines = ["## Accepts: pigeond against its baselines", ""]
     lines += [*machine_lines(cpus, load_at_start, src), ""]
     lines += [*figure_table(figures), "", *ratio_table(figures), ""]
     lines += [*notes(size), *error_notes(figures), ""]

@@ -1,4 +1,4 @@
-"""SQLite against PostgreSQL: accepts per second and accept -> handed off, in one run (issue 16).
+"""SQLite against PostgreSQL: accepts per second and accept -> handed off, in one run.
 
     .venv/bin/python bench/backends_table.py [--quick] [--runs N] [--pg-cpus daemon|others]
 
@@ -249,7 +249,7 @@ def header(cpus: Cpus, cluster: pg.DurableCluster, load: str, pg_cpus: set[int])
     settings = ", ".join(f"{k}={v}" for k, v in cluster.settings().items())
     version = cluster.psql("SHOW server_version").strip()
     return [
-        "## Backends: SQLite against PostgreSQL (issue 16)",
+        "## Backends: SQLite against PostgreSQL",
         "",
         f"- {figures.machine_line(cpus)}; PostgreSQL's processes on CPU {sorted(pg_cpus)}",
         f"- load average (1/5/15 min) at start: {load}; at end: {figures.load_average()}",

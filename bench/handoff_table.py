@@ -1,4 +1,4 @@
-"""Hand-off at scale (issue 13): pigeond accepting *and* handing off over 100 targets.
+"""Hand-off at scale: pigeond accepting *and* handing off over 100 targets.
 
     .venv/bin/python bench/handoff_table.py [--quick] [--runs N]
 
@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"# run {i + 1}/{size.runs} ({time.monotonic() - started:.0f} s): flat out"
               f" {f['max_handed_off']:,.0f} msg/s, idle p50/p99 {f['idle_p50']:.0f}/"
               f"{f['idle_p99']:.0f} ms", file=sys.stderr, flush=True)  # fmt: skip
-    print("## Hand-off at scale (issue 13)\n")
+    print("## Hand-off at scale\n")
     print(f"- {figures.machine_line(cpus)}")
     print(
         f"- load average (1/5/15 min) at start: {load_at_start}; at end: {figures.load_average()}"

@@ -1,4 +1,4 @@
-"""History does not slow anything (issue 13): pigeond's reads over a million delivered rows.
+"""History does not slow anything: pigeond's reads over a million delivered rows.
 
     .venv/bin/python bench/history_table.py [--rows 1000000] [--runs 5] [--quick]
 

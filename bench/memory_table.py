@@ -1,4 +1,4 @@
-"""Memory stays flat (issue 13): pigeond's RSS after 1,000,000 messages against after 10,000.
+"""Memory stays flat: pigeond's RSS after 1,000,000 messages against after 10,000.
 
     .venv/bin/python bench/memory_table.py [--quick] [--messages N] [--runs N]
         [--tracemalloc | --heap]
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"# run {i + 1}/{size.runs}: {runs[-1].wall_s:,.0f} s, RSS ratio"
               f" {runs[-1].ratio:.3f}", file=sys.stderr, flush=True)  # fmt: skip
     median_run = sorted(runs, key=lambda r: r.ratio)[len(runs) // 2]
-    print("## Memory stays flat (issue 13)\n")
+    print("## Memory stays flat\n")
     print(f"- {figures.machine_line(cpus)}")
     print(
         f"- load average (1/5/15 min) at start: {load_at_start}; at end: {figures.load_average()}"

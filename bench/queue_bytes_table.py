@@ -1,4 +1,4 @@
-"""What ``max_queued_bytes`` costs an accept, by the number of queued messages (issue 27).
+"""What ``max_queued_bytes`` costs an accept, by the number of queued messages.
 
     .venv/bin/python bench/queue_bytes_table.py [--runs 5] [--accepts 200]
 

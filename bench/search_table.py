@@ -1,4 +1,4 @@
-"""Search over a million messages (issue 15): FTS5 against the same on 10,000 and LIKE.
+"""Search over a million messages: FTS5 against the same on 10,000 and LIKE.
 
     .venv/bin/python bench/search_table.py [--rows 1000000] [--runs 3] [--quick]
 

@@ -19,17 +19,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from pigeond.model import TOOL_MSG_ID_PREFIX
+
 # The opencode plugin's msg_id for a send: derived from the session and the tool call's
 # id, so a retried call sends once and the call that made a message can be found from
 # the message (pigeond-swarm.js, messageIdFor).
-PLUGIN_MSG_ID_PREFIX: Final = "msg_tool_"
 PLUGIN_MSG_ID_HEX: Final = 32
 
 
 def plugin_msg_id(session: str, call_id: str) -> str:
     """The msg_id the opencode plugin gives a send made by tool call ``call_id``."""
     digest = hashlib.sha256(f"{session}\n{call_id}".encode()).hexdigest()
-    return PLUGIN_MSG_ID_PREFIX + digest[:PLUGIN_MSG_ID_HEX]
+    return TOOL_MSG_ID_PREFIX + digest[:PLUGIN_MSG_ID_HEX]
 
 
 @dataclass(frozen=True, slots=True)

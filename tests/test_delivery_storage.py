@@ -107,6 +107,14 @@ def test_notice_is_due_and_expires(repo: SwarmRepository) -> None:
     assert (notice.next_retry_at, notice.expires_at) == (NOW_MS, NOW_MS + 5000)
 
 
+def test_a_notice_is_from_a_verified_sender(repo: SwarmRepository) -> None:
+    """pigeond wrote its own notice, so its sender is verified, not a claim."""
+    accept(repo, "msg_1", sender="ses_alice")
+    repo.fail_now(["msg_1"], "x", NOW_MS)
+    [notice] = repo.ready_batch("ses_alice", NOW_MS, 10)
+    assert (notice.from_proof, notice.from_proof_note) == ("verified", "pigeond's own notice")
+
+
 def test_last_failed_attempt_notifies(repo: SwarmRepository) -> None:
     """Running out of attempts fails the message and notifies the sender."""
     accept(repo, "msg_1", sender="ses_alice")

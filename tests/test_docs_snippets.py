@@ -9,6 +9,9 @@ exactly one verdict in :data:`tests.docs_commands.RULES` (a new command without 
   ``TOKEN=...`` carry over, as in an operator's shell), against a real pigeond that
   delivers to a fake opencode, in a temporary home; each must exit 0, and every curl
   answer must be JSON without an ``"error"`` (``/metrics``: Prometheus samples).
+  The commands that act as a person (``pigeon name set``, ``pigeon channel join``, their
+  ``curl --unix-socket`` counterparts) run at a pseudo-terminal (:func:`at_a_terminal`),
+  as the docs tell an operator to run them.
 - ``SQL``: the ``sqlite3`` commands run with the real sqlite3 CLI, and once more with
   Python's sqlite3 module standing in for it, on a database made by
   :func:`pigeond.storage.open_database` holding messages in the states they look for;
@@ -29,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -71,6 +75,32 @@ DOCS_MSG_ID = "msg_mx61sqct_8cf15ecb"  # the msg_id the docs' examples show
 DOCS_SESSIONS = ("ses_TARGET", "ses_B")  # the targets their commands send to
 AGENT_SESSION = "ses_A"  # OPENCODE_SESSION_ID, as the plugin sets it in an agent's shell
 DELIVERY_TIMEOUT_S = 15.0
+# The commands that act as a person (a session's name, consent or channels, for anyone but
+# the calling session): pigeond believes them only from a shell at a terminal, with no agent
+# among its ancestors, over the Unix socket.  They run as the docs say to run them: at a
+# terminal, a pseudo-terminal of `script` (util-linux) that is their controlling terminal.
+# (A test run started by a coding agent's own shell has that agent above it: they get 403.)
+AT_A_TERMINAL = re.compile(
+    r"pigeon (name (set|release)|channel (join|leave)) "
+    r"|curl .*--unix-socket .*/swarm/(names|channels/[^ ]+/members|policy/|release/)",
+    re.S,
+)
+
+
+def at_a_terminal(command: Command) -> Command:
+    """``command`` run at a terminal of its own, when it is one that acts as a person (its
+    output, stderr too, is then what the terminal showed)."""
+    if AT_A_TERMINAL.match(command.text) is None:
+        return command
+    text = f"script -qec {shlex.quote(command.text)} /dev/null"
+    return Command(command.line, text, command.page)
+
+
+def as_written(text: str) -> str:
+    """A command's text as the docs show it (without :func:`at_a_terminal`'s `script`)."""
+    if text.startswith("script -qec "):
+        return shlex.split(text)[2]
+    return text
 
 
 def without_pigeond_on_path(env: dict[str, str]) -> dict[str, str]:
@@ -185,7 +215,7 @@ def test_runnable_commands_exit_0_against_a_real_daemon(world: World) -> None:
     shell whose PATH is set by the README's `export` line: each exits 0, and curl gets JSON
     answers, never an error."""
     commands = [
-        Command(c.line, c.text.replace(DOCS_URL, world.daemon.base_url), c.page)
+        at_a_terminal(Command(c.line, c.text.replace(DOCS_URL, world.daemon.base_url), c.page))
         for c in commands_with(Verdict.RUN)
     ]
     assert commands[0].text.startswith("export PATH="), "the quick start must set PATH first"
@@ -195,11 +225,12 @@ def test_runnable_commands_exit_0_against_a_real_daemon(world: World) -> None:
     assert failed == [], "\n".join(failed)
     bad_answers = []
     for outcome in outcomes:
-        if outcome.command.text.startswith("curl ") and "/metrics" in outcome.command.text:
+        text = as_written(outcome.command.text)
+        if text.startswith("curl ") and "/metrics" in text:
             # Prometheus' text format: the grep must have found its samples
             if not outcome.stdout.startswith("pigeond_"):
                 bad_answers.append(outcome.describe())
-        elif outcome.command.text.startswith("curl "):
+        elif text.startswith("curl "):
             try:
                 answer = json.loads(outcome.stdout)
             except ValueError:

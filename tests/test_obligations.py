@@ -109,6 +109,14 @@ def test_an_unmet_obligation_reminds_the_debtor_once(repo: SwarmRepository) -> N
     assert len(queued_from_pigeond(repo)) == 1
 
 
+def test_a_reminder_is_from_a_verified_sender(repo: SwarmRepository) -> None:
+    """A reminder is pigeond's own message: the envelope says its sender is verified."""
+    ask(repo)
+    repo.sweep_obligations(T0 + WITHIN_MS)
+    [reminder] = queued_from_pigeond(repo)
+    assert reminder.from_proof == "verified"
+
+
 def test_still_unmet_after_the_reminder_the_creditor_is_told_once(repo: SwarmRepository) -> None:
     """The same time again after the reminder: one reply.overdue to the sender, then no more."""
     ask(repo)

@@ -1,4 +1,4 @@
-"""Conversation brakes: judges that hold a send for a person (issue 26).
+"""Conversation brakes: judges that hold a send for a person.
 
 A send is judged after its thread is known (pigeond/api/routes.py): each brake of the
 daemon's ordered list (hops, then the pair brakes and the budget as they are added) is

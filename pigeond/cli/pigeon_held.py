@@ -1,5 +1,5 @@
 """``pigeon threads``, ``pigeon held``, ``pigeon release`` and ``pigeon drop``: a person
-deciding on what the conversation brakes hold (issue 26).
+deciding on what the conversation brakes hold.
 
 ``threads`` lists the threads, the latest first, with their hops (agents' messages in a
 row without a person), turns, what is held in each, and the tokens and cost of the turns

@@ -1,4 +1,4 @@
-"""Permission requests a session waits on while it handles a swarm message (issue 26).
+"""Permission requests a session waits on while it handles a swarm message.
 
 opencode asks before a tool runs when its config says ``ask`` (``bash``, an edit, …) and
 then waits, with no timeout, for an answer.  A session woken by a swarm message has

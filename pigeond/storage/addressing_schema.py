@@ -1,4 +1,4 @@
-"""The schema of addressing a swarm (issue 15): names, consent, search and channels.
+"""The schema of addressing a swarm: names, consent, search and channels.
 
 Migrations 11 to 14, as SQL text that :mod:`pigeond.storage.migrations` numbers and
 applies, kept apart from the delivery schema (1 to 10) so that each module stays one
@@ -38,7 +38,7 @@ BEGIN
 END;
 """
 
-# Search (issue 15): an FTS5 index over what a message says and who it is between (payload,
+# Search: an FTS5 index over what a message says and who it is between (payload,
 # kind, sender, target, channel, and the names migration 11 added), kept in step with
 # swarm_messages by the triggers below, whoever writes (pigeond, ``pigeon``, ``sqlite3`` by
 # hand).  External content: the text is not stored twice, the index holds only tokens.

@@ -53,6 +53,9 @@ NO_LIMIT = 2**62
 
 # pigeond's own notices and reminders, and every insert that names no sender proof
 UNVERIFIED_SENDER = SenderClaim(SenderProof.UNVERIFIED)
+# pigeond's own notices and reminders: written here, so their sender is known (no request
+# may claim the reserved "pigeond", pigeond/model.py is_reserved_sender).
+NOTICE_SENDER_CLAIM = SenderClaim(SenderProof.VERIFIED, "pigeond's own notice")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -257,5 +260,6 @@ class RepositoryBase:
             conn, msg_id=make_msg_id(now_ms), from_session=NOTICE_SENDER,
             to_session=ended.from_session, channel=None, kind=NOTICE_KIND, priority="normal",
             reply_to=ended.msg_id, payload=payload, now_ms=now_ms, expires_at=now_ms + ttl_ms,
+            sender=NOTICE_SENDER_CLAIM,
         )  # fmt: skip
         return ended.from_session

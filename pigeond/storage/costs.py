@@ -1,4 +1,4 @@
-"""Turn costs (issue 26): the turns hand-offs caused, and their sums per thread and session.
+"""Turn costs: the turns hand-offs caused, and their sums per thread and session.
 
 The verifier reads a target's transcript after a hand-off; once the turn that consumed it
 has ended, it records the turn here with what it used (:mod:`pigeond.costs`).  What is

@@ -1,4 +1,4 @@
-"""The schema of turn costs (issue 26): one row per turn a hand-off caused, and its msg_ids.
+"""The schema of turn costs: one row per turn a hand-off caused, and its msg_ids.
 
 Kept apart so that moving the migration to its number is one line in each engine's list
 (:data:`~pigeond.storage.migrations.MIGRATIONS`, :data:`~pigeond.storage.postgres.schema.

@@ -234,7 +234,7 @@ BEGIN
 END;
 """
 
-# Which daemon delivers to which session (issue 16): on a database several daemons share
+# Which daemon delivers to which session: on a database several daemons share
 # (PostgreSQL), each records the sessions its opencode has, and a message is handed off
 # only by the daemon its target's route names (pigeond/storage/routes.py).  On a SQLite
 # file, which one daemon alone opens, the table stays empty.
@@ -262,7 +262,7 @@ CREATE TABLE swarm_members (
 ) WITHOUT ROWID;
 """
 
-# The messages between two sessions, one direction at a time, by time (issue 26's pair
+# The messages between two sessions, one direction at a time, by time (the pair
 # brakes, pigeond/storage/pair_history.py): each send's judgement walks a range of it,
 # newest first, and stops at its limit.  Without it the only index on to_session that
 # reaches created_at goes through state and next_retry_at, so a judgement walked every
@@ -273,7 +273,7 @@ CREATE INDEX idx_swarm_pair
     WHERE to_session IS NOT NULL;
 """
 
-# Permission requests a session waits on while it handles a swarm message (issue 26): the
+# Permission requests a session waits on while it handles a swarm message: the
 # request as opencode asked it, the instance (directory) that holds it and must be answered
 # in, and the message and sender being handled (pigeond/storage/permissions.py).  A row
 # lives while the request is open: removed once it is answered, wherever that happens.

@@ -34,7 +34,7 @@ from pigeond.model import (
     Owed,
     first_line,
 )
-from pigeond.storage.base import Connection, RepositoryBase, reads
+from pigeond.storage.base import NOTICE_SENDER_CLAIM, Connection, RepositoryBase, reads
 
 # The original's states in which nobody can answer it any more.
 _ENDED = "('failed', 'expired', 'cancelled', 'dropped')"
@@ -184,6 +184,7 @@ class Obligations(RepositoryBase):
             conn, msg_id=make_msg_id(now_ms), from_session=NOTICE_SENDER, to_session=to,
             channel=None, kind=kind, priority="normal", reply_to=about, payload=payload,
             now_ms=now_ms, expires_at=now_ms + self.notice_ttl_ms,
+            sender=NOTICE_SENDER_CLAIM,
         )  # fmt: skip
 
     # -- listings ----------------------------------------------------------------------

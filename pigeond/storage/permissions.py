@@ -1,5 +1,5 @@
 """Permission requests a session waits on while it handles a swarm message:
-``swarm_permissions`` (issue 26).
+``swarm_permissions``.
 
 opencode asks before a tool runs (``bash``, an edit, … as its config says) and waits for
 an answer that nobody at the target's terminal may give while the target handles a swarm

@@ -1,4 +1,4 @@
-"""The schema of who really sent a message (issue 27): migration 22, once per engine.
+"""The schema of who really sent a message: migration 22, once per engine.
 
 ``from_proof`` is what pigeond could tell of the sender (:class:`pigeond.model.SenderProof`):
 rows stored before this version were never looked at, so they stay ``unverified``.

@@ -1,4 +1,4 @@
-"""The schema of keeping a person in charge (issue 26): threads, and brake holds.
+"""The schema of keeping a person in charge: threads, and brake holds.
 
 Migrations 17 and 18, as SQL text that :mod:`pigeond.storage.migrations` numbers and
 applies (PostgreSQL's text is :mod:`pigeond.storage.postgres.thread_schema`).  Each is one

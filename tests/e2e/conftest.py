@@ -162,6 +162,16 @@ def _plugin_token(request: pytest.FixtureRequest) -> None:
     link.symlink_to(token_file)
 
 
+def _plugin_env(port: int, token_link: Path) -> dict[str, str]:
+    """What an opencode with pigeond's plugin is started with: its tools call pigeond on
+    ``port`` with the token behind ``token_link``."""
+    return {
+        "PIGEOND_URL": f"http://127.0.0.1:{port}",
+        "PIGEOND_TOKEN_FILE": str(token_link),
+        "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
+    }
+
+
 def _install_plugin(server: OpencodeServer) -> None:
     """``pigeon install-plugin --global`` for opencode's isolated config folder."""
     env = {"XDG_CONFIG_HOME": str(server.iso / "config"), "PATH": "/usr/bin:/bin"}
@@ -182,11 +192,7 @@ def opencode_with_plugin(
     plugin_token_link: Path,
 ) -> Iterator[OpencodeServer]:
     """opencode 1.18.33 whose sessions have the swarm_* tools of pigeond's plugin."""
-    env = {
-        "PIGEOND_URL": f"http://127.0.0.1:{plugin_pigeond_port}",
-        "PIGEOND_TOKEN_FILE": str(plugin_token_link),
-        "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
-    }
+    env = _plugin_env(plugin_pigeond_port, plugin_token_link)
     yield from _serve(OPENCODE_1_18, tmp_path_factory, fake_llm_server, env, _install_plugin)
 
 
@@ -198,11 +204,7 @@ def opencode_1_15_with_plugin(
     plugin_token_link: Path,
 ) -> Iterator[OpencodeServer]:
     """opencode 1.15.4 whose sessions have the swarm_* tools, calling ``plugin_pigeond_port``."""
-    env = {
-        "PIGEOND_URL": f"http://127.0.0.1:{plugin_pigeond_port}",
-        "PIGEOND_TOKEN_FILE": str(plugin_token_link),
-        "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
-    }
+    env = _plugin_env(plugin_pigeond_port, plugin_token_link)
     yield from _serve(OPENCODE_1_15, tmp_path_factory, fake_llm_server, env, _install_plugin)
 
 
@@ -237,11 +239,7 @@ def opencode_with_plugin_b(
 ) -> Iterator[OpencodeServer]:
     """A second opencode 1.18.33 with pigeond's plugin (a second host): its tools call the
     pigeond on ``plugin_pigeond_port_b``; it shares the fake LLM, which tells sessions apart."""
-    env = {
-        "PIGEOND_URL": f"http://127.0.0.1:{plugin_pigeond_port_b}",
-        "PIGEOND_TOKEN_FILE": str(plugin_token_link_b),
-        "PIGEOND_SEND_RETRY_S": str(PLUGIN_SEND_RETRY_S),
-    }
+    env = _plugin_env(plugin_pigeond_port_b, plugin_token_link_b)
     yield from _serve(OPENCODE_1_18, tmp_path_factory, fake_llm_server, env, _install_plugin)
 
 

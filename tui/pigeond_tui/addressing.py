@@ -2,7 +2,7 @@
 and the members of the channel under the cursor.
 
 Sessions address each other by session id, by a name they claimed, or by a channel they
-joined (issue 15); this view shows the operator the last two beside the queue.  It is a
+joined; this view shows the operator the last two beside the queue.  It is a
 modal screen over the main view, read like the owed view (pigeond_tui/owed.py): a worker
 thread opens its own connection (:func:`read_addressing`), every ``interval`` seconds and
 on ``r``, and moving the channel cursor reads that channel's members.

@@ -1,4 +1,4 @@
-"""The "held" view: the messages a conversation brake holds for a person (issue 26), why,
+"""The "held" view: the messages a conversation brake holds for a person, why,
 in which thread, what that thread has cost so far, and the person's decision.
 
 A modal screen over the main view, read like the rest of the TUI (a worker thread opens

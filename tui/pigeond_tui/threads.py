@@ -1,6 +1,6 @@
 """The "threads" view: every thread, the latest first, with its hops (and its own hop
 limit; ``-``: the max_hops_per_thread option's), turns, messages, what a brake holds in
-it, and the tokens and cost of the turns its messages caused (issue 26).
+it, and the tokens and cost of the turns its messages caused.
 
 A modal screen over the main view that only reads, like ``pigeon threads``: the same
 read (:func:`~pigeond.storage.thread_costs.threads_with_costs`), columns and cells
