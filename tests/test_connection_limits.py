@@ -15,7 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.web.server import Site
 
-from pigeond.api.http_limits import (
+from pigeond.api.connection_slots import (
     EVICT_AFTER_S,
     MIN_REFUSALS_OPEN,
     PROBATION_S,
@@ -256,7 +256,7 @@ def test_a_whole_request_on_probation_takes_the_longest_waiting_place(
     response = only_response(oldest)
     assert response.status == 503 and "make room" in response.json()["error"]
     assert younger.responses() == [] and not younger.closing
-    assert (site.open_connections, site.refusals_open) == (2, 1)
+    assert (site.slots.open_connections, site.slots.refusals_open) == (2, 1)
 
 
 def test_a_request_after_the_probation_is_refused(repo: SwarmRepository, clock: Clock) -> None:
@@ -274,8 +274,8 @@ def test_a_newcomer_displaces_the_oldest_probation(repo: SwarmRepository, clock:
     oldest one's place: that one is closed at once, and the newcomer's whole request is
     answered."""
     site = limited_site(repo, clock, max_connections=1)
-    site.max_refusals_open = 8
-    assert site.probations_allowed(8) == 2
+    site.slots.max_refusals_open = 8
+    assert site.slots.probations_allowed(8) == 2
     Connection(site)
     first, second = Connection(site), Connection(site)
     newcomer = Connection(site)
@@ -311,7 +311,7 @@ def test_an_evicted_connection_frees_only_its_own_slot(repo: SwarmRepository, cl
     clock.advance(EVICT_AFTER_S)
     Connection(site)
     old.close()
-    assert site.open_connections == 1 and site.refusals_open == 0
+    assert site.slots.open_connections == 1 and site.slots.refusals_open == 0
 
 
 def test_closing_a_connection_frees_its_slot(repo: SwarmRepository, clock: Clock) -> None:
@@ -343,7 +343,7 @@ def test_flood_beyond_the_open_refusals_is_closed_unanswered(
     one more connection is closed at once (no protocol at all), so a connect flood cannot
     pile up descriptors."""
     site = limited_site(repo, clock, max_connections=1)
-    site.max_refusals_open = 8
+    site.slots.max_refusals_open = 8
     Connection(site)
     refusals = [Connection(site) for _ in range(8)]
     assert site.buildProtocol(PEER) is None
@@ -355,7 +355,7 @@ def test_refusals_allowed_follow_the_open_files_limit(repo: SwarmRepository, clo
     """What the open-files limit leaves beside max_connections and a reserve may be refused."""
     site = limited_site(repo, clock, max_connections=100)
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    allowed = site.refusals_allowed()
+    allowed = site.slots.refusals_allowed()
     assert allowed == max(MIN_REFUSALS_OPEN, soft - 100 - RESERVED_FDS)
 
 

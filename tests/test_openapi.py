@@ -126,6 +126,16 @@ def test_the_document_lists_exactly_the_routes_the_daemon_serves(
     repo_of(daemon).close()
 
 
+def test_the_document_names_each_path_parameter_as_the_routing_table_does(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Each documented path, its parameters' names included, is a route of the table."""
+    daemon = clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock)
+    documented = {(method.upper(), path) for path, item in DOC["paths"].items() for method in item}
+    assert documented == daemon.api.table.routes()
+    repo_of(daemon).close()
+
+
 def test_openapi_json_serves_the_packaged_file(site: Site) -> None:
     """GET /openapi.json answers the file in the package, as JSON."""
     response = get(site, OPENAPI_PATH)

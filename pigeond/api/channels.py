@@ -44,10 +44,10 @@ from pigeond.storage.channels import JoinOutcome
 from pigeond.storage.database import Database
 
 CHANNELS_PATH = "/swarm/channels"
-CHANNEL_PATH = CHANNELS_PATH + "/{}"
+CHANNEL_PATH = CHANNELS_PATH + "/{channel}"
 MEMBERS_PATH = CHANNEL_PATH + "/members"
-MEMBER_PATH = MEMBERS_PATH + "/{}"
-HISTORY_PATH = "/swarm/channel/{}"
+MEMBER_PATH = MEMBERS_PATH + "/{session}"
+HISTORY_PATH = "/swarm/channel/{channel}"
 log = Logger()
 
 
@@ -116,18 +116,18 @@ class ChannelRoutes:
 
     def install(self, api: JsonApi) -> JsonApi:
         api.route("GET", CHANNELS_PATH, self.list)
-        api.route_pattern("GET", CHANNEL_PATH, self.members)
-        api.route_pattern("POST", MEMBERS_PATH, self.join)
-        api.route_pattern("DELETE", MEMBER_PATH, self.leave)
-        api.route_pattern("GET", HISTORY_PATH, self.history)
+        api.route("GET", CHANNEL_PATH, self.members)
+        api.route("POST", MEMBERS_PATH, self.join)
+        api.route("DELETE", MEMBER_PATH, self.leave)
+        api.route("GET", HISTORY_PATH, self.history)
         return api
 
     # -- membership ------------------------------------------------------------------
 
-    async def join(self, request: server.Request) -> JsonResponse:
+    async def join(self, request: server.Request, channel: str) -> JsonResponse:
         """201 when the session joined, 200 when it was a member; 409 when the channel is
         full, 404 for a name nobody holds or a session opencode does not have."""
-        (channel,) = _path_parts(request, MEMBERS_PATH)
+        _check_channel(channel)
         try:
             body = decode_json_object(read_body(request))
             session, name = _parse_member(body)
@@ -162,10 +162,10 @@ class ChannelRoutes:
             {"channel": channel, "session": session, "joined": joined, "members": len(members)},
         )
 
-    async def leave(self, request: server.Request) -> JsonResponse:
+    async def leave(self, request: server.Request, channel: str, session: str) -> JsonResponse:
         """200 when the session left; 404 when it was not a member.  Its copies already
         stored stay: they were accepted while it was one."""
-        channel, session = _path_parts(request, MEMBER_PATH)
+        _check_channel(channel)
         if not SESSION_ID_RE.fullmatch(session):
             raise HttpError(400, f"the session in the path must match {SESSION_ID_RE.pattern}")
         leaving = membership("leave", channel, session)
@@ -187,9 +187,9 @@ class ChannelRoutes:
 
     # -- listings --------------------------------------------------------------------
 
-    async def members(self, request: server.Request) -> JsonResponse:
+    async def members(self, request: server.Request, channel: str) -> JsonResponse:
         """A channel's members in join order (none: an empty list, not a 404)."""
-        (channel,) = _path_parts(request, CHANNEL_PATH)
+        _check_channel(channel)
         members = await self._db.read(SwarmRepository.channel_members, channel)
         return JsonResponse(
             200,
@@ -213,11 +213,11 @@ class ChannelRoutes:
 
     # -- history ---------------------------------------------------------------------
 
-    async def history(self, request: server.Request) -> JsonResponse:
+    async def history(self, request: server.Request, channel: str) -> JsonResponse:
         """A page of the channel's messages, oldest first, bounded by ``limit`` and
         ``inbox_max_bytes`` as an inbox page is; ``next_cursor`` is the last one's accept
         number, or ``since`` on an empty page."""
-        (channel,) = _path_parts(request, HISTORY_PATH)
+        _check_channel(channel)
         limit = page_limit(query_param(request, "limit"))
         since = query_param(request, "since")
         after_seq = 0 if since is None else await self._cursor_position(since)
@@ -248,14 +248,9 @@ class ChannelRoutes:
         return seq
 
 
-def _path_parts(request: server.Request, pattern: str) -> list[str]:
-    """The segments of the path that ``pattern`` leaves open (the routing matched its
-    shape), the channel first and checked."""
-    segments = (request.path or b"").decode("utf-8", errors="replace").split("/")
-    parts = [s for s, p in zip(segments, pattern.split("/"), strict=True) if p == "{}"]
-    if not CHANNEL_RE.fullmatch(parts[0]):
+def _check_channel(channel: str) -> None:
+    if not CHANNEL_RE.fullmatch(channel):
         raise HttpError(400, f"the channel in the path must match {CHANNEL_RE.pattern}")
-    return parts
 
 
 def _parse_member(body: Mapping[str, Any]) -> tuple[str | None, str | None]:

@@ -35,7 +35,7 @@ from pigeond.storage.database import Database
 from pigeond.storage.names import ANY_HOLDER, ClaimOutcome
 
 NAMES_PATH = "/swarm/names"
-NAME_PREFIX = NAMES_PATH + "/"
+NAME_PATH = NAMES_PATH + "/{name}"
 log = Logger()
 
 
@@ -80,7 +80,7 @@ class NamesRoute:
     def install(self, api: JsonApi) -> JsonApi:
         api.route("POST", NAMES_PATH, self.claim)
         api.route("GET", NAMES_PATH, self.list)
-        api.route_prefix("DELETE", NAME_PREFIX, self.release)
+        api.route("DELETE", NAME_PATH, self.release)
         return api
 
     async def list(self, request: server.Request) -> JsonResponse:
@@ -142,10 +142,9 @@ class NamesRoute:
             {"name": name, "session": session, "previous": previous, "released": claim.released},
         )
 
-    async def release(self, request: server.Request) -> JsonResponse:
+    async def release(self, request: server.Request, name: str) -> JsonResponse:
         """200 with the name and the session that held it; 404 when nobody holds it; 409
         when ``?session=`` is given and another session holds it (nothing changes)."""
-        name = (request.path or b"")[len(NAME_PREFIX) :].decode("utf-8", errors="replace")
         if not NAME_RE.fullmatch(name):
             raise HttpError(400, f"the name in the path must match {NAME_RE.pattern}")
         session = query_param(request, "session")

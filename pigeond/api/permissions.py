@@ -21,7 +21,7 @@ from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
 
 PERMISSIONS_PATH = "/swarm/permissions"
-REPLY_PATH = "/swarm/permissions/{}/reply"
+REPLY_PATH = "/swarm/permissions/{id}/reply"
 
 _STATUS = {
     PermissionAnswerOutcome.ANSWERED: 200,
@@ -47,7 +47,7 @@ class PermissionRoutes:
 
     def install(self, api: JsonApi) -> JsonApi:
         api.route("GET", PERMISSIONS_PATH, self.list)
-        api.route_pattern("POST", REPLY_PATH, self.reply)
+        api.route("POST", REPLY_PATH, self.reply)
         return api
 
     async def list(self, request: server.Request) -> JsonResponse:
@@ -55,8 +55,8 @@ class PermissionRoutes:
         requests = await self._db.read(SwarmRepository.open_permissions)
         return JsonResponse(200, {"permissions": [r.view() for r in requests]})
 
-    async def reply(self, request: server.Request) -> JsonResponse:
-        request_id = (request.path or b"").decode("utf-8", errors="replace").split("/")[3]
+    async def reply(self, request: server.Request, id: str) -> JsonResponse:
+        request_id = id  # the path's {id}, opencode's id of the request
         if not PERMISSION_ID_RE.fullmatch(request_id):
             raise HttpError(400, f"the request id must match {PERMISSION_ID_RE.pattern}")
         try:

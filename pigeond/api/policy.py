@@ -52,9 +52,9 @@ from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
 from pigeond.storage.policies import PolicyChange
 
-POLICY_PREFIX = "/swarm/policy/"
+POLICY_PATH = "/swarm/policy/{session}"
 POLICIES_PATH = "/swarm/policies"
-RELEASE_PREFIX = "/swarm/release/"
+RELEASE_PATH = "/swarm/release/{session}"
 REFRESH_S = 2.0
 # A sender nothing vouches for: what a caller that names no proof is judged as.
 UNVERIFIED_CLAIM = SenderClaim(SenderProof.UNVERIFIED)
@@ -192,9 +192,9 @@ class PolicyRoutes:
         self._authority = authority
 
     def install(self, api: JsonApi) -> JsonApi:
-        api.route_prefix("PUT", POLICY_PREFIX, self.put)
-        api.route_prefix("GET", POLICY_PREFIX, self.get)
-        api.route_prefix("POST", RELEASE_PREFIX, self.release)
+        api.route("PUT", POLICY_PATH, self.put)
+        api.route("GET", POLICY_PATH, self.get)
+        api.route("POST", RELEASE_PATH, self.release)
         api.route("GET", POLICIES_PATH, self.list_all)
         return api
 
@@ -202,16 +202,15 @@ class PolicyRoutes:
         return int(self._clock.seconds() * 1000)
 
     @staticmethod
-    def _session(request: server.Request, prefix: str = POLICY_PREFIX) -> str:
-        session = (request.path or b"")[len(prefix) :].decode("utf-8", errors="replace")
+    def _check(session: str) -> str:
         if not SESSION_ID_RE.fullmatch(session):
             raise HttpError(400, f"session must match {SESSION_ID_RE.pattern}")
         return session
 
-    async def put(self, request: server.Request) -> JsonResponse:
+    async def put(self, request: server.Request, session: str) -> JsonResponse:
         """Set the session's policy (and allow-list: omitted, it stays as it was); 403 when
         the caller is neither the session's own swarm_policy call nor a person."""
-        session = self._session(request)
+        self._check(session)
         try:
             body = decode_json_object(read_body(request))
             policy = parse_policy(body.get("policy"))
@@ -235,15 +234,15 @@ class PolicyRoutes:
             200, change.policy.view() | {"held": change.held, "released": change.released}
         )
 
-    async def get(self, request: server.Request) -> JsonResponse:
-        session = self._session(request)
+    async def get(self, request: server.Request, session: str) -> JsonResponse:
+        self._check(session)
         policy = await self._db.read(SwarmRepository.policy_of, session)
         held = await self._db.read(SwarmRepository.held_counts)
         return JsonResponse(200, policy.view() | {"held": held.get(session, 0)})
 
-    async def release(self, request: server.Request) -> JsonResponse:
+    async def release(self, request: server.Request, session: str) -> JsonResponse:
         """Release what is held for the session now; its policy stays."""
-        session = self._session(request, RELEASE_PREFIX)
+        self._check(session)
         raw = read_body(request)
         try:
             body = decode_json_object(raw) if raw.strip() else {}

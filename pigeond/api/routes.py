@@ -37,7 +37,7 @@ from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import Database
 from pigeond.storage.repository import Accept, QueueLimits
 
-MESSAGE_PREFIX = "/swarm/message/"
+MESSAGE_PATH = "/swarm/message/{msg_id}"
 log = Logger()
 
 # A check on a parsed send before it is stored; raises HttpError to refuse it.
@@ -124,7 +124,7 @@ class SwarmRoutes:
         api.route("POST", "/swarm/send", self.send)
         api.route("GET", "/swarm/inbox", self.inbox)
         api.route("GET", "/health", self.health)
-        api.route_prefix("GET", MESSAGE_PREFIX, self.message)
+        api.route("GET", MESSAGE_PATH, self.message)
         api.route("GET", OPENAPI_PATH, self.openapi)
         return api
 
@@ -280,13 +280,8 @@ class SwarmRoutes:
 
     # -- GET /swarm/message/<msg_id> ---------------------------------------------
 
-    async def message(self, request: server.Request) -> JsonResponse:
+    async def message(self, request: server.Request, msg_id: str) -> JsonResponse:
         """One message's fields and delivery state, so a sender can follow it up."""
-        raw = (request.path or b"")[len(MESSAGE_PREFIX) :]
-        try:
-            msg_id = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise HttpError(400, "msg_id is not valid UTF-8") from e
         if not MSG_ID_RE.fullmatch(msg_id):
             raise HttpError(400, f"msg_id must match {MSG_ID_RE.pattern}")
         stored = await self._db.read(SwarmRepository.get, msg_id)

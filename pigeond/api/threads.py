@@ -30,8 +30,8 @@ from pigeond.storage.threads import THREADS_LIMIT
 
 THREADS_PATH = "/swarm/threads"
 HELD_PATH = "/swarm/held"
-RELEASE_PATH = "/swarm/held/{}/release"
-DROP_PATH = "/swarm/held/{}/drop"
+RELEASE_PATH = "/swarm/held/{msg_id}/release"
+DROP_PATH = "/swarm/held/{msg_id}/drop"
 # The most a release may raise a thread's limit by at once.
 MAX_RAISE = 1_000_000
 log = Logger()
@@ -114,8 +114,8 @@ class ThreadRoutes:
     def install(self, api: JsonApi) -> JsonApi:
         api.route("GET", THREADS_PATH, self.threads)
         api.route("GET", HELD_PATH, self.held)
-        api.route_pattern("POST", RELEASE_PATH, self.release)
-        api.route_pattern("POST", DROP_PATH, self.drop)
+        api.route("POST", RELEASE_PATH, self.release)
+        api.route("POST", DROP_PATH, self.drop)
         return api
 
     def _now_ms(self) -> int:
@@ -134,13 +134,9 @@ class ThreadRoutes:
         return JsonResponse(200, {"held": [h.view() for h in listed]})
 
     @staticmethod
-    def _msg_id(request: server.Request, pattern: str) -> str:
-        """The msg_id segment of the path (the routing matched ``pattern``'s shape)."""
-        segments = (request.path or b"").decode("utf-8", errors="replace").split("/")
-        [msg_id] = [s for s, p in zip(segments, pattern.split("/"), strict=True) if p == "{}"]
+    def _check(msg_id: str) -> None:
         if not MSG_ID_RE.fullmatch(msg_id):
             raise HttpError(400, f"msg_id must match {MSG_ID_RE.pattern}")
-        return msg_id
 
     async def _refused(self, msg_id: str, outcome: HoldOutcome) -> HttpError:
         if outcome is HoldOutcome.UNKNOWN:
@@ -161,8 +157,8 @@ class ThreadRoutes:
             {"msg_id": msg_id, "state": state},
         )  # fmt: skip
 
-    async def release(self, request: server.Request) -> JsonResponse:
-        msg_id = self._msg_id(request, RELEASE_PATH)
+    async def release(self, request: server.Request, msg_id: str) -> JsonResponse:
+        self._check(msg_id)
         try:
             mode, by = _release_body(read_body(request))
         except InvalidRequest as e:
@@ -178,8 +174,8 @@ class ThreadRoutes:
         return JsonResponse(200, {"msg_id": msg_id, "released": True, "mode": mode.value,
                                   "by": by})  # fmt: skip
 
-    async def drop(self, request: server.Request) -> JsonResponse:
-        msg_id = self._msg_id(request, DROP_PATH)
+    async def drop(self, request: server.Request, msg_id: str) -> JsonResponse:
+        self._check(msg_id)
         outcome = await self._db.write(SwarmRepository.drop_brake_hold, msg_id, self._now_ms())
         if outcome is not HoldOutcome.DONE:
             raise await self._refused(msg_id, outcome)

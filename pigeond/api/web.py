@@ -1,4 +1,4 @@
-"""JSON over twisted.web: the router, the answer's shape, and bounded request bodies.
+"""JSON over twisted.web: the API's resource, the answer's shape, and bounded request bodies.
 
 Every answer is JSON, errors included (``{"error": "..."}``).  Handlers raise
 :class:`HttpError` for anything the client did wrong; storage failures are a
@@ -23,10 +23,12 @@ from twisted.python import failure
 from twisted.web import http, server
 from twisted.web.resource import Resource
 
+from pigeond.api.route_table import Handler, RouteTable
 from pigeond.api.send_request import InvalidRequest
 from pigeond.api.site_limits import LimitedSite
 from pigeond.config import DEFAULTS, Config
 from pigeond.storage import StorageError, StorageUnavailable
+from pigeond.twisted_internals import StarRoutedRequest
 
 DEFAULT_MAX_BODY_BYTES = DEFAULTS.max_body_bytes
 
@@ -60,21 +62,22 @@ class TextResponse:
 
 
 Response = JsonResponse | TextResponse
-Handler = Callable[[server.Request], Response | Coroutine[Any, Any, Response]]
 # Runs before routing, on every request; raises HttpError to refuse it (access control).
 Gate = Callable[[server.Request], None]
 
 
-class BoundedRequest(server.Request):
+class BoundedRequest(StarRoutedRequest):
     """A request that stops buffering its body past ``max_body_bytes``.
 
     The rest of an oversized body is read and dropped, so memory stays
-    bounded, and the handler answers 413.
+    bounded, and the handler answers 413.  ``OPTIONS *`` and ``GET *`` are routed like
+    any other path (Twisted would answer them itself, before the access gate, with a body
+    that is not JSON): the gate refuses them or the API answers 404.
     """
 
     max_body_bytes = DEFAULT_MAX_BODY_BYTES
     body_too_large = False
-    _body_bytes = 0
+    body_bytes = 0
 
     def gotLength(self, length: int | None) -> None:
         if length is not None and length > self.max_body_bytes:
@@ -83,21 +86,9 @@ class BoundedRequest(server.Request):
             return
         super().gotLength(length)  # type: ignore[no-untyped-call]
 
-    def _handleStar(self) -> None:
-        """``OPTIONS *`` and ``GET *``: Twisted answers them itself, before any resource,
-        so they would pass the access gate and get a body that is not JSON.  Route them
-        like any other path instead (Twisted has no public hook; this is its private
-        method for exactly that case): the gate refuses them or the API answers 404."""
-        site = self.site
-        assert site is not None  # set by the Site that made this request
-        try:
-            self.render(site.getResourceFor(self))  # type: ignore[no-untyped-call]
-        except BaseException:
-            self.processingFailed(failure.Failure())  # type: ignore[no-untyped-call]
-
     def handleContentChunk(self, data: bytes) -> None:
-        self._body_bytes += len(data)
-        if self._body_bytes > self.max_body_bytes:
+        self.body_bytes += len(data)
+        if self.body_bytes > self.max_body_bytes:
             self.body_too_large = True
         if not self.body_too_large:
             super().handleContentChunk(data)  # type: ignore[no-untyped-call]
@@ -135,31 +126,36 @@ def query_param(request: server.Request, name: str) -> str | None:
 
 
 class JsonApi(Resource):
-    """Routes by exact path and method; one leaf resource for the whole API."""
+    """One leaf resource for the whole API: routes each request by its path and method in
+    one :class:`~pigeond.api.route_table.RouteTable`, and writes the answer."""
 
     isLeaf = True
 
     def __init__(self, gate: Gate | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.gate = gate
-        self._answering: set[Deferred[None]] = set()
-        self._routes: dict[bytes, dict[bytes, Handler]] = {}
-        self._prefixes: dict[bytes, dict[bytes, Handler]] = {}
-        self._patterns: dict[tuple[bytes, ...], dict[bytes, Handler]] = {}
+        self.answering: set[Deferred[None]] = set()
+        self.table = RouteTable()
 
     def route(self, method: str, path: str, handler: Handler) -> None:
-        self._routes.setdefault(path.encode("ascii"), {})[method.encode("ascii")] = handler
+        """Route ``method`` on ``path``; each ``{name}`` segment of ``path`` is one
+        non-empty segment, handed to ``handler`` as the argument ``name`` (a ``str``)."""
+        self.table.add(method, path, handler)
+
+    def served(self) -> set[tuple[str, str]]:
+        """Every (method, path) answered, with ``{}`` for each path parameter."""
+        return self.table.shapes()
 
     def render(self, request: server.Request) -> bytes | int:
         try:
-            answer = self._dispatch(request)
+            answer = self.dispatch(request)
         except Exception as e:
-            return self._write(request, self._error_response(request, e))
+            return write_response(request, error_response(request, e))
         if isinstance(answer, JsonResponse | TextResponse):
-            return self._write(request, answer)
-        return self._answer_later(request, Deferred.fromCoroutine(answer))
+            return write_response(request, answer)
+        return self.answer_later(request, Deferred.fromCoroutine(answer))
 
-    def _answer_later(self, request: server.Request, answer: Deferred[Response]) -> int:
+    def answer_later(self, request: server.Request, answer: Deferred[Response]) -> int:
         """Write ``answer`` when it comes, unless the client hung up meanwhile (its work,
         a send's commit included, still runs to the end: a retry is idempotent)."""
         gone = []
@@ -168,7 +164,7 @@ class JsonApi(Resource):
         def write(response: Response) -> None:
             if gone:
                 return
-            body = self._write(request, response)
+            body = write_response(request, response)
             request.setHeader(b"content-length", str(len(body)).encode("ascii"))
             request.write(body)
             request.finish()
@@ -177,7 +173,7 @@ class JsonApi(Resource):
             error = failure.value
             if not isinstance(error, Exception):
                 return failure  # type: ignore[return-value]  # BaseException: not ours to answer
-            return self._error_response(request, error, failure)
+            return error_response(request, error, failure)
 
         writing = (
             answer.addErrback(refuse)
@@ -187,82 +183,22 @@ class JsonApi(Resource):
             )
         )
         if not writing.called:
-            self._answering.add(writing)
-            writing.addBoth(lambda _: self._answering.discard(writing))
+            self.answering.add(writing)
+            writing.addBoth(lambda _: self.answering.discard(writing))
         return server.NOT_DONE_YET
 
     def answered(self) -> Deferred[None]:
         """Fires once every request being answered now has its answer written: at shutdown,
         a send whose commit is under way still gets its 202."""
-        return DeferredList(list(self._answering), consumeErrors=True).addCallback(lambda _: None)
+        return DeferredList(list(self.answering), consumeErrors=True).addCallback(lambda _: None)
 
-    @staticmethod
-    def _error_response(
-        request: server.Request, error: Exception, caught: failure.Failure | None = None
-    ) -> JsonResponse:
-        """The answer for a handler's exception: the client's fault, storage, or ours."""
-        if isinstance(error, HttpError):
-            body = {"error": error.message, **error.extra}
-            return JsonResponse(error.status, body, error.headers)
-        if isinstance(error, InvalidRequest):
-            return JsonResponse(400, {"error": str(error)})
-        if isinstance(error, StorageUnavailable):
-            log.error("storage unavailable: {error}", error=str(error))
-            return JsonResponse(503, {"error": f"storage unavailable, nothing stored: {error}"})
-        if isinstance(error, StorageError):
-            log.error("storage error: {error}", error=str(error))
-            return JsonResponse(503, {"error": f"storage error: {error}"})
-        log.failure(
-            "unexpected error on {method} {path}",
-            caught or failure.Failure(error, type(error), error.__traceback__),
-            method=request.method,
-            path=request.path,
-        )
-        return JsonResponse(500, {"error": "internal error; see the daemon's log"})
-
-    def route_prefix(self, method: str, prefix: str, handler: Handler) -> None:
-        """A route for every path under ``prefix`` (``/swarm/message/<id>``); the handler
-        reads the rest from ``request.path``."""
-        self._prefixes.setdefault(prefix.encode("ascii"), {})[method.encode("ascii")] = handler
-
-    def route_pattern(self, method: str, pattern: str, handler: Handler) -> None:
-        """A route for every path of ``pattern``'s shape, each ``{}`` one non-empty segment
-        (``/swarm/channels/{}/members``); the handler reads them from ``request.path``.
-        Unlike one prefix for several shapes, each shape answers 405 with its own methods."""
-        segments = tuple(pattern.encode("ascii").split(b"/"))
-        self._patterns.setdefault(segments, {})[method.encode("ascii")] = handler
-
-    def served(self) -> set[tuple[str, str]]:
-        """Every (method, path) answered; a prefix route's path ends in ``{}``, a pattern
-        route's has ``{}`` for each segment it leaves open."""
-        exact = {(m.decode(), p.decode()) for p, ms in self._routes.items() for m in ms}
-        prefixed = {(m.decode(), p.decode() + "{}") for p, ms in self._prefixes.items() for m in ms}
-        patterned = {
-            (m.decode(), b"/".join(p).decode()) for p, ms in self._patterns.items() for m in ms
-        }
-        return exact | prefixed | patterned
-
-    def _methods_for(self, path: bytes) -> dict[bytes, Handler] | None:
-        methods = self._routes.get(path)
-        if methods is not None:
-            return methods
-        segments = path.split(b"/")
-        for pattern, patterned in self._patterns.items():
-            if len(pattern) == len(segments) and all(
-                s != b"" if p == b"{}" else s == p for p, s in zip(pattern, segments, strict=True)
-            ):
-                return patterned
-        for prefix, prefixed in self._prefixes.items():
-            if path.startswith(prefix) and len(path) > len(prefix):
-                return prefixed
-        return None
-
-    def _dispatch(self, request: server.Request) -> Response | Coroutine[Any, Any, Response]:
+    def dispatch(self, request: server.Request) -> Response | Coroutine[Any, Any, Response]:
         if self.gate is not None:
             self.gate(request)
-        methods = self._methods_for(request.path or b"")
-        if methods is None:
+        found = self.table.match(request.path or b"")
+        if found is None:
             raise HttpError(404, "no such route")
+        methods, raw = found
         method = request.method or b""
         handler = methods.get(method)
         if handler is None and method == b"HEAD":
@@ -271,20 +207,57 @@ class JsonApi(Resource):
             allowed = b", ".join(sorted(methods))
             request.setHeader(b"allow", allowed)
             raise HttpError(405, f"method not allowed; use {allowed.decode('ascii')}")
-        return handler(request)
+        answer: Response | Coroutine[Any, Any, Response] = handler(request, **path_params(raw))
+        return answer
 
-    @staticmethod
-    def _write(request: server.Request, response: Response) -> bytes:
-        request.setResponseCode(response.status)
-        request.setHeader(b"cache-control", b"no-store")
-        request.setHeader(b"server", b"pigeond")  # not Twisted's name and version
-        if isinstance(response, TextResponse):
-            request.setHeader(b"content-type", response.content_type.encode("ascii"))
-            return response.text.encode("utf-8")
-        request.setHeader(b"content-type", b"application/json; charset=utf-8")
-        for name, value in response.headers.items():
-            request.setHeader(name.encode("ascii"), value.encode("ascii"))
-        return json.dumps(response.body, ensure_ascii=False).encode("utf-8") + b"\n"
+
+def path_params(raw: dict[str, bytes]) -> dict[str, str]:
+    """The path's parameters, decoded; one that is not UTF-8 is a 400."""
+    params = {}
+    for name, value in raw.items():
+        try:
+            params[name] = value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise HttpError(400, f"the {name} in the path is not valid UTF-8") from e
+    return params
+
+
+def error_response(
+    request: server.Request, error: Exception, caught: failure.Failure | None = None
+) -> JsonResponse:
+    """The answer for a handler's exception: the client's fault, storage, or ours."""
+    if isinstance(error, HttpError):
+        body = {"error": error.message, **error.extra}
+        return JsonResponse(error.status, body, error.headers)
+    if isinstance(error, InvalidRequest):
+        return JsonResponse(400, {"error": str(error)})
+    if isinstance(error, StorageUnavailable):
+        log.error("storage unavailable: {error}", error=str(error))
+        return JsonResponse(503, {"error": f"storage unavailable, nothing stored: {error}"})
+    if isinstance(error, StorageError):
+        log.error("storage error: {error}", error=str(error))
+        return JsonResponse(503, {"error": f"storage error: {error}"})
+    log.failure(
+        "unexpected error on {method} {path}",
+        caught or failure.Failure(error, type(error), error.__traceback__),
+        method=request.method,
+        path=request.path,
+    )
+    return JsonResponse(500, {"error": "internal error; see the daemon's log"})
+
+
+def write_response(request: server.Request, response: Response) -> bytes:
+    """Set ``response``'s status and headers on ``request``; its body, to write."""
+    request.setResponseCode(response.status)
+    request.setHeader(b"cache-control", b"no-store")
+    request.setHeader(b"server", b"pigeond")  # not Twisted's name and version
+    if isinstance(response, TextResponse):
+        request.setHeader(b"content-type", response.content_type.encode("ascii"))
+        return response.text.encode("utf-8")
+    request.setHeader(b"content-type", b"application/json; charset=utf-8")
+    for name, value in response.headers.items():
+        request.setHeader(name.encode("ascii"), value.encode("ascii"))
+    return json.dumps(response.body, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
 class QuietSite(LimitedSite):
@@ -311,11 +284,11 @@ def make_site(
     reactor: IReactorTime | None = None,
 ) -> QuietSite:
     """The daemon's site: JSON for every answer, bodies bounded, connections bounded (see
-    :mod:`pigeond.api.http_limits`): ``config`` gives ``max_body_bytes``,
-    ``request_timeout_s`` and ``max_connections``.  ``idle_timeout_s`` closes a kept-alive
-    connection that sends no next request.  ``reactor`` runs the timers (the global one
-    when None)."""
-    site = QuietSite(  # type: ignore[no-untyped-call]
+    :mod:`pigeond.api.http_limits` and :mod:`pigeond.api.connection_slots`): ``config``
+    gives ``max_body_bytes``, ``request_timeout_s`` and ``max_connections``.
+    ``idle_timeout_s`` closes a kept-alive connection that sends no next request.
+    ``reactor`` runs the timers (the global one when None)."""
+    site = QuietSite(
         api,
         requestFactory=bounded_request_factory(config.max_body_bytes),
         # the API takes JSON only: a form or multipart body is never parsed into args
@@ -337,7 +310,7 @@ def configure_site(
     site.requestFactory = bounded_request_factory(max_body_bytes)
     if isinstance(site, LimitedSite):
         site.request_timeout_s = request_timeout_s
-        site.max_connections = max_connections
+        site.slots.max_connections = max_connections
 
 
 __all__ = [

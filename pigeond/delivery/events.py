@@ -94,28 +94,28 @@ class ServerSentEvents(TransportProtocol):
     """Splits a response body into SSE ``data:`` payloads."""
 
     def __init__(self, on_data: Callable[[str], None], on_bytes: Callable[[], None]) -> None:
-        self._on_data = on_data
-        self._on_bytes = on_bytes
-        self._buffer = b""
-        self._data: list[str] = []
+        self.on_data = on_data
+        self.on_bytes = on_bytes
+        self.buffer = b""
+        self.payload_lines: list[str] = []
         self.finished: Deferred[None] = Deferred()
 
     def dataReceived(self, data: bytes) -> None:
-        self._on_bytes()
-        self._buffer += data
-        if len(self._buffer) > _MAX_LINE:
+        self.on_bytes()
+        self.buffer += data
+        if len(self.buffer) > _MAX_LINE:
             log.warn("event stream line over {n} bytes; dropping the connection", n=_MAX_LINE)
             self.close()
             return
-        *lines, self._buffer = self._buffer.split(b"\n")
+        *lines, self.buffer = self.buffer.split(b"\n")
         for raw in lines:
             line = raw.rstrip(b"\r").decode("utf-8", errors="replace")
             if line == "":
-                if self._data:
-                    self._on_data("\n".join(self._data))
-                self._data = []
+                if self.payload_lines:
+                    self.on_data("\n".join(self.payload_lines))
+                self.payload_lines = []
             elif line.startswith("data:"):
-                self._data.append(line[5:].lstrip(" "))
+                self.payload_lines.append(line[5:].lstrip(" "))
 
     def connectionLost(self, reason: Failure = Failure(ConnectionError("closed"))) -> None:  # noqa: B008
         if not self.finished.called:

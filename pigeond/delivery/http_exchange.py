@@ -154,65 +154,65 @@ class _Connection(Protocol):
     """One keep-alive connection; at most one call on it at a time."""
 
     def __init__(self, owner: HttpExchange) -> None:
-        self._owner = owner
-        self._waiting: Deferred[tuple[int, bytes]] | None = None
-        self._parser: _AnswerParser | None = None
+        self.owner = owner
+        self.waiting: Deferred[tuple[int, bytes]] | None = None
+        self.parser: _AnswerParser | None = None
         self.gone = False
 
     def call(self, request: bytes, head_only: bool) -> Deferred[tuple[int, bytes]]:
-        assert self._waiting is None and self.transport is not None
-        self._parser = _AnswerParser(head_only)
-        self._waiting = Deferred(lambda d: self._abort())
+        assert self.waiting is None and self.transport is not None
+        self.parser = _AnswerParser(head_only)
+        self.waiting = Deferred(lambda d: self.abort())
         self.transport.write(request)
-        return self._waiting
+        return self.waiting
 
-    def _abort(self) -> None:
+    def abort(self) -> None:
         self.gone = True
-        self._waiting = None  # cancelled: the Deferred has its CancelledError already
+        self.waiting = None  # cancelled: the Deferred has its CancelledError already
         if self.transport is not None:
             self.transport.abortConnection()  # type: ignore[attr-defined]
 
     def dataReceived(self, data: bytes) -> None:
-        parser, waiting = self._parser, self._waiting
+        parser, waiting = self.parser, self.waiting
         if parser is None or waiting is None:
-            self._abort()  # bytes nobody asked for: this connection is not to be trusted
+            self.abort()  # bytes nobody asked for: this connection is not to be trusted
             return
         try:
             done = parser.feed(data)
         except _BadAnswer as e:
-            self._fail(ResponseFailed([Failure(e)]))
-            self._abort()
+            self.fail(ResponseFailed([Failure(e)]))
+            self.abort()
             return
         if done:
-            self._finish(parser, reusable=parser.persistent)
+            self.finish(parser, reusable=parser.persistent)
 
-    def _finish(self, parser: _AnswerParser, *, reusable: bool) -> None:
-        waiting, self._waiting, self._parser = self._waiting, None, None
+    def finish(self, parser: _AnswerParser, *, reusable: bool) -> None:
+        waiting, self.waiting, self.parser = self.waiting, None, None
         assert waiting is not None and parser.status is not None
         if reusable and not self.gone:
-            self._owner._idle_again(self)
+            self.owner._idle_again(self)
         elif self.transport is not None and not self.gone:
             self.gone = True
             self.transport.loseConnection()
         waiting.callback((parser.status, parser.body))
 
-    def _fail(self, error: Exception) -> None:
-        waiting, self._waiting, self._parser = self._waiting, None, None
+    def fail(self, error: Exception) -> None:
+        waiting, self.waiting, self.parser = self.waiting, None, None
         if waiting is not None:
             waiting.errback(Failure(error))
 
     def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:  # noqa: B008
         self.gone = True
-        self._owner._lost(self)
-        parser = self._parser
-        if self._waiting is None or parser is None:
+        self.owner._lost(self)
+        parser = self.parser
+        if self.waiting is None or parser is None:
             return
         if parser.closed():
-            self._finish(parser, reusable=False)
+            self.finish(parser, reusable=False)
         elif parser.started:
-            self._fail(ResponseFailed([reason]))
+            self.fail(ResponseFailed([reason]))
         else:
-            self._fail(ResponseNeverReceived([reason]))
+            self.fail(ResponseNeverReceived([reason]))
 
 
 def _one_line(text: str) -> str:

@@ -21,10 +21,9 @@ files must be exactly as private as intended, and Twisted's defaults are not:
   refused, never followed.  A socket left by a crash is replaced; one a live
   daemon serves is left alone; pigeond removes its own on a clean stop.
 
-Both Unix cases use :class:`UnixSocketPort`, a subclass of the public
-``twisted.internet.unix.Port`` that wraps a socket which is already bound and
-listening, so accepted connections are ordinary ``unix.Server`` transports
-(``getHandle()`` is the connected socket, for ``SO_PEERCRED``).
+Both Unix cases use :class:`UnixSocketPort`, a ``twisted.internet.unix.Port`` that wraps
+a socket which is already bound and listening, so accepted connections are ordinary
+``unix.Server`` transports (``getHandle()`` is the connected socket, for ``SO_PEERCRED``).
 """
 
 from __future__ import annotations
@@ -36,12 +35,14 @@ import socket
 import stat
 from typing import Any
 
-from twisted.internet import defer, tcp, unix
+from twisted.internet import defer
 from twisted.internet.endpoints import AdoptedStreamServerEndpoint, serverFromString
 from twisted.internet.error import AlreadyListened
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
 from twisted.logger import Logger
 from zope.interface import implementer
+
+from pigeond.twisted_internals import AdoptedUnixPort
 
 log = Logger()
 
@@ -167,25 +168,22 @@ class AdoptedUnixEndpoint:
 # -- the port ------------------------------------------------------------------------------
 
 
-class UnixSocketPort(unix.Port):
+class UnixSocketPort(AdoptedUnixPort):
     """A ``twisted.internet.unix.Port`` around a socket that is already bound and listening.
 
     ``startListening`` and ``connectionLost`` are overridden because Twisted's chmod the
     path (to ``mode``, 0666 by default) and unlink it, whoever owns it.  This one never
     chmods; on stop it unlinks the path only when ``remove_on_stop`` is given and the path
     is still the very socket file it names (``(st_dev, st_ino)``), so a socket someone
-    else has put there since is never removed.  Not done here: Twisted's reservation of a
-    spare descriptor for EMFILE recovery (a private ``tcp`` helper); a port that never
-    reserved one simply does not use it.
+    else has put there since is never removed.
 
     On stop the socket is closed without ``shutdown()``: a passed socket is shared with
     systemd, and a shutdown of a listening socket ends it for every holder (systemd sees
     POLLHUP and fails the .socket unit).  Twisted's TCP port skips the shutdown for an
-    adopted socket the same way, through the private flag set below; its Unix port does
-    not.  For a socket only pigeond holds, close() alone does the same as shutdown().
+    adopted socket the same way; its Unix port does not (see
+    :class:`pigeond.twisted_internals.AdoptedUnixPort`).  For a socket only pigeond
+    holds, close() alone does the same as shutdown().
     """
-
-    _shouldShutdown = False  # twisted.internet.tcp._SocketCloser: no shutdown() in close
 
     def __init__(
         self,
@@ -196,27 +194,22 @@ class UnixSocketPort(unix.Port):
     ) -> None:
         self.path: str | bytes = sock.getsockname()  # bytes for an abstract name
         super().__init__(self.path, factory, reactor=reactor)
-        self._listening_socket: socket.socket | None = sock
-        self._remove_on_stop = remove_on_stop
+        self.listening_socket: socket.socket | None = sock
+        self.remove_on_stop = remove_on_stop
 
     def startListening(self) -> None:
-        sock = self._listening_socket
+        sock = self.listening_socket
         if sock is None:
             raise AlreadyListened()
-        self._listening_socket = None
+        self.listening_socket = None
         assert self.factory is not None
         self.factory.doStart()
-        # what unix.Port.startListening does after its bind and chmod
-        self.connected = True
-        self.socket = sock
-        self.fileno = sock.fileno  # type: ignore[method-assign]
-        self.numberAccepts = 100
-        self.startReading()  # type: ignore[no-untyped-call]
+        self.listen_on(sock)
 
     def connectionLost(self, reason: Any) -> None:
-        if self._remove_on_stop is not None:
-            _remove_if_same(self.path, self._remove_on_stop)
-        tcp.Port.connectionLost(self, reason)  # skips unix.Port's unconditional unlink
+        if self.remove_on_stop is not None:
+            _remove_if_same(self.path, self.remove_on_stop)
+        self.stop_listening_keeping_path(reason)
 
 
 def _file_id(st: os.stat_result) -> tuple[int, int]:
