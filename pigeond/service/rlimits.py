@@ -20,7 +20,7 @@ log = Logger()
 
 # descriptors besides the connections: the database and its WAL, the lock, the listeners,
 # epoll, connections to opencode, and connections refused with 503 whose answer is being
-# written (see pigeond.api.site_limits.LimitedSite)
+# written (see pigeond.api.connection_slots)
 HEADROOM = 128
 # what "unlimited" becomes: the kernel refuses RLIM_INFINITY for RLIMIT_NOFILE
 UNLIMITED_NOFILE = 1 << 20
