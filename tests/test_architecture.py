@@ -36,7 +36,6 @@ def test_the_layers_contract_keeps_storage_at_the_bottom() -> None:
     ]  # fmt: skip
 
 
-
 def command_modules() -> set[str]:
     """Every module a ``[project.scripts]`` entry names, and every module that is a verb of
     one: it defines a top-level ``main``, ``entry``, ``run`` or ``cmd_*`` function."""
@@ -57,6 +56,7 @@ def test_the_tui_contract_forbids_every_command_module() -> None:
     [tui] = [c for c in contracts() if c.get("source_modules") == ["pigeond_tui"]]
     forbidden = set(tui["forbidden_modules"])  # type: ignore[call-overload]
     assert command_modules() - forbidden == set()
+
 
 def private_imports(path: Path) -> list[str]:
     """The ``module:name`` of each import in ``path`` of a library's private module or name

@@ -182,7 +182,7 @@ def run(
 ) -> int:
     """Serve until SIGTERM/SIGINT; SIGHUP re-reads the configuration.  Unless
     ``runtime_socket_set``, a missing default runtime socket is said (a warning)."""
-    from pigeond.service.daemon import build_daemon, stop_later
+    from pigeond.service.daemon import stop_later
     from pigeond.service.logs import start_logging
     from pigeond.service.parts import runtime_socket_warning
     from pigeond.service.reload import config_changes, reload_line
@@ -195,6 +195,7 @@ def run(
         notifier_from,
         watchdog_period_s,
     )
+    from pigeond.service.wiring import build_daemon
 
     os.umask(0o077)  # whatever pigeond creates is its user's alone, unless it says otherwise
     lock = instance_lock(config.db, os.environ)
