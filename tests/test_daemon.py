@@ -118,7 +118,6 @@ class HangingPrompts(RecordingOpencode):
         return server.NOT_DONE_YET
 
 
-
 def test_the_database_watch_and_the_pruner_start_and_stop_with_the_daemon(
     tmp_path: Path, clock: Clock
 ) -> None:
@@ -133,6 +132,7 @@ def test_the_database_watch_and_the_pruner_start_and_stop_with_the_daemon(
     result_of(stop_later(daemon))
     assert not watch.running and not pruner.running
     assert clock.getDelayedCalls() == []
+
 
 def test_stop_waits_for_in_flight_hand_offs_only_so_long(tmp_path: Path, clock: Clock) -> None:
     """Stopping waits for a hand-off in flight at most stop_timeout_s; the message stays
