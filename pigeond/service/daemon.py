@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IListeningPort
+from twisted.internet.interfaces import IListeningPort, IReactorTime
 from twisted.logger import Logger
 from twisted.web.client import HTTPConnectionPool
 
@@ -58,7 +58,7 @@ class Daemon:
     arbiter: Arbiter | None
     events: EventStream | None
     pool: HTTPConnectionPool | None
-    reactor: Any
+    reactor: IReactorTime
     routes: SwarmRoutes
     api: JsonApi
     pruner: Pruner

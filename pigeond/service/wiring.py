@@ -9,10 +9,10 @@ tests pass their own.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from treq.client import HTTPClient
 from twisted.application.service import MultiService
+from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.web.client import HTTPConnectionPool
 
 from pigeond.api.authority import SessionAuthority
@@ -59,13 +59,20 @@ from pigeond.storage.database import Database, open_threaded
 
 
 def build_daemon(
-    config: Config, reactor: Any, http: HTTPClient | None = None, db: Database | None = None
+    config: Config,
+    reactor: IReactorTime,
+    http: HTTPClient | None = None,
+    db: Database | None = None,
 ) -> Daemon:
     """Open and migrate the database (unless ``db`` is given: tests on a ``Clock`` pass an
     :class:`~pigeond.storage.database.InlineDatabase`) and wire the layers; listens on
-    nothing yet."""
+    nothing yet.
+
+    ``reactor`` is typed as the clock, what nearly every part takes; the few that need
+    more of the real reactor (threads, TCP, listening) adapt it to the interface they
+    need where they take it, as Twisted advises for what not every reactor provides."""
     if db is None:
-        db = open_threaded(config.connect_db, reactor)
+        db = open_threaded(config.connect_db, IReactorFromThreads(reactor))
     db.configure(config)
     try:
         return _wire(config, reactor, http, db)
@@ -79,7 +86,7 @@ def _no_kick(target: str) -> None:
     delivers."""
 
 
-def _wire(config: Config, reactor: Any, http: HTTPClient | None, db: Database) -> Daemon:
+def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Database) -> Daemon:
     jobs = MultiService()
     # first, so a deleted database is noticed before any other job runs
     db_watch = DatabaseWatch(config.db, reactor, interval_s=config.tick_ms / 1000)
