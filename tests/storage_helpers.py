@@ -11,7 +11,8 @@ from twisted.internet.task import Clock
 
 from pigeond.config import Config
 from pigeond.model import NewMessage
-from pigeond.service.daemon import Daemon, build_daemon
+from pigeond.service.daemon import Daemon
+from pigeond.service.wiring import build_daemon
 from pigeond.storage import AcceptOutcome, SwarmRepository, connect, open_database
 from pigeond.storage.base import Connection
 from pigeond.storage.database import InlineDatabase

@@ -36,6 +36,29 @@ def test_the_layers_contract_keeps_storage_at_the_bottom() -> None:
     ]  # fmt: skip
 
 
+def command_modules() -> set[str]:
+    """Every module a ``[project.scripts]`` entry names, and every module that is a verb of
+    one: it defines a top-level ``main``, ``entry``, ``run`` or ``cmd_*`` function.  The
+    TUI's own entry point (``pigeond_tui.app``) is left out: it is the TUI."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    named = {target.split(":")[0] for target in config["project"]["scripts"].values()}
+    verbs = set()
+    for path in (REPO / "pigeond").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+        if any(f in ("main", "entry", "run") or f.startswith("cmd_") for f in functions):
+            verbs.add(".".join(path.relative_to(REPO).with_suffix("").parts))
+    return (named | verbs) - {"pigeond_tui.app"}
+
+
+def test_the_tui_contract_forbids_every_command_module() -> None:
+    """The contract keeping the TUI off the commands names each command and verb module, so
+    a new ``pigeon`` verb cannot slip past it."""
+    [tui] = [c for c in contracts() if c.get("source_modules") == ["pigeond_tui"]]
+    forbidden = set(tui["forbidden_modules"])  # type: ignore[call-overload]
+    assert command_modules() - forbidden == set()
+
+
 def private_imports(path: Path) -> list[str]:
     """The ``module:name`` of each import in ``path`` of a library's private module or name
     (a component starting with ``_``, dunders aside), such as ``twisted.web._newclient``."""

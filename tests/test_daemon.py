@@ -118,6 +118,22 @@ class HangingPrompts(RecordingOpencode):
         return server.NOT_DONE_YET
 
 
+def test_the_database_watch_and_the_pruner_start_and_stop_with_the_daemon(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The database watch and the pruner are services of the daemon's MultiService: they
+    run from start_delivery on and leave nothing on the clock once the daemon stops."""
+    daemon = clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock)
+    watch, pruner = (daemon.jobs.getServiceNamed(name) for name in ("db-watch", "pruner"))
+    assert (watch, pruner) == (daemon.db_watch, daemon.pruner)
+    assert not watch.running and not pruner.running and clock.getDelayedCalls() == []
+    daemon.start_delivery()
+    assert watch.running and pruner.running
+    result_of(stop_later(daemon))
+    assert not watch.running and not pruner.running
+    assert clock.getDelayedCalls() == []
+
+
 def test_stop_waits_for_in_flight_hand_offs_only_so_long(tmp_path: Path, clock: Clock) -> None:
     """Stopping waits for a hand-off in flight at most stop_timeout_s; the message stays
     queued for the next start, and the database is closed."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pigeond.model import NOTICE_SENDER, OVERDUE_KIND, REMINDER_KIND, Owed, StoredMessage
+from pigeond.model import NOTICE_SENDER, OVERDUE_KIND, REMINDER_KIND, StoredMessage
+from pigeond.owed_replies import Owed
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.migrations import _V10_OBLIGATIONS
 from pigeond.storage.obligations import DUE_SQL

@@ -11,7 +11,8 @@ from twisted.logger import LogLevel
 
 from pigeond.config import Config
 from pigeond.delivery.reminders import ReminderSweep
-from pigeond.model import REMINDER_KIND, SESSION_ID_RE, Owed
+from pigeond.model import REMINDER_KIND, SESSION_ID_RE
+from pigeond.owed_replies import Owed
 from pigeond.service.daemon import Daemon
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.database import InlineDatabase

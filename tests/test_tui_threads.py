@@ -8,7 +8,7 @@ from pathlib import Path
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
-from pigeond.cli.pigeon_held import THREADS_COLUMNS
+from pigeond.cli.held_views import THREADS_COLUMNS
 from pigeond.costs import EndedTurn, TurnUsage
 from pigeond.model import Hold
 from pigeond.storage import SwarmRepository, open_database

@@ -23,7 +23,8 @@ from twisted.logger import LogLevel
 from twisted.web.server import Site
 
 from pigeond.config import Config
-from pigeond.service.daemon import Daemon, build_daemon
+from pigeond.service.daemon import Daemon
+from pigeond.service.wiring import build_daemon
 from tests.conftest import LogCapture
 from tests.http_helpers import client_headers, daemon_call, result_of
 from tests.openapi_check import check_body

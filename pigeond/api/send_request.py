@@ -17,7 +17,6 @@ from pigeond.model import (
     NAME_MARK,
     NAME_RE,
     PRIORITIES,
-    REPLY_EXPECTED_KINDS,
     SENDER_RE,
     SESSION_ID_RE,
     THREAD_RE,
@@ -25,6 +24,7 @@ from pigeond.model import (
     NewMessage,
     is_reserved_sender,
 )
+from pigeond.owed_replies import REPLY_EXPECTED_KINDS
 
 MAX_TTL_S = 30 * 24 * 3600
 

@@ -4,6 +4,8 @@ it can go wrong (bad usage 2, refused 1, unreachable or failing daemon 3).
 
 ``name set|release`` and ``channel join|leave`` write through the daemon because only
 it can ask opencode whether a session exists; this is their one way of asking it.
+``permission answer`` and the TUI answer a permission request through it too
+(:func:`answer_through_daemon`, the TUI's way, says what came of it in one line).
 """
 
 from __future__ import annotations
@@ -64,3 +66,23 @@ def ask_daemon(
         plain = f"{what}: daemon answered {answer.status}: {answer.error}"
         return fail(turned_away or plain, status)
     return answer.body
+
+
+def permission_reply(request_id: str, answer: str) -> Request:
+    """The request that answers permission request ``request_id`` (only the daemon can
+    reach opencode, in the instance that holds the request)."""
+    return ("POST", f"/swarm/permissions/{request_id}/reply", {"answer": answer})
+
+
+def answer_through_daemon(
+    url: str, token: str | None, request_id: str, answer: str, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> str:
+    """Answer through the daemon at ``url`` (the TUI's way); the line saying what came of it."""
+    request = permission_reply(request_id, answer)
+    try:
+        reply = daemon_http.call_daemon(url, *request, timeout_s, token)
+    except (OSError, TimeoutError, ValueError) as e:
+        return f"{request_id}: the daemon cannot be reached ({e}); nothing answered"
+    if 200 <= reply.status < 300:
+        return f"{request_id}: answered {answer}"
+    return f"{request_id}: not answered: {reply.error}"

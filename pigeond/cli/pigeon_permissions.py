@@ -14,8 +14,7 @@ import argparse
 import json
 from collections.abc import Mapping
 
-from pigeond.cli.daemon_call import DEFAULT_TIMEOUT_S, add_daemon_options, ask_daemon, fail
-from pigeond.cli.daemon_http import call_daemon
+from pigeond.cli.daemon_call import add_daemon_options, ask_daemon, fail, permission_reply
 from pigeond.cli.presentation import format_age
 from pigeond.model import PERMISSION_ANSWERS, PERMISSION_ID_RE
 from pigeond.storage import SwarmRepository
@@ -75,23 +74,9 @@ def cmd_permission(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if args.answer not in PERMISSION_ANSWERS:
         choices = ", ".join(PERMISSION_ANSWERS)
         return fail(f"permission answer: ANSWER must be one of {choices}", EXIT_USAGE)
-    path = f"/swarm/permissions/{args.request_id}/reply"
-    answer = ask_daemon(args, env, "permission answer", ("POST", path, {"answer": args.answer}))
+    request = permission_reply(args.request_id, args.answer)
+    answer = ask_daemon(args, env, "permission answer", request)
     if isinstance(answer, int):
         return answer
     print(visible(f"{args.request_id}: answered {args.answer}"))
     return EXIT_OK
-
-
-def answer_through_daemon(
-    url: str, token: str | None, request_id: str, answer: str, timeout_s: float = DEFAULT_TIMEOUT_S
-) -> str:
-    """Answer through the daemon at ``url`` (the TUI's way); the line saying what came of it."""
-    path = f"/swarm/permissions/{request_id}/reply"
-    try:
-        reply = call_daemon(url, "POST", path, {"answer": answer}, timeout_s, token)
-    except (OSError, TimeoutError, ValueError) as e:
-        return f"{request_id}: the daemon cannot be reached ({e}); nothing answered"
-    if 200 <= reply.status < 300:
-        return f"{request_id}: answered {answer}"
-    return f"{request_id}: not answered: {reply.error}"

@@ -14,36 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
 from typing import Final
 
+from pigeond.cli.consent_views import OPERATOR
 from pigeond.cli.presentation import format_age, table_lines
-from pigeond.consent import POLICIES, InboundPolicy, Policy, parse_allow, parse_policy
+from pigeond.consent import POLICIES, InboundPolicy, parse_allow, parse_policy
 from pigeond.model import SESSION_ID_RE
 from pigeond.storage import SwarmRepository
 from pigeond.terminal import json_visible, visible
 
 POLICY_COLUMNS: Final = ("session", "policy", "held", "allow", "set", "by")
-OPERATOR: Final = "operator"
 EXIT_OK, EXIT_USAGE = 0, 2
-POLICY_COLUMN: Final = "policy"  # the TUI's column of "queued per target"
-
-
-def consent_cells(repo: SwarmRepository) -> dict[str, str]:
-    """The policy column's cell per target that set a policy: ``hold, 2 held``; a target
-    without one shows ``accept`` (see :func:`consent_cell`): the TUI's "queued per target"."""
-    held = repo.held_counts()
-    return {p.session: describe(p, held.get(p.session, 0)) for p in repo.policies()}
-
-
-def describe(policy: InboundPolicy, held: int) -> str:
-    allow = f", allows {len(policy.allow)}" if policy.allow else ""
-    waiting = f", {held} held" if held else ""
-    return f"{policy.policy.value}{allow}{waiting}"
-
-
-def consent_cell(cells: Mapping[str, str], target: str) -> str:
-    return cells.get(target, Policy.ACCEPT.value)
 
 
 def add_policy_parser(

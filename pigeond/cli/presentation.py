@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from typing import Final
 
 from pigeond.envelope import render_envelope
-from pigeond.model import Obligation, Owed, State, StoredMessage
+from pigeond.model import State, StoredMessage
+from pigeond.owed_replies import Obligation, Owed
 from pigeond.storage.operator import FailedTarget, TargetQueue
 from pigeond.terminal import visible
 

@@ -1,5 +1,5 @@
 """The delivery layers a config reload reaches into, as the composition root builds them
-(pigeond/service/daemon.py) and the side routes read them (pigeond/service/side_routes.py).
+(pigeond/service/wiring.py) and the side routes read them (pigeond/service/side_routes.py).
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorCore, IReactorFromThreads, IReactorTime
 from twisted.logger import Logger
 
 from pigeond import __version__
@@ -176,13 +177,15 @@ def runtime_socket_chosen(args: argparse.Namespace, env: Mapping[str, str], conf
 
 def run(
     config: Config,
-    reactor: Any,
+    reactor: IReactorCore,
     reload_config: Callable[[], Config],
     runtime_socket_set: bool = True,
 ) -> int:
     """Serve until SIGTERM/SIGINT; SIGHUP re-reads the configuration.  Unless
-    ``runtime_socket_set``, a missing default runtime socket is said (a warning)."""
-    from pigeond.service.daemon import build_daemon, stop_later
+    ``runtime_socket_set``, a missing default runtime socket is said (a warning).
+    ``reactor`` is the global one: run and stopped here, and adapted to the clock the
+    daemon's parts take and to the thread-safe call a signal handler needs."""
+    from pigeond.service.daemon import stop_later
     from pigeond.service.logs import start_logging
     from pigeond.service.parts import runtime_socket_warning
     from pigeond.service.reload import config_changes, reload_line
@@ -195,12 +198,14 @@ def run(
         notifier_from,
         watchdog_period_s,
     )
+    from pigeond.service.wiring import build_daemon
 
+    clock = IReactorTime(reactor)
     os.umask(0o077)  # whatever pigeond creates is its user's alone, unless it says otherwise
     lock = instance_lock(config.db, os.environ)
     try:
         lock.acquire()
-        daemon = build_daemon(config, reactor)
+        daemon = build_daemon(config, clock)
     except AlreadyRunning as e:
         return _fail(str(e), EXIT_RUNTIME)
     except TokenError as e:
@@ -218,13 +223,13 @@ def run(
     apply_open_files_limit(config.max_connections)  # each connection costs a descriptor
     notifier = notifier_from(os.environ)
     status = StatusReporter(
-        notifier, reactor, lambda: Deferred.fromCoroutine(daemon.status_line()), STATUS_EVERY_S
+        notifier, clock, lambda: Deferred.fromCoroutine(daemon.status_line()), STATUS_EVERY_S
     )
     period = watchdog_period_s(os.environ, os.getpid())
     watchdog = None
     if period is not None:
         tick_s = config.tick_ms / 1000
-        watchdog = Watchdog(notifier, reactor, period, lambda: daemon.alive(period / 2 + tick_s))
+        watchdog = Watchdog(notifier, clock, period, lambda: daemon.alive(period / 2 + tick_s))
     exit_code = [EXIT_OK]
 
     async def start() -> None:
@@ -267,7 +272,8 @@ def run(
         return stop_later(daemon)
 
     # installed before READY=1 can be sent: a SIGHUP right after it must reload, not kill
-    signal.signal(signal.SIGHUP, lambda signum, frame: reactor.callFromThread(reload))
+    from_threads = IReactorFromThreads(reactor)
+    signal.signal(signal.SIGHUP, lambda signum, frame: from_threads.callFromThread(reload))
     reactor.addSystemEventTrigger("before", "shutdown", shutting_down)
     reactor.callWhenRunning(lambda: Deferred.fromCoroutine(start()))
     reactor.run()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorThreads, IReactorTime
 from twisted.internet.threads import deferToThreadPool
 
 from pigeond.delivery.claude_runtime import ClaudeRuntime, ClaudeTranscripts, McpRuntime
@@ -43,12 +44,13 @@ class MemberParts:
     in_thread: Callable[[Callable[[], Any]], Deferred[Any]]  # a blocking call off the reactor
 
 
-def member_parts(db: Database, reactor: Any) -> MemberParts:
+def member_parts(db: Database, reactor: IReactorTime) -> MemberParts:
     """The Claude Code and MCP-only runtimes; transcripts are read in the reactor's
     thread pool (a file read never holds the reactor)."""
 
     def in_thread(call: Callable[[], T]) -> Deferred[T]:
-        return deferToThreadPool(reactor, reactor.getThreadPool(), call)
+        threads = IReactorThreads(reactor)  # the real reactor's pool (a Clock has none)
+        return deferToThreadPool(threads, threads.getThreadPool(), call)
 
     slots = PullSlots()
     paths = TranscriptPaths(db, reactor)
@@ -59,7 +61,7 @@ def member_parts(db: Database, reactor: Any) -> MemberParts:
 
 def tool_call_readers(
     members: MemberParts,
-    reactor: Any,
+    reactor: IReactorTime,
     opencode: tuple[SessionDirectoryRegistry, OpencodeClient] | None,
 ) -> ToolCallReaders:
     """Each member's recent pigeond tool calls, read from its own transcript: Claude Code's

@@ -7,11 +7,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
 
 from treq.client import HTTPClient
 from twisted.application.internet import TimerService
-from twisted.internet.interfaces import IListeningPort, IReactorTime
+from twisted.internet.interfaces import IListeningPort, IReactorTCP, IReactorTime
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from pigeond.api.access import AccessPolicy
@@ -134,11 +133,12 @@ def delivery_health_with_api(
 
 
 def opencode_client(
-    config: Config, reactor: Any, http: HTTPClient | None, reads: TranscriptReadWatch
+    config: Config, reactor: IReactorTime, http: HTTPClient | None, reads: TranscriptReadWatch
 ) -> tuple[OpencodeClient, HTTPConnectionPool | None]:
     """The client of opencode (``http`` when a test passes one), and the connection pool
     made for it, which the daemon closes when it stops: persistent connections for the
-    calls (a lean exchange for ``http://``; treq keeps the event stream)."""
+    calls (a lean exchange for ``http://``; treq keeps the event stream), which the
+    reactor makes: it must provide IReactorTCP too (a test's Clock passes ``http``)."""
     if http is not None:
         return OpencodeClient(
             http, config.opencode_url, reactor, config, auth=config.opencode_auth,
@@ -151,7 +151,7 @@ def opencode_client(
     exchange = None
     if config.opencode_url.startswith("http://"):
         exchange = HttpExchange(
-            reactor, config.opencode_url, connect_timeout_s=connect_timeout,
+            IReactorTCP(reactor), config.opencode_url, connect_timeout_s=connect_timeout,
             auth=config.opencode_auth,
         )  # fmt: skip
     client = OpencodeClient(

@@ -9,9 +9,9 @@ transcripts (:class:`NoTranscripts`) every pending proof settles ``unverified`` 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from twisted.application.service import MultiService
+from twisted.internet.interfaces import IReactorTime
 
 from pigeond.config import Config
 from pigeond.delivery.routing import Routing
@@ -30,7 +30,7 @@ class NoTranscripts:
 
 def sender_proof_job(
     db: Database,
-    reactor: Any,
+    reactor: IReactorTime,
     config: Config,
     jobs: MultiService,
     reader: ToolCallReader | None,

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 
 from pigeond.config import Config
 from pigeond.db_url import is_postgres_url
@@ -27,7 +28,7 @@ class SharedDatabaseParts:
     target_locks: ThreadedTargetLocks
     routing: Routing
     url: str
-    reactor: Any
+    reactor: IReactorFromThreads
     listener: DueListener | None = None
 
     def listen(self, kick: Callable[[str], None]) -> None:
@@ -42,14 +43,15 @@ class SharedDatabaseParts:
 
 
 def shared_database_parts(
-    config: Config, reactor: Any, db: Database, registry: SessionDirectoryRegistry
+    config: Config, reactor: IReactorTime, db: Database, registry: SessionDirectoryRegistry
 ) -> SharedDatabaseParts | None:
     """The locks and routing of a daemon on PostgreSQL; None on a SQLite file."""
     if not is_postgres_url(config.db):
         return None
-    locks = ThreadedTargetLocks(reactor, PgTargetLocks(config.connect_db))
+    threads = IReactorFromThreads(reactor)  # the locks and the listener work in threads
+    locks = ThreadedTargetLocks(threads, PgTargetLocks(config.connect_db))
     routing = Routing(db, registry, reactor, config.daemon_name, config.opencode_url)
-    return SharedDatabaseParts(locks, routing, config.connect_db, reactor)
+    return SharedDatabaseParts(locks, routing, config.connect_db, threads)
 
 
 def seen_status(

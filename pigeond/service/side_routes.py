@@ -8,7 +8,8 @@ description lists them, so the composition root stays a list of layers.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+
+from twisted.internet.interfaces import IReactorTime
 
 from pigeond.api.agents import AgentRoutes
 from pigeond.api.authority import SessionAuthority
@@ -34,7 +35,7 @@ from pigeond.storage.database import Database
 def install_side_routes(
     api: JsonApi,
     db: Database,
-    reactor: Any,
+    reactor: IReactorTime,
     config: Config,
     *,
     routes: SwarmRoutes,

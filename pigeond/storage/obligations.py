@@ -25,15 +25,13 @@ from dataclasses import dataclass, field
 from pigeond.ids import make_msg_id
 from pigeond.model import (
     NOTICE_SENDER,
-    OUTSTANDING,
     OVERDUE_KIND,
     REMINDER_KIND,
     SESSION_ID_RE,
     NewMessage,
-    Obligation,
-    Owed,
     first_line,
 )
+from pigeond.owed_replies import OUTSTANDING, Obligation, Owed
 from pigeond.storage.base import NOTICE_SENDER_CLAIM, Connection, RepositoryBase, reads
 
 # The original's states in which nobody can answer it any more.

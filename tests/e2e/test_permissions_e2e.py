@@ -16,7 +16,7 @@ from typing import Any
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
-from pigeond.cli.pigeon_permissions import answer_through_daemon
+from pigeond.cli.daemon_call import answer_through_daemon
 from pigeond_tui.app import PigeonApp
 from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
 from tests.e2e.agents import Agent

@@ -30,8 +30,8 @@ from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static, Tab, Tabs
 
 from pigeond.cli.actions import NoDatabase, resolve_db
-from pigeond.cli.pigeon_permissions import answer_through_daemon
-from pigeond.cli.pigeon_policy import POLICY_COLUMN, consent_cell
+from pigeond.cli.consent_views import POLICY_COLUMN, consent_cell
+from pigeond.cli.daemon_call import answer_through_daemon
 from pigeond.cli.presentation import (
     FAILED_COLUMNS,
     QUEUE_COLUMNS,

@@ -22,7 +22,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label
 
 from pigeond.cli.actions import repository
-from pigeond.cli.pigeon_policy import OPERATOR, consent_cell, consent_cells
+from pigeond.cli.consent_views import OPERATOR, consent_cell, consent_cells
 from pigeond.consent import Policy
 from pigeond.storage import StorageError
 from pigeond.terminal import visible

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Final
 
 from pigeond.cli.actions import queued_per_target, repository
+from pigeond.cli.consent_views import consent_cells
 from pigeond.cli.daemon_http import call_daemon
-from pigeond.cli.pigeon_policy import consent_cells
 from pigeond.model import State, StoredMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.operator import FailedTarget, TargetQueue

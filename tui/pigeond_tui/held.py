@@ -31,7 +31,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
 from pigeond.cli.actions import repository
-from pigeond.cli.pigeon_held import (
+from pigeond.cli.held_views import (
     HELD_COLUMNS,
     dropped_line,
     held_cells,

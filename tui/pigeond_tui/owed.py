@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Label
 
 from pigeond.cli.actions import repository
 from pigeond.cli.presentation import OWED_COLUMNS, owed_cells
-from pigeond.model import Obligation
+from pigeond.owed_replies import Obligation
 from pigeond.storage import StorageError
 from pigeond.terminal import visible
 

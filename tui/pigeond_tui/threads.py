@@ -4,7 +4,7 @@ it, and the tokens and cost of the turns its messages caused.
 
 A modal screen over the main view that only reads, like ``pigeon threads``: the same
 read (:func:`~pigeond.storage.thread_costs.threads_with_costs`), columns and cells
-(pigeond/cli/pigeon_held.py), in a worker thread on its own connection, refreshed every
+(pigeond/cli/held_views.py), in a worker thread on its own connection, refreshed every
 ``interval`` seconds and on ``r``.  Every cell is escaped: a thread id is a sender's
 choice.  Its keys are declared in :mod:`pigeond_tui.keys` with the rest.
 """
@@ -24,7 +24,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
 from pigeond.cli.actions import repository
-from pigeond.cli.pigeon_held import THREADS_COLUMNS, thread_cells
+from pigeond.cli.held_views import THREADS_COLUMNS, thread_cells
 from pigeond.costs import CostTotals
 from pigeond.storage import StorageError
 from pigeond.storage.thread_costs import threads_with_costs

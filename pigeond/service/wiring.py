@@ -1,0 +1,221 @@
+"""Wiring: one factory builds every layer from a :class:`Config` and a reactor into a
+:class:`~pigeond.service.daemon.Daemon`; the composition root, apart from the running
+daemon's own behaviour.
+
+Nothing here touches the global reactor; the entry point passes it in, and
+tests pass their own.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from treq.client import HTTPClient
+from twisted.application.service import MultiService
+from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
+from twisted.web.client import HTTPConnectionPool
+
+from pigeond.api.authority import SessionAuthority
+from pigeond.api.flood import FloodGuard
+from pigeond.api.policy import REFRESH_S, PolicyBook
+from pigeond.api.routes import SwarmRoutes
+from pigeond.api.target_check import TargetCheck
+from pigeond.api.web import JsonApi, make_site
+from pigeond.config import Config
+from pigeond.delivery.arbiter import Arbiter
+from pigeond.delivery.events import EventStream
+from pigeond.delivery.member_doors import MemberDoors
+from pigeond.delivery.metrics import DeliveryMetrics
+from pigeond.delivery.permissions import PermissionWatch
+from pigeond.delivery.policy import DeliveryPolicy
+from pigeond.delivery.prompt_mode import AgentCatalog, ModeTracker
+from pigeond.delivery.registry import SessionDirectoryRegistry
+from pigeond.delivery.reminders import ReminderSweep
+from pigeond.delivery.sweeper import ExpirySweeper
+from pigeond.delivery.turns import TurnTracker
+from pigeond.delivery.verifier import Verifier
+from pigeond.service.brakes import conversation_brakes, person_prompts
+from pigeond.service.daemon import Daemon
+from pigeond.service.db_watch import DatabaseWatch
+from pigeond.service.delivery_parts import DeliveryParts
+from pigeond.service.members import (
+    MemberLiveness,
+    member_parts,
+    tool_call_readers,
+    turns_ended_of,
+)
+from pigeond.service.parts import (
+    access_policy,
+    both,
+    delivery_health_with_api,
+    opencode_client,
+    timer_job,
+)
+from pigeond.service.pruner import Pruner
+from pigeond.service.sender_proofs import accepted_then, sender_proof_job
+from pigeond.service.shared_db import seen_status, shared_database_parts
+from pigeond.service.side_routes import install_side_routes
+from pigeond.storage.database import Database, open_threaded
+
+
+def build_daemon(
+    config: Config,
+    reactor: IReactorTime,
+    http: HTTPClient | None = None,
+    db: Database | None = None,
+) -> Daemon:
+    """Open and migrate the database (unless ``db`` is given: tests on a ``Clock`` pass an
+    :class:`~pigeond.storage.database.InlineDatabase`) and wire the layers; listens on
+    nothing yet.
+
+    ``reactor`` is typed as the clock, what nearly every part takes; the few that need
+    more of the real reactor (threads, TCP, listening) adapt it to the interface they
+    need where they take it, as Twisted advises for what not every reactor provides."""
+    if db is None:
+        db = open_threaded(config.connect_db, IReactorFromThreads(reactor))
+    db.configure(config)
+    try:
+        return _wire(config, reactor, http, db)
+    except BaseException:
+        db.close()
+        raise
+
+
+def _no_kick(target: str) -> None:
+    """With delivery off nothing is handed off: a queued reminder waits for a daemon that
+    delivers."""
+
+
+def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Database) -> Daemon:
+    jobs = MultiService()
+    # first, so a deleted database is noticed before any other job runs
+    db_watch = DatabaseWatch(config.db, reactor, interval_s=config.tick_ms / 1000)
+    jobs.addService(db_watch)
+    pruner = Pruner(db, reactor, retention_days=config.retention_days)
+    jobs.addService(pruner)
+    metrics = DeliveryMetrics()  # its registry also holds /metrics' gauges
+    sweeper = ExpirySweeper(db, reactor)
+    timer_job("sweep", config.tick_ms / 1000, sweeper.sweep, reactor).setServiceParent(jobs)
+    arbiter: Arbiter | None = None
+    events: EventStream | None = None
+    pool: HTTPConnectionPool | None = None
+    delivery: DeliveryParts | None = None
+    members = member_parts(db, reactor)
+    if config.arbiter_enabled:
+        client, pool = opencode_client(config, reactor, http, members.reads)
+        registry = SessionDirectoryRegistry(client, reactor, config)
+        reach = client.reachability  # an outage of opencode: everything waits for its end
+
+        def opencode_down() -> bool:
+            return reach.down
+
+        turns = (
+            TurnTracker(reactor, client, config, opencode_down=opencode_down)
+            if config.delivery == "turn"
+            else None
+        )
+        # each target's own agent and model, from the events and transcripts read anyway
+        modes = ModeTracker(
+            client, stream_connected=lambda: events is not None and events.connected
+        )
+        shared = shared_database_parts(config, reactor, db, registry)
+        routing = None if shared is None else shared.routing
+        permissions = PermissionWatch(
+            db, client, reactor, config, directory_of=registry.resolve,
+            known_idle=turns.known_idle if turns is not None else (lambda session: False),
+            stream_connected=lambda: events is not None and events.connected,
+            mine=None if routing is None else routing.mine, opencode_down=opencode_down,
+        )  # fmt: skip
+        if turns is not None:
+            events = EventStream(
+                client, reactor, seen_status(turns.observe, routing),
+                both(turns.stream_state, permissions.stream_state),
+                on_user_message=modes.observe, on_permission=permissions.observe, outages=reach,
+            )  # fmt: skip
+        arbiter = Arbiter(
+            db, registry, client, reactor, policy=DeliveryPolicy.from_config(config), turns=turns,
+            modes=modes, agents=AgentCatalog(client, reactor), database_problem=db_watch.check,
+            metrics=metrics, transcripts=client, routing=routing,
+            on_transcript=modes.observe_transcript,
+            target_locks=None if shared is None else shared.target_locks,
+            opencode_down=opencode_down, runtimes=[members.claude, members.mcp],
+        )  # fmt: skip
+        reach.on_back(arbiter.opencode_back)
+        verifier = Verifier(
+            db, arbiter.runtimes.transcripts_of, reactor, config, on_requeued=arbiter.kick,
+            turns_ended=turns_ended_of(members.claude, turns),
+            routing=routing, opencode_down=opencode_down,
+        )  # fmt: skip
+
+        def verify() -> None:
+            if db_watch.check() is None:  # a vanished database: nothing to verify against
+                verifier.tick()
+                permissions.tick()
+
+        timer_job("verify", config.tick_ms / 1000, verify, reactor).setServiceParent(jobs)
+        doors = MemberDoors(
+            reactor, members.slots, members.claude, members.paths, arbiter,
+            verify=verifier.check_soon,
+        )  # fmt: skip
+        delivery = DeliveryParts(
+            client, registry, verifier, turns, shared, MemberLiveness(registry, db), doors,
+            permissions,
+        )  # fmt: skip
+        if shared is not None:
+            shared.listen(arbiter.kick)
+    # owed replies: reminders and overdue notices, kicked at once when delivery runs
+    reminders = ReminderSweep(db, reactor, arbiter.kick if arbiter is not None else _no_kick)
+    timer_job("reminders", config.tick_ms / 1000, reminders.sweep, reactor).setServiceParent(jobs)
+    flood = FloodGuard.from_config(db, reactor, config)
+    # each session's consent: every policy in memory, read again for other processes' writes
+    policies = PolicyBook(db, reactor)
+    policies.load()
+    timer_job("policies", REFRESH_S, policies.refresh, reactor).setServiceParent(jobs)
+    # the conversation brakes, asked in order; a person's prompts read where delivery reads
+    reading = (None, None) if delivery is None else (delivery.registry, delivery.client)
+    prompts = person_prompts(members, *reading)
+    # each member's own tool calls, read from its own transcript: a session's own things
+    # are only its own calls' (or a person's) to change
+    tool_calls = tool_call_readers(
+        members, reactor, None if delivery is None else (delivery.registry, delivery.client)
+    )
+    authority = SessionAuthority(tool_calls, reactor)
+    brakes = conversation_brakes(db, config, prompts)
+    kick = arbiter.kick if arbiter is not None else _no_kick
+    # who really sent each message: settled off the accept path, before its hand-off
+    proofs = sender_proof_job(
+        db, reactor, config, jobs, tool_calls, kick, None if delivery is None else delivery.routing
+    )
+    routes = SwarmRoutes(
+        db,
+        reactor,
+        config,
+        on_accepted=accepted_then(kick, proofs),
+        delivery_health=functools.partial(
+            delivery_health_with_api, arbiter, None if delivery is None else delivery.client, events
+        ),
+        send_checks=[db_watch.refuse_send],
+        admission=flood,
+        storage_problem=db_watch.check,
+        consent=policies.judge,
+        brakes=brakes,
+        # unknown targets refused at send; with delivery off there is no opencode to ask
+        target_check=None
+        if delivery is None
+        else TargetCheck(
+            delivery.liveness, config.opencode_url, reactor, db, shared=delivery.routing
+        ),
+    )
+    access, notes = access_policy(config)
+    api = routes.install(JsonApi(gate=access))
+    channels = install_side_routes(
+        api, db, reactor, config, routes=routes, metrics=metrics, policies=policies,
+        delivery=delivery, members=members, kick=kick, authority=authority,
+    )  # fmt: skip
+    site = make_site(api, config, reactor=reactor)
+    return Daemon(
+        config=config, db=db, site=site, arbiter=arbiter, events=events, pool=pool,
+        reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
+        notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs, channels=channels,
+        brakes=brakes, authority=authority, proofs=proofs,
+    )  # fmt: skip
