@@ -125,12 +125,16 @@ def test_the_database_watch_and_the_pruner_start_and_stop_with_the_daemon(
     run from start_delivery on and leave nothing on the clock once the daemon stops."""
     daemon = clock_daemon(Config(db=str(tmp_path / "p.db"), opencode_url=""), clock)
     watch, pruner = (daemon.jobs.getServiceNamed(name) for name in ("db-watch", "pruner"))
-    assert (watch, pruner) == (daemon.db_watch, daemon.pruner)
-    assert not watch.running and not pruner.running and clock.getDelayedCalls() == []
+    assert (watch.job, pruner.job) == (daemon.db_watch, daemon.pruner)
+    assert clock.getDelayedCalls() == []  # nothing runs before the daemon starts
+
+    def running() -> tuple[bool, bool, bool]:
+        return bool(watch.running), bool(pruner.running), daemon.pruner.running
+
     daemon.start_delivery()
-    assert watch.running and pruner.running
+    assert running() == (True, True, True)
     result_of(stop_later(daemon))
-    assert not watch.running and not pruner.running
+    assert running() == (False, False, False)
     assert clock.getDelayedCalls() == []
 
 

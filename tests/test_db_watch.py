@@ -30,7 +30,7 @@ TICK_S = 0.5
 def watch(repo: SwarmRepository, db_path: Path, clock: Clock) -> DatabaseWatch:
     """A watch on the open test database, ticking on the fake clock."""
     watch = DatabaseWatch(db_path, clock, interval_s=TICK_S)
-    watch.startService()
+    watch.start()
     return watch
 
 

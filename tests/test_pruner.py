@@ -58,7 +58,7 @@ def test_first_run_comes_one_interval_after_start(repo: SwarmRepository, clock: 
     """Starting prunes nothing at once; the first run comes after interval_s."""
     old_rows(repo, clock, 3)
     job = pruner(repo, clock, interval_s=60, batch_rows=500)
-    job.startService()
+    job.start()
     clock.advance(59)
     assert remaining(repo) == 3
     clock.advance(1)
@@ -69,7 +69,7 @@ def test_a_run_prunes_at_most_max_batches_batches(repo: SwarmRepository, clock: 
     """Each run removes at most max_batches times batch_rows rows; the next run goes on."""
     old_rows(repo, clock, 10)
     job = pruner(repo, clock, interval_s=60, batch_rows=2, max_batches=2)
-    job.startService()
+    job.start()
     clock.advance(60)
     assert remaining(repo) == 6
     clock.advance(60)
@@ -102,7 +102,7 @@ def test_zero_retention_keeps_everything(repo: SwarmRepository, clock: Clock) ->
     """retention_days = 0 turns pruning off."""
     old_rows(repo, clock, 3)
     job = pruner(repo, clock, retention_days=0)
-    job.startService()
+    job.start()
     clock.advance(600)
     assert remaining(repo) == 3
 
@@ -112,7 +112,7 @@ def test_configure_applies_from_the_next_run(repo: SwarmRepository, clock: Clock
     old_rows(repo, clock, 3)
     job = pruner(repo, clock, interval_s=60, batch_rows=500)
     job.configure(Config(retention_days=50))
-    job.startService()
+    job.start()
     clock.advance(60)
     assert remaining(repo) == 3
     job.configure(Config(retention_days=30))
@@ -140,7 +140,7 @@ def test_a_locked_database_skips_a_run_and_the_loop_goes_on(
     holder = connect(db_path)
     holder.execute("BEGIN IMMEDIATE")
     job = pruner(repo, clock, interval_s=60, batch_rows=500)
-    job.startService()
+    job.start()
     clock.advance(60)
     holder.execute("ROLLBACK")
     holder.close()
@@ -156,7 +156,7 @@ def test_a_run_is_logged_with_what_went(
 ) -> None:
     """A run that pruned says how many messages of which state, and the pages given back."""
     old_rows(repo, clock, 3)
-    pruner(repo, clock, interval_s=60, batch_rows=500).startService()
+    pruner(repo, clock, interval_s=60, batch_rows=500).start()
     clock.advance(60)
     assert any(
         "pruned 3 done messages older than 30 days (direct handed_off 3)" in line for line in logged
@@ -168,7 +168,7 @@ def test_stop_ends_a_run_between_batches(repo: SwarmRepository, clock: Clock) ->
     old_rows(repo, clock, 10)
     job = pruner(repo, clock, batch_rows=2, max_batches=5)
     run: Deferred[PruneRun] = Deferred.fromCoroutine(job.run())
-    job.stopService()
+    job.stop()
     clock.advance(0)
     assert remaining(repo) == 8
     assert failure_of(run).check(CancelledError)

@@ -8,8 +8,7 @@ pigeond can start on the path with a fresh queue.  So the identity
 ``os.stat(path)`` every tick and on every send; a missing or different file
 makes the problem permanent for this process (only a restart opens the file
 on disk): sends get 503, ``/health`` is not ok, delivery stops, and one
-``critical`` line says so.  The ticking is a service of the daemon's ``MultiService``,
-started and stopped with it.
+``critical`` line says so.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from twisted.application.service import Service
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -39,7 +37,7 @@ def identity_of(path: Path | str, stat: Stat = os.stat) -> FileIdentity:
     return st.st_dev, st.st_ino
 
 
-class DatabaseWatch(Service):
+class DatabaseWatch:
     """Knows whether ``path`` is still the database file this process opened."""
 
     def __init__(
@@ -61,16 +59,13 @@ class DatabaseWatch(Service):
         self._loop = LoopingCall(self.check)
         self._loop.clock = clock
         self._interval_s = interval_s
-        Service.setName(self, "db-watch")
 
-    def startService(self) -> None:
-        """Check now, then every ``interval_s`` even when nothing is sent or delivered."""
-        Service.startService(self)
+    def start(self) -> None:
+        """Check every ``interval_s`` even when nothing is sent or delivered."""
         if self.watching and not self._loop.running:
             self._loop.start(self._interval_s, now=True)
 
-    def stopService(self) -> None:
-        Service.stopService(self)
+    def stop(self) -> None:
         if self._loop.running:
             self._loop.stop()
 

@@ -4,8 +4,7 @@ Every ``interval_s`` (a minute) it deletes done messages older than
 ``retention_days`` (storage/retention.py says what is done, and why
 ``updated_at`` is a row's age): at most ``max_batches`` batches of
 ``batch_rows`` rows, then at most ``max_vacuum_steps`` times ``vacuum_pages``
-free pages given back to the file system.  It is a service of the daemon's
-``MultiService`` (started and stopped with it) that runs on its own ``LoopingCall``
+free pages given back to the file system.  It runs on its own ``LoopingCall``
 on the injected clock, never inside the arbiter's tick, and hands the reactor
 back between steps, so even a large backlog (the first start after months of
 history) makes a request or a hand-off wait for one short transaction at most;
@@ -18,7 +17,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from twisted.application.service import Service
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall, deferLater
@@ -45,7 +43,7 @@ class PruneRun:
         return sum(self.pruned.values())
 
 
-class Pruner(Service):
+class Pruner:
     def __init__(
         self,
         db: Database,
@@ -70,19 +68,19 @@ class Pruner(Service):
         self._loop.clock = clock
         self._pause: Deferred[None] | None = None
         self._stopping = False
-        Service.setName(self, "pruner")
 
-    def startService(self) -> None:
-        """The first run comes one interval from now, not at once (a start stays quick)."""
-        Service.startService(self)
+    @property
+    def running(self) -> bool:
+        return self._loop.running
+
+    def start(self) -> None:
         self._stopping = False
         if not self._loop.running:
             self._loop.start(self._interval_s, now=False)
         log.info("{what}", what=self._describe())
 
-    def stopService(self) -> None:
+    def stop(self) -> None:
         """Stop the loop; a run between two steps ends at once (the database may close next)."""
-        Service.stopService(self)
         self._stopping = True
         if self._loop.running:
             self._loop.stop()

@@ -38,6 +38,7 @@ from pigeond.service.brakes import conversation_brakes, person_prompts
 from pigeond.service.daemon import Daemon
 from pigeond.service.db_watch import DatabaseWatch
 from pigeond.service.delivery_parts import DeliveryParts
+from pigeond.service.job_service import JobService
 from pigeond.service.members import (
     MemberLiveness,
     member_parts,
@@ -90,9 +91,9 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
     jobs = MultiService()
     # first, so a deleted database is noticed before any other job runs
     db_watch = DatabaseWatch(config.db, reactor, interval_s=config.tick_ms / 1000)
-    jobs.addService(db_watch)
+    jobs.addService(JobService("db-watch", db_watch))
     pruner = Pruner(db, reactor, retention_days=config.retention_days)
-    jobs.addService(pruner)
+    jobs.addService(JobService("pruner", pruner))
     metrics = DeliveryMetrics()  # its registry also holds /metrics' gauges
     sweeper = ExpirySweeper(db, reactor)
     timer_job("sweep", config.tick_ms / 1000, sweeper.sweep, reactor).setServiceParent(jobs)
