@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pigeond.config import Config
-from pigeond.db_url import is_postgres_url
 from pigeond.delivery.registry import SessionDirectoryRegistry
 from pigeond.delivery.routing import Routing
 from pigeond.storage.database import Database
+from pigeond.storage.engines import engine_for
 from pigeond.storage.postgres.locks import PgTargetLocks, ThreadedTargetLocks
 from pigeond.storage.postgres.notify import DueListener
 
@@ -45,7 +45,7 @@ def shared_database_parts(
     config: Config, reactor: Any, db: Database, registry: SessionDirectoryRegistry
 ) -> SharedDatabaseParts | None:
     """The locks and routing of a daemon on PostgreSQL; None on a SQLite file."""
-    if not is_postgres_url(config.db):
+    if not engine_for(config.db).shared:
         return None
     locks = ThreadedTargetLocks(reactor, PgTargetLocks(config.connect_db))
     routing = Routing(db, registry, reactor, config.daemon_name, config.opencode_url)

@@ -8,8 +8,9 @@ the repository's queries the same way.  What differs is how each engine says it:
 - SQLite's triggers become PL/pgSQL trigger functions;
 - the full-text index is a ``tsvector`` column PostgreSQL keeps itself (``GENERATED
   ... STORED``) under a GIN index, where SQLite needs FTS5 and a pending table;
-- two helpers the queries name, ``unlikely()`` (a planner hint in SQLite, the identity
-  here) and ``pigeond_json_each()`` (SQLite's ``json_each`` over a JSON array of text);
+- version 1 made two stand-ins for SQLite's functions, ``unlikely()`` and
+  ``pigeond_json_each()``, which no query names any more: a query that needs them is
+  written in each engine's form (pigeond/storage/engines/);
 - the version lives in ``swarm_schema`` rather than ``PRAGMA user_version``, and several
   daemons starting at once take turns to migrate (an advisory lock, held for the
   migration's transaction).
