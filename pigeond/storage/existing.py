@@ -14,7 +14,7 @@ from pigeond.storage.errors import SchemaError, StorageUnavailable
 from pigeond.storage.postgres import schema_version
 from pigeond.storage.postgres.connection import PgConnection
 from pigeond.storage.postgres.pooled import shared_pool
-from pigeond.storage.postgres.schema import PG_MIGRATIONS
+from pigeond.storage.postgres.schema import PG_SCHEMA_VERSION
 from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS, SCHEMA_VERSION, connect
 
 
@@ -59,7 +59,7 @@ def open_existing_postgres(url: str) -> PgConnection:
         row = conn.execute("SELECT to_regclass('swarm_schema') IS NOT NULL").fetchone()
         if row is None or not row[0]:
             raise SchemaError(f"{shown}: not a pigeond database (no swarm_schema table)")
-        check_version(shown, schema_version(conn), len(PG_MIGRATIONS))
+        check_version(shown, schema_version(conn), PG_SCHEMA_VERSION)
     except psycopg.OperationalError as e:
         conn.close()
         detail = error_line(e, url)
