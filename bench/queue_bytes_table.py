@@ -70,7 +70,7 @@ def accept_ms(repo: SwarmRepository, bound: int) -> float:
 
 def sum_ms(repo: SwarmRepository) -> float:
     started = time.perf_counter()
-    queued_bytes(repo.connection, postgres=False)
+    queued_bytes(repo.connection)
     return (time.perf_counter() - started) * 1000
 
 

@@ -16,6 +16,7 @@ from pigeond.service.wiring import build_daemon
 from pigeond.storage import AcceptOutcome, SwarmRepository, connect, open_database
 from pigeond.storage.base import Connection
 from pigeond.storage.database import InlineDatabase
+from pigeond.storage.engines import POSTGRES, engine_of
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.schema import SEARCH_DOC_SQL
 from pigeond.storage.repository import Accept
@@ -74,7 +75,7 @@ def seen_message(
 def search_index_in_step(conn: Connection) -> bool:
     """Whether the FTS5 index holds exactly the tokens of the rows of swarm_messages (FTS5's
     own integrity check against its content table, which raises when they differ)."""
-    if getattr(conn, "postgres", False):
+    if engine_of(conn) is POSTGRES:
         # PostgreSQL's search column is generated: it must equal its expression on every row
         row = conn.execute(
             f"SELECT bool_and(search_doc = {SEARCH_DOC_SQL}) FROM swarm_messages"
@@ -90,7 +91,7 @@ def search_index_in_step(conn: Connection) -> bool:
 def column_names(repo: SwarmRepository) -> list[str]:
     """swarm_messages' columns in order, on either backend (PostgreSQL's search column,
     where SQLite has its FTS5 table, left out)."""
-    if repo.postgres:
+    if repo.engine is POSTGRES:
         rows = repo.connection.execute(
             "SELECT column_name FROM information_schema.columns"
             " WHERE table_name = 'swarm_messages' AND column_name != 'search_doc'"
@@ -102,14 +103,14 @@ def column_names(repo: SwarmRepository) -> list[str]:
 
 def stored_schema_version(repo: SwarmRepository) -> int:
     """The schema version the database says it has, on either backend."""
-    if repo.postgres:
+    if repo.engine is POSTGRES:
         return int(repo.connection.execute("SELECT version FROM swarm_schema").fetchone()[0])
     return int(repo.connection.execute("PRAGMA user_version").fetchone()[0])
 
 
 def reopened(repo: SwarmRepository, db_path: Path) -> SwarmRepository:
     """A second repository on ``repo``'s database, through a connection of its own."""
-    if repo.postgres:
+    if repo.engine is POSTGRES:
         return SwarmRepository(open_postgres(repo.connection.url))  # type: ignore[attr-defined]
     return SwarmRepository(connect(db_path))
 

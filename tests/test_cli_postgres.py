@@ -18,7 +18,7 @@ from pigeond.db_url import redacted as shown_db
 from pigeond.db_url import without_password
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.postgres import open_postgres
-from pigeond.storage.postgres.schema import PG_MIGRATIONS
+from pigeond.storage.postgres.schema import PG_SCHEMA_VERSION
 from tests.messages import new_message
 from tests.permission_helpers import permission_request
 from tests.ports import closed_port
@@ -263,7 +263,7 @@ def test_another_schema_version_is_refused_and_never_migrated(
 ) -> None:
     """swarm_schema at another version: exit 2, one line saying what to do; the version
     is left as it was."""
-    version = len(PG_MIGRATIONS) + offset
+    version = PG_SCHEMA_VERSION + offset
     set_version(pg_db, version)
     code, out, err = run(capsys, "stats", "--db", pg_db)
     assert (code, out) == (2, "")
@@ -285,7 +285,7 @@ def test_a_current_database_opens_without_a_migration(
     code, out, err = run(capsys, "stats", "--json", "--db", cluster_url)
     assert (code, err) == (0, "")
     assert json.loads(out) == {"direct": {}, "channel": {}, "queued_per_target": []}
-    assert stored_version(cluster_url) == len(PG_MIGRATIONS)
+    assert stored_version(cluster_url) == PG_SCHEMA_VERSION
 
 
 def test_routes_lists_which_daemon_delivers_to_which_session(

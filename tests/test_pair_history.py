@@ -10,6 +10,7 @@ from pigeond.consent import Policy, held_reason
 from pigeond.model import Hold
 from pigeond.storage import SwarmRepository
 from pigeond.storage.brake_holds import ReleaseMode, pair_scope
+from pigeond.storage.engines import POSTGRES
 from pigeond.storage.repository import Accept
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
@@ -115,7 +116,7 @@ def test_the_pairs_reset_starts_the_window_over(repo: SwarmRepository) -> None:
 
 def test_the_pair_index_exists_on_both_engines(repo: SwarmRepository) -> None:
     """idx_swarm_pair is on (to_session, from_session, created_at), direct messages only."""
-    if repo.postgres:
+    if repo.engine is POSTGRES:
         sql = repo.connection.execute(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'idx_swarm_pair'"
         ).fetchone()[0]

@@ -10,6 +10,7 @@ import pytest
 
 from pigeond.consent import POLICIES, Policy, held_reason
 from pigeond.storage import SwarmRepository
+from pigeond.storage.engines import POSTGRES
 from pigeond.storage.repository import Accept
 from tests.fixed_time import NOW_MS
 from tests.messages import new_message
@@ -34,7 +35,7 @@ def held_accept(
 
 def test_the_schema_check_lists_exactly_the_declared_policies(repo: SwarmRepository) -> None:
     """Migration 12's CHECK names the policies pigeond.consent.POLICIES declares."""
-    if repo.postgres:
+    if repo.engine is POSTGRES:
         sql = repo.connection.execute(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
             " WHERE conrelid = 'swarm_policies'::regclass AND contype = 'c'"

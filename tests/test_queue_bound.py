@@ -15,6 +15,7 @@ from pigeond.api.flood import QUEUE_FULL_RETRY_AFTER_S, FloodGuard
 from pigeond.config import Config
 from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from pigeond.storage.engines import POSTGRES
 from pigeond.storage.queue_bytes import queued_bytes
 from pigeond.storage.repository import Accept
 from tests.flood_helpers import route
@@ -39,7 +40,7 @@ def guard(repo: SwarmRepository, clock: Clock, **options: int) -> FloodGuard:
 
 def database_bytes(repo: SwarmRepository, db_path: Path) -> int:
     """What the database takes on disk: the SQLite file and its WAL, or PostgreSQL's size."""
-    if repo.postgres:
+    if repo.engine is POSTGRES:
         return int(
             repo.connection.execute("SELECT pg_database_size(current_database())").fetchone()[0]
         )
@@ -61,7 +62,7 @@ def crowd(repo: SwarmRepository, clock: Clock) -> None:
 
 
 def queue_bytes(repo: SwarmRepository) -> int:
-    return queued_bytes(repo.connection, postgres=repo.postgres)
+    return queued_bytes(repo.connection)
 
 
 def accept(repo: SwarmRepository, clock: Clock, payload: str, bound: int) -> AcceptOutcome:

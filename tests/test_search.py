@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pigeond.model import StoredMessage
-from pigeond.storage import SwarmRepository, search
+from pigeond.storage import SwarmRepository
+from pigeond.storage.engines import sqlite as sqlite_engine
 from pigeond.storage.migrations import INDEX_PENDING_SQL, MIGRATIONS
 from pigeond.storage.repository import Accept
 from pigeond.storage.schema import connect, migrate
@@ -185,7 +186,7 @@ def test_an_fts5_refusal_is_a_query_error(
     repo: SwarmRepository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Were FTS5 to refuse an expression anyway, the caller hears a SearchQueryError."""
-    monkeypatch.setattr(search, "match_expression", lambda text, session: "NEAR(")
+    monkeypatch.setattr(sqlite_engine, "match_expression", lambda text, session: "NEAR(")
     with pytest.raises(SearchQueryError, match="fts5"):
         repo.search("anything")
 

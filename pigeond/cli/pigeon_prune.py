@@ -75,7 +75,7 @@ def cmd_prune(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> i
     if args.dry_run:
         print(f"would prune {found} messages (dry run: nothing changed); {_size(before)}")
         return EXIT_OK
-    if repo.postgres:
+    if repo.engine.reclaims_space_itself:
         print(
             f"pruned {pruned} messages; database {_size(before)} -> {_size(after)}"
             " (PostgreSQL's autovacuum makes the freed space reusable)"

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 
 from pigeond.config import Config
-from pigeond.db_url import is_postgres_url
 from pigeond.delivery.registry import SessionDirectoryRegistry
 from pigeond.delivery.routing import Routing
 from pigeond.storage.database import Database
+from pigeond.storage.engines import engine_for
 from pigeond.storage.postgres.locks import PgTargetLocks, ThreadedTargetLocks
 from pigeond.storage.postgres.notify import DueListener
 
@@ -46,7 +46,7 @@ def shared_database_parts(
     config: Config, reactor: IReactorTime, db: Database, registry: SessionDirectoryRegistry
 ) -> SharedDatabaseParts | None:
     """The locks and routing of a daemon on PostgreSQL; None on a SQLite file."""
-    if not is_postgres_url(config.db):
+    if not engine_for(config.db).shared:
         return None
     threads = IReactorFromThreads(reactor)  # the locks and the listener work in threads
     locks = ThreadedTargetLocks(threads, PgTargetLocks(config.connect_db))

@@ -1,4 +1,5 @@
-"""What every part of the repository shares: the columns, the write transaction, errors."""
+"""What every part of the repository shares: the columns, the engine, the write
+transaction, errors."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import functools
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import ParamSpec, TypeVar
 
 from pigeond.ids import make_msg_id
 from pigeond.model import (
@@ -17,18 +18,10 @@ from pigeond.model import (
     SenderProof,
     StoredMessage,
 )
+from pigeond.storage.columns import COLUMNS as COLUMNS
+from pigeond.storage.engines import engine_of
+from pigeond.storage.engines.base import Connection as Connection
 from pigeond.storage.errors import UNAVAILABLE_ERRORS, StorageUnavailable
-from pigeond.storage.migrations import CLEAR_PENDING_SQL, INDEX_PENDING_SQL
-
-COLUMNS = (
-    "msg_id, from_session, to_session, channel, kind, priority, reply_to, payload, state,"
-    " attempts, next_retry_at, created_at, updated_at, handed_off_at, last_error,"
-    " accept_seq, handoff_seq, verified_at, verify_by, requeue_count, expires_at,"
-    " handoff_agent, handoff_provider, handoff_model, handoff_variant, handoff_note,"
-    " handoff_intent_at, answered_at, answer_message_id, from_name, to_name, channel_msg_id,"
-    " thread_id, hold_kind, hold_brake, hold_reason, hold_ttl_ms,"
-    " from_proof, from_proof_note, from_proof_call"
-)
 
 # How many messages wait for one target, counted no further than a limit: every
 # accept with a queue cap counts inside its transaction (a direct message's target, each
@@ -61,33 +54,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class Cursor(Protocol):
-    """What the repository reads of a cursor, on either engine."""
-
-    @property
-    def rowcount(self) -> int: ...
-
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
-
-    def __iter__(self) -> Iterator[Any]: ...
-
-    def close(self) -> None: ...
-
-
-class Connection(Protocol):
-    """What the repository needs of a connection: a ``Connection``, or a
-    :class:`pigeond.storage.postgres.connection.PgConnection` that takes the same SQL."""
-
-    def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
-
-    @property
-    def in_transaction(self) -> bool: ...
-
-    def close(self) -> None: ...
-
-
 def row_to_message(row: tuple[object, ...]) -> StoredMessage:
     return StoredMessage(*row)  # type: ignore[arg-type]
 
@@ -108,10 +74,9 @@ def reads(method: Callable[P, R]) -> Callable[P, R]:
 class RepositoryBase:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
-        # PostgreSQL (pigeond/storage/postgres/) or SQLite: the few queries the engines
-        # cannot share are chosen by this
-        self.postgres: bool = getattr(conn, "postgres", False)
-        self._search_index = False  # whether the schema has it yet (migration 13)
+        # SQLite or PostgreSQL: each query the engines cannot share is asked of it
+        self.engine = engine_of(conn)
+        self._search_upkeep = False  # whether the schema has the search index yet
 
     @property
     def connection(self) -> Connection:
@@ -132,7 +97,7 @@ class RepositoryBase:
     def _write(self) -> Iterator[Connection]:
         """One durable write transaction; storage failures become StorageUnavailable."""
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute(self.engine.begin_write)
         except UNAVAILABLE_ERRORS as e:
             raise StorageUnavailable(f"database unavailable: {e}") from e
         try:
@@ -147,21 +112,12 @@ class RepositoryBase:
             raise
 
     def _index_pending(self, conn: Connection) -> None:
-        """Index, in one statement, the rows this transaction inserted: the search index's
-        insert trigger only notes them, since an FTS5 insert per row costs some 40 times
-        more (pigeond/storage/migrations.py, _V13_SEARCH).  Nothing when none are noted."""
-        if self.postgres:
-            return  # PostgreSQL keeps its search column itself (a generated tsvector)
-        if not self._search_index:
-            found = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'swarm_search_pending'"
-            ).fetchone()
-            self._search_index = found is not None
-            if not self._search_index:
-                return
-        if conn.execute("SELECT EXISTS (SELECT 1 FROM swarm_search_pending)").fetchone()[0]:
-            conn.execute(INDEX_PENDING_SQL)
-            conn.execute(CLEAR_PENDING_SQL)
+        """Index, at the commit, the rows this transaction inserted, where the engine does
+        not keep its search index itself (pigeond/storage/engines/sqlite.py)."""
+        if not self._search_upkeep:
+            self._search_upkeep = self.engine.has_search_upkeep(conn)
+        if self._search_upkeep:
+            self.engine.index_pending(conn)
 
     def _rollback(self) -> None:
         try:

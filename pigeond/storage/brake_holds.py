@@ -147,7 +147,8 @@ class BrakeHolds(Policies):
         ``thread_id`` is given.  A search of the partial idx_swarm_brake_held."""
         rows = self._conn.execute(
             f"SELECT {_HELD_COLUMNS} FROM swarm_messages WHERE {_HELD}"
-            " AND (:thread IS NULL OR thread_id = :thread) ORDER BY accept_seq LIMIT :limit",
+            " AND (CAST(:thread AS TEXT) IS NULL OR thread_id = :thread)"
+            " ORDER BY accept_seq LIMIT :limit",
             {"thread": thread_id, "limit": limit},
         ).fetchall()
         return [_row_to_held(r) for r in rows]

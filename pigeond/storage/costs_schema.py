@@ -1,9 +1,9 @@
 """The schema of turn costs: one row per turn a hand-off caused, and its msg_ids.
 
-Kept apart so that moving the migration to its number is one line in each engine's list
-(:data:`~pigeond.storage.migrations.MIGRATIONS`, :data:`~pigeond.storage.postgres.schema.
-PG_MIGRATIONS`).  Released text is never changed: an old database is upgraded exactly as
-it always was.
+Kept apart so that moving the migration to its number is one line in
+:data:`~pigeond.storage.migrations.MIGRATIONS` (PostgreSQL's baseline has the tables:
+:mod:`pigeond.storage.postgres.schema`).  Released text is never changed: an old database
+is upgraded exactly as it always was.
 
 ``swarm_turns`` holds what a turn used, read from the target's transcript once the turn
 ended (pigeond/storage/costs.py): five token counts and the cost in US dollars (NULL:
@@ -37,27 +37,5 @@ CREATE TABLE swarm_turn_messages (
     msg_id  TEXT PRIMARY KEY,
     turn_id TEXT NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX idx_swarm_turn_messages_turn ON swarm_turn_messages (turn_id);
-"""
-
-V19_TURNS_PG: Final = """
-CREATE TABLE swarm_turns (
-    turn_id            TEXT PRIMARY KEY,
-    session            TEXT NOT NULL,
-    turn_key           TEXT NOT NULL,
-    recorded_at        BIGINT NOT NULL,
-    input_tokens       BIGINT NOT NULL,
-    output_tokens      BIGINT NOT NULL,
-    reasoning_tokens   BIGINT NOT NULL,
-    cache_read_tokens  BIGINT NOT NULL,
-    cache_write_tokens BIGINT NOT NULL,
-    cost               DOUBLE PRECISION,
-    UNIQUE (session, turn_key)
-);
-CREATE INDEX idx_swarm_turns_recorded ON swarm_turns (recorded_at);
-CREATE TABLE swarm_turn_messages (
-    msg_id  TEXT PRIMARY KEY,
-    turn_id TEXT NOT NULL
-);
 CREATE INDEX idx_swarm_turn_messages_turn ON swarm_turn_messages (turn_id);
 """

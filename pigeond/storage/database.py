@@ -40,11 +40,11 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from pigeond.config import Config
+from pigeond.storage.engines import engine_for
 from pigeond.storage.errors import StorageUnavailable
 from pigeond.storage.group_commit import GroupCommit
-from pigeond.storage.postgres import is_postgres_url, open_postgres
 from pigeond.storage.repository import Accept, AcceptOutcome, SwarmRepository
-from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS, connect, open_database
+from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -123,7 +123,7 @@ class ThreadedDatabase:
 
     ``open_writer`` and ``open_reader`` make the repositories (on the calling
     thread, at once, so a file that cannot be opened fails the start); reader
-    connections are made ``query_only``.  After :meth:`close` every call fails
+    connections can only read (the engine opens them so).  After :meth:`close` every call fails
     with :class:`StorageUnavailable`, so a hand-off that ends late writes
     nothing instead of touching a closed connection.
     """
@@ -143,8 +143,6 @@ class ThreadedDatabase:
         try:
             for _ in range(readers):
                 reader = open_reader()
-                if not reader.postgres:  # a PostgreSQL reader is opened read-only
-                    reader.connection.execute("PRAGMA query_only = 1")
                 self._readers.append(reader)
                 self._idle_readers.put(reader)
         except BaseException:
@@ -207,22 +205,14 @@ def open_threaded(
     readers: int = DEFAULT_READERS,
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
 ) -> ThreadedDatabase:
-    """The daemon's database at ``path``: made private, migrated, then served by threads.
-    A write waits at most ``busy_timeout_ms`` for a lock another process holds.  A
-    ``postgresql://`` URL is a PostgreSQL database (pigeond/storage/postgres/)."""
-    if is_postgres_url(path):
-        url = str(path)
-        return ThreadedDatabase(
-            reactor,
-            lambda: SwarmRepository(open_postgres(url, lock_timeout_ms=busy_timeout_ms)),
-            lambda: SwarmRepository(open_postgres(url, read_only=True)),
-            readers=readers,
-        )
+    """The daemon's database at ``path``: opened by its engine (a SQLite file made private,
+    or a ``postgresql://`` URL's database), migrated, then served by threads.  A write
+    waits at most ``busy_timeout_ms`` for a lock another process holds."""
+    engine = engine_for(path)
+    log = Logger(SCHEMA_LOG)
     return ThreadedDatabase(
         reactor,
-        lambda: SwarmRepository(
-            open_database(path, busy_timeout_ms=busy_timeout_ms, log=Logger(SCHEMA_LOG))
-        ),
-        lambda: SwarmRepository(connect(path, busy_timeout_ms=busy_timeout_ms)),
+        lambda: SwarmRepository(engine.open_writer(path, busy_timeout_ms=busy_timeout_ms, log=log)),
+        lambda: SwarmRepository(engine.open_reader(path, busy_timeout_ms=busy_timeout_ms)),
         readers=readers,
     )

@@ -38,15 +38,27 @@ from pigeond.storage.base import (
     reads,
     row_to_message,
 )
+from pigeond.storage.engines import indexed_by, unlikely
 from pigeond.storage.migrations import PRIORITY_RANK_SQL
 from pigeond.storage.threads import count_turns
 
 # unlikely(): with ANALYZE statistics and thousands of queued messages waiting out a
 # backoff, SQLite would rather walk idx_swarm_target_head whole (3.6 ms a tick) to spare
 # the DISTINCT its sort; due messages are few, so the range on idx_swarm_ready wins (20 us).
-READY_TARGETS_SQL = (
-    "SELECT DISTINCT to_session FROM swarm_messages"
-    " WHERE state = 'queued' AND unlikely(next_retry_at <= ?) AND to_session IS NOT NULL"
+READY_TARGETS_SQL = unlikely("next_retry_at <= ?").map(
+    lambda due: (
+        "SELECT DISTINCT to_session FROM swarm_messages"
+        f" WHERE state = 'queued' AND {due} AND to_session IS NOT NULL"
+    )
+)
+# Queued messages past their expiry, not in doubt (it may have arrived: expired only once
+# the transcript says it did not).
+EXPIRED_SQL = indexed_by("swarm_messages", "idx_swarm_expiry").map(
+    lambda table: (
+        f"SELECT msg_id FROM {table} WHERE state = 'queued'"
+        " AND to_session IS NOT NULL AND expires_at IS NOT NULL AND expires_at <= ?"
+        " AND handoff_intent_at IS NULL"
+    )
 )
 DEFAULT_NOTICE_TTL_MS = 24 * 3600 * 1000
 # One prompt's hand-off: its msg_ids, when, verify by when, and the mode it named.
@@ -61,12 +73,13 @@ class DeliveryTransitions(RepositoryBase):
     @reads
     def ready_targets(self, now_ms: int) -> list[str]:
         """Targets with at least one queued message due at ``now_ms``."""
-        return [r[0] for r in self._conn.execute(READY_TARGETS_SQL, (now_ms,)).fetchall()]
+        rows = self._conn.execute(self.engine.sql(READY_TARGETS_SQL), (now_ms,))
+        return [r[0] for r in rows.fetchall()]
 
     @reads
     def explain_ready_targets(self, now_ms: int) -> list[str]:
-        """The query plan of :meth:`ready_targets`, one detail string per step."""
-        rows = self._conn.execute("EXPLAIN QUERY PLAN " + READY_TARGETS_SQL, (now_ms,))
+        """SQLite's query plan of :meth:`ready_targets`, one detail string per step."""
+        rows = self._conn.execute("EXPLAIN QUERY PLAN " + READY_TARGETS_SQL.sqlite, (now_ms,))
         return [str(r[3]) for r in rows.fetchall()]
 
     @reads
@@ -90,7 +103,7 @@ class DeliveryTransitions(RepositoryBase):
             f"SELECT {COLUMNS} FROM swarm_messages"
             " WHERE to_session = :target AND state = 'queued'"
             " AND (:held OR next_retry_at IS NOT NULL)"
-            " AND (:now IS NULL OR expires_at IS NULL OR expires_at > :now"
+            " AND (CAST(:now AS BIGINT) IS NULL OR expires_at IS NULL OR expires_at > :now"
             # a message in doubt is looked for in the transcript first, even past its expiry
             " OR handoff_intent_at IS NOT NULL)"
             f" ORDER BY {PRIORITY_RANK_SQL}, accept_seq LIMIT :limit",
@@ -171,7 +184,7 @@ class DeliveryTransitions(RepositoryBase):
                  mode.variant, mode.note, msg_id),
             )  # fmt: skip
             done.append(msg_id)
-        count_turns(conn, done)  # one prompt: a turn for each of its threads
+        count_turns(conn, self.engine, done)  # one prompt: a turn for each of its threads
         return done
 
     def record_failed_attempt(
@@ -253,13 +266,7 @@ class DeliveryTransitions(RepositoryBase):
         """Queued messages past their expiry: a range on idx_swarm_expiry, named, since
         without statistics the planner prefers the equality on state of idx_swarm_ready
         and reads every queued row (0.8 ms a sweep with 5,000 stuck, against 5 us)."""
-        rows = self._conn.execute(
-            "SELECT msg_id FROM swarm_messages INDEXED BY idx_swarm_expiry WHERE state = 'queued'"
-            " AND to_session IS NOT NULL AND expires_at IS NOT NULL AND expires_at <= ?"
-            # in doubt (it may have arrived): expired only once the transcript says it did not
-            " AND handoff_intent_at IS NULL",
-            (now_ms,),
-        )
+        rows = self._conn.execute(self.engine.sql(EXPIRED_SQL), (now_ms,))
         return [r[0] for r in rows.fetchall()]
 
     def _end(self, msg_id: str, state: str, reason: str, now_ms: int) -> None:

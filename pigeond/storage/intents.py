@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pigeond.storage.base import RepositoryBase
+from pigeond.storage.engines import EngineSql
 
 # What a hand-off found in the transcript after a crash records as its note.
 FOUND_AFTER_RESTART_NOTE = (
@@ -31,14 +32,16 @@ FOUND_AFTER_RESTART_NOTE = (
 # for (FOR UPDATE SKIP LOCKED): it stays queued for a later drain.  The per-target
 # advisory lock (pigeond/storage/postgres/locks.py) already keeps other daemons' drains
 # away; this keeps an operator's write or a sweep from stalling the hand-off.
-CLAIM_SQL = (
-    "UPDATE swarm_messages SET handoff_intent_at = ?, updated_at = ?"
-    " WHERE msg_id = ? AND state = 'queued'"
-)
-CLAIM_PG_SQL = (
-    "UPDATE swarm_messages SET handoff_intent_at = ?, updated_at = ?"
-    " WHERE msg_id = (SELECT msg_id FROM swarm_messages WHERE msg_id = ?"
-    " AND state = 'queued' FOR UPDATE SKIP LOCKED)"
+CLAIM_SQL = EngineSql(
+    sqlite=(
+        "UPDATE swarm_messages SET handoff_intent_at = ?, updated_at = ?"
+        " WHERE msg_id = ? AND state = 'queued'"
+    ),
+    postgres=(
+        "UPDATE swarm_messages SET handoff_intent_at = ?, updated_at = ?"
+        " WHERE msg_id = (SELECT msg_id FROM swarm_messages WHERE msg_id = ?"
+        " AND state = 'queued' FOR UPDATE SKIP LOCKED)"
+    ),
 )
 # One prompt's intent: its msg_ids, and when.
 IntentGroup = tuple[Sequence[str], int]
@@ -51,7 +54,7 @@ class HandOffIntents(RepositoryBase):
         every target's prompt under load).  Returns each group's ids that got it: a message
         cancelled meanwhile is not sent."""
         marked: list[list[str]] = []
-        claim = CLAIM_PG_SQL if self.postgres else CLAIM_SQL
+        claim = self.engine.sql(CLAIM_SQL)
         with self._write() as conn:
             for group, now_ms in groups:
                 marked.append([])

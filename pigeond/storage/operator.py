@@ -11,23 +11,15 @@ Times come in as unix milliseconds; nothing here reads a clock.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-import psycopg
-
-from pigeond.db_url import error_line, is_postgres_url, redacted
 from pigeond.model import State, StoredMessage
 from pigeond.storage.base import COLUMNS, Connection, RepositoryBase, reads, row_to_message
-from pigeond.storage.errors import SchemaError, StorageUnavailable
+from pigeond.storage.engines import engine_for
+from pigeond.storage.engines.base import EngineSql
 from pigeond.storage.migrations import PRIORITY_RANK_SQL
-from pigeond.storage.postgres import schema_version
-from pigeond.storage.postgres.connection import PgConnection
-from pigeond.storage.postgres.pooled import shared_pool
-from pigeond.storage.postgres.schema import PG_MIGRATIONS
-from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS, SCHEMA_VERSION, connect
 
 # Which states each action starts from.
 REQUEUE_FROM = (State.FAILED.value, State.EXPIRED.value)
@@ -44,19 +36,22 @@ _REQUEUE_SET = (
     " WHEN expires_at > created_at THEN :now + (expires_at - created_at) ELSE :now END"
 )
 # Failed direct messages per target, the latest one's last_error with them (see
-# failed_per_target): SQLite takes a bare column from the row of MAX(); PostgreSQL says so.
-FAILED_PER_TARGET_SQL = (
-    "SELECT to_session, COUNT(*), MAX(updated_at), last_error FROM swarm_messages"
-    " WHERE unlikely(state = 'failed') AND to_session IS NOT NULL"
-    " GROUP BY to_session ORDER BY MAX(updated_at) DESC, to_session"
-)
-FAILED_PER_TARGET_PG_SQL = (
-    "SELECT to_session, n, updated_at, last_error FROM ("
-    " SELECT DISTINCT ON (to_session) to_session, updated_at, last_error,"
-    " COUNT(*) OVER (PARTITION BY to_session) AS n FROM swarm_messages"
-    " WHERE state = 'failed' AND to_session IS NOT NULL"
-    " ORDER BY to_session, updated_at DESC) AS latest"
-    " ORDER BY updated_at DESC, to_session"
+# failed_per_target): SQLite takes a bare column from the row of MAX(), and is told that
+# failed rows are few (unlikely(), a planner hint); PostgreSQL says which row it means.
+FAILED_PER_TARGET_SQL = EngineSql(
+    sqlite=(
+        "SELECT to_session, COUNT(*), MAX(updated_at), last_error FROM swarm_messages"
+        " WHERE unlikely(state = 'failed') AND to_session IS NOT NULL"
+        " GROUP BY to_session ORDER BY MAX(updated_at) DESC, to_session"
+    ),
+    postgres=(
+        "SELECT to_session, n, updated_at, last_error FROM ("
+        " SELECT DISTINCT ON (to_session) to_session, updated_at, last_error,"
+        " COUNT(*) OVER (PARTITION BY to_session) AS n FROM swarm_messages"
+        " WHERE state = 'failed' AND to_session IS NOT NULL"
+        " ORDER BY to_session, updated_at DESC) AS latest"
+        " ORDER BY updated_at DESC, to_session"
+    ),
 )
 # A message in doubt (storage/intents.py) made due now is looked for in the transcript
 # now; cancelled, it is never sent again and keeps its handoff_intent_at, which says that
@@ -98,79 +93,15 @@ class FailedTarget:
 
 def open_existing(db: Path | str) -> Connection:
     """Open an existing pigeond database of the current schema: a SQLite file (WAL, busy
-    timeout) or, for a ``postgresql://`` URL, a PostgreSQL database.
+    timeout) or, for a ``postgresql://`` URL, a PostgreSQL database
+    (pigeond/storage/existing.py).
 
-    Raises SchemaError (one line) when the file is missing, unreadable, not a
-    pigeond database, or of another schema version; never creates or migrates.
-    PostgreSQL out of reach (refused, wrong password) is StorageUnavailable; its URL is
-    only ever shown without the password.
+    Raises SchemaError (one line) when it is missing, unreadable, not a pigeond database,
+    or of another schema version; never creates or migrates.  PostgreSQL out of reach
+    (refused, wrong password) is StorageUnavailable; its URL is only ever shown without
+    the password.
     """
-    if is_postgres_url(db):
-        return _open_existing_postgres(str(db))
-    path = db
-    target = Path(path)
-    if not target.is_file():
-        raise SchemaError(f"{path}: no such database file (is pigeond's --db elsewhere?)")
-    try:
-        probe = sqlite3.connect(f"{target.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as e:
-        raise SchemaError(f"{path}: cannot open the database ({e})") from e
-    try:
-        version = int(probe.execute("PRAGMA user_version").fetchone()[0])
-        has_table = probe.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'swarm_messages'"
-        ).fetchone()
-    except sqlite3.DatabaseError as e:
-        raise SchemaError(f"{path}: not a usable SQLite database ({e})") from e
-    finally:
-        probe.close()
-    if has_table is None:
-        raise SchemaError(f"{path}: not a pigeond database (no swarm_messages table)")
-    _check_version(str(path), version, SCHEMA_VERSION)
-    return connect(target)
-
-
-def _open_existing_postgres(url: str) -> PgConnection:
-    """Connect (writes wait for a row lock as long as SQLite's busy timeout) and check
-    that ``swarm_schema`` says the current version; nothing is created or migrated."""
-    shown = redacted(url)
-    try:
-        pool = shared_pool(url, DEFAULT_BUSY_TIMEOUT_MS)
-        conn = PgConnection(url, lock_timeout_ms=DEFAULT_BUSY_TIMEOUT_MS, pool=pool)
-    except psycopg.OperationalError as e:
-        detail = error_line(e, url)
-        raise StorageUnavailable(f"{shown}: cannot connect to PostgreSQL ({detail})") from e
-    except psycopg.Error as e:
-        raise SchemaError(f"{shown}: not a usable PostgreSQL URL ({error_line(e, url)})") from e
-    try:
-        row = conn.execute("SELECT to_regclass('swarm_schema') IS NOT NULL").fetchone()
-        if row is None or not row[0]:
-            raise SchemaError(f"{shown}: not a pigeond database (no swarm_schema table)")
-        _check_version(shown, schema_version(conn), len(PG_MIGRATIONS))
-    except psycopg.OperationalError as e:
-        conn.close()
-        detail = error_line(e, url)
-        raise StorageUnavailable(f"{shown}: PostgreSQL went away ({detail})") from e
-    except psycopg.Error as e:
-        conn.close()
-        raise SchemaError(f"{shown}: not a usable pigeond database ({error_line(e, url)})") from e
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _check_version(shown: str, version: int, current: int) -> None:
-    if version > current:
-        raise SchemaError(
-            f"{shown}: schema version {version} is newer than this pigeon understands"
-            f" ({current}); upgrade pigeond"
-        )
-    if version < current:
-        raise SchemaError(
-            f"{shown}: schema version {version} is older than {current};"
-            " start pigeond once to upgrade it"
-        )
+    return engine_for(db).open_existing(db)
 
 
 class OperatorActions(RepositoryBase):
@@ -192,9 +123,9 @@ class OperatorActions(RepositoryBase):
         """
         rows = self._conn.execute(
             f"SELECT {COLUMNS} FROM swarm_messages"
-            " WHERE (:state IS NULL OR state = :state)"
-            " AND (:target IS NULL OR to_session = :target OR channel = :target)"
-            " AND (:sender IS NULL OR from_session = :sender)"
+            " WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)"
+            " AND (CAST(:target AS TEXT) IS NULL OR to_session = :target OR channel = :target)"
+            " AND (CAST(:sender AS TEXT) IS NULL OR from_session = :sender)"
             " ORDER BY accept_seq DESC LIMIT :limit OFFSET :offset",
             {
                 "state": state,
@@ -214,7 +145,7 @@ class OperatorActions(RepositoryBase):
         pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         rows = self._conn.execute(
             f"SELECT {COLUMNS} FROM swarm_messages"
-            " WHERE (:state IS NULL OR state = :state) AND ("
+            " WHERE (CAST(:state AS TEXT) IS NULL OR state = :state) AND ("
             " to_session LIKE :p ESCAPE '\\' OR channel LIKE :p ESCAPE '\\'"
             " OR from_session LIKE :p ESCAPE '\\' OR kind LIKE :p ESCAPE '\\'"
             " OR payload LIKE :p ESCAPE '\\')"
@@ -235,9 +166,7 @@ class OperatorActions(RepositoryBase):
         since they average the rows per state (with them, the plan walked every direct
         message: 0.2 s with a million delivered, against 5 ms).
         """
-        rows = self._conn.execute(
-            FAILED_PER_TARGET_PG_SQL if self.postgres else FAILED_PER_TARGET_SQL
-        ).fetchall()
+        rows = self._conn.execute(self.engine.sql(FAILED_PER_TARGET_SQL)).fetchall()
         return [FailedTarget(str(t), int(n), int(at), err) for t, n, at, err in rows]
 
     @reads

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from pigeond.consent import DEFAULT_POLICY, InboundPolicy, Policy, held_reason, parse_allow
 from pigeond.storage.base import Connection, RepositoryBase, reads
+from pigeond.storage.engines import json_texts
 
 POLICY_COLUMNS = "session, policy, allow, updated_at, updated_by"
 # The waiting messages of one session, by the head-of-queue index (to_session first).
@@ -39,9 +40,11 @@ _CONSENT_HELD = "hold_kind = 'consent' AND next_retry_at IS NULL"
 # and ``NOT (x IN (...))`` would be NULL, never true, for it.
 # Only a sender whose proof may admit it (verified, or pending: never handed off before it
 # settles, and settled unverified it is judged again): consent.InboundPolicy.verdict.
-_ALLOWED = (
-    "(from_proof IN ('verified', 'pending') AND EXISTS (SELECT 1 FROM json_each(:allow)"
-    " WHERE value IN (from_session, '@' || from_name)))"
+_ALLOWED = json_texts(":allow").map(
+    lambda allow: (
+        f"(from_proof IN ('verified', 'pending') AND EXISTS (SELECT 1 FROM {allow}"
+        " WHERE value IN (from_session, '@' || from_name)))"
+    )
 )
 
 
@@ -137,7 +140,7 @@ class Policies(RepositoryBase):
             "UPDATE swarm_messages SET next_retry_at = NULL, last_error = :why,"
             " hold_kind = 'consent', updated_at = :now"
             f" WHERE {_WAITING} AND next_retry_at IS NOT NULL AND handoff_intent_at IS NULL"
-            f" AND NOT {_ALLOWED}",
+            f" AND NOT {self.engine.sql(_ALLOWED)}",
             {"session": policy.session, "now": now_ms, "allow": json.dumps(list(policy.allow)),
              "why": held_reason(policy.session, policy.policy)},
         ).rowcount  # fmt: skip
@@ -156,7 +159,7 @@ class Policies(RepositoryBase):
             conn.execute(
                 "UPDATE swarm_messages SET next_retry_at = :now, last_error = NULL,"
                 f" hold_kind = NULL, updated_at = :now WHERE {_WAITING} AND {_CONSENT_HELD}"
-                f" AND (:any OR {_ALLOWED})",
+                f" AND (:any OR {self.engine.sql(_ALLOWED)})",
                 {
                     "session": session,
                     "now": now_ms,

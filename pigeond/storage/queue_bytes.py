@@ -24,20 +24,20 @@ from __future__ import annotations
 
 from typing import Final
 
-from pigeond.storage.base import Connection
+from pigeond.storage.engines import Engine, EngineSql, engine_of
+from pigeond.storage.engines.base import Connection
 
 # The queue's bytes, as each engine counts a text's UTF-8 bytes (SQLite's length() of a
-# text counts characters; of a blob, bytes).  Written once per engine.
-QUEUED_BYTES_SQLITE: Final = (
-    "SELECT COALESCE(SUM(length(CAST(payload AS BLOB))), 0) FROM swarm_messages"
-    " WHERE state = 'queued'"
+# text counts characters; of a blob, bytes).
+QUEUED_BYTES_SQL: Final = EngineSql(
+    sqlite=(
+        "SELECT COALESCE(SUM(length(CAST(payload AS BLOB))), 0) FROM swarm_messages"
+        " WHERE state = 'queued'"
+    ),
+    postgres=(
+        "SELECT COALESCE(SUM(octet_length(payload)), 0) FROM swarm_messages WHERE state = 'queued'"
+    ),
 )
-QUEUED_BYTES_POSTGRES: Final = (
-    "SELECT COALESCE(SUM(octet_length(payload)), 0) FROM swarm_messages WHERE state = 'queued'"
-)
-# The advisory lock of the queue's bytes ("pigequeu" in ASCII), held by an accept
-# transaction that checks the bound, on PostgreSQL.
-QUEUE_BYTES_LOCK: Final = 0x7069_6765_7175_6575
 
 
 def payload_bytes(payload: str) -> int:
@@ -45,19 +45,19 @@ def payload_bytes(payload: str) -> int:
     return len(payload.encode("utf-8", "surrogatepass"))
 
 
-def queued_bytes(conn: Connection, *, postgres: bool) -> int:
+def queued_bytes(conn: Connection) -> int:
     """The payload bytes of every message still to be delivered."""
-    sql = QUEUED_BYTES_POSTGRES if postgres else QUEUED_BYTES_SQLITE
-    return int(conn.execute(sql).fetchone()[0])
+    return int(conn.execute(engine_of(conn).sql(QUEUED_BYTES_SQL)).fetchone()[0])
 
 
 class QueueBytes:
     """The queue's bytes within one write transaction: read at the first accept that has a
-    bound (after taking the lock, on PostgreSQL), then kept up to date as accepts store."""
+    bound (after taking the engine's lock, where several daemons accept), then kept up to
+    date as accepts store."""
 
-    def __init__(self, conn: Connection, *, postgres: bool) -> None:
+    def __init__(self, conn: Connection, engine: Engine) -> None:
         self._conn = conn
-        self._postgres = postgres
+        self._engine = engine
         self._total: int | None = None
 
     def fits(self, bound: int, adding: int) -> bool:
@@ -65,9 +65,8 @@ class QueueBytes:
         if bound <= 0:
             return True
         if self._total is None:
-            if self._postgres:
-                self._conn.execute("SELECT pg_advisory_xact_lock(?)", (QUEUE_BYTES_LOCK,))
-            self._total = queued_bytes(self._conn, postgres=self._postgres)
+            self._engine.lock_queue_bytes(self._conn)
+            self._total = queued_bytes(self._conn)
         return self._total + adding <= bound
 
     def stored(self, adding: int) -> None:

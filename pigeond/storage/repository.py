@@ -34,7 +34,6 @@ from pigeond.storage.operator import OperatorActions
 from pigeond.storage.pair_history import PairHistory
 from pigeond.storage.permissions import Permissions
 from pigeond.storage.policies import Policies
-from pigeond.storage.postgres.schema import NOTIFY_SQL
 from pigeond.storage.queue_bytes import QueueBytes, payload_bytes
 from pigeond.storage.receipts import Receipts
 from pigeond.storage.retention import Retention
@@ -184,14 +183,14 @@ class SwarmRepository(
             last_seq = self._sequence_value(conn, "accept")
             first_seq = last_seq + 1
             outcomes = []
-            queue = QueueBytes(conn, postgres=self.postgres)
+            queue = QueueBytes(conn, self.engine)
             for accept in accepts:
                 outcome, numbered = self._accept_one(conn, accept, last_seq + 1, queue)
                 last_seq += numbered
                 outcomes.append(outcome)
             self._set_sequence(conn, "accept", last_seq)
-            if self.postgres:  # wake the daemon whose opencode has each target, at the commit
-                self._notify_due(conn, self._due_targets(conn, first_seq, last_seq))
+            # wake the daemons that deliver to what was stored, at the commit
+            self.engine.notify_accepted(conn, first_seq, last_seq)
             return outcomes
 
     def _accept_one(
@@ -250,23 +249,6 @@ class SwarmRepository(
         if message.reply_to is not None:
             self._meet(conn, message, accept.now_ms)
         return AcceptOutcome.STORED, numbered
-
-    @staticmethod
-    def _due_targets(conn: Connection, first_seq: int, last_seq: int) -> list[str]:
-        """The targets of the deliveries numbered ``first_seq`` to ``last_seq``."""
-        if last_seq < first_seq:
-            return []
-        rows = conn.execute(
-            "SELECT DISTINCT to_session FROM swarm_messages"
-            " WHERE accept_seq BETWEEN ? AND ? AND to_session IS NOT NULL",
-            (first_seq, last_seq),
-        ).fetchall()
-        return [str(r[0]) for r in rows]
-
-    @staticmethod
-    def _notify_due(conn: Connection, targets: list[str]) -> None:
-        if targets:
-            conn.execute(NOTIFY_SQL, (targets,))
 
     # -- reading -----------------------------------------------------------
 

@@ -31,29 +31,27 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from pigeond.storage.base import Connection, RepositoryBase, reads
+from pigeond.storage.base import RepositoryBase, reads
 from pigeond.storage.costs import PRUNE_TURNS_SQL
-from pigeond.storage.errors import UNAVAILABLE_ERRORS, StorageUnavailable
+from pigeond.storage.engines import ROW_NAME, FileSize
 from pigeond.storage.migrations import PRUNABLE_SQL
-from pigeond.storage.schema import AUTO_VACUUM_INCREMENTAL
+
+__all__ = ["DAY_MS", "FileSize", "PrunableGroup", "PruneCounts", "Retention", "cutoff_ms"]
 
 DAY_MS = 24 * 3600 * 1000
 
-# Pages of the search index merged after each prune batch (see _fold_search_deletes).
-SEARCH_MERGE_PAGES = 200
 
-# The oldest prunable rows, by rowid: a SEARCH of the partial idx_swarm_prunable.
-_OLDEST_PRUNABLE_SQL = (
-    f"SELECT rowid FROM swarm_messages WHERE {PRUNABLE_SQL} AND updated_at < :cutoff"
-    " ORDER BY updated_at LIMIT :limit"
-)
-PRUNE_BATCH_SQL = (
-    f"DELETE FROM swarm_messages WHERE rowid IN ({_OLDEST_PRUNABLE_SQL})"
-    " RETURNING CASE WHEN channel IS NULL THEN 'direct' ELSE 'channel' END, state"
-)
-# The same on PostgreSQL, whose tables have no rowid: a row's ctid names it within the
-# statement, as a rowid does.
-PRUNE_BATCH_PG_SQL = PRUNE_BATCH_SQL.replace("rowid", "ctid")
+def _prune_batch(row: str) -> str:
+    """The oldest prunable rows deleted, each named by ``row`` (the name a row has within
+    one statement): the inner SELECT is a SEARCH of the partial idx_swarm_prunable."""
+    return (
+        f"DELETE FROM swarm_messages WHERE {row} IN (SELECT {row} FROM swarm_messages"
+        f" WHERE {PRUNABLE_SQL} AND updated_at < :cutoff ORDER BY updated_at LIMIT :limit)"
+        " RETURNING CASE WHEN channel IS NULL THEN 'direct' ELSE 'channel' END, state"
+    )
+
+
+PRUNE_BATCH_SQL = ROW_NAME.map(_prune_batch)
 PRUNABLE_SUMMARY_SQL = (
     "SELECT CASE WHEN channel IS NULL THEN 'direct' ELSE 'channel' END AS scope, state,"
     " COUNT(*), MIN(updated_at), MAX(updated_at) FROM swarm_messages"
@@ -81,20 +79,6 @@ class PrunableGroup:
     newest_at: int
 
 
-@dataclass(frozen=True, slots=True)
-class FileSize:
-    """The database's size in pages; ``free_pages`` are on the freelist, not yet given back."""
-
-    page_count: int
-    page_size: int
-    free_pages: int
-    incremental: bool
-
-    @property
-    def total_bytes(self) -> int:
-        return self.page_count * self.page_size
-
-
 class Retention(RepositoryBase):
     # -- what would go ---------------------------------------------------------
 
@@ -106,9 +90,9 @@ class Retention(RepositoryBase):
 
     @reads
     def explain_prune(self, cutoff: int, limit: int) -> list[str]:
-        """The query plan of one prune batch, one detail string per step."""
+        """SQLite's query plan of one prune batch, one detail string per step."""
         rows = self._conn.execute(
-            "EXPLAIN QUERY PLAN " + PRUNE_BATCH_SQL, {"cutoff": cutoff, "limit": limit}
+            "EXPLAIN QUERY PLAN " + PRUNE_BATCH_SQL.sqlite, {"cutoff": cutoff, "limit": limit}
         )
         return [str(r[3]) for r in rows.fetchall()]
 
@@ -118,63 +102,21 @@ class Retention(RepositoryBase):
         """Delete at most ``limit`` of the oldest prunable rows last changed before
         ``cutoff``, in one transaction; returns how many of each scope and state went."""
         with self._write() as conn:
-            sql = PRUNE_BATCH_PG_SQL if self.postgres else PRUNE_BATCH_SQL
-            rows = conn.execute(sql, {"cutoff": cutoff, "limit": limit}).fetchall()
+            rows = conn.execute(
+                self.engine.sql(PRUNE_BATCH_SQL), {"cutoff": cutoff, "limit": limit}
+            ).fetchall()
             for prune_turns in PRUNE_TURNS_SQL:  # the turn costs of the same age (uncounted)
                 conn.execute(prune_turns, {"cutoff": cutoff, "limit": limit})
-            if rows and not self.postgres:
-                self._fold_search_deletes(conn)
+            if rows:
+                self.engine.after_prune(conn)
         return Counter((str(scope), str(state)) for scope, state in rows)
-
-    def _fold_search_deletes(self, conn: Connection) -> None:
-        """Merge a bounded part of the search index (migration 13): FTS5 records a delete
-        as a tombstone beside the entry it cancels, and only a merge drops both, so without
-        this the index would keep the pruned rows' size.  A negative budget merges even
-        small levels, as an incremental 'optimize' (SEARCH_MERGE_PAGES pages at most)."""
-        if conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'swarm_search'"
-        ).fetchone():
-            conn.execute(
-                "INSERT INTO swarm_search (swarm_search, rank) VALUES ('merge', ?)",
-                (-SEARCH_MERGE_PAGES,),
-            )
 
     @reads
     def file_size(self) -> FileSize:
-        """The database's size.  On PostgreSQL its 8 KiB pages as pg_database_size counts
-        them, none free here: PostgreSQL's own (auto)vacuum gives space back."""
-        if self.postgres:
-            size = self._conn.execute("SELECT pg_database_size(current_database())").fetchone()
-            return FileSize(int(size[0]) // 8192, 8192, 0, False)
-
-        def pragma(name: str) -> int:
-            return int(self._conn.execute(f"PRAGMA {name}").fetchone()[0])
-
-        return FileSize(
-            page_count=pragma("page_count"),
-            page_size=pragma("page_size"),
-            free_pages=pragma("freelist_count"),
-            incremental=pragma("auto_vacuum") == AUTO_VACUUM_INCREMENTAL,
-        )
+        """The database's size (on PostgreSQL, in its pages, none of them free here)."""
+        return self.engine.file_size(self._conn)
 
     def give_back_pages(self, max_pages: int) -> int:
-        """Return at most ``max_pages`` free pages to the file system; returns how many went.
-
-        ``PRAGMA incremental_vacuum`` yields one row per page it frees and stops
-        when the caller stops stepping; ``executescript`` steps it to the end,
-        as its own short write transaction.  Nothing happens (0) unless the
-        database is in incremental auto-vacuum mode.  The WAL is then
-        checkpointed without waiting on readers, so the file itself shrinks now
-        rather than at the next automatic checkpoint.
-        """
-        if self.postgres:
-            return 0  # PostgreSQL's autovacuum does this
-        before = self.file_size()
-        if not before.incremental or before.free_pages == 0 or max_pages <= 0:
-            return 0
-        try:
-            self.sqlite_connection.executescript(f"PRAGMA incremental_vacuum({int(max_pages)})")
-            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except UNAVAILABLE_ERRORS as e:
-            raise StorageUnavailable(f"database write failed: {e}") from e
-        return max(before.page_count - self.file_size().page_count, 0)
+        """Return at most ``max_pages`` free pages to the file system; returns how many went
+        (none where the engine reclaims space itself: PostgreSQL's autovacuum)."""
+        return self.engine.give_back_pages(self._conn, max_pages)

@@ -26,55 +26,36 @@ of the history (bench/search_table.py).
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final
 
 from pigeond.model import StoredMessage
-from pigeond.storage.base import COLUMNS, RepositoryBase, reads, row_to_message
-
-# Bounds on what one search may ask: its text, its words, the page.
-MAX_QUERY_CHARS: Final = 256
-MAX_QUERY_WORDS: Final = 16
-DEFAULT_SEARCH_LIMIT: Final = 50
-MAX_SEARCH_LIMIT: Final = 500
-
-# The columns a session's id is looked for in (sent or received).
-_SESSION_COLUMNS: Final = "{from_session to_session}"
-
-_MESSAGE_COLUMNS: Final = ", ".join("m." + c.strip() for c in COLUMNS.split(","))
-
-# Matches newest first, joined to their rows by the accept sequence; ``state`` and
-# ``session`` (None: any) are checked on the row itself.  A sender finds its channel
-# message once, not once more per member's copy; a member finds its own copy.
-SEARCH_SQL: Final = (
-    f"SELECT {_MESSAGE_COLUMNS} FROM swarm_search"
-    " JOIN swarm_messages AS m ON m.accept_seq = swarm_search.rowid"
-    " WHERE swarm_search MATCH :match"
-    " AND (:state IS NULL OR m.state = :state)"
-    " AND (:session IS NULL OR m.to_session = :session"
-    " OR (m.from_session = :session AND m.channel_msg_id IS NULL))"
-    " ORDER BY swarm_search.rowid DESC LIMIT :limit OFFSET :offset"
+from pigeond.storage.base import RepositoryBase, reads, row_to_message
+from pigeond.storage.engines.sqlite import SEARCH_SQL
+from pigeond.storage.search_text import (
+    DEFAULT_SEARCH_LIMIT,
+    MAX_QUERY_CHARS,
+    MAX_QUERY_WORDS,
+    MAX_SEARCH_LIMIT,
+    SearchQueryError,
+    check_searchable,
+    match_expression,
+    search_words,
 )
 
-
-def postgres_search_sql(words: int) -> str:
-    """The same search on PostgreSQL: its generated ``search_doc`` (schema version 13
-    there) matched by every word as a phrase (``:w0`` ...), punctuation splitting words
-    as it does in the document; newest first by accept order."""
-    phrases = " && ".join(
-        f"phraseto_tsquery('simple', regexp_replace(:w{i}, '[[:punct:]]', ' ', 'g'))"
-        for i in range(words)
-    )
-    return (
-        f"SELECT {COLUMNS} FROM swarm_messages AS m WHERE m.search_doc @@ ({phrases})"
-        " AND (:state IS NULL OR m.state = :state)"
-        " AND (:session IS NULL OR m.to_session = :session"
-        " OR (m.from_session = :session AND m.channel_msg_id IS NULL))"
-        " ORDER BY m.accept_seq DESC LIMIT :limit OFFSET :offset"
-    )
+__all__ = [
+    "DEFAULT_SEARCH_LIMIT",
+    "MAX_QUERY_CHARS",
+    "MAX_QUERY_WORDS",
+    "MAX_SEARCH_LIMIT",
+    "SEARCH_SQL",
+    "Search",
+    "SearchPage",
+    "SearchQueryError",
+    "match_expression",
+    "search_words",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,58 +70,6 @@ class SearchPage:
 def view_bytes(message: StoredMessage) -> int:
     """The message's inbox view as the API encodes it (UTF-8 JSON, escapes included)."""
     return len(json.dumps(message.inbox_view(), ensure_ascii=False).encode("utf-8"))
-
-
-class SearchQueryError(ValueError):
-    """Search text that cannot be searched for (empty, too long, no word in it)."""
-
-
-# What neither engine takes in a query: NUL and the surrogates, which no UTF-8 encodes.
-_UNSEARCHABLE: Final = re.compile("[\x00\ud800-\udfff]")
-
-
-def check_searchable(text: str, what: str = "the search text") -> None:
-    """:class:`SearchQueryError` naming the first character of ``text`` that no search
-    engine takes (a NUL, a lone surrogate), before it reaches one."""
-    found = _UNSEARCHABLE.search(text)
-    if found is not None:
-        raise SearchQueryError(
-            f"{what} has a character that cannot be searched for (U+{ord(found.group()):04X})"
-        )
-
-
-def _phrase(text: str) -> str:
-    return '"' + text.replace('"', '""') + '"'
-
-
-def _has_word(text: str) -> bool:
-    """Whether FTS5's unicode61 tokenizer finds a token in ``text``: a letter or a number
-    (the underscore, like all punctuation, separates tokens)."""
-    return any(ch.isalnum() for ch in text)
-
-
-def search_words(text: str) -> list[str]:
-    """The words of ``text`` to search for; :class:`SearchQueryError` for text with
-    nothing to search, or too much."""
-    if len(text) > MAX_QUERY_CHARS:
-        raise SearchQueryError(f"the search text is over {MAX_QUERY_CHARS} characters")
-    check_searchable(text)
-    words = [w for w in text.split() if _has_word(w)]
-    if not words:
-        raise SearchQueryError("the search text has no word to search for")
-    if len(words) > MAX_QUERY_WORDS:
-        raise SearchQueryError(f"the search text has over {MAX_QUERY_WORDS} words")
-    return words
-
-
-def match_expression(text: str, session: str | None = None) -> str:
-    """The FTS5 query for ``text`` (and, narrowing it, ``session``): every word a quoted
-    phrase, ANDed.  Raises :class:`SearchQueryError` for text with nothing to search."""
-    terms = [_phrase(w) for w in search_words(text)]
-    if session is not None:
-        check_searchable(session, "the session")
-        terms.append(f"{_SESSION_COLUMNS} : {_phrase(session)}")
-    return " AND ".join(terms)
 
 
 class Search(RepositoryBase):
@@ -179,21 +108,8 @@ class Search(RepositoryBase):
     ) -> Iterator[StoredMessage]:
         if state is not None:
             check_searchable(state, "the state")
-        params: dict[str, object] = {
-            "state": state,
-            "session": session,
-            "limit": limit,
-            "offset": offset,
-        }
-        if self.postgres:
-            words = search_words(text)
-            if session is not None:
-                check_searchable(session, "the session")
-            params |= {f"w{i}": word for i, word in enumerate(words)}
-            sql = postgres_search_sql(len(words))
-        else:
-            params["match"] = match_expression(text, session)
-            sql = SEARCH_SQL
+        sql, matching = self.engine.search(text, session)
+        params = {**matching, "state": state, "limit": limit, "offset": offset}
         try:
             cursor = self._conn.execute(sql, params)
         except sqlite3.OperationalError as e:

@@ -1,4 +1,4 @@
-"""The schema of who really sent a message: migration 22, once per engine.
+"""The schema of who really sent a message: migration 22 (PostgreSQL's baseline has it).
 
 ``from_proof`` is what pigeond could tell of the sender (:class:`pigeond.model.SenderProof`):
 rows stored before this version were never looked at, so they stay ``unverified``.
@@ -24,16 +24,5 @@ CREATE INDEX idx_swarm_proof_pending
     WHERE from_proof = 'pending';
 CREATE UNIQUE INDEX idx_swarm_proof_call
     ON swarm_messages (from_session, from_proof_call)
-    WHERE from_proof_call IS NOT NULL;
-"""
-
-V22_SENDER_PROOF_PG: Final = """
-ALTER TABLE swarm_messages ADD COLUMN from_proof TEXT NOT NULL DEFAULT 'unverified'
-    CHECK (from_proof IN ('pending', 'verified', 'person', 'unverified'));
-ALTER TABLE swarm_messages ADD COLUMN from_proof_note TEXT;
-ALTER TABLE swarm_messages ADD COLUMN from_proof_call TEXT;
-CREATE INDEX idx_swarm_proof_pending ON swarm_messages (created_at)
-    WHERE from_proof = 'pending';
-CREATE UNIQUE INDEX idx_swarm_proof_call ON swarm_messages (from_session, from_proof_call)
     WHERE from_proof_call IS NOT NULL;
 """

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pigeond.consent import Policy, held_reason
 from pigeond.model import SenderProof, StoredMessage
 from pigeond.storage.base import COLUMNS, Connection, RepositoryBase, reads, row_to_message
-from pigeond.storage.postgres.schema import NOTIFY_SQL
 
 # The messages still to settle, oldest first: a walk of the small partial
 # idx_swarm_proof_pending.  A channel's copies settle with their channel message.
@@ -84,8 +83,7 @@ class SenderProofs(RepositoryBase):
             if proof is SenderProof.UNVERIFIED:
                 self._consent_unverified(conn, rows, now_ms)
             due = tuple(dict.fromkeys(t for t, _ in rows))
-            if self.postgres and due:  # wake the daemon whose opencode has each target
-                conn.execute(NOTIFY_SQL, (list(due),))
+            self.engine.notify_due(conn, due)  # wake the daemon whose opencode has each target
             return ProofSettled(True, due)
 
     @staticmethod

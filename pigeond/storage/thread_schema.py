@@ -1,7 +1,7 @@
 """The schema of keeping a person in charge: threads, and brake holds.
 
 Migrations 17 and 18, as SQL text that :mod:`pigeond.storage.migrations` numbers and
-applies (PostgreSQL's text is :mod:`pigeond.storage.postgres.thread_schema`).  Each is one
+applies (PostgreSQL's baseline has them: :mod:`pigeond.storage.postgres.schema`).  Each is one
 named constant, so that the order of migrations is one line to change.  Released text is
 never changed: an old file is upgraded exactly as it always was.
 """

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from pigeond.model import SESSION_ID_RE
 from pigeond.storage.base import Connection, RepositoryBase, reads
+from pigeond.storage.engines import Engine, json_texts
 
 THREAD_COLUMNS = (
     "t.thread_id, t.created_at, t.updated_at, t.hops, t.turns, t.messages, t.reset_at,"
@@ -44,6 +45,20 @@ _COUNT_SEND_SQL = (
     " messages = swarm_threads.messages + 1,"
     " hops = CASE WHEN :person = 1 THEN 0 ELSE swarm_threads.hops + :counted END,"
     " reset_at = CASE WHEN :person = 1 THEN :now ELSE swarm_threads.reset_at END"
+)
+
+
+# The resets of the budgets of the threads in ``?`` (a JSON list of scopes).
+_FORGET_RESETS_SQL = json_texts("?").map(
+    lambda scopes: f"DELETE FROM swarm_brake_resets WHERE scope IN (SELECT value FROM {scopes})"
+)
+# One turn for each thread of the messages in ``?`` (a JSON list of msg_ids).
+_COUNT_TURNS_SQL = json_texts("?").map(
+    lambda ids: (
+        "UPDATE swarm_threads SET turns = turns + 1 WHERE thread_id IN ("
+        " SELECT DISTINCT thread_id FROM swarm_messages"
+        f" WHERE msg_id IN (SELECT value FROM {ids}) AND thread_id IS NOT NULL)"
+    )
 )
 
 
@@ -172,11 +187,7 @@ class Threads(RepositoryBase):
             ).fetchall()
             scopes = [f"budget:{r[0]}" for r in rows]
             if scopes:
-                conn.execute(
-                    "DELETE FROM swarm_brake_resets"
-                    " WHERE scope IN (SELECT value FROM json_each(?))",
-                    (json.dumps(scopes),),
-                )
+                conn.execute(self.engine.sql(_FORGET_RESETS_SQL), (json.dumps(scopes),))
             return len(rows)
 
 
@@ -191,13 +202,8 @@ def count_send(conn: Connection, thread_id: str, sender: str, now_ms: int, *, he
     )
 
 
-def count_turns(conn: Connection, msg_ids: Sequence[str]) -> None:
+def count_turns(conn: Connection, engine: Engine, msg_ids: Sequence[str]) -> None:
     """Inside a hand-off's record: one turn for each thread of the batch ``msg_ids``."""
     if not msg_ids:
         return
-    conn.execute(
-        "UPDATE swarm_threads SET turns = turns + 1 WHERE thread_id IN ("
-        " SELECT DISTINCT thread_id FROM swarm_messages"
-        " WHERE msg_id IN (SELECT value FROM json_each(?)) AND thread_id IS NOT NULL)",
-        (json.dumps(list(msg_ids)),),
-    )
+    conn.execute(engine.sql(_COUNT_TURNS_SQL), (json.dumps(list(msg_ids)),))

@@ -12,7 +12,13 @@ import psycopg
 from pigeond.db_url import error_line, is_postgres_url, redacted
 from pigeond.storage.errors import SchemaError, StorageUnavailable
 from pigeond.storage.postgres.connection import PgConnection
-from pigeond.storage.postgres.schema import MIGRATION_LOCK, PG_MIGRATIONS, VERSION_TABLE
+from pigeond.storage.postgres.schema import (
+    BASELINE,
+    BASELINE_VERSION,
+    MIGRATION_LOCK,
+    PG_MIGRATIONS,
+    VERSION_TABLE,
+)
 
 __all__ = ["PgConnection", "is_postgres_url", "migrate", "open_postgres", "redacted"]
 
@@ -22,28 +28,42 @@ def schema_version(conn: PgConnection) -> int:
     return 0 if row is None else int(row[0])
 
 
-def migrate(conn: PgConnection, steps: tuple[str, ...] = PG_MIGRATIONS) -> int:
-    """Apply every missing migration, each in its own transaction, holding the migration
-    lock so that daemons starting together do not both apply one; the version now."""
+def migrate(
+    conn: PgConnection, baseline: str = BASELINE, steps: tuple[str, ...] = PG_MIGRATIONS
+) -> int:
+    """Make a new database's schema (``baseline``, at BASELINE_VERSION), then apply every
+    missing migration after it, each in its own transaction, holding the migration lock so
+    that daemons starting together do not both apply one; the version now."""
     conn.execute_script(VERSION_TABLE)
+    latest = BASELINE_VERSION + len(steps)
     while True:
         conn.execute("BEGIN")
         try:
             conn.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
             current = schema_version(conn)
-            if current > len(steps):
+            if current > latest:
                 raise SchemaError(
                     f"the database has schema version {current}, newer than this pigeond"
-                    f" understands ({len(steps)}); upgrade pigeond"
+                    f" understands ({latest}); upgrade pigeond"
                 )
-            if current == len(steps):
+            if 0 < current < BASELINE_VERSION:
+                raise SchemaError(
+                    f"the database has schema version {current}, from a development build"
+                    f" before PostgreSQL's first schema ({BASELINE_VERSION}); make it again"
+                )
+            if current == latest:
                 conn.execute("COMMIT")
                 return current
-            conn.execute_script(steps[current])
+            if current == 0:
+                conn.execute_script(baseline)
+                reached = BASELINE_VERSION
+            else:
+                conn.execute_script(steps[current - BASELINE_VERSION])
+                reached = current + 1
             conn.execute(
                 "INSERT INTO swarm_schema (only_row, version) VALUES (TRUE, ?)"
                 " ON CONFLICT (only_row) DO UPDATE SET version = excluded.version",
-                (current + 1,),
+                (reached,),
             )
             conn.execute("COMMIT")
         except BaseException:

@@ -1,14 +1,11 @@
 """A PostgreSQL connection that the repository uses as it uses a ``sqlite3.Connection``.
 
-The storage package owns one set of queries, written as SQLite takes them (``?`` and
-``:name`` parameters, ``BEGIN IMMEDIATE``).  Rather than a second copy of every query
-for PostgreSQL, this connection translates each statement's text once (cached) into
-psycopg's form: ``?`` becomes ``%s``, ``:name`` becomes ``%(name)s``, a literal ``%``
-is doubled, ``BEGIN IMMEDIATE`` is ``BEGIN``, ``json_each(`` names the schema's
-``pigeond_json_each``, SQLite's ``INDEXED BY`` hints are dropped, and a named parameter
-that is None is written as ``NULL`` (PostgreSQL cannot type a NULL parameter that is
-only tested with ``IS NULL``).  The few queries the engines cannot share are chosen by the
-repository itself (``RepositoryBase.postgres``).
+The storage package's queries take their parameters as both engines' queries do, ``?``
+and ``:name`` (sqlite3's styles); psycopg takes ``%s`` and ``%(name)s``.  So this
+connection puts each statement's placeholders in psycopg's style (once per text:
+cached), a literal ``%`` doubled, and changes nothing else: a query whose SQL differs
+between the engines is written in each engine's form (pigeond/storage/engines/), never
+made from the other's text.
 
 Transactions are explicit, as on SQLite: the psycopg connection is in autocommit mode
 and the repository sends ``BEGIN`` and ``COMMIT``.  A connection PostgreSQL closed
@@ -31,23 +28,15 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 # A quoted literal (kept whole), a ``?``, a ``:name`` (not a ``::`` cast) or a ``%``.
 _TOKEN: Final = re.compile(r"'(?:[^']|'')*'|\?|(?<![:\w]):([A-Za-z_]\w*)|%")
-_INDEXED_BY: Final = re.compile(r"\s+INDEXED BY \w+")
 CONNECT_TIMEOUT_S: Final = 5
 
 
 @functools.lru_cache(maxsize=1024)
-def translate(sql: str, with_params: bool, nulls: frozenset[str] = frozenset()) -> str:
-    """``sql`` as psycopg takes it (see the module's docstring).  Without parameters
-    psycopg does not read placeholders, so ``%`` stays as it is.  A named parameter in
-    ``nulls`` is None: it is written as ``NULL``, since PostgreSQL cannot type a NULL
-    parameter that is only tested (``:state IS NULL OR state = :state``)."""
-    text = sql.strip()
-    if text.upper() == "BEGIN IMMEDIATE":
-        return "BEGIN"
-    text = text.replace("json_each(", "pigeond_json_each(")
-    text = _INDEXED_BY.sub("", text)  # SQLite's index hints: PostgreSQL plans for itself
+def placeholders(sql: str, with_params: bool) -> str:
+    """``sql`` with psycopg's placeholders (see the module's docstring).  Without
+    parameters psycopg does not read placeholders, so ``%`` stays as it is."""
     if not with_params:
-        return text
+        return sql
 
     def placeholder(match: re.Match[str]) -> str:
         token = match.group(0)
@@ -57,10 +46,9 @@ def translate(sql: str, with_params: bool, nulls: frozenset[str] = frozenset()) 
             return "%s"
         if token == "%":
             return "%%"
-        name = match.group(1)
-        return "NULL" if name in nulls else f"%({name})s"
+        return f"%({match.group(1)})s"
 
-    return _TOKEN.sub(placeholder, text)
+    return _TOKEN.sub(placeholder, sql)
 
 
 class PgCursor:
@@ -92,8 +80,6 @@ class PgCursor:
 
 class PgConnection:
     """One PostgreSQL session for one thread of the repository (see the module)."""
-
-    postgres: Final = True
 
     def __init__(
         self,
@@ -156,10 +142,7 @@ class PgConnection:
     ) -> PgCursor:
         conn = self._connection()
         with_params = bool(params)
-        nulls: frozenset[str] = frozenset()
-        if isinstance(params, Mapping):
-            nulls = frozenset(k for k, v in params.items() if v is None)
-        query = translate(sql, with_params, nulls)
+        query = placeholders(sql, with_params)
         cursor = conn.cursor()
         cursor.execute(query, params if with_params else None)
         return PgCursor(cursor)

@@ -1,15 +1,19 @@
-"""The schema on PostgreSQL: the same numbered migrations as SQLite's, in its dialect.
+"""The schema on PostgreSQL: one baseline, today's schema made at once, then migrations.
 
-Version N here makes the same tables, columns, indexes and rules as SQLite's version N
-(:mod:`pigeond.storage.migrations`), so a database of either kind at one version answers
-the repository's queries the same way.  What differs is how each engine says it:
+PostgreSQL was never deployed with an older schema, so a new database is made as it is
+at :data:`BASELINE_VERSION` in one script, rather than by replaying SQLite's steps from
+its first version.  Each migration after it is written for both engines: SQLite's in
+:mod:`pigeond.storage.migrations`, PostgreSQL's in :data:`PG_MIGRATIONS` (version
+``BASELINE_VERSION + 1`` onwards), so a database of either kind at one version answers
+the repository's queries the same way.  A PostgreSQL database at a version older than the
+baseline was made by a development build: it is refused, and made again.
+
+What differs from SQLite's schema is how each engine says it:
 
 - unix-millisecond times are ``BIGINT``;
-- SQLite's triggers become PL/pgSQL trigger functions;
+- SQLite's triggers are PL/pgSQL trigger functions;
 - the full-text index is a ``tsvector`` column PostgreSQL keeps itself (``GENERATED
   ... STORED``) under a GIN index, where SQLite needs FTS5 and a pending table;
-- two helpers the queries name, ``unlikely()`` (a planner hint in SQLite, the identity
-  here) and ``pigeond_json_each()`` (SQLite's ``json_each`` over a JSON array of text);
 - the version lives in ``swarm_schema`` rather than ``PRAGMA user_version``, and several
   daemons starting at once take turns to migrate (an advisory lock, held for the
   migration's transaction).
@@ -22,20 +26,7 @@ from __future__ import annotations
 from typing import Final
 
 from pigeond.storage.addressing_schema import PRUNABLE_SQL
-from pigeond.storage.costs_schema import V19_TURNS_PG
 from pigeond.storage.migrations import PAIR_HISTORY_INDEX, PRIORITY_RANK_SQL
-from pigeond.storage.postgres.thread_schema import PG_V17_THREADS, PG_V18_BRAKES
-from pigeond.storage.sender_proof_schema import V22_SENDER_PROOF_PG
-
-# The prunable expressions of versions 5 and 6, as SQLite's migrations made them.
-_PRUNABLE_V5: Final = (
-    "(channel IS NOT NULL OR state IN ('failed', 'expired', 'cancelled')"
-    " OR (state = 'handed_off' AND verified_at IS NOT NULL))"
-)
-_PRUNABLE_V6: Final = (
-    "(channel IS NOT NULL OR state IN ('failed', 'expired', 'cancelled', 'dropped')"
-    " OR (state = 'handed_off' AND verified_at IS NOT NULL))"
-)
 
 # The channel an accept notifies with each target that got a message, and the SQL it
 # runs (in its own transaction: delivered at the commit); every daemon LISTENs on it
@@ -54,97 +45,105 @@ CREATE TABLE IF NOT EXISTS swarm_schema (
 )
 """
 
-_V1: Final = """
-CREATE FUNCTION unlikely(b BOOLEAN) RETURNS BOOLEAN
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT b';
-CREATE FUNCTION pigeond_json_each(doc TEXT) RETURNS TABLE (value TEXT)
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT json_array_elements_text(doc::json)';
+# The words of a message, as SQLite's FTS5 index holds them: the same seven columns, each
+# split by the 'simple' configuration (lower case, no stemming, no stop words).
+# Punctuation separates words, as in FTS5's unicode61 tokenizer (``ses_ab`` is ``ses ab``,
+# ``team.backend`` is ``team backend``): the query's words are split the same way.
+SEARCH_DOC_SQL: Final = (
+    "to_tsvector('simple', regexp_replace("
+    "coalesce(payload, '') || ' ' || coalesce(kind, '') || ' '"
+    " || coalesce(from_session, '') || ' ' || coalesce(to_session, '') || ' '"
+    " || coalesce(channel, '') || ' ' || coalesce(from_name, '') || ' '"
+    " || coalesce(to_name, ''), '[[:punct:]]', ' ', 'g'))"
+)
+
+# The messages, in SQLite's column order (the search column last), and their indexes.
+# Read pigeond/storage/migrations.py and its companions for why each is there.
+_MESSAGES: Final = f"""
 CREATE TABLE swarm_messages (
-    msg_id        TEXT PRIMARY KEY,
-    from_session  TEXT NOT NULL,
-    to_session    TEXT,
-    channel       TEXT,
-    kind          TEXT NOT NULL,
-    priority      TEXT NOT NULL DEFAULT 'normal',
-    reply_to      TEXT,
-    payload       TEXT NOT NULL,
-    state         TEXT NOT NULL DEFAULT 'queued',
-    attempts      INTEGER NOT NULL DEFAULT 0,
-    next_retry_at BIGINT,
-    created_at    BIGINT NOT NULL,
-    updated_at    BIGINT NOT NULL,
-    handed_off_at BIGINT
+    msg_id            TEXT PRIMARY KEY,
+    from_session      TEXT NOT NULL,
+    to_session        TEXT,
+    channel           TEXT,
+    kind              TEXT NOT NULL,
+    priority          TEXT NOT NULL DEFAULT 'normal',
+    reply_to          TEXT,
+    payload           TEXT NOT NULL,
+    state             TEXT NOT NULL DEFAULT 'queued',
+    attempts          INTEGER NOT NULL DEFAULT 0,
+    next_retry_at     BIGINT,
+    created_at        BIGINT NOT NULL,
+    updated_at        BIGINT NOT NULL,
+    handed_off_at     BIGINT,
+    last_error        TEXT,
+    accept_seq        BIGINT,
+    handoff_seq       BIGINT,
+    verified_at       BIGINT,
+    verify_by         BIGINT,
+    requeue_count     INTEGER NOT NULL DEFAULT 0,
+    expires_at        BIGINT,
+    handoff_agent     TEXT,
+    handoff_provider  TEXT,
+    handoff_model     TEXT,
+    handoff_variant   TEXT,
+    handoff_note      TEXT,
+    handoff_intent_at BIGINT,
+    answered_at       BIGINT,
+    answer_message_id TEXT,
+    from_name         TEXT,
+    to_name           TEXT,
+    channel_msg_id    TEXT,
+    thread_id         TEXT,
+    hold_kind         TEXT CHECK (hold_kind IS NULL OR hold_kind IN ('consent', 'brake')),
+    hold_brake        TEXT,
+    hold_reason       TEXT,
+    hold_ttl_ms       BIGINT,
+    from_proof        TEXT NOT NULL DEFAULT 'unverified'
+                      CHECK (from_proof IN ('pending', 'verified', 'person', 'unverified')),
+    from_proof_note   TEXT,
+    from_proof_call   TEXT,
+    search_doc        tsvector GENERATED ALWAYS AS ({SEARCH_DOC_SQL}) STORED
 );
+CREATE UNIQUE INDEX idx_swarm_accept_seq ON swarm_messages (accept_seq);
 CREATE INDEX idx_swarm_target_state
     ON swarm_messages (to_session, state, next_retry_at, created_at);
 CREATE INDEX idx_swarm_inbox ON swarm_messages (to_session, state, msg_id);
 CREATE INDEX idx_swarm_channel ON swarm_messages (channel, state, created_at);
-"""
-
-_V2: Final = f"""
-ALTER TABLE swarm_messages ADD COLUMN last_error TEXT;
-ALTER TABLE swarm_messages ADD COLUMN accept_seq BIGINT;
-ALTER TABLE swarm_messages ADD COLUMN handoff_seq BIGINT;
-CREATE TABLE swarm_sequences (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
-INSERT INTO swarm_sequences (name, value)
-    SELECT 'accept', COALESCE(MAX(accept_seq), 0) FROM swarm_messages;
-INSERT INTO swarm_sequences (name, value)
-    SELECT 'handoff', COALESCE(MAX(handoff_seq), 0) FROM swarm_messages;
 CREATE INDEX idx_swarm_ready
     ON swarm_messages (state, next_retry_at, to_session) WHERE state = 'queued';
 CREATE INDEX idx_swarm_target_head
     ON swarm_messages (to_session, {PRIORITY_RANK_SQL}, accept_seq) WHERE state = 'queued';
 CREATE INDEX idx_swarm_handoff
     ON swarm_messages (to_session, handoff_seq) WHERE handoff_seq IS NOT NULL;
-CREATE UNIQUE INDEX idx_swarm_accept_seq ON swarm_messages (accept_seq);
-"""
-
-_V3: Final = """
-ALTER TABLE swarm_messages ADD COLUMN verified_at BIGINT;
-ALTER TABLE swarm_messages ADD COLUMN verify_by BIGINT;
-ALTER TABLE swarm_messages ADD COLUMN requeue_count INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE swarm_messages ADD COLUMN expires_at BIGINT;
 CREATE INDEX idx_swarm_expiry ON swarm_messages (expires_at)
     WHERE state = 'queued' AND to_session IS NOT NULL AND expires_at IS NOT NULL;
 CREATE INDEX idx_swarm_unverified ON swarm_messages (to_session, verify_by)
     WHERE state = 'handed_off' AND verify_by IS NOT NULL;
-"""
-
-_V4: Final = """
-ALTER TABLE swarm_messages ADD COLUMN handoff_agent TEXT;
-ALTER TABLE swarm_messages ADD COLUMN handoff_provider TEXT;
-ALTER TABLE swarm_messages ADD COLUMN handoff_model TEXT;
-ALTER TABLE swarm_messages ADD COLUMN handoff_variant TEXT;
-ALTER TABLE swarm_messages ADD COLUMN handoff_note TEXT;
-"""
-
-_V5: Final = f"""
-CREATE INDEX idx_swarm_prunable ON swarm_messages (updated_at) WHERE {_PRUNABLE_V5};
-"""
-
-_V6: Final = f"""
-UPDATE swarm_messages SET state = 'dropped'
-    WHERE kind = 'delivery.failed' AND state IN ('failed', 'expired');
-DROP INDEX idx_swarm_prunable;
-CREATE INDEX idx_swarm_prunable ON swarm_messages (updated_at) WHERE {_PRUNABLE_V6};
-"""
-
-_V7: Final = """
+CREATE INDEX idx_swarm_prunable ON swarm_messages (updated_at) WHERE {PRUNABLE_SQL};
 CREATE INDEX idx_swarm_direct_state ON swarm_messages (state) WHERE to_session IS NOT NULL;
-"""
-
-_V8: Final = """
-ALTER TABLE swarm_messages ADD COLUMN handoff_intent_at BIGINT;
-"""
-
-_V9: Final = """
-ALTER TABLE swarm_messages ADD COLUMN answered_at BIGINT;
-ALTER TABLE swarm_messages ADD COLUMN answer_message_id TEXT;
 CREATE INDEX idx_swarm_unanswered ON swarm_messages (verified_at, to_session)
     WHERE state = 'handed_off' AND verified_at IS NOT NULL AND answered_at IS NULL;
+CREATE INDEX idx_swarm_search ON swarm_messages USING gin (search_doc);
+CREATE INDEX idx_swarm_channel_history ON swarm_messages (channel, accept_seq)
+    WHERE to_session IS NULL;
+CREATE INDEX idx_swarm_fanout ON swarm_messages (channel_msg_id)
+    WHERE channel_msg_id IS NOT NULL;
+CREATE INDEX idx_swarm_thread ON swarm_messages (thread_id, accept_seq)
+    WHERE thread_id IS NOT NULL;
+CREATE INDEX idx_swarm_brake_held ON swarm_messages (thread_id, accept_seq)
+    WHERE hold_kind = 'brake';
+CREATE INDEX idx_swarm_brake_held_target ON swarm_messages (to_session)
+    WHERE hold_kind = 'brake';
+CREATE INDEX idx_swarm_proof_pending ON swarm_messages (created_at)
+    WHERE from_proof = 'pending';
+CREATE UNIQUE INDEX idx_swarm_proof_call ON swarm_messages (from_session, from_proof_call)
+    WHERE from_proof_call IS NOT NULL;
+{PAIR_HISTORY_INDEX}
+CREATE TABLE swarm_sequences (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
+INSERT INTO swarm_sequences (name, value) VALUES ('accept', 0), ('handoff', 0);
 """
 
-_V10: Final = """
+_OBLIGATIONS: Final = """
 CREATE TABLE swarm_obligations (
     msg_id      TEXT PRIMARY KEY,
     debtor      TEXT NOT NULL,
@@ -184,15 +183,13 @@ CREATE TRIGGER swarm_obligations_reopen_on_requeue AFTER UPDATE OF state ON swar
     EXECUTE FUNCTION swarm_obligations_reopen_on_requeue();
 """
 
-_V11: Final = """
+_ADDRESSING: Final = """
 CREATE TABLE swarm_names (
     name         TEXT PRIMARY KEY,
     session      TEXT NOT NULL UNIQUE,
     claimed_at   BIGINT NOT NULL,
     last_seen_at BIGINT NOT NULL
 );
-ALTER TABLE swarm_messages ADD COLUMN from_name TEXT;
-ALTER TABLE swarm_messages ADD COLUMN to_name TEXT;
 CREATE FUNCTION swarm_names_seen_sending() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE swarm_names SET last_seen_at = NEW.created_at
@@ -210,9 +207,6 @@ END $$;
 CREATE TRIGGER swarm_names_seen_handed AFTER UPDATE OF handed_off_at ON swarm_messages
     FOR EACH ROW WHEN (NEW.handed_off_at IS NOT NULL AND NEW.to_session IS NOT NULL)
     EXECUTE FUNCTION swarm_names_seen_handed();
-"""
-
-_V12: Final = """
 CREATE TABLE swarm_policies (
     session     TEXT PRIMARY KEY,
     policy      TEXT NOT NULL CHECK (policy IN ('accept', 'hold', 'refuse')),
@@ -220,26 +214,6 @@ CREATE TABLE swarm_policies (
     updated_at  BIGINT NOT NULL,
     updated_by  TEXT
 );
-"""
-
-# The words of a message, as SQLite's FTS5 index holds them: the same seven columns, each
-# split by the 'simple' configuration (lower case, no stemming, no stop words).
-# Punctuation separates words, as in FTS5's unicode61 tokenizer (``ses_ab`` is ``ses ab``,
-# ``team.backend`` is ``team backend``): the query's words are split the same way.
-SEARCH_DOC_SQL: Final = (
-    "to_tsvector('simple', regexp_replace("
-    "coalesce(payload, '') || ' ' || coalesce(kind, '') || ' '"
-    " || coalesce(from_session, '') || ' ' || coalesce(to_session, '') || ' '"
-    " || coalesce(channel, '') || ' ' || coalesce(from_name, '') || ' '"
-    " || coalesce(to_name, ''), '[[:punct:]]', ' ', 'g'))"
-)
-_V13: Final = f"""
-ALTER TABLE swarm_messages ADD COLUMN search_doc tsvector
-    GENERATED ALWAYS AS ({SEARCH_DOC_SQL}) STORED;
-CREATE INDEX idx_swarm_search ON swarm_messages USING gin (search_doc);
-"""
-
-_V14: Final = f"""
 CREATE TABLE swarm_channel_members (
     channel    TEXT NOT NULL,
     session    TEXT NOT NULL,
@@ -247,18 +221,6 @@ CREATE TABLE swarm_channel_members (
     PRIMARY KEY (channel, session)
 );
 CREATE INDEX idx_swarm_member_session ON swarm_channel_members (session);
-ALTER TABLE swarm_messages ADD COLUMN channel_msg_id TEXT;
-UPDATE swarm_messages SET state = 'fanned_out', next_retry_at = NULL
-    WHERE to_session IS NULL AND channel IS NOT NULL AND state = 'queued';
-DROP INDEX idx_swarm_prunable;
-CREATE INDEX idx_swarm_prunable ON swarm_messages (updated_at) WHERE {PRUNABLE_SQL};
-CREATE INDEX idx_swarm_channel_history ON swarm_messages (channel, accept_seq)
-    WHERE to_session IS NULL;
-CREATE INDEX idx_swarm_fanout ON swarm_messages (channel_msg_id)
-    WHERE channel_msg_id IS NOT NULL;
-"""
-
-_V15: Final = """
 CREATE TABLE swarm_routes (
     session      TEXT PRIMARY KEY,
     daemon       TEXT NOT NULL,
@@ -266,9 +228,6 @@ CREATE TABLE swarm_routes (
     last_seen_at BIGINT NOT NULL
 );
 CREATE INDEX idx_swarm_routes_daemon ON swarm_routes (daemon, last_seen_at);
-"""
-
-_V16: Final = """
 CREATE TABLE swarm_members (
     session         TEXT PRIMARY KEY,
     runtime         TEXT NOT NULL,
@@ -278,7 +237,43 @@ CREATE TABLE swarm_members (
 );
 """
 
-_PERMISSIONS: Final = """
+_THREADS: Final = """
+CREATE TABLE swarm_threads (
+    thread_id    TEXT PRIMARY KEY,
+    created_at   BIGINT NOT NULL,
+    updated_at   BIGINT NOT NULL,
+    hops         INTEGER NOT NULL DEFAULT 0,
+    turns        INTEGER NOT NULL DEFAULT 0,
+    messages     INTEGER NOT NULL DEFAULT 0,
+    reset_at     BIGINT NOT NULL,
+    hop_limit    INTEGER,
+    token_budget BIGINT,
+    cost_budget  DOUBLE PRECISION
+);
+CREATE INDEX idx_swarm_threads_updated ON swarm_threads (updated_at);
+CREATE TABLE swarm_brake_resets (
+    scope    TEXT PRIMARY KEY,
+    reset_at BIGINT NOT NULL
+);
+CREATE TABLE swarm_turns (
+    turn_id            TEXT PRIMARY KEY,
+    session            TEXT NOT NULL,
+    turn_key           TEXT NOT NULL,
+    recorded_at        BIGINT NOT NULL,
+    input_tokens       BIGINT NOT NULL,
+    output_tokens      BIGINT NOT NULL,
+    reasoning_tokens   BIGINT NOT NULL,
+    cache_read_tokens  BIGINT NOT NULL,
+    cache_write_tokens BIGINT NOT NULL,
+    cost               DOUBLE PRECISION,
+    UNIQUE (session, turn_key)
+);
+CREATE INDEX idx_swarm_turns_recorded ON swarm_turns (recorded_at);
+CREATE TABLE swarm_turn_messages (
+    msg_id  TEXT PRIMARY KEY,
+    turn_id TEXT NOT NULL
+);
+CREATE INDEX idx_swarm_turn_messages_turn ON swarm_turn_messages (turn_id);
 CREATE TABLE swarm_permissions (
     request_id   TEXT PRIMARY KEY,
     session      TEXT NOT NULL,
@@ -294,13 +289,14 @@ CREATE TABLE swarm_permissions (
 CREATE INDEX idx_swarm_permissions_msg ON swarm_permissions (msg_id);
 """
 
-# One entry per version, in order; each is run as one script in one transaction.
-PG_MIGRATIONS: Final = (
-    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15, _V16,
-    PG_V17_THREADS,
-    PG_V18_BRAKES,
-    V19_TURNS_PG,
-    _PERMISSIONS,
-    PAIR_HISTORY_INDEX,  # the pair brakes' index: the same statement on both engines
-    V22_SENDER_PROOF_PG,
-)  # fmt: skip
+# The schema version the baseline makes: SQLite's version that has the same schema.
+BASELINE_VERSION: Final = 22
+# Today's schema, made at once in a new database (one script, one transaction).
+BASELINE: Final = _MESSAGES + _OBLIGATIONS + _ADDRESSING + _THREADS
+
+# Each migration after the baseline (version BASELINE_VERSION + 1 onwards), in order, each
+# the same change as SQLite's of that version; each is run as one script in one transaction.
+PG_MIGRATIONS: Final[tuple[str, ...]] = ()
+
+# The version a PostgreSQL database is brought to: always SQLite's schema version.
+PG_SCHEMA_VERSION: Final = BASELINE_VERSION + len(PG_MIGRATIONS)
