@@ -17,8 +17,8 @@ from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.queue_bytes import queued_bytes
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
 from tests.flood_helpers import route
-from tests.messages import new_message
 
 pytestmark = pytest.mark.both_backends
 
