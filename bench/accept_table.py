@@ -87,7 +87,7 @@ from bench.harness import (
     scratch_dir,
     sized,
     take_machine,
-)  # fmt: skip
+)
 from bench.loadgen import DRAIN_S, PAYLOAD_BYTES, SENDERS, TARGETS, request_bodies
 from testkit.daemon_process import DaemonProcess, stop_process
 

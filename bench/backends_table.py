@@ -31,7 +31,6 @@ loudly); only 127.0.0.1 and Unix sockets.  Prints markdown: the machine, the tab
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import time
@@ -267,17 +266,11 @@ def notes(size: Size) -> list[str]:
     ]
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = arguments(__doc__)
-    parser.add_argument(
-        "--pg-cpus", choices=["daemon", "others"], default="daemon",
-        help="PostgreSQL's processes on pigeond's CPU (default) or on the load's",
-    )  # fmt: skip
-    return parse(parser, argv)
-
-
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+    parser = arguments(__doc__)
+    where = "PostgreSQL's processes on pigeond's CPU (default) or on the load's"
+    parser.add_argument("--pg-cpus", choices=["daemon", "others"], default="daemon", help=where)
+    args = parse(parser, argv)
     size = sized(args, Size(), QUICK)
     cpus, load_at_start = take_machine()
     pg_cpus = cpus.daemon if args.pg_cpus == "daemon" else cpus.others

@@ -32,7 +32,7 @@ from bench.harness import (
     parse,
     running,
     scratch_dir,
-)  # fmt: skip
+)
 from testkit.daemon_process import DaemonProcess
 from testkit.fake_llm import FakeLLM
 from testkit.opencode_dist import OPENCODE_1_15, OPENCODE_1_18, ensure_opencode

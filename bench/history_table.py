@@ -62,7 +62,7 @@ from bench.harness import (
     progress,
     scratch_dir,
     spread,
-)  # fmt: skip
+)
 from bench.history_http import Client, bare_route, pigeond_on
 from bench.tui_first_screen import first_screen
 from pigeond.model import NewMessage

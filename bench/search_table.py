@@ -44,7 +44,7 @@ from bench.harness import (
     per_run_medians,
     progress,
     scratch_dir,
-)  # fmt: skip
+)
 from pigeond.model import NewMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.migrations import MIGRATIONS
