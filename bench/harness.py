@@ -37,7 +37,7 @@ GUARD_OFF = (
     "--sender-rate-per-s", "0", "--sender-burst", "0", "--max-queued-per-target", "0",
     "--caller-rate-per-s", "0", "--caller-burst", "0", "--max-queued-bytes", "0",
 )  # fmt: skip
-# ...nor the conversation brakes: its senders send numbered payloads to one target far
+# ...nor the conversation brakes: the benches send numbered payloads to one target far
 # faster than 30 a minute, which the pair brakes would hold for a person.
 BRAKES_OFF = (
     "--max-hops-per-thread", "0", "--max-pair-messages-per-minute", "0",
