@@ -82,6 +82,7 @@ from bench.harness import (
     machine_line,
     parse,
     pin_tasks,
+    pinning,
     progress,
     running,
     scratch_dir,
@@ -273,11 +274,6 @@ class Server:
     pid: int
     token: str | None = None
     unix: str | None = None  # load it over this Unix socket instead of the port
-
-
-def pinning(cpus: set[int]) -> Callable[[], None]:
-    """A ``preexec_fn`` that pins the child before it runs anything."""
-    return lambda: os.sched_setaffinity(0, cpus)
 
 
 def thread_ticks(pid: int) -> dict[int, int]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import sqlite3
 import subprocess
 import time
@@ -26,7 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import BRAKES_OFF, GUARD_OFF, ROOT, Cpus, bench_command, pin_tasks, running
+from bench.harness import (
+    BRAKES_OFF,
+    GUARD_OFF,
+    ROOT,
+    Cpus,
+    bench_command,
+    pin_tasks,
+    pinning,
+    running,
+)
 from testkit.daemon_process import DaemonProcess, stop_process
 
 HOST = "127.0.0.1"
@@ -81,7 +89,7 @@ def standin(
                          "--record", str(record))  # fmt: skip
     proc = subprocess.Popen(
         args, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-        preexec_fn=lambda: os.sched_setaffinity(0, cpus.others),
+        preexec_fn=pinning(cpus.others),
     )  # fmt: skip
     try:
         assert proc.stdout is not None

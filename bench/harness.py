@@ -90,6 +90,11 @@ def pin_tasks(pid: int, cpus: set[int]) -> None:
             os.sched_setaffinity(int(tid), cpus)
 
 
+def pinning(cpus: set[int]) -> Callable[[], None]:
+    """A ``preexec_fn`` that pins a child process to ``cpus`` before it runs anything."""
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
 def cpu_seconds(pid: int) -> float:
     """user + system CPU seconds of every thread of ``pid`` so far."""
     stat = Path(f"/proc/{pid}/stat").read_text()
