@@ -27,8 +27,8 @@ test: $(STAMP) lint system-deps
 	$(BIN)/python -m pytest $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 lint: $(STAMP)
-	$(BIN)/ruff check pigeond tui tests bench packaging docs
-	$(BIN)/ruff format --check pigeond tui tests bench packaging docs
+	$(BIN)/ruff check pigeond tui tests testkit bench packaging docs
+	$(BIN)/ruff format --check pigeond tui tests testkit bench packaging docs
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -80,20 +80,20 @@ system-deps:
 		fi; \
 	fi
 
-## every bench table; backends_table.py and pg_driver_table.py start a private PostgreSQL
-## (system-deps installs it)
+## every bench table, each a module of bench/ run from here (where bench and testkit import);
+## backends_table and pg_driver_table start a private PostgreSQL (system-deps installs it)
 bench: $(STAMP) system-deps
-	$(BIN)/python bench/ready_targets.py
-	$(BIN)/python bench/tui_first_screen.py
-	$(BIN)/python bench/history_table.py
-	$(BIN)/python bench/search_table.py
-	$(BIN)/python bench/abuse_table.py
-	$(BIN)/python bench/accept_table.py
-	$(BIN)/python bench/handoff_table.py
-	$(BIN)/python bench/backends_table.py
-	$(BIN)/python bench/pg_driver_table.py
-	$(BIN)/python bench/memory_table.py
-	$(BIN)/python bench/hook_turn_end.py
+	$(BIN)/python -m bench.ready_targets
+	$(BIN)/python -m bench.tui_first_screen
+	$(BIN)/python -m bench.history_table
+	$(BIN)/python -m bench.search_table
+	$(BIN)/python -m bench.abuse_table
+	$(BIN)/python -m bench.accept_table
+	$(BIN)/python -m bench.handoff_table
+	$(BIN)/python -m bench.backends_table
+	$(BIN)/python -m bench.pg_driver_table
+	$(BIN)/python -m bench.memory_table
+	$(BIN)/python -m bench.hook_turn_end
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

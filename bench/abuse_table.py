@@ -1,8 +1,8 @@
 """The adversarial review's table, re-run at full size against the current pigeond.
 
-    .venv/bin/python bench/abuse_table.py [--quick]
+    .venv/bin/python -m bench.abuse_table [--quick]
 
-Each row starts its own pigeond subprocess (tests/daemon_process.py) in a fresh temporary
+Each row starts its own pigeond subprocess (testkit/daemon_process.py) in a fresh temporary
 directory, on 127.0.0.1, with the defaults unless the row says otherwise, and measures
 from the outside what issue 11 says must be true:
 
@@ -18,25 +18,22 @@ from the outside what issue 11 says must be true:
 7. the disk filling up while delivering (a tmpfs; needs root): prompts per message;
 8. SIGTERM while a hand-off outlasts stop_timeout_s: exit code, log, message state.
 
-A stand-in opencode (tests/fake_opencode.py) takes the prompts where a row needs one.
+A stand-in opencode (testkit/fake_opencode.py) takes the prompts where a row needs one.
 ``--quick`` runs every row at a smaller size, as a smoke check.  Prints one markdown
 table (row, what was measured, the figure, the target, met) and the machine it ran on.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import platform
 import re
 import resource
 import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -46,19 +43,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from machine import cpu_model
-
-import tests.fake_opencode as fake_opencode
+import testkit.fake_opencode as fake_opencode
+from bench.harness import (
+    arguments,
+    machine_line,
+    markdown_table,
+    parse,
+    percentile,
+    running,
+    scratch_dir,
+)
 from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS
-from tests.daemon_process import DaemonProcess, DaemonStartError
-from tests.fake_opencode import FakeOpencode
-from tests.fault_helpers import TARGET, fill, prompts_per_message, send, states
-from tests.inbox_load import READER, handed_off, inbox_request, stalled_reader, status_line
-from tests.polling import wait_until
-from tests.process_stats import hard_nofile, memory_mib, open_files_limit
-from tests.raw_http import Response, Trickler, health_probe, parse_responses
+from testkit.daemon_process import DaemonProcess, DaemonStartError
+from testkit.fake_opencode import FakeOpencode
+from testkit.fault_helpers import TARGET, fill, prompts_per_message, send, states
+from testkit.inbox_load import READER, handed_off, inbox_request, stalled_reader, status_line
+from testkit.polling import wait_until
+from testkit.process_stats import hard_nofile, memory_mib, open_files_limit
+from testkit.raw_http import Response, Trickler, health_probe, parse_responses
 
 T = TypeVar("T")
 
@@ -105,21 +107,8 @@ class Row:
 # -- shared helpers -------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def workdir() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="pigeond-abuse-") as tmp:
-        yield Path(tmp)
-
-
-@contextlib.contextmanager
-def running(daemon: DaemonProcess) -> Iterator[DaemonProcess]:
-    """Start ``daemon``; whatever happens, it is stopped (SIGTERM, then SIGKILL) after."""
-    daemon.start(timeout_s=30)
-    try:
-        yield daemon
-    finally:
-        if daemon.running:
-            daemon.stop(timeout_s=10)
+def workdir() -> contextlib.AbstractContextManager[Path]:
+    return scratch_dir("abuse")
 
 
 class Sampler(Generic[T]):
@@ -167,11 +156,6 @@ def probe(port: int, timeout_s: float = 1.0) -> Probe:
 def tally(items: list[Any]) -> str:
     """``200x28, 503x2``: how often each value came, most common first."""
     return ", ".join(f"{value}x{n}" for value, n in Counter(items).most_common()) or "none"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
 
 
 def summary(probes: list[Probe], within_s: float) -> str:
@@ -791,13 +775,6 @@ def row_sigterm(size: Size) -> Row:
 # -- the table -------------------------------------------------------------------------------
 
 
-def machine() -> str:
-    return (
-        f"{os.cpu_count()} cores, {cpu_model()}; Linux {platform.release()}, Python"
-        f" {platform.python_version()}; open-files hard limit {hard_nofile()}"
-    )
-
-
 def run_row(number: str, measure: Callable[[], Row]) -> Row:
     """One row, timed; an exception becomes the row's figure instead of ending the bench."""
     started = time.monotonic()
@@ -831,21 +808,16 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="every row at a smaller size")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse(arguments(__doc__, quick="every row at a smaller size", runs=None), argv)
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # this side holds 2,000 sockets
     table = rows(QUICK if args.quick else FULL)
     print(f"pigeond under abuse, {'quick' if args.quick else 'full'} size")
-    print(f"machine: {machine()}\n")
-    print("| row | what was measured | figure | target | met |")
-    print("|---|---|---|---|---|")
-    for r in table:
-        print(
-            f"| {r.number} | {cell(r.measured)} | {cell(r.figure)} | {cell(r.target)} | {r.met} |"
-        )
+    print(f"{machine_line()}; open-files hard limit {hard_nofile()}\n")
+    head = ("row", "what was measured", "figure", "target", "met")
+    cells = [(r.number, cell(r.measured), cell(r.figure), cell(r.target), r.met) for r in table]
+    print("\n".join(markdown_table(head, cells)))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Accepts per second: pigeond's ``POST /swarm/send`` against its baselines, in one run.
 
-    .venv/bin/python bench/accept_table.py [--quick] [--profile [--profile-dir DIR]]
+    .venv/bin/python -m bench.accept_table [--quick] [--profile [--profile-dir DIR]]
         [--runs N] [--pigeond-src DIR]
 
 Measures, each figure the median of ``--runs`` (at least 3) runs with its range:
@@ -14,7 +14,7 @@ Measures, each figure the median of ``--runs`` (at least 3) runs with its range:
    answered; no validation, auth, log or thread: the ceiling of any design that stores;
 4. **raw sqlite**: a plain loop of insert + commit (WAL, FULL) in this process: the
    commits per second this disk allows;
-5. **pigeond**: a real pigeond (tests/daemon_process.py, ``opencode_url=""`` so nothing is
+5. **pigeond**: a real pigeond (testkit/daemon_process.py, ``opencode_url=""`` so nothing is
    delivered, the token sent as a client would) taking ``POST /swarm/send``, once with
    the flood guard off (``--sender-rate-per-s 0 --sender-burst 0
    --max-queued-per-target 0``) and once at its defaults, not triggered; then with
@@ -53,7 +53,6 @@ import contextlib
 import io
 import json
 import os
-import platform
 import pstats
 import select
 import shutil
@@ -69,29 +68,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from twisted.web import resource, server
 
-from loadgen import DRAIN_S, PAYLOAD_BYTES, SENDERS, TARGETS, request_bodies  # noqa: E402 (bench/)
-from machine import Cpus, cpu_model, load_average, machine_cpus, pin_tasks, scratch_dir  # noqa: E402 (bench/)
-from twisted.web import resource, server  # noqa: E402
+from bench.harness import (
+    CLOCK_TICKS,
+    GUARD_OFF,
+    ROOT,
+    Cpus,
+    Sizes,
+    arguments,
+    bench_command,
+    header,
+    machine_line,
+    parse,
+    pin_tasks,
+    pinning,
+    progress,
+    running,
+    scratch_dir,
+    sized,
+    take_machine,
+)
+from bench.loadgen import DRAIN_S, PAYLOAD_BYTES, SENDERS, TARGETS, request_bodies
+from testkit.daemon_process import DaemonProcess, stop_process
 
-from tests.daemon_process import DaemonProcess, stop_process  # noqa: E402
-
-LOADGEN = ROOT / "bench" / "loadgen.py"
 CONNECTIONS = 64
 MAX_REQUESTS = 500_000  # per run: far more than 10 s at any rate seen here
 START_DELAY_S = 1.0  # from spawning the generators to their first request
 SERVER_START_TIMEOUT_S = 15.0
-GUARD_OFF = (
-    "--sender-rate-per-s", "0", "--sender-burst", "0", "--max-queued-per-target", "0",
-    "--caller-rate-per-s", "0", "--caller-burst", "0", "--max-queued-bytes", "0",
-)  # fmt: skip
 # The guard at its defaults but the caller's bucket: the load comes over TCP, where every
 # client is one caller, so its defaults (40 a second) would refuse it; raised out of reach,
 # the bucket is still charged for every send, which is what the figure is for.
 CALLER_OUT_OF_REACH = ("--caller-rate-per-s", "1000000", "--caller-burst", "10000000")
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PROFILE_TOP = 15
 
 NAIVE_SCHEMA = """
@@ -113,14 +121,13 @@ NAIVE_INSERT = (
 
 
 @dataclass(frozen=True)
-class Size:
-    runs: int = 3
+class Size(Sizes):
     duration_s: float = 10.0
     warmup_s: float = 1.0
     raw_s: float = 3.0
 
 
-QUICK = Size(runs=3, duration_s=3.0, warmup_s=0.5, raw_s=1.0)
+QUICK = Size(duration_s=3.0, warmup_s=0.5, raw_s=1.0)
 
 
 @dataclass
@@ -269,11 +276,6 @@ class Server:
     unix: str | None = None  # load it over this Unix socket instead of the port
 
 
-def pinning(cpus: set[int]) -> Callable[[], None]:
-    """A ``preexec_fn`` that pins the child before it runs anything."""
-    return lambda: os.sched_setaffinity(0, cpus)
-
-
 def thread_ticks(pid: int) -> dict[int, int]:
     """user + system clock ticks of each thread of ``pid``."""
     ticks = {}
@@ -296,21 +298,14 @@ def read_port(stdout: IO[str], timeout_s: float) -> int:
 @contextlib.contextmanager
 def tiny_server(kind: str, workdir: Path, cpus: Cpus) -> Iterator[Server]:
     """The bare or naive route in a subprocess pinned to the server's CPU."""
-    args = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--serve",
-        kind,
-        "--db",
-        str(workdir / "naive.db"),
-    ]
+    args = bench_command("accept_table", "--serve", kind, "--db", str(workdir / "naive.db"))
     with (workdir / "server.log").open("w") as log:
         proc = subprocess.Popen(
             args,
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
-            cwd=workdir,
+            cwd=ROOT,
             preexec_fn=pinning(cpus.daemon),
         )
         try:
@@ -351,15 +346,12 @@ def pigeond_server(
 ) -> Iterator[Server]:
     """``daemon`` started and pinned; loaded over ``unix`` if given (the socket stands in
     for the token), else over TCP with its token (none with ``auth = none``)."""
-    daemon.start(SERVER_START_TIMEOUT_S)
-    try:
+    with running(daemon, SERVER_START_TIMEOUT_S):
         pin_tasks(daemon.pid, cpus.daemon)
         if unix is not None:
             yield Server(0, daemon.pid, None, str(unix))
         else:
             yield Server(daemon.port, daemon.pid, daemon.token if token else None)
-    finally:
-        daemon.stop()
 
 
 # -- one run under load --------------------------------------------------------------------
@@ -370,14 +362,14 @@ def start_generator(
 ) -> subprocess.Popen[str]:
     """One bench/loadgen.py process on the generator's CPUs; its JSON result on stdout."""
     where = ["--unix", server.unix] if server.unix else ["--port", str(server.port)]
-    args = [sys.executable, str(LOADGEN), *where,
+    args = [*bench_command("loadgen"), *where,
             "--connections", str(connections), "--duration", str(size.duration_s),
             "--warmup", str(size.warmup_s), "--start-at", repr(start_at),
             "--max-requests", str(MAX_REQUESTS * connections // CONNECTIONS)]  # fmt: skip
     if server.token:
         args.append(f"--token={server.token}")  # "=": a token may start with "-"
     return subprocess.Popen(
-        args, stdout=subprocess.PIPE, text=True, preexec_fn=pinning(cpus.others)
+        args, stdout=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=pinning(cpus.others)
     )
 
 
@@ -585,45 +577,7 @@ def median_run(figure: Figure) -> Run:
     return sorted(figure.runs, key=lambda r: r.rate)[len(figure.runs) // 2]
 
 
-def progress(text: str) -> None:
-    print(f"# {text}", file=sys.stderr, flush=True)
-
-
 # -- the tables ----------------------------------------------------------------------------
-
-
-def machine_lines(cpus: Cpus, load_at_start: str, src: Path | None) -> list[str]:
-    placement = (
-        f"server pinned to CPU {sorted(cpus.daemon)}, load generator and this script"
-        f" to CPU {sorted(cpus.others)}"
-        if cpus.pinned
-        else "one CPU only: server and generator share it (not pinned)"
-    )
-    return [
-        f"- machine: {os.cpu_count()} cores, {cpu_model()}, Python {platform.python_version()},"
-        f" Linux {platform.release()}",
-        f"- {placement}",
-        f"- load average (1/5/15 min) at start: {load_at_start}; at end: {load_average()}",
-        f"- pigeond: {describe_source(src)}",
-    ]
-
-
-def describe_source(src: Path | None) -> str:
-    """Which pigeond ran: ``src`` (PYTHONPATH), or this checkout's commit and its changes."""
-    if src is not None:
-        return f"from {src} (PYTHONPATH)"
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "--no-optional-locks", "-C", str(ROOT), *args],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-
-    changed = git("status", "--porcelain", "--", "pigeond").splitlines()
-    state = f", {len(changed)} uncommitted change(s) under pigeond/" if changed else ", clean"
-    return f"this checkout at {git('log', '-1', '--format=%h %s')[:90]}{state}"
 
 
 def spread(values: Sequence[float]) -> str:
@@ -768,7 +722,7 @@ def notes(size: Size) -> list[str]:
         "- Server CPU from /proc/PID/task/*/stat over the same window: 100 % = one core;"
         " main thread = the reactor; the rest is pigeond's writer and reader threads."
         " Below 100 %, the server waits (for fsync) rather than computes.",
-        "- pigeond: a fresh daemon and database per run (tests/daemon_process.py,"
+        "- pigeond: a fresh daemon and database per run (testkit/daemon_process.py,"
         " `--opencode-url ''`: no delivery, messages stay queued), defaults otherwise"
         " (token auth: the generator sends the token; info log, one line per accept to a"
         " pipe); guard off = `" + " ".join(GUARD_OFF) + "`; guard defaults = 10 msg/s"
@@ -974,20 +928,15 @@ def top_lines(title: str, files: list[Path], key: str) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
-    parser.add_argument("--quick", action="store_true", help="shorter runs, as a smoke check")
+    parser = arguments(__doc__)
     parser.add_argument("--profile", action="store_true", help="also profile pigeond")
-    parser.add_argument("--runs", type=int, default=3, help="runs per figure (at least 3)")
     parser.add_argument(
         "--pigeond-src", type=Path, help="run pigeond from this source tree (e.g. a git archive)"
     )
     parser.add_argument("--profile-dir", type=Path, help="with --profile: keep the .prof files")
     parser.add_argument("--serve", choices=["bare", "naive", "grouped"], help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.runs < 3:
-        parser.error("--runs must be at least 3")
-    return args
+    return parse(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -995,17 +944,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.serve:
         serve(args.serve, args.db)
         return
-    base = QUICK if args.quick else Size()
-    size = Size(args.runs, base.duration_s, base.warmup_s, base.raw_s)
-    # SIGTERM stops this script as Ctrl-C does: the finally blocks stop every process
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    cpus = machine_cpus()
-    os.sched_setaffinity(0, cpus.others)  # this script stays off the server's CPU
-    load_at_start = load_average()
+    size = sized(args, Size(), QUICK)
+    cpus, load_at_start = take_machine()
     src = args.pigeond_src.resolve() if args.pigeond_src else None
     figures = measure_all(size, cpus, src)
-    lines = ["## Accepts: pigeond against its baselines", ""]
-    lines += [*machine_lines(cpus, load_at_start, src), ""]
+    title = "Accepts: pigeond against its baselines"
+    lines = header(title, [machine_line(cpus, "the server")], load_at_start, src)
     lines += [*figure_table(figures), "", *ratio_table(figures), ""]
     lines += [*notes(size), *error_notes(figures), ""]
     if args.profile:

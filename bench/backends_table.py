@@ -1,8 +1,8 @@
 """SQLite against PostgreSQL: accepts per second and accept -> handed off, in one run.
 
-    .venv/bin/python bench/backends_table.py [--quick] [--runs N] [--pg-cpus daemon|others]
+    .venv/bin/python -m bench.backends_table [--quick] [--runs N] [--pg-cpus daemon|others]
 
-Measures a real pigeond (tests/daemon_process.py, flood guard off) on each backend, in
+Measures a real pigeond (testkit/daemon_process.py, flood guard off) on each backend, in
 turns (SQLite, PostgreSQL, SQLite, PostgreSQL, ...) so that a slow minute of the
 machine hits both; each figure the median of ``--runs`` (at least 3) runs with its range:
 
@@ -17,7 +17,7 @@ machine hits both; each figure the median of ``--runs`` (at least 3) runs with i
 
 SQLite: a fresh file per run in a fresh temporary folder (WAL, ``synchronous=FULL``:
 pigeond's own settings).  PostgreSQL: one private cluster for the whole run, started by
-this script (bench/pg_backend.py on tests/pg_cluster.py: initdb + pg_ctl in a temporary
+this script (bench/pg_backend.py on testkit/pg_cluster.py: initdb + pg_ctl in a temporary
 folder, as ``nobody`` when root), restarted with durable commits (fsync,
 synchronous_commit, full_page_writes on; the tests turn them off), reached over its
 Unix socket; a fresh database per run, dropped after.  With 2 CPUs or more, pigeond
@@ -31,23 +31,29 @@ loudly); only 127.0.0.1 and Unix sockets.  Prints markdown: the machine, the tab
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import os
-import signal
-import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import accept_table as accept  # bench/
-import handoff_machine as figures  # bench/
-import handoff_rig as rig  # bench/
-import pg_backend as pg  # bench/
-from machine import Cpus, machine_cpus, scratch_dir  # bench/
+from bench import accept_table as accept
+from bench import handoff_rig as rig
+from bench import harness
+from bench import pg_backend as pg
+from bench.harness import (
+    Cpus,
+    Sizes,
+    arguments,
+    markdown_table,
+    parse,
+    progress,
+    ratio_range,
+    scratch_dir,
+    sized,
+    take_machine,
+)
 
 BACKENDS = ("SQLite", "PostgreSQL")
 LATENCY_RATE = 100.0  # msg/s, round robin over rig.TARGETS targets
@@ -56,14 +62,13 @@ SETTLE_S = 10.0  # after the last prompt arrived, for its hand-off to be recorde
 
 
 @dataclass(frozen=True)
-class Size:
-    runs: int = 3
+class Size(Sizes):
     accept_s: float = 10.0
     warmup_s: float = 1.0
     latency_s: float = 10.0
 
 
-QUICK = Size(runs=3, accept_s=3.0, warmup_s=0.5, latency_s=3.0)
+QUICK = Size(accept_s=3.0, warmup_s=0.5, latency_s=3.0)
 
 Run = dict[str, float]  # one run of one backend: figure key -> value
 
@@ -92,7 +97,7 @@ def accept_run(backend: str, cluster: pg.DurableCluster, size: Size, cpus: Cpus)
     load = accept.Size(1, size.accept_s, size.warmup_s)
     with scratch_dir("backends") as workdir, database(backend, cluster, workdir) as db:
         daemon = rig.BenchDaemon(
-            workdir, db, opencode_url="", tick_ms=rig.TICK_MS, extra_args=rig.GUARD_OFF
+            workdir, db, opencode_url="", tick_ms=rig.TICK_MS, extra_args=harness.GUARD_OFF
         )
         with accept.pigeond_server(daemon, cpus) as server:
             run = accept.measure(server, 1, load, cpus, (mark, mark))
@@ -153,8 +158,8 @@ def latency_run(backend: str, cluster: pg.DurableCluster, size: Size, cpus: Cpus
         float(r.handed_off_at - r.created_at) for r in rows.values() if r.handed_off_at is not None
     ]
     return {
-        "handoff_p50": figures.percentile(latency, 0.5),
-        "handoff_p95": figures.percentile(latency, 0.95),
+        "handoff_p50": harness.percentile(latency, 0.5),
+        "handoff_p95": harness.percentile(latency, 0.95),
         "handoff_errors": len(sent) - len(latency),  # not a 202, or never handed off
     }
 
@@ -180,10 +185,6 @@ def measure_all(size: Size, cpus: Cpus, cluster: pg.DurableCluster) -> dict[str,
         for backend in BACKENDS:
             runs[backend].append(found[backend])
     return runs
-
-
-def progress(text: str) -> None:
-    print(f"# {text}", file=sys.stderr, flush=True)
 
 
 # -- the table --------------------------------------------------------------------------------
@@ -213,26 +214,14 @@ def rows(size: Size) -> list[Row]:
     ]  # fmt: skip
 
 
-def ratio(sqlite: list[float], postgres: list[float]) -> str:
-    """PostgreSQL's median over SQLite's, and the range of the run-by-run ratios."""
-    if min(sqlite) <= 0:
-        return "-"
-    paired = [p / s for s, p in zip(sqlite, postgres, strict=True)]
-    value = statistics.median(postgres) / statistics.median(sqlite)
-    return f"{value:.2f}x ({min(paired):.2f}-{max(paired):.2f}x)"
-
-
 def table(runs: dict[str, list[Run]], size: Size) -> list[str]:
-    lines = [
-        "| figure | SQLite | PostgreSQL | PostgreSQL / SQLite (run by run) |",
-        "|---|---|---|---|",
-    ]
+    lines = markdown_table(("figure", *BACKENDS, "PostgreSQL / SQLite (run by run)"), [])
     for row in rows(size):
         values = {b: [r[row.key] for r in runs[b]] for b in BACKENDS}
-        shown = [figures.median_range(values[b], row.fmt) for b in BACKENDS]
+        shown = [harness.median_range(values[b], row.fmt) for b in BACKENDS]
         if not row.ratio:
             shown[0] = "-"
-        paired = ratio(values["SQLite"], values["PostgreSQL"]) if row.ratio else "-"
+        paired = ratio_range(values["SQLite"], values["PostgreSQL"]) if row.ratio else "-"
         lines.append(f"| {row.label} | {shown[0]} | {shown[1]} | {paired} |")
     errors = [
         " / ".join(f"{sum(r[k] for r in runs[b]):.0f}" for k in ("accept_errors",
@@ -248,16 +237,15 @@ def table(runs: dict[str, list[Run]], size: Size) -> list[str]:
 def header(cpus: Cpus, cluster: pg.DurableCluster, load: str, pg_cpus: set[int]) -> list[str]:
     settings = ", ".join(f"{k}={v}" for k, v in cluster.settings().items())
     version = cluster.psql("SHOW server_version").strip()
-    return [
-        "## Backends: SQLite against PostgreSQL",
-        "",
-        f"- {figures.machine_line(cpus)}; PostgreSQL's processes on CPU {sorted(pg_cpus)}",
-        f"- load average (1/5/15 min) at start: {load}; at end: {figures.load_average()}",
-        f"- {figures.source_line()}",
-        f"- PostgreSQL {version}, a private cluster over its Unix socket: {settings};"
-        " SQLite: WAL, synchronous=FULL",
-        "",
-    ]
+    return harness.header(
+        "Backends: SQLite against PostgreSQL",
+        [
+            f"{harness.machine_line(cpus)}; PostgreSQL's processes on CPU {sorted(pg_cpus)}",
+            f"PostgreSQL {version}, a private cluster over its Unix socket: {settings};"
+            " SQLite: WAL, synchronous=FULL",
+        ],
+        load,
+    )
 
 
 def notes(size: Size) -> list[str]:
@@ -267,7 +255,7 @@ def notes(size: Size) -> list[str]:
         " and database per run; medians (range) of the runs; the ratio is PostgreSQL's"
         " median over SQLite's, with the range of the ratios of runs taken side by side.",
         "- accepts: bench/loadgen.py as in bench/accept_table.py, flood guard off (`"
-        + " ".join(rig.GUARD_OFF)
+        + " ".join(harness.GUARD_OFF)
         + "`), nothing delivered; CPU per accept from /proc over"
         " the window (PostgreSQL's: its postmaster and every process it forked).",
         f"- accept -> handed_off: `handed_off_at - created_at` (ms, from the database) of"
@@ -278,29 +266,13 @@ def notes(size: Size) -> list[str]:
     ]
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
-    parser.add_argument("--quick", action="store_true", help="shorter runs, as a smoke check")
-    parser.add_argument("--runs", type=int, default=3, help="runs per figure (at least 3)")
-    parser.add_argument(
-        "--pg-cpus", choices=["daemon", "others"], default="daemon",
-        help="PostgreSQL's processes on pigeond's CPU (default) or on the load's",
-    )  # fmt: skip
-    args = parser.parse_args(argv)
-    if args.runs < 3:
-        parser.error("--runs must be at least 3")
-    return args
-
-
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    base = QUICK if args.quick else Size()
-    size = Size(args.runs, base.accept_s, base.warmup_s, base.latency_s)
-    # SIGTERM stops this script as Ctrl-C does: the finally blocks stop every process
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    cpus = machine_cpus()
-    os.sched_setaffinity(0, cpus.others)  # this script stays off pigeond's CPU
-    load_at_start = figures.load_average()
+    parser = arguments(__doc__)
+    where = "PostgreSQL's processes on pigeond's CPU (default) or on the load's"
+    parser.add_argument("--pg-cpus", choices=["daemon", "others"], default="daemon", help=where)
+    args = parse(parser, argv)
+    size = sized(args, Size(), QUICK)
+    cpus, load_at_start = take_machine()
     pg_cpus = cpus.daemon if args.pg_cpus == "daemon" else cpus.others
     with pg.durable_cluster(pg_cpus) as cluster:
         runs = measure_all(size, cpus, cluster)

@@ -1,22 +1,20 @@
 """Direct prompts vs delivery through pigeond, on the real opencode (run by hand).
 
-    .venv/bin/python bench/delivery_table.py [--messages 8] [--delay 0.5]
+    .venv/bin/python -m bench.delivery_table [--messages 8] [--delay 0.5]
 
 For each pinned opencode version and each way of sending, the same load (the
 messages spread over 4 senders, released together, each direct sender with its
 own x-opencode-directory header) goes to one fresh session.  The table shows
 the most main completions of that session in flight at once (more than 1 is
 the parallel-turn bug), how many messages reached the transcript, duplicates,
-and the turns (main completions) used.  Uses the e2e harness in tests/e2e.
+and the turns (main completions) used.  Uses the end-to-end tests' opencode harness
+(testkit/).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -25,12 +23,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tests.daemon_process import DaemonProcess
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_dist import OPENCODE_1_15, OPENCODE_1_18, ensure_opencode
-from tests.e2e.opencode_server import OpencodeError, OpencodeServer
+from bench.harness import (
+    BRAKES_OFF,
+    GUARD_OFF,
+    arguments,
+    machine_line,
+    markdown_table,
+    parse,
+    running,
+    scratch_dir,
+)
+from testkit.daemon_process import DaemonProcess
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_dist import OPENCODE_1_15, OPENCODE_1_18, ensure_opencode
+from testkit.opencode_server import OpencodeError, OpencodeServer
 
 SENDERS = 4
 SETTLE_S = 20.0
@@ -77,18 +83,6 @@ def send_direct(server: OpencodeServer, session: str, n: int) -> None:
         return send
 
     together([sender(i, nums) for i, nums in enumerate(spread(n))])
-
-
-# A benchmark measures delivery, not the flood guard.
-NO_FLOOD_LIMITS = (
-    "--max-queued-per-target", "0", "--sender-rate-per-s", "0", "--caller-rate-per-s", "0",
-    "--max-queued-bytes", "0",
-)  # fmt: skip
-# ...nor the conversation brakes (numbered payloads to one session, fast).
-BRAKES_OFF = (
-    "--max-hops-per-thread", "0", "--max-pair-messages-per-minute", "0",
-    "--max-repeats-per-pair", "0",
-)  # fmt: skip
 
 
 def send_via_pigeond(daemon: DaemonProcess, session: str, n: int) -> None:
@@ -166,34 +160,32 @@ def run_version(version: str, n: int, delay: float, work: Path) -> list[Row]:
                 else:
                     daemon = DaemonProcess(
                         work, work / f"{version}-{way}.db", opencode_url=server.url,
-                        extra_args=[*args, "--busy-window-s", "3", *NO_FLOOD_LIMITS,
-                                    *BRAKES_OFF],
-                    ).start()  # fmt: skip
-                    try:
+                        extra_args=[*args, "--busy-window-s", "3", *GUARD_OFF, *BRAKES_OFF],
+                    )  # fmt: skip
+                    with running(daemon):
                         send_via_pigeond(daemon, session, n)
                         settle(server, llm, session, n)
-                    finally:
-                        daemon.stop()
                 rows.append(measure(version, way, server, llm, session, n))
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=8)
-    parser.add_argument("--delay", type=float, default=0.5, help="seconds per completion")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments(__doc__, quick="4 messages, 0.2 s per completion", runs=None)
+    parser.add_argument("--messages", type=int, default=None, help="messages (8)")
+    parser.add_argument("--delay", type=float, default=None, help="seconds per completion (0.5)")
+    args = parse(parser, argv)
+    messages = args.messages or (4 if args.quick else 8)
+    delay = args.delay if args.delay is not None else 0.2 if args.quick else 0.5
     rows = []
-    with tempfile.TemporaryDirectory(prefix="pigeond-bench-") as tmp:
+    with scratch_dir("delivery") as work:
         for version in (OPENCODE_1_15, OPENCODE_1_18):
-            rows += run_version(version, args.messages, args.delay, Path(tmp))
-    print(f"{args.messages} messages from {SENDERS} senders at once, to one session;"
-          f" fake LLM {args.delay:g} s per completion\n")  # fmt: skip
-    print("| opencode | sent | most turns at once | in transcript | duplicates | turns used |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r.version} {r.way} | {r.sent} | {r.most_at_once} | {r.found}/{r.sent}"
-              f" | {r.duplicates} | {r.turns} |")  # fmt: skip
+            rows += run_version(version, messages, delay, work)
+    print(f"{messages} messages from {SENDERS} senders at once, to one session;"
+          f" fake LLM {delay:g} s per completion; {machine_line()}\n")  # fmt: skip
+    head = ("opencode", "sent", "most turns at once", "in transcript", "duplicates", "turns used")
+    cells = [(f"{r.version} {r.way}", str(r.sent), str(r.most_at_once), f"{r.found}/{r.sent}",
+              str(r.duplicates), str(r.turns)) for r in rows]  # fmt: skip
+    print("\n".join(markdown_table(head, cells)))
 
 
 if __name__ == "__main__":

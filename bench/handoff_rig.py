@@ -1,7 +1,7 @@
 """What bench/handoff_table.py and bench/memory_table.py share: the processes and the sender.
 
 Not run by itself.  It starts a stand-in opencode (bench/standin_opencode.py) and a
-real pigeond (tests/daemon_process.py), pins them, sends ``POST /swarm/send`` from
+real pigeond (testkit/daemon_process.py), pins them, sends ``POST /swarm/send`` from
 this process (asyncio, raw HTTP/1.1 keep-alive connections, 127.0.0.1 only, every
 loop bounded), and reads the delivery timestamps back from the daemon's database.
 
@@ -15,10 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 import time
 import urllib.request
 from collections import Counter, deque
@@ -27,32 +25,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.harness import (
+    BRAKES_OFF,
+    GUARD_OFF,
+    ROOT,
+    Cpus,
+    bench_command,
+    pin_tasks,
+    pinning,
+    running,
+)
+from testkit.daemon_process import DaemonProcess, stop_process
 
-from machine import Cpus, pin_tasks  # noqa: E402 (bench/)
-
-from tests.daemon_process import DaemonProcess, stop_process  # noqa: E402
-
-STANDIN = ROOT / "bench" / "standin_opencode.py"
 HOST = "127.0.0.1"
 TARGETS = 100
 SENDERS = 10
 PAYLOAD_BYTES = 500
 START_TIMEOUT_S = 15.0
-# A bench measures delivery, not the flood guard: 1,000 msg/s from 10 senders would be
-# refused at the defaults (10 msg/s per sender, 1,000 queued per target).
-GUARD_OFF = (
-    "--sender-rate-per-s", "0", "--sender-burst", "0", "--max-queued-per-target", "0",
-    "--caller-rate-per-s", "0", "--caller-burst", "0", "--max-queued-bytes", "0",
-)  # fmt: skip
-# ...nor the conversation brakes: its senders send numbered payloads to one target far
-# faster than 30 a minute, which the pair brakes would hold for a person.
-BRAKES_OFF = (
-    "--max-hops-per-thread", "0", "--max-pair-messages-per-minute", "0",
-    "--max-repeats-per-pair", "0",
-)  # fmt: skip
-# pigeond's defaults for delivery (tests/daemon_process.py passes call/1 for its tests)
+# pigeond's defaults for delivery (testkit/daemon_process.py passes call/1 for its tests)
 DELIVERY = ("--delivery", "turn", "--batch-max", "10")
 TICK_MS = 500  # the default: new messages go out at once (kick); the tick is a safety net
 
@@ -94,12 +84,12 @@ def standin(
     workdir: Path, cpus: Cpus, *, hold_ms: float = 0, turn_ms: float = 0, record: int = 0
 ) -> Iterator[Standin]:
     """The stand-in opencode in a subprocess on the non-daemon CPUs; stopped on exit."""
-    args = [sys.executable, str(STANDIN), "--root", str(workdir / "opencode"),
-            "--hold-ms", str(hold_ms), "--turn-ms", str(turn_ms),
-            "--record", str(record)]  # fmt: skip
+    args = bench_command("standin_opencode", "--root", str(workdir / "opencode"),
+                         "--hold-ms", str(hold_ms), "--turn-ms", str(turn_ms),
+                         "--record", str(record))  # fmt: skip
     proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, text=True,
-        preexec_fn=lambda: os.sched_setaffinity(0, cpus.others),
+        args, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        preexec_fn=pinning(cpus.others),
     )  # fmt: skip
     try:
         assert proc.stdout is not None
@@ -143,12 +133,9 @@ def daemon(
     )  # fmt: skip
     if launcher is not None:
         proc.args[1:3] = ["-c", launcher]
-    proc.start(START_TIMEOUT_S)
-    try:
+    with running(proc, START_TIMEOUT_S):
         pin_tasks(proc.pid, cpus.daemon)
         yield proc
-    finally:
-        proc.stop()
 
 
 # -- sending -----------------------------------------------------------------------------------

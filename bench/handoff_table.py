@@ -1,6 +1,6 @@
 """Hand-off at scale: pigeond accepting *and* handing off over 100 targets.
 
-    .venv/bin/python bench/handoff_table.py [--quick] [--runs N]
+    .venv/bin/python -m bench.handoff_table [--quick] [--runs N]
 
 Each run starts a fresh pigeond (its delivery defaults: ``turn`` delivery, batches of
 up to 10, tick 500 ms; the flood guard off, so that 1,000 msg/s from 10 senders is not
@@ -39,20 +39,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import os
 import random
-import signal
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import handoff_machine as figures  # bench/
-import handoff_rig as rig  # bench/
-from machine import Cpus, machine_cpus, scratch_dir  # bench/
+from bench import handoff_rig as rig
+from bench import harness
+from bench.harness import Cpus, Sizes, arguments, parse, progress, scratch_dir, sized, take_machine
 
 RECORD = 200_000  # arrivals the stand-in keeps per phase: more than any phase sends
 HELD_MS = 5.0
@@ -63,8 +60,7 @@ IDLE_RATE = 20.0
 
 
 @dataclass(frozen=True)
-class Size:
-    runs: int = 3
+class Size(Sizes):
     idle_messages: int = 300  # 15 s at 20 msg/s
     paced_s: float = 20.0
     held_s: float = 10.0
@@ -72,7 +68,7 @@ class Size:
     rate: float = 1000.0
 
 
-QUICK = Size(runs=3, idle_messages=40, paced_s=3.0, held_s=2.0, max_messages=3000)
+QUICK = Size(idle_messages=40, paced_s=3.0, held_s=2.0, max_messages=3000)
 
 
 @dataclass
@@ -134,7 +130,7 @@ class Rig:
     ) -> Phase:
         self.standin.phase(hold_ms, hold_ms)
         before = self.standin.stats()
-        cpu_before = figures.cpu_seconds(self.daemon.pid)
+        cpu_before = harness.cpu_seconds(self.daemon.pid)
         limit_s = 60 + count / 200  # far beyond any rate seen; a stuck daemon fails loudly
         sent = asyncio.run(
             rig.send_plan(self.daemon.port, self.daemon.token, plan,
@@ -142,7 +138,7 @@ class Rig:
         ).sent  # fmt: skip
         ok = sum(s.msg_id is not None for s in sent)
         after = rig.wait_for_messages(self.standin, before["messages"] + ok, limit_s)
-        cpu_after = figures.cpu_seconds(self.daemon.pid)
+        cpu_after = harness.cpu_seconds(self.daemon.pid)
         arrivals = self.standin.received()
         rows = rig.read_rows(Path(self.daemon.db), [s.msg_id for s in sent if s.msg_id])
         return Phase(
@@ -167,10 +163,10 @@ def idle_figures(phase: Phase, run: Run) -> None:
             busy += phase.arrivals.get(prev.msg_id or "", float("inf")) >= this.sent
     latency, wire = phase.accept_to_hand_off_ms(), phase.answer_to_prompt_ms()
     run.figures |= {
-        "idle_p50": figures.percentile(latency, 0.5),
-        "idle_p99": figures.percentile(latency, 0.99),
-        "idle_wire_p50": figures.percentile(wire, 0.5),
-        "idle_wire_p99": figures.percentile(wire, 0.99),
+        "idle_p50": harness.percentile(latency, 0.5),
+        "idle_p99": harness.percentile(latency, 0.99),
+        "idle_wire_p50": harness.percentile(wire, 0.5),
+        "idle_wire_p99": harness.percentile(wire, 0.99),
         "idle_not_idle": busy, "idle_errors": len(phase.sent) - len(phase.ok),
     }  # fmt: skip
 
@@ -182,15 +178,15 @@ def load_figures(phase: Phase, run: Run, key: str) -> None:
     run.figures |= {
         f"{key}_accepted": phase.accepted_per_s(),
         f"{key}_handed_off": phase.handed_off_per_s(),
-        f"{key}_p50": figures.percentile(latency, 0.5),
-        f"{key}_p99": figures.percentile(latency, 0.99),
+        f"{key}_p50": harness.percentile(latency, 0.5),
+        f"{key}_p99": harness.percentile(latency, 0.99),
         f"{key}_lag_ms": 1000 * (max(phase.arrivals.values()) - last_due),
         f"{key}_max_in_flight": phase.stats["max_in_flight"],
         f"{key}_overlaps": phase.stats["call_overlaps"] + phase.stats["turn_overlaps"],
         f"{key}_daemon_cpu": phase.daemon_cpu_s / phase.wall_s,
         f"{key}_standin_cpu": phase.standin_cpu_s / phase.wall_s,
         f"{key}_per_prompt": len(phase.arrivals) / max(phase.prompts, 1),
-        f"{key}_sender_late_p99": 1000 * figures.percentile([s.sent - s.due for s in phase.sent],
+        f"{key}_sender_late_p99": 1000 * harness.percentile([s.sent - s.due for s in phase.sent],
                                                         0.99),
         f"{key}_errors": len(phase.sent) - len(phase.ok),
         f"{key}_lost": len(phase.ok) - len(phase.arrivals),
@@ -297,7 +293,7 @@ def table(runs: list[Run], size: Size) -> list[str]:
     for row in rows(size):
         values = [[r.figures[k] for r in runs] for k in row.keys]
         medians = [statistics.median(v) for v in values]
-        shown = " / ".join(figures.median_range(v, row.fmt) for v in values)
+        shown = " / ".join(harness.median_range(v, row.fmt) for v in values)
         verdict = "-" if row.passes is None else ("pass" if row.passes(medians) else "**FAIL**")
         lines.append(f"| {row.label} | {shown} | {row.target} | {verdict} |")
     return lines
@@ -308,7 +304,7 @@ def notes(size: Size, runs: list[Run]) -> list[str]:
     return [
         f"- {len(runs)} runs, each a fresh pigeond and stand-in; pigeond with its delivery"
         " defaults (`--delivery turn --batch-max 10`, tick 500 ms, info log to a pipe) and"
-        " the flood guard off (`" + " ".join(rig.GUARD_OFF) + "`): 10 senders at 1,000"
+        " the flood guard off (`" + " ".join(harness.GUARD_OFF) + "`): 10 senders at 1,000"
         " msg/s would meet its defaults (10 msg/s per sender).",
         f"- idle: {size.idle_messages} messages at {IDLE_RATE:g} msg/s round robin over"
         f" {rig.TARGETS} targets (one per target every {rig.TARGETS / IDLE_RATE:g} s);"
@@ -327,37 +323,24 @@ def notes(size: Size, runs: list[Run]) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
-    parser.add_argument("--quick", action="store_true", help="a smoke check under a minute")
-    parser.add_argument("--runs", type=int, default=3, help="runs (at least 3)")
-    args = parser.parse_args(argv)
-    if args.runs < 3:
-        parser.error("--runs must be at least 3")
-    return args
+    return parse(arguments(__doc__, quick="a smoke check under a minute"), argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    base = QUICK if args.quick else Size()
-    size = Size(args.runs, base.idle_messages, base.paced_s, base.held_s, base.max_messages)
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    cpus = machine_cpus()
-    os.sched_setaffinity(0, cpus.others)  # this script stays off pigeond's CPU
-    load_at_start = figures.load_average()
+    size = sized(args, Size(), QUICK)
+    cpus, load_at_start = take_machine()
     runs = []
     for i in range(size.runs):
         started = time.monotonic()
         runs.append(one_run(size, cpus, seed=1000 * i))
         f = runs[-1].figures
-        print(f"# run {i + 1}/{size.runs} ({time.monotonic() - started:.0f} s): flat out"
-              f" {f['max_handed_off']:,.0f} msg/s, idle p50/p99 {f['idle_p50']:.0f}/"
-              f"{f['idle_p99']:.0f} ms", file=sys.stderr, flush=True)  # fmt: skip
-    print("## Hand-off at scale\n")
-    print(f"- {figures.machine_line(cpus)}")
+        progress(f"run {i + 1}/{size.runs} ({time.monotonic() - started:.0f} s): flat out"
+                 f" {f['max_handed_off']:,.0f} msg/s, idle p50/p99 {f['idle_p50']:.0f}/"
+                 f"{f['idle_p99']:.0f} ms")  # fmt: skip
     print(
-        f"- load average (1/5/15 min) at start: {load_at_start}; at end: {figures.load_average()}"
+        "\n".join(harness.header("Hand-off at scale", [harness.machine_line(cpus)], load_at_start))
     )
-    print(f"- {figures.source_line()}\n")
     print("\n".join(table(runs, size)) + "\n")
     print("\n".join(notes(size, runs)))
 

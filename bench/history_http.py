@@ -1,6 +1,6 @@
 """HTTP for bench/history_table.py: a keep-alive client, pigeond on a database, a bare route.
 
-    .venv/bin/python bench/history_http.py --serve-bare   # prints its port, serves until killed
+    .venv/bin/python -m bench.history_http --serve-bare   # prints its port, serves until killed
 
 The bare route is twisted.web with nothing of pigeond: one ``GET`` answering a small JSON
 object, so the table can say what an HTTP round trip alone costs on the machine, timed by
@@ -14,15 +14,12 @@ import contextlib
 import http.client
 import json
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.daemon_process import DaemonProcess, stop_process  # noqa: E402
+from bench.harness import ROOT, bench_command, running
+from testkit.daemon_process import DaemonProcess, stop_process
 
 START_TIMEOUT_S = 60.0
 
@@ -55,21 +52,19 @@ class Client:
 @contextlib.contextmanager
 def pigeond_on(db: Path, workdir: Path) -> Iterator[Client]:
     """A real pigeond on ``db`` (delivery off, the default tick) and a client of it."""
-    daemon = DaemonProcess(workdir, db, opencode_url="", tick_ms=500)
-    daemon.start(timeout_s=START_TIMEOUT_S)
-    client = Client(daemon.port, daemon.token)
-    try:
-        yield client
-    finally:
-        client.close()
-        daemon.stop()
+    with running(DaemonProcess(workdir, db, opencode_url="", tick_ms=500), START_TIMEOUT_S) as d:
+        client = Client(d.port, d.token)
+        try:
+            yield client
+        finally:
+            client.close()
 
 
 @contextlib.contextmanager
 def bare_route() -> Iterator[Client]:
     """The bare twisted.web route in a process of its own, and a client of it."""
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve-bare"], stdout=subprocess.PIPE, text=True
+        bench_command("history_http", "--serve-bare"), stdout=subprocess.PIPE, text=True, cwd=ROOT
     )
     try:
         assert proc.stdout is not None

@@ -1,6 +1,6 @@
 """History does not slow anything: pigeond's reads over a million delivered rows.
 
-    .venv/bin/python bench/history_table.py [--rows 1000000] [--runs 5] [--quick]
+    .venv/bin/python -m bench.history_table [--rows 1000000] [--runs 5] [--quick]
 
 Builds, in a temporary directory removed at the end, two pigeond databases as pigeond
 opens them (WAL, ``synchronous=FULL``, every migration) and leaves them (no ANALYZE
@@ -25,7 +25,7 @@ with the range over the runs:
    daemon's default ``inbox_max_bytes``;
 3. ``GET /swarm/message/<id>`` of the message at that middle: :meth:`SwarmRepository.get`
    (the route's storage call), and the whole HTTP round trip to a real pigeond started on
-   that database (tests/daemon_process.py, ``opencode_url=""`` so nothing is delivered,
+   that database (testkit/daemon_process.py, ``opencode_url=""`` so nothing is delivered,
    default tick) over one keep-alive 127.0.0.1 connection sending the bearer token;
 4. pigeon-tui's first screen (bench/tui_first_screen.py: headless, from the app's start
    to its first snapshot on screen), whose reads meet the 10,000 stuck rows.
@@ -43,37 +43,37 @@ table and the machine; progress goes to stderr.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import os
-import platform
 import sqlite3
-import statistics
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from history_http import Client, bare_route, pigeond_on  # noqa: E402 (bench/)
-from machine import cpu_model, load_average  # noqa: E402 (bench/)
-from ready_targets import calls_per_slice, time_calls  # noqa: E402 (bench/)
-from tui_first_screen import first_screen  # noqa: E402 (bench/)
-
-from pigeond.model import NewMessage  # noqa: E402
-from pigeond.storage import SwarmRepository, open_database  # noqa: E402
-from pigeond.storage.repository import DEFAULT_INBOX_MAX_BYTES  # noqa: E402
-from pigeond.storage.synthetic import (  # noqa: E402
+from bench.harness import (
+    Comparison,
+    arguments,
+    duration,
+    load_average,
+    machine_line,
+    parse,
+    per_run_medians,
+    progress,
+    scratch_dir,
+    spread,
+)
+from bench.history_http import Client, bare_route, pigeond_on
+from bench.tui_first_screen import first_screen
+from pigeond.model import NewMessage
+from pigeond.storage import SwarmRepository, open_database
+from pigeond.storage.repository import DEFAULT_INBOX_MAX_BYTES
+from pigeond.storage.synthetic import (
     add_delivered_history,
     add_stuck_rows,
     drop_statistics,
 )
-from pigeond_tui.data import read_snapshot  # noqa: E402
+from pigeond_tui.data import read_snapshot
 
 BASELINE_ROWS = 10_000
 QUICK_ROWS = 100_000
@@ -102,20 +102,6 @@ class Db:
     repo: SwarmRepository
     middle_seq: int  # a cursor halfway through INBOX_TARGET's hand-offs
     middle_id: str  # the first message after it
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One row of the table: per-run medians (seconds) on each database."""
-
-    name: str
-    target_s: float | None
-    history: list[float]
-    baseline: list[float]
-
-
-def progress(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 # -- the databases ------------------------------------------------------------------------
@@ -153,36 +139,17 @@ def build(label: str, path: Path, rows: int, now_ms: int) -> Db:
 # -- timing -------------------------------------------------------------------------------
 
 
-def per_run_medians(
-    calls: Sequence[Call], runs: int, budget_s: float, rounds: int = ROUNDS
-) -> list[list[float]]:
-    """For each call, the median seconds of one call in each of ``runs`` runs.  Within a
-    run the calls take turns in ``rounds`` short slices (bench/ready_targets.py's way), so
-    a noisy moment of the machine falls on all of them rather than on one."""
-    slice_s = budget_s / rounds
-    per_slice = [calls_per_slice(call, slice_s) for call in calls]
-    medians: list[list[float]] = [[] for _ in calls]
-    for _ in range(runs):
-        samples: list[list[float]] = [[] for _ in calls]
-        for _ in range(rounds):
-            for call, n, into in zip(calls, per_slice, samples, strict=True):
-                time_calls(call, n, into)
-        for run_medians, micros in zip(medians, samples, strict=True):
-            run_medians.append(statistics.median(micros) / 1e6)
-    return medians
-
-
 def compare(
     name: str, target_s: float | None, calls: tuple[Call, Call], runs: int, budget_s: float,
     rounds: int = ROUNDS,
-) -> Figure:  # fmt: skip
+) -> Comparison:  # fmt: skip
     """One figure: ``calls`` is (on the history, on the baseline)."""
     progress(f"timing {name} ...")
     history, baseline = per_run_medians(calls, runs, budget_s, rounds)
-    return Figure(name, target_s, history, baseline)
+    return Comparison(name, target_s, history, baseline)
 
 
-def storage_figures(big: Db, small: Db, runs: int, now_ms: int) -> list[Figure]:
+def storage_figures(big: Db, small: Db, runs: int, now_ms: int) -> list[Comparison]:
     """The storage calls of the tick, the inbox and the message route, and the TUI's read."""
 
     def tick(db: Db) -> Call:
@@ -228,7 +195,9 @@ def serving(db: Db, workdir: Path) -> Iterator[Client]:
         yield client
 
 
-def http_figures(big: Db, small: Db, runs: int, workdir: Path) -> tuple[list[Figure], list[float]]:
+def http_figures(
+    big: Db, small: Db, runs: int, workdir: Path
+) -> tuple[list[Comparison], list[float]]:
     """The message route for its target; a refused request, the inbox page and /health for
     scale; and the bare twisted.web route's round trip (per-run medians), timed in the same
     slices as the message route: the HTTP floor of the machine."""
@@ -252,7 +221,7 @@ def http_figures(big: Db, small: Db, runs: int, workdir: Path) -> tuple[list[Fig
         # answer cost, so the message figure splits into HTTP and the storage hop
         refused = (on_big.get(MALFORMED, 400), on_small.get(MALFORMED, 400))
         figures = [
-            Figure(name, 0.5e-3, history, baseline),
+            Comparison(name, 0.5e-3, history, baseline),
             compare("(for scale) GET /swarm/message/<malformed>: 400, no storage call", None,
                     refused, runs, HTTP_BUDGET_S),
             compare(f"(for scale) GET /swarm/inbox, page of {PAGE}, HTTP", None,
@@ -271,7 +240,7 @@ def inbox_path(db: Db) -> str:
 # -- the TUI ------------------------------------------------------------------------------
 
 
-def tui_figure(big: Db, small: Db, runs: int, now_ms: int) -> Figure:
+def tui_figure(big: Db, small: Db, runs: int, now_ms: int) -> Comparison:
     """Fresh starts of the app on each database in turn, after one start to warm up."""
     progress("timing the TUI's first screen ...")
     asyncio.run(first_screen(small.path, now_ms))
@@ -282,46 +251,13 @@ def tui_figure(big: Db, small: Db, runs: int, now_ms: int) -> Figure:
         for db, into in order if run % 2 == 0 else reversed(order):
             into.append(asyncio.run(first_screen(db.path, now_ms)))
     name = f"TUI first screen, {STUCK_ROWS:,} stuck rows on top"
-    return Figure(name, 1.0, history, baseline)
+    return Comparison(name, 1.0, history, baseline)
 
 
 # -- the table ----------------------------------------------------------------------------
 
 
-def duration(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} µs"
-    if seconds < 1:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"
-
-
-def spread(values: list[float], show: Callable[[float], str] = duration) -> str:
-    """Median, then the range over runs."""
-    return f"{show(statistics.median(values))} [{show(min(values))} .. {show(max(values))}]"
-
-
-def row(figure: Figure) -> str:
-    ratios = [h / b for h, b in zip(figure.history, figure.baseline, strict=True)]
-    target, met = "—", "—"
-    if figure.target_s is not None:
-        target = f"≤ {duration(figure.target_s)}"
-        met = "yes" if statistics.median(figure.history) <= figure.target_s else "**NO**"
-    cells = [
-        figure.name, spread(figure.history), target, spread(figure.baseline),
-        spread(ratios, lambda r: f"{r:.2f}"), met,
-    ]  # fmt: skip
-    return "| " + " | ".join(cells) + " |"
-
-
-def machine() -> str:
-    return (
-        f"{os.cpu_count()} cores, {cpu_model()}; Python {platform.python_version()}, SQLite"
-        f" {sqlite3.sqlite_version}, Linux {platform.release()}"
-    )
-
-
-def table(figures: list[Figure], bare: list[float], rows: int, runs: int, load: str) -> str:
+def table(figures: list[Comparison], bare: list[float], rows: int, runs: int, load: str) -> str:
     head = [
         f"| figure | history: {rows:,} rows | target | baseline: {BASELINE_ROWS:,} rows"
         " | history/baseline | met |",
@@ -329,7 +265,7 @@ def table(figures: list[Figure], bare: list[float], rows: int, runs: int, load: 
     ]
     notes = [
         "",
-        f"- machine: {machine()}",
+        f"- {machine_line()}, SQLite {sqlite3.sqlite_version}",
         f"- history: {rows:,} handed-off rows over {HISTORY_TARGETS} targets, plus"
         f" {STUCK_ROWS:,} stuck rows (half queued in backoff, half failed) over"
         f" {STUCK_TARGETS} targets and {DUE_TARGETS * DUE_PER_TARGET} due messages; the"
@@ -338,26 +274,22 @@ def table(figures: list[Figure], bare: list[float], rows: int, runs: int, load: 
         f"- each cell: median over {runs} runs of each run's median call [range over runs];"
         " the ratio is taken within each run",
         f"- the HTTP floor: a bare twisted.web GET route (bench/history_http.py), same client,"
-        f" timed in the same slices as GET /swarm/message: {spread(bare)}",
+        f" timed in the same slices as GET /swarm/message: {spread(bare, duration)}",
         f"- load average (1/5/15 min) at start: {load}; at end: {load_average()}",
     ]
-    return "\n".join(head + [row(f) for f in figures] + notes)
+    return "\n".join(head + [f.row() for f in figures] + notes)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments(__doc__, quick="100,000 rows, 3 runs", runs=None)
     parser.add_argument("--rows", type=int, default=None, help="delivered rows (1,000,000)")
     parser.add_argument("--runs", type=int, default=None, help="runs of every figure (5)")
-    parser.add_argument("--quick", action="store_true", help="100,000 rows, 3 runs")
-    args = parser.parse_args()
+    args = parse(parser, argv)
     rows = args.rows or (QUICK_ROWS if args.quick else 1_000_000)
     runs = args.runs or (3 if args.quick else 5)
-    if runs < 3:
-        parser.error("--runs must be at least 3")
     now_ms = int(time.time() * 1000)
     started, load = time.perf_counter(), load_average()
-    with tempfile.TemporaryDirectory(prefix="pigeond-history-") as tmp:
-        work = Path(tmp)
+    with scratch_dir("history") as work:
         big = build("history", work / "history.db", rows, now_ms)
         small = build("baseline", work / "baseline.db", BASELINE_ROWS, now_ms)
         try:

@@ -1,13 +1,13 @@
 """What ``pigeon-hook stop`` adds to every Claude Code turn's end when nothing is waiting.
 
-    .venv/bin/python bench/hook_turn_end.py [--starts 40] [--runs 5]
+    .venv/bin/python -m bench.hook_turn_end [--starts 40] [--runs 5]
 
 Claude Code runs the Stop hook as a new process at the end of every turn, so its whole
 wall time (the process's start and imports included) is time a person waits.  Each start
 here is one ``pigeon-hook stop`` with Claude Code's hook JSON on stdin, twice: against a
 real pigeond (delivery on, a SQLite file, the session registered: what a person waits,
 the figure the goal is for), and against a stand-in of pigeond's turn-end route on a Unix
-socket answering ``{"text": null}`` at once (tests/agent_routes_standin.py): the hook's
+socket answering ``{"text": null}`` at once (testkit/agent_routes_standin.py): the hook's
 own cost, without pigeond's.  The baseline,
 measured in the same run and interleaved with it, is ``python -c pass`` with the same
 interpreter: what any Python hook costs at least.  Figures are p50 and p90 of the starts
@@ -16,22 +16,17 @@ of a run, then the median of the runs; the goal is a p50 of at most 150 ms.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import tempfile
-
-from tests.agent_routes_standin import AgentRoutesStandIn
-from tests.daemon_process import DaemonProcess
+from bench import harness
+from testkit.agent_routes_standin import AgentRoutesStandIn
+from testkit.daemon_process import DaemonProcess
 
 GOAL_P50_MS = 150.0
 HOOK = Path(sys.executable).parent / "pigeon-hook"
@@ -57,20 +52,24 @@ def timed(command: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+def main(argv: list[str] | None = None) -> None:
+    parser = harness.arguments(__doc__, quick="10 starts a run", runs=5)
+    parser.add_argument("--starts", type=int, default=None, help="starts of each per run (40)")
+    args = harness.parse(parser, argv)
+    starts = args.starts or (10 if args.quick else 40)
+    with harness.scratch_dir("hook") as workdir:
+        # delivery on; the opencode URL is never called for a Claude Code session's turn end
+        daemon = DaemonProcess(workdir, workdir / "p.db", opencode_url="http://127.0.0.1:9")
+        with harness.running(daemon):
+            runs = measure(daemon, args.runs, starts)
+    show(runs, args.runs, starts)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--starts", type=int, default=40, help="starts of each per run")
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
+def measure(
+    daemon: DaemonProcess, run_count: int, starts: int
+) -> dict[str, list[tuple[float, float]]]:
+    """p50 and p90 of each command in each run; the commands take turns within a run."""
     standin = AgentRoutesStandIn()
-    workdir = Path(tempfile.mkdtemp(prefix="hook-bench-"))
-    # delivery on; the opencode URL is never called for a Claude Code session's turn end
-    daemon = DaemonProcess(workdir, workdir / "p.db", opencode_url="http://127.0.0.1:9").start()
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     to_daemon = base | {"PIGEOND_URL": daemon.base_url, "PIGEOND_TOKEN": daemon.token}
     to_standin = base | {"PIGEOND_URL": standin.url}
@@ -83,27 +82,34 @@ def main() -> None:
     try:
         for command, env in commands.values():  # warm the page cache, register the session
             timed(command, env)
-        for _ in range(args.runs):
+        for _ in range(run_count):
             times: dict[str, list[float]] = {name: [] for name in commands}
-            for _ in range(args.starts):
+            for _ in range(starts):
                 for name, (command, env) in commands.items():
                     times[name].append(timed(command, env))
             for name, values in times.items():
-                runs[name].append((percentile(values, 50), percentile(values, 90)))
+                runs[name].append(
+                    (harness.percentile(values, 0.5), harness.percentile(values, 0.9))
+                )
     finally:
         standin.close()
-        daemon.stop()
-    python = platform.python_version()
-    print(f"pigeon-hook stop, nothing waiting: wall time of a start (ms), Python {python},"
-          f" {args.runs} runs of {args.starts} starts, median of the runs")  # fmt: skip
-    print("| command | p50 | p90 |")
-    print("| --- | ---: | ---: |")
+    return runs
+
+
+def show(runs: dict[str, list[tuple[float, float]]], run_count: int, starts: int) -> None:
+    """The table: the median over runs of each command's p50 and p90, and the verdict."""
+    print(f"pigeon-hook stop, nothing waiting: wall time of a start (ms),"
+          f" {run_count} runs of {starts} starts, median of the runs")  # fmt: skip
+    print(harness.machine_line())
     medians = {}
+    cells = []
     for name, figures in runs.items():
         p50 = statistics.median(f[0] for f in figures)
         p90 = statistics.median(f[1] for f in figures)
         medians[name] = p50
-        print(f"| {name} | {p50:.1f} | {p90:.1f} |")
+        cells.append((name, f"{p50:.1f}", f"{p90:.1f}"))
+    table = harness.markdown_table(("command", "p50", "p90"), cells, ("---", "---:", "---:"))
+    print("\n".join(table))
     hook, own = medians["pigeon-hook stop, pigeond"], medians["pigeon-hook stop, stand-in"]
     baseline = medians["python -c pass"]
     verdict = "met" if hook <= GOAL_P50_MS else "NOT met"

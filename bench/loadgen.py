@@ -1,6 +1,6 @@
 """A bounded HTTP/1.1 load generator for the benchmarks, on 127.0.0.1 only.
 
-    .venv/bin/python bench/loadgen.py --port 4097 --connections 64 --duration 10 \\
+    .venv/bin/python -m bench.loadgen --port 4097 --connections 64 --duration 10 \\
         [--warmup 1] [--max-requests N] [--token T] [--start-at EPOCH_S] [--unix PATH]
 
 Opens ``--connections`` keep-alive connections (asyncio, raw HTTP/1.1, no

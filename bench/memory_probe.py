@@ -17,8 +17,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
-import handoff_machine as figures  # bench/
-import handoff_rig as rig  # bench/
+from bench import handoff_rig as rig
+from bench import harness
 
 POLL_S = 0.2
 CHECKPOINTS = 20  # after the baseline, evenly up to the last message
@@ -146,7 +146,7 @@ class Probe:
     def _sample_passed(self) -> None:
         while self._points and self.handed_off >= self._points[0]:
             self._points.pop(0)
-            self.samples.append((self.handed_off, figures.rss_kb(self._pid)))
+            self.samples.append((self.handed_off, harness.rss_kb(self._pid)))
             if self._heap:
                 os.kill(self._pid, signal.SIGUSR1)  # one line of heap.jsonl
             elif self._trace_dir is not None and len(self.samples) == 1:

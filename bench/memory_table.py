@@ -1,6 +1,6 @@
 """Memory stays flat: pigeond's RSS after 1,000,000 messages against after 10,000.
 
-    .venv/bin/python bench/memory_table.py [--quick] [--messages N] [--runs N]
+    .venv/bin/python -m bench.memory_table [--quick] [--messages N] [--runs N]
         [--tracemalloc | --heap]
 
 Each run starts a fresh pigeond (its defaults: ``turn`` delivery, batches of up to 10,
@@ -31,17 +31,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import signal
 import statistics
-import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-import handoff_machine as figures  # bench/
-import handoff_rig as rig  # bench/
-from machine import Cpus, machine_cpus, scratch_dir  # bench/
-from memory_probe import (
+from bench import handoff_rig as rig
+from bench import harness
+from bench.harness import Cpus, Sizes, arguments, progress, scratch_dir, take_machine
+from bench.memory_probe import (
     HEAP_LAUNCHER,
     TRACE_LAUNCHER,
     Probe,
@@ -57,13 +54,12 @@ TRACED_FLOOR_RATE = 40.0  # the same under tracemalloc, which slows the daemon d
 
 
 @dataclass(frozen=True)
-class Size:
+class Size(Sizes):
     messages: int = 1_000_000
     baseline: int = 10_000
-    runs: int = 3
 
 
-QUICK = Size(messages=10_000, baseline=1_000, runs=3)
+QUICK = Size(messages=10_000, baseline=1_000)
 
 
 @dataclass
@@ -170,16 +166,16 @@ def table(runs: list[Run], size: Size) -> list[str]:
         "| figure | median (range) of runs | target | pass |",
         "|---|---|---|---|",
         f"| RSS after {size.messages:,} / after {size.baseline:,} messages |"
-        f" {figures.median_range(ratios, '{:.3f}')} | <= 1.10 | {verdict} |",
-        f"| RSS after {size.baseline:,} messages (MB) | {figures.median_range(base)} | - | - |",
-        f"| RSS after {size.messages:,} messages (MB) | {figures.median_range(end)} | - | - |",
-        f"| highest RSS sampled (MB) | {figures.median_range(peak)} | - | - |",
-        f"| anonymous RSS, end minus baseline (MB) | {figures.median_range(anon)} | - | - |",
-        f"| accepted and handed off, msg/s (whole run) | {figures.median_range(rate, '{:,.0f}')}"
+        f" {harness.median_range(ratios, '{:.3f}')} | <= 1.10 | {verdict} |",
+        f"| RSS after {size.baseline:,} messages (MB) | {harness.median_range(base)} | - | - |",
+        f"| RSS after {size.messages:,} messages (MB) | {harness.median_range(end)} | - | - |",
+        f"| highest RSS sampled (MB) | {harness.median_range(peak)} | - | - |",
+        f"| anonymous RSS, end minus baseline (MB) | {harness.median_range(anon)} | - | - |",
+        f"| accepted and handed off, msg/s (whole run) | {harness.median_range(rate, '{:,.0f}')}"
         " | - | - |",
-        f"| run time (s) | {figures.median_range([r.wall_s for r in runs], '{:,.0f}')} | - | - |",
+        f"| run time (s) | {harness.median_range([r.wall_s for r in runs], '{:,.0f}')} | - | - |",
         f"| database + WAL at the end (MB) |"
-        f" {figures.median_range([r.db_bytes / 2**20 for r in runs], '{:,.0f}')} | - | - |",
+        f" {harness.median_range([r.db_bytes / 2**20 for r in runs], '{:,.0f}')} | - | - |",
         f"| non-202 answers (all runs) | {bad} | 0 | {'pass' if bad == 0 else '**FAIL**'} |",
     ]
 
@@ -207,7 +203,7 @@ def notes(size: Size) -> list[str]:
     return [
         "- pigeond with its defaults (`--delivery turn --batch-max 10`, tick 500 ms,"
         " verify every 2 s, `--retention-days 30`: nothing is pruned in a run) and the"
-        " flood guard off (`" + " ".join(rig.GUARD_OFF) + "`).",
+        " flood guard off (`" + " ".join(harness.GUARD_OFF) + "`).",
         f"- Load: {CONNECTIONS} keep-alive connections, as fast as answered, held back"
         f" while over {MAX_BACKLOG:,} accepted messages wait; {rig.SENDERS} senders,"
         f" {rig.TARGETS} targets, {rig.PAYLOAD_BYTES}-byte payloads; the stand-in answers at"
@@ -218,8 +214,7 @@ def notes(size: Size) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
-    parser.add_argument("--quick", action="store_true", help="a smoke check under a minute")
+    parser = arguments(__doc__, quick="a smoke check under a minute", runs=None)
     parser.add_argument("--messages", type=int, help="messages per run (default 1,000,000)")
     parser.add_argument("--runs", type=int, help="runs (default 3)")
     parser.add_argument("--tracemalloc", action="store_true", help="show what grew, and where")
@@ -240,34 +235,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="ARG",
         help="one more argument for pigeond (e.g. --daemon-arg=--verify-interval-s=60)",
     )
-    return parser.parse_args(argv)
+    return parser.parse_args(argv)  # any --runs: a run here takes minutes
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     size = QUICK if args.quick else Size()
     if args.messages:
-        size = Size(args.messages, min(size.baseline, args.messages // 10), size.runs)
+        size = replace(
+            size, messages=args.messages, baseline=min(size.baseline, args.messages // 10)
+        )
     if args.runs:
-        size = Size(size.messages, size.baseline, args.runs)
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    cpus = machine_cpus()
-    os.sched_setaffinity(0, cpus.others)
-    load_at_start = figures.load_average()
+        size = replace(size, runs=args.runs)
+    cpus, load_at_start = take_machine()
     runs = []
     for i in range(size.runs):
         runs.append(one_run(size, cpus, args))
-        print(f"# run {i + 1}/{size.runs}: {runs[-1].wall_s:,.0f} s, RSS ratio"
-              f" {runs[-1].ratio:.3f}", file=sys.stderr, flush=True)  # fmt: skip
+        progress(f"run {i + 1}/{size.runs}: {runs[-1].wall_s:,.0f} s, RSS ratio"
+                 f" {runs[-1].ratio:.3f}")  # fmt: skip
     median_run = sorted(runs, key=lambda r: r.ratio)[len(runs) // 2]
-    print("## Memory stays flat\n")
-    print(f"- {figures.machine_line(cpus)}")
-    print(
-        f"- load average (1/5/15 min) at start: {load_at_start}; at end: {figures.load_average()}"
-    )
-    print(f"- {figures.source_line()}")
     changed = " ".join([*args.daemon_env, *args.daemon_arg]) or "none"
-    print(f"- added to pigeond's environment and arguments: {changed}\n")
+    added = f"added to pigeond's environment and arguments: {changed}"
+    lines = [harness.machine_line(cpus), added]
+    print("\n".join(harness.header("Memory stays flat", lines, load_at_start)))
     print("\n".join(table(runs, size)) + "\n")
     print("RSS along the median run:\n")
     print("\n".join(series(median_run)) + "\n")

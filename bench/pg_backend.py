@@ -2,7 +2,7 @@
 run, what CPU they use, and pigeond's delivery rows read back from it.
 
 Not run by itself; bench/backends_table.py uses it.  The cluster is the tests' own
-(tests/pg_cluster.py ``running_cluster``: initdb + pg_ctl in a temporary folder, as
+(testkit/pg_cluster.py ``running_cluster``: initdb + pg_ctl in a temporary folder, as
 ``nobody`` when root, a Unix socket in that folder and 127.0.0.1 only), restarted with
 PostgreSQL's durable defaults: the tests run it with ``fsync=off`` and
 ``synchronous_commit=off``, which no benchmark against SQLite's ``synchronous=FULL``
@@ -17,11 +17,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psycopg
-from handoff_machine import CLOCK_TICKS  # bench/
-from handoff_rig import Row  # bench/
-from machine import pin_tasks  # bench/
 
-from tests.pg_cluster import PgCluster, running_cluster
+from bench.handoff_rig import Row
+from bench.harness import cpu_seconds, pin_tasks
+from testkit.pg_cluster import PgCluster, running_cluster
 
 # What the bench reads back from the cluster to show how it ran.
 SETTINGS = ("fsync", "synchronous_commit", "full_page_writes", "wal_level", "shared_buffers")
@@ -61,13 +60,11 @@ class DurableCluster(PgCluster):
 
     def cpu_seconds(self) -> float:
         """user + system CPU seconds of the cluster's processes now alive."""
-        total = 0
+        total = 0.0
         for pid in self.pids():
             with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{pid}/stat").read_text()
-                fields = stat[stat.rindex(")") + 2 :].split()
-                total += int(fields[11]) + int(fields[12])
-        return total / CLOCK_TICKS
+                total += cpu_seconds(pid)
+        return total
 
     @contextlib.contextmanager
     def database(self) -> Iterator[str]:
@@ -93,13 +90,16 @@ def children(parent: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def durable_cluster(cpus: set[int]) -> Iterator[DurableCluster]:
-    """A private cluster (tests/pg_cluster.py) restarted with durable commits and pinned
-    to ``cpus``; stopped and removed afterwards by ``running_cluster``."""
+def durable_cluster(
+    cpus: set[int], kind: type[DurableCluster] = DurableCluster
+) -> Iterator[DurableCluster]:
+    """A private cluster (testkit/pg_cluster.py) restarted with durable commits (or the
+    options of another ``kind``) and pinned to ``cpus``; stopped and removed afterwards by
+    ``running_cluster``."""
     with running_cluster() as plain:
         plain.pg_ctl("stop", "-m", "fast")
         # the same folder, port and user; only the server's options differ
-        cluster = DurableCluster(plain.root, plain.port, plain.bin, plain._as_user)
+        cluster = kind(plain.root, plain.port, plain.bin, plain._as_user)
         cluster.pg_ctl("start")
         cluster.pin(cpus)
         yield cluster

@@ -1,6 +1,6 @@
 """psycopg under Twisted: synchronous connections in threads against asyncio connections.
 
-    .venv/bin/python bench/pg_driver_table.py [--quick] [--runs N] [--commits durable|fast]
+    .venv/bin/python -m bench.pg_driver_table [--quick] [--runs N] [--commits durable|fast]
 
 The question of docs/performance.md's "Why psycopg in threads": integrate psycopg 3 with Twisted as
 ``twisted.enterprise.adbapi`` does (a sync connection per thread, called through
@@ -46,27 +46,29 @@ import contextlib
 import itertools
 import json
 import os
-import platform
-import signal
-import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import psycopg
+from twisted.internet.defer import Deferred, gatherResults
 
-import handoff_machine as figures  # noqa: E402 (bench/)
-import pg_backend as pg  # noqa: E402 (bench/)
-import psycopg  # noqa: E402
-from machine import Cpus, cpu_model, machine_cpus  # noqa: E402 (bench/)
-from twisted.internet.defer import Deferred, gatherResults  # noqa: E402
-
-from tests.pg_cluster import running_cluster  # noqa: E402
+from bench import harness
+from bench import pg_backend as pg
+from bench.harness import (
+    Cpus,
+    Sizes,
+    arguments,
+    bench_command,
+    markdown_table,
+    parse,
+    progress,
+    ratio_range,
+    sized,
+    take_machine,
+)
 
 VARIANTS = ("threads", "asyncio")
 CALLERS = 16
@@ -77,13 +79,12 @@ SCENARIOS = ("sequential", "one_connection", "own_connections")
 
 
 @dataclass(frozen=True)
-class Size:
-    runs: int = 3
+class Size(Sizes):
     calls: int = 5_000  # per scenario
     limit_s: float = 10.0  # per scenario
 
 
-QUICK = Size(runs=3, calls=300, limit_s=3.0)
+QUICK = Size(calls=300, limit_s=3.0)
 
 
 def schema(table: str) -> str:
@@ -156,8 +157,8 @@ async def window(calls: Sequence[Call], count: int, limit_s: float) -> Figures:
         calls=len(latencies),
         seconds=seconds,
         calls_per_s=len(latencies) / seconds,
-        p50_ms=1e3 * figures.percentile(latencies, 0.5),
-        p95_ms=1e3 * figures.percentile(latencies, 0.95),
+        p50_ms=1e3 * harness.percentile(latencies, 0.5),
+        p95_ms=1e3 * harness.percentile(latencies, 0.95),
         cpu_us=1e6 * cpu / done,
     )
 
@@ -270,13 +271,15 @@ Run = dict[str, Figures]
 
 
 def one_run(variant: str, url: str, table: str, size: Size, cpus: set[int]) -> Run:
-    command = [
-        sys.executable, __file__, "--child", variant, "--url", url, "--table", table,
+    command = bench_command(
+        "pg_driver_table", "--child", variant, "--url", url, "--table", table,
         "--calls", str(size.calls), "--limit-s", str(size.limit_s),
         "--cpus", ",".join(map(str, sorted(cpus))),
-    ]  # fmt: skip
+    )  # fmt: skip
     limit = len(SCENARIOS) * 2 * size.limit_s + CHILD_SLACK_S  # warm-up and window each
-    done = subprocess.run(command, capture_output=True, text=True, timeout=limit, check=False)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=limit, check=False, cwd=harness.ROOT
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{variant} run failed ({done.returncode}):\n{done.stderr}")
     found = json.loads(done.stdout.strip().splitlines()[-1])
@@ -298,10 +301,6 @@ def measure_all(size: Size, cpus: Cpus, url: str) -> dict[str, list[Run]]:
                 f" 16 on 16 {m.calls_per_s:,.0f}/s"
             )
     return runs
-
-
-def progress(text: str) -> None:
-    print(f"# {text}", file=sys.stderr, flush=True)
 
 
 # -- the table --------------------------------------------------------------------------------
@@ -331,26 +330,14 @@ ROWS = [
 ]  # fmt: skip
 
 
-def ratio(threads: list[float], other: list[float]) -> str:
-    """asyncio's median over threads', and the range of the run-by-run ratios."""
-    if min(threads) <= 0:
-        return "-"
-    paired = [a / t for t, a in zip(threads, other, strict=True)]
-    value = statistics.median(other) / statistics.median(threads)
-    return f"{value:.2f}x ({min(paired):.2f}-{max(paired):.2f}x)"
-
-
 def table(runs: dict[str, list[Run]]) -> list[str]:
-    lines = [
-        "| figure | threads | asyncio | asyncio / threads (run by run) |",
-        "|---|---|---|---|",
-    ]
+    lines = markdown_table(("figure", *VARIANTS, "asyncio / threads (run by run)"), [])
     for r in ROWS:
         values = {v: [float(getattr(run[r.scenario], r.key)) for run in runs[v]] for v in VARIANTS}
-        shown = [figures.median_range(values[v], r.fmt) for v in VARIANTS]
+        shown = [harness.median_range(values[v], r.fmt) for v in VARIANTS]
         lines.append(
             f"| {r.label} | {shown[0]} | {shown[1]} |"
-            f" {ratio(values['threads'], values['asyncio'])} |"
+            f" {ratio_range(values['threads'], values['asyncio'])} |"
         )
     calls = [
         " / ".join(str(sum(run[s].calls for run in runs[v])) for s in SCENARIOS) for v in VARIANTS
@@ -371,18 +358,16 @@ def header(cpus: Cpus, cluster: pg.DurableCluster, load: str) -> list[str]:
     import twisted
 
     libpq = psycopg.pq.version()
-    return [
-        "## psycopg under Twisted: threads against asyncio",
-        "",
-        f"- machine: {os.cpu_count()} cores, {cpu_model()}, Linux {platform.release()};"
-        f" {placement}",
-        f"- load average (1/5/15 min) at start: {load}; at end: {figures.load_average()}",
-        f"- Python {sys.version.split()[0]}, psycopg {psycopg.__version__}"
-        f" (libpq {libpq // 10000}.{libpq % 10000}, {psycopg.pq.__impl__}),"
-        f" Twisted {twisted.__version__}",
-        f"- PostgreSQL {version}, a private cluster over its Unix socket: {settings}",
-        "",
-    ]
+    return harness.header(
+        "psycopg under Twisted: threads against asyncio",
+        [
+            f"{harness.machine_line()}; {placement}",
+            f"psycopg {psycopg.__version__} (libpq {libpq // 10000}.{libpq % 10000},"
+            f" {psycopg.pq.__impl__}), Twisted {twisted.__version__}",
+            f"PostgreSQL {version}, a private cluster over its Unix socket: {settings}",
+        ],
+        load,
+    )
 
 
 class FastCluster(pg.DurableCluster):
@@ -401,16 +386,8 @@ class FastCluster(pg.DurableCluster):
 @contextlib.contextmanager
 def private_cluster(commits: str, cpus: set[int]) -> Iterator[pg.DurableCluster]:
     """bench/pg_backend.py's durable cluster, or its fast twin, pinned to ``cpus``."""
-    if commits == "durable":
-        with pg.durable_cluster(cpus) as durable:
-            yield durable
-        return
-    with running_cluster() as plain:
-        plain.pg_ctl("stop", "-m", "fast")
-        cluster = FastCluster(plain.root, plain.port, plain.bin, plain._as_user)
-        cluster.pg_ctl("start")
-        cluster.pin(cpus)
-        yield cluster
+    with pg.durable_cluster(cpus, pg.DurableCluster if commits == "durable" else FastCluster) as c:
+        yield c
 
 
 def notes(size: Size, commits: str) -> list[str]:
@@ -434,13 +411,11 @@ def notes(size: Size, commits: str) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
-    parser.add_argument("--quick", action="store_true", help="shorter runs, as a smoke check")
+    parser = arguments(__doc__)
     parser.add_argument(
         "--commits", choices=["durable", "fast"], default="durable",
         help="PostgreSQL's commits wait for their WAL flush (default, as pigeond's) or not",
     )  # fmt: skip
-    parser.add_argument("--runs", type=int, default=3, help="runs per variant (at least 3)")
     # one variant in this process (the script runs itself so)
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -448,10 +423,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--calls", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--limit-s", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--cpus", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.runs < 3:
-        parser.error("--runs must be at least 3")
-    return args
+    return parse(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -460,13 +432,8 @@ def main(argv: list[str] | None = None) -> None:
         size = Size(1, args.calls, args.limit_s)
         child(args.child, args.url, args.table, size, {int(c) for c in args.cpus.split(",")})
         return
-    base = QUICK if args.quick else Size()
-    size = Size(args.runs, base.calls, base.limit_s)
-    # SIGTERM stops this script as Ctrl-C does: the finally blocks stop the cluster
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    cpus = machine_cpus()
-    os.sched_setaffinity(0, cpus.others)
-    load_at_start = figures.load_average()
+    size = sized(args, Size(), QUICK)
+    cpus, load_at_start = take_machine()
     with private_cluster(args.commits, cpus.others) as cluster, cluster.database() as url:
         runs = measure_all(size, cpus, url)
         lines = header(cpus, cluster, load_at_start)

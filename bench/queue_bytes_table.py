@@ -1,6 +1,6 @@
 """What ``max_queued_bytes`` costs an accept, by the number of queued messages.
 
-    .venv/bin/python bench/queue_bytes_table.py [--runs 5] [--accepts 200]
+    .venv/bin/python -m bench.queue_bytes_table [--runs 5] [--accepts 200] [--quick]
 
 The bound is checked in the accept's own transaction (pigeond/storage/queue_bytes.py): the
 first accept of a group commit that has a bound sums the payload bytes of every queued
@@ -19,15 +19,13 @@ the median over ``--runs`` runs, with the range of the ratios.  Prints markdown.
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import platform
 import statistics
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.harness import arguments, machine_line, markdown_table, median_range, parse, scratch_dir
 from pigeond.model import NewMessage
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.queue_bytes import queued_bytes
@@ -39,6 +37,8 @@ HISTORY_ROWS = 100_000
 TARGETS = 1_000
 PAYLOAD_BYTES = 500
 FAR_ABOVE = 10**15
+DEPTHS = "0,1000,10000,100000"
+QUICK_DEPTHS = "0,1000"
 _ids = itertools.count()
 
 
@@ -83,37 +83,36 @@ def one_run(repo: SwarmRepository, accepts: int) -> RunFigures:
     return RunFigures(statistics.median(off), statistics.median(on), statistics.median(sums))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--accepts", type=int, default=200)
-    parser.add_argument("--depths", default="0,1000,10000,100000")
-    args = parser.parse_args()
-    depths = [int(d) for d in args.depths.split(",")]
-    print(f"machine: {platform.machine()}, {platform.python_implementation()}"
-          f" {platform.python_version()}, Linux {platform.release()}\n")  # fmt: skip
-    print("| queued messages | accept, bound off (ms) | accept, bound on (ms) | on / off"
-          " (range) | the sum alone (ms) |")  # fmt: skip
-    print("|---:|---:|---:|---:|---:|")
-    with tempfile.TemporaryDirectory(prefix="queue-bytes-") as scratch:
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments(__doc__, quick="depths 0 and 1,000, 50 accepts a run", runs=5)
+    parser.add_argument("--accepts", type=int, default=None, help="accepts a run (200)")
+    parser.add_argument("--depths", default=None, help="queue depths (0,1000,10000,100000)")
+    args = parse(parser, argv)
+    accepts = args.accepts or (50 if args.quick else 200)
+    depths = [int(d) for d in (args.depths or (QUICK_DEPTHS if args.quick else DEPTHS)).split(",")]
+    print(f"{machine_line()}\n")
+    head = ("queued messages", "accept, bound off (ms)", "accept, bound on (ms)",
+            "on / off (range)", "the sum alone (ms)")  # fmt: skip
+    print("\n".join(markdown_table(head, [], ["---:"] * len(head))))
+    with scratch_dir("queue-bytes") as scratch:
         for depth in depths:
-            repo = build(Path(scratch) / f"d{depth}.db", depth)
+            repo = build(scratch / f"d{depth}.db", depth)
             try:
-                runs = [one_run(repo, args.accepts) for _ in range(max(args.runs, 3))]
+                runs = [one_run(repo, accepts) for _ in range(args.runs)]
             finally:
                 repo.close()
             ratios = [r.on_ms / r.off_ms for r in runs]
             print(
                 f"| {depth:,} | {statistics.median(r.off_ms for r in runs):.2f}"
                 f" | {statistics.median(r.on_ms for r in runs):.2f}"
-                f" | {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+                f" | {median_range(ratios, '{:.2f}')}"
                 f" | {statistics.median(r.sum_ms for r in runs):.3f} |"
             )
     print(
         f"\n- Each database: {HISTORY_ROWS:,} delivered messages, then the queued ones"
         f" ({PAYLOAD_BYTES} bytes each, {TARGETS:,} targets); one accept = one transaction"
         " with its fsync (no group: the worst case, one sum per send).  Medians over"
-        f" {args.accepts} accepts a run, then over {max(args.runs, 3)} runs."
+        f" {accepts} accepts a run, then over {args.runs} runs."
     )
 
 

@@ -2,7 +2,7 @@
 
 Run by hand (about half a minute for a million rows):
 
-    .venv/bin/python bench/ready_targets.py [--rows 1000000] [--runs 5]
+    .venv/bin/python -m bench.ready_targets [--rows 1000000] [--runs 5] [--quick]
 
 Two databases are built, one with ``--small-rows`` and one with ``--rows``
 delivered messages, each plus a few queued messages for ten targets.  The query
@@ -24,15 +24,14 @@ median (and range) over ``--runs`` runs.
 
 from __future__ import annotations
 
-import argparse
 import functools
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.harness import arguments, parse, per_run_medians, spread
 from pigeond.model import NewMessage
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.synthetic import add_delivered_history, seed_baseline_copy
@@ -41,6 +40,7 @@ NOW_MS = 1_793_491_200_000
 QUEUED_TARGETS = 10
 QUEUED_PER_TARGET = 3
 VARIANTS = ("pigeond", "seed", "seed+stats")
+QUICK_ROWS = 10_000
 
 
 @dataclass(frozen=True)
@@ -70,40 +70,18 @@ def build(path: Path, rows: int, history_targets: int) -> SwarmRepository:
     return repo
 
 
-def calls_per_slice(query: Callable[[], object], slice_s: float) -> int:
-    """How many calls of ``query`` fit in ``slice_s`` seconds (at least 3)."""
-    query()  # warm the page cache and the statement cache
-    start = time.perf_counter()
-    query()
-    once = max(time.perf_counter() - start, 1e-7)
-    return max(3, min(2_000, int(slice_s / once)))
-
-
-def time_calls(query: Callable[[], object], calls: int, into: list[float]) -> None:
-    """Append the µs of each of ``calls`` calls of ``query`` to ``into``."""
-    for _ in range(calls):
-        start = time.perf_counter()
-        query()
-        into.append((time.perf_counter() - start) * 1e6)
-
-
-def spread(values: list[float]) -> str:
-    """Median, then the range over runs."""
-    return f"{statistics.median(values):10.1f}  [{min(values):.1f} .. {max(values):.1f}]"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--rows", type=int, default=1_000_000, help="delivered rows, large db")
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments(__doc__, quick="10,000 rows in the large database", runs=5)
+    parser.add_argument("--rows", type=int, default=None, help="delivered rows, large db")
     parser.add_argument("--small-rows", type=int, default=100, help="delivered rows, small db")
-    parser.add_argument("--runs", type=int, default=5, help="timing runs over every case")
     parser.add_argument("--history-targets", type=int, default=100, help="sessions in history")
     parser.add_argument("--budget", type=float, default=0.3, help="seconds per case per run")
     parser.add_argument("--rounds", type=int, default=10, help="slices per case per run")
     parser.add_argument("--dir", type=Path, default=None, help="where to build (default: temp)")
-    args = parser.parse_args()
+    args = parse(parser, argv)
+    args.rows = args.rows or (QUICK_ROWS if args.quick else 1_000_000)
 
-    with tempfile.TemporaryDirectory(dir=args.dir, prefix="pigeond-bench-") as tmp:
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="pigeond-bench-ready-") as tmp:
         cases: list[Case] = []
         for rows in (args.small_rows, args.rows):
             began = time.perf_counter()
@@ -131,21 +109,15 @@ def main() -> None:
         queries: list[Callable[[], object]] = [
             functools.partial(case.repo.ready_targets, NOW_MS) for case in cases
         ]
-        slice_s = args.budget / args.rounds
-        calls = [calls_per_slice(query, slice_s) for query in queries]
-        timings: dict[tuple[int, str], list[float]] = {(c.rows, c.variant): [] for c in cases}
-        for _ in range(args.runs):
-            # Short slices of every case in turn, so that a noisy moment on the
-            # machine falls on all of them rather than on one.
-            samples: list[list[float]] = [[] for _ in cases]
-            for _ in range(args.rounds):
-                for query, n, into in zip(queries, calls, samples, strict=True):
-                    time_calls(query, n, into)
-            for case, run_samples in zip(cases, samples, strict=True):
-                timings[case.rows, case.variant].append(statistics.median(run_samples))
+        # Short slices of every case in turn, so that a noisy moment on the machine falls
+        # on all of them rather than on one.
+        medians = per_run_medians(queries, args.runs, args.budget, args.rounds)
+        timings = {
+            (c.rows, c.variant): [s * 1e6 for s in m] for c, m in zip(cases, medians, strict=True)
+        }
 
         print(f"\nmedian µs per query; {args.runs} runs, each cell the median of many calls")
-        print(f"{'rows':>10}  {'variant':<10}  {'median':>10}  [min .. max]  per run")
+        print(f"{'rows':>10}  {'variant':<10}  median [min .. max]  per run")
         for case in cases:
             values = timings[case.rows, case.variant]
             per_run = " ".join(f"{v:.1f}" for v in values)

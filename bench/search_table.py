@@ -1,6 +1,6 @@
 """Search over a million messages: FTS5 against the same on 10,000 and LIKE.
 
-    .venv/bin/python bench/search_table.py [--rows 1000000] [--runs 3] [--quick]
+    .venv/bin/python -m bench.search_table [--rows 1000000] [--runs 3] [--quick]
 
 Builds, in a temporary directory removed at the end, two databases at the schema before
 the search migration, fills them with handed-off messages over 20 targets whose payloads
@@ -27,31 +27,30 @@ goes to stderr.  About two minutes with a million rows.
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import os
-import platform
 import sqlite3
 import statistics
-import sys
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from history_table import per_run_medians, spread  # noqa: E402 (bench/)
-from machine import cpu_model, load_average  # noqa: E402 (bench/)
-
-from pigeond.model import NewMessage  # noqa: E402
-from pigeond.storage import SwarmRepository  # noqa: E402
-from pigeond.storage.migrations import MIGRATIONS  # noqa: E402
-from pigeond.storage.repository import DEFAULT_INBOX_MAX_BYTES, Accept  # noqa: E402
-from pigeond.storage.schema import connect, migrate  # noqa: E402
-from pigeond.storage.synthetic import add_delivered_history, drop_statistics  # noqa: E402
+from bench.harness import (
+    Comparison,
+    arguments,
+    load_average,
+    machine_line,
+    markdown_table,
+    parse,
+    per_run_medians,
+    progress,
+    scratch_dir,
+)
+from pigeond.model import NewMessage
+from pigeond.storage import SwarmRepository
+from pigeond.storage.migrations import MIGRATIONS
+from pigeond.storage.repository import DEFAULT_INBOX_MAX_BYTES, Accept
+from pigeond.storage.schema import connect, migrate
+from pigeond.storage.synthetic import add_delivered_history, drop_statistics
 
 BASELINE_ROWS = 10_000
 QUICK_ROWS = 100_000
@@ -63,19 +62,6 @@ ACCEPTS_ONE_BY_ONE = 40
 GROUP = 100
 
 Call = Callable[[], object]
-
-
-@dataclass
-class Figure:
-    name: str
-    target_s: float | None
-    big: list[float]
-    baseline: list[float]
-    baseline_name: str
-
-
-def progress(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 def build(label: str, path: Path, rows: int, now_ms: int) -> tuple[SwarmRepository, float]:
@@ -140,7 +126,7 @@ def triggers(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return [(str(n), str(s)) for n, s in rows]
 
 
-def accept_figures(repo: SwarmRepository, runs: int, now_ms: int) -> list[Figure]:
+def accept_figures(repo: SwarmRepository, runs: int, now_ms: int) -> list[Comparison]:
     """Accepts with the search triggers against without them, in turns on the same file."""
     conn = repo.sqlite_connection
     saved = triggers(conn)
@@ -168,47 +154,32 @@ def accept_figures(repo: SwarmRepository, runs: int, now_ms: int) -> list[Figure
         for _, sql in saved:  # the triggers back, for the next run's turn with them
             conn.execute(sql)
     return [
-        Figure("accept, one per commit (fsync)", None, with_one, without_one, "without triggers"),
-        Figure(f"accept, per message of a group of {GROUP}", None, with_group, without_group,
-               "without triggers"),
+        Comparison("accept, one per commit (fsync)", None, with_one, without_one,
+                   "without triggers"),
+        Comparison(f"accept, per message of a group of {GROUP}", None, with_group,
+                   without_group, "without triggers"),
     ]  # fmt: skip
 
 
-def row(figure: Figure) -> str:
-    ratios = [b / a for b, a in zip(figure.big, figure.baseline, strict=True)]
-    target, met = "—", "—"
-    if figure.target_s is not None:
-        target = f"≤ {figure.target_s * 1e3:.0f} ms"
-        met = "yes" if statistics.median(figure.big) <= figure.target_s else "**NO**"
-    cells = [
-        figure.name, spread(figure.big), target,
-        f"{spread(figure.baseline)} ({figure.baseline_name})",
-        spread(ratios, lambda r: f"{r:.2f}"), met,
-    ]  # fmt: skip
-    return "| " + " | ".join(cells) + " |"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments(__doc__, quick="100,000 rows")
     parser.add_argument("--rows", type=int, default=None, help="messages (1,000,000)")
-    parser.add_argument("--runs", type=int, default=3, help="runs of every figure (3)")
-    parser.add_argument("--quick", action="store_true", help="100,000 rows")
-    args = parser.parse_args()
+    args = parse(parser, argv)
     rows = args.rows or (QUICK_ROWS if args.quick else 1_000_000)
-    if args.runs < 3:
-        parser.error("--runs must be at least 3")
     now_ms = int(time.time() * 1000)
     started, load = time.perf_counter(), load_average()
-    with tempfile.TemporaryDirectory(prefix="pigeond-search-") as tmp:
-        big, migrated_big = build("big", Path(tmp) / "big.db", rows, now_ms)
-        small, migrated_small = build("baseline", Path(tmp) / "small.db", BASELINE_ROWS, now_ms)
+    with scratch_dir("search") as tmp:
+        big, migrated_big = build("big", tmp / "big.db", rows, now_ms)
+        small, migrated_small = build("baseline", tmp / "small.db", BASELINE_ROWS, now_ms)
         try:
             figures = []
             big_calls, small_calls = searches(big, rows), searches(small, BASELINE_ROWS)
             for name, call in big_calls.items():
                 progress(f"timing {name} ...")
                 on_big, on_small = per_run_medians([call, small_calls[name]], args.runs, BUDGET_S)
-                figures.append(Figure(name, TARGET_S, on_big, on_small, f"{BASELINE_ROWS:,} rows"))
+                figures.append(
+                    Comparison(name, TARGET_S, on_big, on_small, f"{BASELINE_ROWS:,} rows")
+                )
             progress("timing the LIKE search ...")
             rare = f"n{rows // 2}"
             fts, like = per_run_medians(
@@ -216,27 +187,24 @@ def main() -> None:
                  lambda: big.search_messages(None, rare, 500)],
                 args.runs, 4 * BUDGET_S, rounds=3,
             )  # fmt: skip
-            figures.append(Figure("TUI filter, a rare word: FTS5 vs LIKE", TARGET_S, fts, like,
-                                  "the old LIKE search, same rows"))  # fmt: skip
+            figures.append(Comparison("TUI filter, a rare word: FTS5 vs LIKE", TARGET_S, fts,
+                                      like, "the old LIKE search, same rows"))  # fmt: skip
             progress("timing accepts with and without the triggers ...")
             figures += accept_figures(big, args.runs, now_ms)
         finally:
             big.close()
             small.close()
     progress(f"done in {time.perf_counter() - started:.0f} s")
-    print(f"| figure | {rows:,} rows | target | baseline | ratio | met |")
-    print("|---|---|---|---|---|---|")
+    head = ("figure", f"{rows:,} rows", "target", "baseline", "ratio", "met")
+    print("\n".join(markdown_table(head, [])))
     for figure in figures:
-        print(row(figure))
+        print(figure.row())
     print()
     print(
         f"- search migration (index built for the rows already there): {migrated_big:.1f} s"
         f" for {rows:,} rows, {migrated_small:.2f} s for {BASELINE_ROWS:,}"
     )
-    print(
-        f"- machine: {os.cpu_count()} cores, {cpu_model()}; Python {platform.python_version()},"
-        f" SQLite {sqlite3.sqlite_version}, Linux {platform.release()}"
-    )
+    print(f"- {machine_line()}, SQLite {sqlite3.sqlite_version}")
     print(f"- each cell: median over {args.runs} runs of each run's median call [range]")
     print(f"- load average (1/5/15 min) at start: {load}; at end: {load_average()}")
 

@@ -1,6 +1,6 @@
 """A stand-in ``opencode serve`` that answers at once: the far end of the hand-off benches.
 
-    .venv/bin/python bench/standin_opencode.py --root DIR [--port 0] [--hold-ms 0]
+    .venv/bin/python -m bench.standin_opencode --root DIR [--port 0] [--hold-ms 0]
         [--turn-ms 0] [--keep 256] [--record 0] [--cpu N]
 
 It prints ``listening on PORT`` on stdout, then serves 127.0.0.1 until SIGTERM or

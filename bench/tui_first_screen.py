@@ -1,6 +1,6 @@
 """How long pigeon-tui takes to show its first screen, with 100 and with 100,000 stuck rows.
 
-    .venv/bin/python bench/tui_first_screen.py [--rows 100000] [--runs 5]
+    .venv/bin/python -m bench.tui_first_screen [--rows 100000] [--runs 5] [--quick]
 
 The first screen is shown when the app has put its first database snapshot on
 screen (overview, per-target tables and the message window) and refreshed the screen.
@@ -10,16 +10,12 @@ bench/history_table.py times the same first screen on top of a million delivered
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from bench.harness import arguments, parse, scratch_dir, spread
 from pigeond.storage import open_database
 from pigeond.storage.synthetic import add_stuck_rows
 from pigeond_tui.app import PigeonApp
@@ -51,23 +47,22 @@ async def first_screen(db: Path, now_ms: int = NOW_MS) -> float:
     return shown
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="pigeond-tui-bench-") as tmp:
-        small, large = Path(tmp) / "small.db", Path(tmp) / "large.db"
+def main(argv: list[str] | None = None) -> None:
+    parser = arguments(__doc__, quick="1,000 stuck rows", runs=5)
+    parser.add_argument("--rows", type=int, default=None, help="stuck rows (100,000)")
+    args = parse(parser, argv)
+    rows = args.rows or (1_000 if args.quick else 100_000)
+    with scratch_dir("tui") as tmp:
+        small, large = tmp / "small.db", tmp / "large.db"
         build(small, 100)
-        build(large, args.rows)
-        times: dict[str, list[float]] = {"100": [], f"{args.rows:,}": []}
+        build(large, rows)
+        times: dict[str, list[float]] = {"100": [], f"{rows:,}": []}
         for _ in range(args.runs):
             times["100"].append(asyncio.run(first_screen(small)))
-            times[f"{args.rows:,}"].append(asyncio.run(first_screen(large)))
+            times[f"{rows:,}"].append(asyncio.run(first_screen(large)))
     print(f"first screen of pigeon-tui, {args.runs} starts each (headless), seconds")
     for rows, values in times.items():
-        print(f"  {rows:>9} rows: median {statistics.median(values):.3f}"
-              f"  [{min(values):.3f} .. {max(values):.3f}]")  # fmt: skip
+        print(f"  {rows:>9} rows: median {spread(values, '{:.3f}'.format)}")
     small_m, large_m = (statistics.median(v) for v in times.values())
     print(f"  ratio large/small: {large_m / small_m:.2f}")
 

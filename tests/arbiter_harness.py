@@ -23,8 +23,8 @@ from pigeond.delivery.opencode_client import OpencodeError, SessionNotFound
 from pigeond.delivery.turns import TurnTracker
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from testkit.messages import new_message
 from tests.fixed_time import now_ms
-from tests.messages import new_message
 
 TICK_S = 0.5
 OUTAGE_S = 30.0

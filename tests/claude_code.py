@@ -1,7 +1,7 @@
 """The real Claude Code (npm ``@anthropic-ai/claude-code``), installed once and run offline.
 
 :func:`ensure_claude_code` installs the pinned :data:`CLAUDE_CODE_VERSION` once, into
-``<cache>/claude-code/<version>/`` (with :mod:`tests.npm_install`, as opencode is), and
+``<cache>/claude-code/<version>/`` (with :mod:`testkit.npm_install`, as opencode is), and
 returns the path of the native ``claude`` binary.  The npm package is a wrapper whose
 postinstall copies the binary of its platform package (``@anthropic-ai/claude-code-linux-x64``
 ...) over a stub; the tests install with ``--ignore-scripts`` and run that platform
@@ -26,7 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.npm_install import NpmInstallError, NpmTool, ensure_installed, first_reporting, installed
+from testkit.npm_install import (
+    NpmInstallError,
+    NpmTool,
+    ensure_installed,
+    first_reporting,
+    installed,
+)
 
 # The one place the tested Claude Code version is named.
 CLAUDE_CODE_VERSION = "2.1.332"

@@ -28,8 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from testkit.polling import PATIENCE_S, Budget, wait_until
 from tests.claude_code import API_KEY, PRIVACY_VARIABLES, ClaudeCode
-from tests.polling import PATIENCE_S, Budget, wait_until
 
 TMUX_TIMEOUT_S = 30.0
 COLUMNS, ROWS = 200, 50

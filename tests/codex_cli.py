@@ -1,5 +1,5 @@
 """The real Codex CLI (npm ``@openai/codex``, pinned) for end-to-end tests, installed once
-with npm into ``<cache>/codex/<version>/`` as opencode is (:mod:`tests.npm_install`:
+with npm into ``<cache>/codex/<version>/`` as opencode is (:mod:`testkit.npm_install`:
 ``$PIGEOND_TEST_CACHE``, else ``<repo>/.cache``; one install at a time, under a lock;
 an interrupted install leaves nothing that looks installed), and run offline against
 tests/fake_openai.py with a private ``CODEX_HOME``."""
@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.npm_install import NpmInstallError, NpmTool, ensure_installed
+from testkit.npm_install import NpmInstallError, NpmTool, ensure_installed
 
 CODEX_VERSION = "0.171.0"
 ENTRY = Path("node_modules") / "@openai" / "codex" / "bin" / "codex.js"

@@ -12,11 +12,12 @@ from zope.interface import implementer
 
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.postgres import open_postgres
-from tests.agent_routes_standin import AgentRoutesStandIn
+from testkit.agent_routes_standin import AgentRoutesStandIn
+from testkit.daemon_process import DaemonFactory
+from testkit.fake_opencode import FakeOpencode
+from testkit.pg_cluster import PgCluster, running_cluster
 from tests.claude_code import ClaudeCode, ClaudeInstallError, ensure_claude_code
-from tests.daemon_process import DaemonFactory
 from tests.fake_anthropic import FakeAnthropic
-from tests.fake_opencode import FakeOpencode
 from tests.fixed_time import START_S
 from tests.operator_sql import (
     SQLITE3_CLI,
@@ -25,7 +26,6 @@ from tests.operator_sql import (
     make_operator_db,
     sqlite3_path,
 )
-from tests.pg_cluster import PgCluster, running_cluster
 
 # Synchronous tests run outside pytest-twisted's reactor (see tests/reactor_split.py).
 pytest_plugins = ["tests.reactor_split"]
@@ -53,7 +53,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[PgCluster]:
-    """One private PostgreSQL cluster for the test session (tests/pg_cluster.py)."""
+    """One private PostgreSQL cluster for the test session (testkit/pg_cluster.py)."""
     with running_cluster() as cluster:
         yield cluster
 
@@ -121,7 +121,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeOpencode]:
-    """A fake opencode on 127.0.0.1 (tests/fake_opencode.py), stopped after the test."""
+    """A fake opencode on 127.0.0.1 (testkit/fake_opencode.py), stopped after the test."""
     with FakeOpencode(tmp_path / "opencode") as server:
         yield server
 
@@ -198,7 +198,7 @@ def claude(claude_binary: Path, fake_anthropic: FakeAnthropic, tmp_path: Path) -
 
 @pytest.fixture
 def standin() -> Iterator[AgentRoutesStandIn]:
-    """A stand-in of pigeond's agent routes on a Unix socket (tests/agent_routes_standin.py),
+    """A stand-in of pigeond's agent routes on a Unix socket (testkit/agent_routes_standin.py),
     for pigeon-hook; a module may have a ``standin`` of its own (test_unsupported_api.py)."""
     server = AgentRoutesStandIn()
     try:

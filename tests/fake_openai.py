@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from tests.stdlib_http import JsonHandler
+from testkit.stdlib_http import JsonHandler
 
 CALL_RE = re.compile(r"CALLTOOL (\S+) (\{.*\})", re.S)
 

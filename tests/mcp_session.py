@@ -17,7 +17,7 @@ from mcp import Client
 
 from pigeond.agents.mcp_server import PigeonServer
 from pigeond.agents.mcp_tools import Identity, Tools
-from tests.daemon_process import DaemonProcess
+from testkit.daemon_process import DaemonProcess
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,9 @@ from pigeond.delivery.pull_slots import PullSlots
 from pigeond.delivery.transcript_reads import TranscriptReadWatch
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from testkit.messages import new_message
 from tests.arbiter_harness import FakeRegistry, InMemoryOpencode
 from tests.http_helpers import result_of
-from tests.messages import new_message
 
 T = TypeVar("T")
 CLAUDE = "0b7c7d1e-1f7e-4d8a-9c1b-2a3b4c5d6e7f"

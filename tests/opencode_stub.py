@@ -1,6 +1,6 @@
 """An in-memory opencode for a daemon on a ``Clock``: a Resource served through StubTreq.
 
-(``tests/fake_opencode.py`` is the other stand-in: a real HTTP server for subprocesses.)
+(``testkit/fake_opencode.py`` is the other stand-in: a real HTTP server for subprocesses.)
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from pigeond.storage import SwarmRepository, open_database
-from tests.daemon_process import isolated_env
+from testkit.daemon_process import isolated_env
+from testkit.messages import new_message
 from tests.docs_commands import (
     SESSION_TIMEOUT_S,
     Command,
@@ -27,7 +28,6 @@ from tests.docs_commands import (
     commands_with,
     run_in_one_shell,
 )
-from tests.messages import new_message
 from tests.storage_helpers import accept_channel_alone
 
 DAY_MS = 86_400_000

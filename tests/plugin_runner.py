@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.opencode_dist import OPENCODE_1_18, OpencodeInstallError, ensure_opencode
+from testkit.opencode_dist import OPENCODE_1_18, OpencodeInstallError, ensure_opencode
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN = REPO / "packaging" / "opencode-plugin" / "pigeond-swarm.js"

@@ -20,7 +20,7 @@ from pigeond.storage.engines import POSTGRES, engine_of
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.schema import SEARCH_DOC_SQL
 from pigeond.storage.repository import Accept
-from tests.messages import new_message
+from testkit.messages import new_message
 
 
 def inline_database(path: Path) -> InlineDatabase:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from testkit.daemon_process import DaemonFactory, DaemonProcess
 from tests import unix_http
-from tests.daemon_process import DaemonFactory, DaemonProcess
 
 pytestmark = pytest.mark.slow
 

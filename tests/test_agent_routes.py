@@ -13,8 +13,8 @@ from pigeond.cli.presentation import detail
 from pigeond.config import Config
 from pigeond.model import Runtime, runtime_of
 from pigeond.service.daemon import Daemon
+from testkit.messages import new_message
 from tests.http_helpers import daemon_call
-from tests.messages import new_message
 from tests.storage_helpers import clock_daemon, repo_of
 
 CLAUDE = "0b7c7d1e-1f7e-4d8a-9c1b-2a3b4c5d6e7f"

@@ -80,7 +80,7 @@ def private_imports(path: Path) -> list[str]:
     return found
 
 
-FIRST_PARTY = {"pigeond", "pigeond_tui", "tests", "bench", "packaging", "tui"}
+FIRST_PARTY = {"pigeond", "pigeond_tui", "tests", "testkit", "bench", "packaging", "tui"}
 
 
 def test_no_code_imports_a_library_s_private_names() -> None:
@@ -88,7 +88,7 @@ def test_no_code_imports_a_library_s_private_names() -> None:
     change without notice)."""
     files = [
         p
-        for d in ("pigeond", "tui", "tests", "bench", "packaging")
+        for d in ("pigeond", "tui", "tests", "testkit", "bench", "packaging")
         for p in (REPO / d).rglob("*.py")
     ]
     found = [hit for path in files for hit in private_imports(path)]

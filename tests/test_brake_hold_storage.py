@@ -20,8 +20,8 @@ from pigeond.storage.brake_holds import (
 )
 from pigeond.storage.migrations import MIGRATIONS
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 
 pytestmark = pytest.mark.both_backends
 A, B = "ses_a", "ses_b"

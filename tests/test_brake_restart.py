@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import DaemonFactory
+from testkit.daemon_process import DaemonFactory
 
 pytestmark = pytest.mark.slow
 A, B = "ses_aaaa", "ses_bbbb"

@@ -13,10 +13,10 @@ import pytest
 from pigeond.cli.pigeon import main
 from pigeond.cli.pigeon_send import build_parser
 from pigeond.storage import SwarmRepository, open_database
+from testkit.messages import new_message
+from testkit.stdlib_http import JsonHandler, serving
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
-from tests.messages import new_message
-from tests.stdlib_http import JsonHandler, serving
 from tests.storage_helpers import accept_channel_alone
 
 MAX_MEMBERS = 32

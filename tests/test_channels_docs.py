@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
-from tests.messages import new_message
+from testkit.messages import new_message
 from tests.operator_sql import OperatorDb, rows, run_sql_command, utc
 
 TEAM = "team.backend"

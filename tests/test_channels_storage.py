@@ -16,7 +16,7 @@ from pigeond.storage.channels import JoinOutcome
 from pigeond.storage.migrations import MIGRATIONS
 from pigeond.storage.repository import Accept, AcceptOutcome
 from pigeond.storage.schema import connect, migrate
-from tests.messages import new_message
+from testkit.messages import new_message
 from tests.sender_proof_support import pending
 from tests.storage_helpers import search_index_in_step
 

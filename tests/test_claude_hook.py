@@ -2,7 +2,7 @@
 
 Each test runs the installed ``pigeon-hook`` script as Claude Code does (hook JSON on
 stdin) against a stand-in of pigeond's agent routes on a Unix socket
-(tests/agent_routes_standin.py).
+(testkit/agent_routes_standin.py).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from pigeond.agents.claude_hook import DEADLINE_S, EVENTS
-from tests.agent_routes_standin import AgentRoutesStandIn
+from testkit.agent_routes_standin import AgentRoutesStandIn
+from testkit.polling import PATIENCE_S, wait_until
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
-from tests.polling import PATIENCE_S, wait_until
 
 pytestmark = pytest.mark.slow  # each starts the hook's process
 

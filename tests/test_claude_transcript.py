@@ -21,8 +21,8 @@ from pigeond.delivery.claude_transcript import (
 )
 from pigeond.envelope import render_envelope
 from pigeond.model import StoredMessage
+from testkit.messages import new_message
 from tests.claude_transcripts import FIXTURES
-from tests.messages import new_message
 
 
 def fixture(name: str) -> list[dict[str, Any]]:

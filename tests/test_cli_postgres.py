@@ -19,7 +19,7 @@ from pigeond.db_url import without_password
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.schema import PG_SCHEMA_VERSION
-from tests.messages import new_message
+from testkit.messages import new_message
 from tests.permission_helpers import permission_request
 from tests.ports import closed_port
 from tests.storage_helpers import accept_channel_alone

@@ -29,10 +29,10 @@ from pigeond.service.listeners import LISTEN_BACKLOG, with_default_backlog
 from pigeond.service.rlimits import UNLIMITED_NOFILE, raise_open_files_limit
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
-from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.polling import PATIENCE_S, wait_until
-from tests.process_stats import hard_nofile, open_files_limit
-from tests.raw_http import (
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.polling import PATIENCE_S, wait_until
+from testkit.process_stats import hard_nofile, open_files_limit
+from testkit.raw_http import (
     PEER,
     Connection,
     Response,

@@ -16,8 +16,8 @@ from twisted.internet.task import deferLater
 
 from pigeond.storage import AcceptOutcome, StorageUnavailable, SwarmRepository
 from pigeond.storage.database import ThreadedDatabase, open_threaded
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 
 reactor: Any = global_reactor
 

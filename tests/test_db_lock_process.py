@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.polling import PATIENCE_S, wait_until
-from tests.raw_http import health_probe
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.polling import PATIENCE_S, wait_until
+from testkit.raw_http import health_probe
 
 pytestmark = pytest.mark.slow
 

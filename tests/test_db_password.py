@@ -15,8 +15,8 @@ from pigeond.cli.pigeon import main as pigeon_main
 from pigeond.config import ConfigError, load_config
 from pigeond.db_url import has_password
 from pigeond_tui import app as tui_app
-from tests.daemon_process import DaemonFactory, isolated_env
-from tests.pg_cluster import ROLE, PgCluster
+from testkit.daemon_process import DaemonFactory, isolated_env
+from testkit.pg_cluster import ROLE, PgCluster
 
 pytestmark = pytest.mark.slow
 

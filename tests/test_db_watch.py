@@ -18,8 +18,8 @@ from pigeond.service.daemon import Daemon
 from pigeond.service.db_watch import DatabaseWatch
 from pigeond.service.systemd import AlreadyRunning, InstanceLock
 from pigeond.storage import SwarmRepository, open_database
+from testkit.messages import new_message
 from tests.http_helpers import daemon_call, result_of, stub_client
-from tests.messages import new_message
 from tests.opencode_stub import RecordingOpencode
 from tests.storage_helpers import clock_daemon, repo_of
 

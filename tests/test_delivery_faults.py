@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
-from tests.fake_opencode import FakeOpencode
-from tests.fault_helpers import TARGET, fill, prompts_per_message, send, states
-from tests.polling import PATIENCE_S, wait_until
+from testkit.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from testkit.fake_opencode import FakeOpencode
+from testkit.fault_helpers import TARGET, fill, prompts_per_message, send, states
+from testkit.polling import PATIENCE_S, wait_until
 
 pytestmark = pytest.mark.slow
 

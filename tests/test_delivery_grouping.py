@@ -8,9 +8,9 @@ from twisted.internet.defer import Deferred, fail, succeed
 from pigeond.delivery.grouping import Grouped, HandOffRecord, record_hand_offs
 from pigeond.model import NO_MODE
 from pigeond.storage import StorageUnavailable, SwarmRepository
+from testkit.messages import new_message
 from tests.fixed_time import START_S
 from tests.http_helpers import failure_of, result_of
-from tests.messages import new_message
 
 NOW_MS = int(START_S * 1000)
 

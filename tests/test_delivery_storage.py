@@ -11,8 +11,8 @@ from pigeond.storage.base import QUEUED_FOR_TARGET_SQL
 from pigeond.storage.migrations import MIGRATIONS
 from pigeond.storage.schema import connect, migrate
 from pigeond.storage.synthetic import add_delivered_history, add_stuck_rows, drop_statistics
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 from tests.storage_helpers import accept_channel_alone
 
 pytestmark = pytest.mark.both_backends

@@ -47,7 +47,9 @@ import pytest
 from pigeond.consent import Policy, held_reason
 from pigeond.model import Hold
 from pigeond.storage.repository import Accept
-from tests.daemon_process import DaemonProcess, isolated_env
+from testkit.daemon_process import DaemonProcess, isolated_env
+from testkit.fake_opencode import FakeOpencode
+from testkit.messages import new_message
 from tests.docs_commands import (
     RULES,
     SESSION_TIMEOUT_S,
@@ -62,8 +64,6 @@ from tests.docs_commands import (
     shell_blocks,
 )
 from tests.docs_pages import display, user_docs
-from tests.fake_opencode import FakeOpencode
-from tests.messages import new_message
 from tests.operator_sql import DAY_MS, OperatorDb, opened, rows, run_sql_command, utc
 
 REPO = Path(__file__).resolve().parent.parent

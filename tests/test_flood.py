@@ -21,9 +21,9 @@ from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.errors import StorageUnavailable
 from pigeond.storage.repository import QueueLimits
+from testkit.messages import new_message
 from tests.flood_helpers import admit, route
 from tests.http_helpers import result_of
-from tests.messages import new_message
 
 pytestmark = pytest.mark.both_backends
 

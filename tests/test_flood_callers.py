@@ -12,8 +12,8 @@ from pigeond.api.web import HttpError
 from pigeond.config import Config
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from testkit.messages import new_message
 from tests.flood_helpers import admit, route
-from tests.messages import new_message
 
 pytestmark = pytest.mark.both_backends
 

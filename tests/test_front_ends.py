@@ -17,7 +17,7 @@ from pigeond.model import NOTICE_KIND, State
 from pigeond.storage import SwarmRepository
 from pigeond.storage.operator import ActionOutcome
 from pigeond_tui.app import PigeonApp
-from tests.messages import new_message
+from testkit.messages import new_message
 from tests.storage_helpers import accept_channel_alone
 from tests.tui_support import HOUR, LATER, NOW, drive, highlight, seed, settle
 

@@ -32,6 +32,7 @@ from pigeond.config import Config
 from pigeond.model import HandoffMode, NewMessage
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.database import InlineDatabase
+from testkit.raw_http import Connection, Response, parse_responses
 from tests.fixed_time import START_S
 from tests.fuzz_strategies import (
     MSG_IDS,
@@ -44,7 +45,6 @@ from tests.fuzz_strategies import (
     requests_to_routes,
 )
 from tests.openapi_check import check_body, expected_statuses
-from tests.raw_http import Connection, Response, parse_responses
 
 TOKEN = "f" * 43
 MAX_BODY_BYTES = 64 * 1024

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import pigeond
-from tests.daemon_process import DaemonFactory
+from testkit.daemon_process import DaemonFactory
 from tests.fuzz_strategies import has_traceback
 
 PACKAGED = Path(pigeond.__file__).parent / "api" / "openapi.json"

@@ -26,9 +26,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.daemon_process import DaemonFactory, DaemonProcess
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.raw_http import Response, Trickler, health_probe, parse_responses
 from tests.fuzz_strategies import HostileBytes, bounded, has_traceback, hostile_bytes
-from tests.raw_http import Response, Trickler, health_probe, parse_responses
 
 REQUEST_TIMEOUT_S = 1.0
 # how late past its deadline a 408 may come (timer and scheduling jitter)

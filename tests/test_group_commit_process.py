@@ -9,7 +9,7 @@ import pytest
 
 from pigeond.storage import SwarmRepository
 from pigeond.storage.operator import open_existing
-from tests.daemon_process import DaemonFactory, DaemonProcess
+from testkit.daemon_process import DaemonFactory, DaemonProcess
 
 pytestmark = pytest.mark.slow
 

@@ -27,8 +27,8 @@ from pigeond.storage.intents import FOUND_AFTER_RESTART_NOTE
 from pigeond.storage.migrations import MIGRATIONS
 from pigeond.storage.operator import ActionOutcome
 from pigeond.storage.schema import connect, migrate, open_database
+from testkit.messages import new_message
 from tests.arbiter_harness import OUTAGE_S, Harness, make_harness, restarted
-from tests.messages import new_message
 
 pytestmark = pytest.mark.both_backends
 

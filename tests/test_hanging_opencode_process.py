@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tests.daemon_process import DaemonFactory, DaemonProcess
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.polling import PATIENCE_S, holds_for, wait_until
 from tests.hanging_server import HangingServer, json_answer
-from tests.polling import PATIENCE_S, holds_for, wait_until
 
 SENDS = 30
 CAP = 4

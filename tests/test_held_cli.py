@@ -12,8 +12,8 @@ from pigeond.cli.pigeon import main
 from pigeond.model import NOTICE_KIND, Hold, State
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 
 A, B = "ses_a", "ses_b"
 THREAD = "thr_cli"

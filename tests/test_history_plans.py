@@ -20,8 +20,8 @@ import pytest
 
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.synthetic import add_delivered_history, add_stuck_rows, drop_statistics
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 
 Plans = dict[str, list[str]]
 Check = Callable[[Plans], None]

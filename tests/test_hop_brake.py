@@ -17,9 +17,9 @@ from pigeond.storage import SwarmRepository
 from pigeond.storage.brake_holds import ReleaseMode
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
 from tests.fixed_time import now_ms
 from tests.http_helpers import result_of
-from tests.messages import new_message
 from tests.storage_helpers import inline_database
 
 A, B = "ses_a", "ses_b"

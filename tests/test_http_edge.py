@@ -20,8 +20,8 @@ from pigeond.api.web import JsonApi, make_site
 from pigeond.config import Config
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
-from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.raw_http import Connection, Response, parse_response, socket_exchange
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.raw_http import Connection, Response, parse_response, socket_exchange
 
 HUGE = "9" * 5000  # more digits than int() converts (4300)
 

@@ -21,7 +21,7 @@ from pigeond.config import Config
 from pigeond.credentials import BasicAuth
 from pigeond.delivery.http_exchange import MAX_HEAD, HttpExchange
 from pigeond.delivery.opencode_client import FailureKind, OpencodeClient, OpencodeError
-from tests.polling import PATIENCE_S
+from testkit.polling import PATIENCE_S
 
 Action = bytes | Callable[["Scripted"], None]
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from pigeond.cli.pigeon import main as pigeon
-from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.inbox_load import READER, handed_off, inbox_request, stalled_reader, status_line
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.inbox_load import READER, handed_off, inbox_request, stalled_reader, status_line
+from testkit.polling import PATIENCE_S
+from testkit.process_stats import memory_mib
 from tests.plugin_runner import run_tool
-from tests.polling import PATIENCE_S
-from tests.process_stats import memory_mib
 
 pytestmark = pytest.mark.slow
 

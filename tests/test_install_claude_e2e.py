@@ -2,7 +2,7 @@
 
 A plain ``claude -p`` (no --mcp-config, no --settings) in the project (or anywhere, for
 --user) against the fake model; pigeon-hook asks a stand-in of pigeond's agent routes
-(tests/agent_routes_standin.py).  The ``pigeon`` MCP server here is a stand-in too
+(testkit/agent_routes_standin.py).  The ``pigeon`` MCP server here is a stand-in too
 (tests/mcp_echo_server.py, installed as the ``pigeon-mcp`` program): what is checked is
 that Claude Code starts the server the install registered and lets the model call it.
 """
@@ -21,7 +21,7 @@ from pigeond.cli import install_claude
 from pigeond.cli.install_claude import Programs
 from pigeond.cli.install_plugin import SKILL_NAME
 from pigeond.delivery.claude_transcript import answers_in, envelope_homes, read_tail
-from tests.agent_routes_standin import AgentRoutesStandIn
+from testkit.agent_routes_standin import AgentRoutesStandIn
 from tests.claude_code import ClaudeCode, ClaudeRun
 
 pytestmark = pytest.mark.slow  # runs the real claude binary (installed with npm once)

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from pigeond.model import MSG_ID_RE
-from tests.daemon_process import PAIR_BRAKES_OFF, DaemonFactory, DaemonProcess, isolated_env
-from tests.fake_opencode import FakeOpencode, PromptCall
-from tests.polling import PATIENCE_S, wait_until
+from testkit.daemon_process import PAIR_BRAKES_OFF, DaemonFactory, DaemonProcess, isolated_env
+from testkit.fake_opencode import FakeOpencode, PromptCall
+from testkit.polling import PATIENCE_S, wait_until
 from tests.unix_http import UnixHTTPConnection
 
 pytestmark = pytest.mark.slow

@@ -29,8 +29,8 @@ from pigeond.service.listeners import (
     server_endpoint,
     with_default_mode,
 )
-from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.polling import PATIENCE_S, wait_until
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.polling import PATIENCE_S, wait_until
 from tests.unix_http import unix_get
 
 ROOT = os.geteuid() == 0

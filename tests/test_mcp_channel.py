@@ -18,8 +18,8 @@ from typing import IO, Any
 
 import pytest
 
-from tests.daemon_process import isolated_env
-from tests.polling import PATIENCE_S
+from testkit.daemon_process import isolated_env
+from testkit.polling import PATIENCE_S
 
 pytestmark = pytest.mark.slow
 SESSION = "0b6f1d2e-3c4a-4b5c-8d6e-7f8091a2b3c4"

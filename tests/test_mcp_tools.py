@@ -11,9 +11,9 @@ import pytest
 
 from pigeond.agents.tool_names import TOOL_NAMES
 from pigeond.storage import SwarmRepository, open_database
-from tests.daemon_process import DaemonFactory, DaemonProcess
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.inbox_load import READER, handed_off
 from tests.hostile_text import EVIL, raw_controls
-from tests.inbox_load import READER, handed_off
 from tests.mcp_session import call_tool, claude_member_calling, daemon_env, listed_tools
 from tests.permission_helpers import permission_request
 

@@ -19,10 +19,10 @@ from pigeond.delivery.policy import DeliveryPolicy
 from pigeond.delivery.pull_slots import NOTHING, Ask, PullSlots
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from testkit.messages import new_message
 from tests.arbiter_harness import FakeRegistry
 from tests.http_helpers import result_of
 from tests.member_harness import CLAUDE, MCP, Members, make_members
-from tests.messages import new_message
 
 
 @pytest.fixture

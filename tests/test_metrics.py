@@ -13,9 +13,9 @@ from pigeond.config import Config
 from pigeond.model import Hold
 from pigeond.service.daemon import Daemon
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
 from tests.fixed_time import now_ms
 from tests.http_helpers import API, client_headers, result_of, stub_client
-from tests.messages import new_message
 from tests.opencode_stub import RecordingOpencode
 from tests.storage_helpers import clock_daemon, repo_of
 

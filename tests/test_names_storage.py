@@ -10,7 +10,7 @@ from pigeond.envelope import render_envelope
 from pigeond.storage import SwarmRepository
 from pigeond.storage.names import ANY_HOLDER, ClaimOutcome
 from pigeond.storage.repository import Accept
-from tests.messages import new_message
+from testkit.messages import new_message
 
 pytestmark = pytest.mark.both_backends
 A, B, C = "ses_a", "ses_b", "ses_c"

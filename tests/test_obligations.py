@@ -11,7 +11,7 @@ from pigeond.storage import AcceptOutcome, SwarmRepository
 from pigeond.storage.migrations import _V10_OBLIGATIONS
 from pigeond.storage.obligations import DUE_SQL
 from pigeond.storage.repository import Accept
-from tests.messages import new_message
+from testkit.messages import new_message
 
 pytestmark = pytest.mark.both_backends
 T0 = 1_000_000

@@ -47,9 +47,9 @@ from pigeond.model import (
 )
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from testkit.raw_http import Connection, Response, parse_response
 from tests.fuzz_strategies import bounded
 from tests.openapi_check import check_body
-from tests.raw_http import Connection, Response, parse_response
 from tests.storage_helpers import clock_daemon, repo_of
 
 REPO = Path(__file__).resolve().parent.parent

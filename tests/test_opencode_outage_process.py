@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.fake_opencode import FakeOpencode
-from tests.polling import wait_until
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.fake_opencode import FakeOpencode
+from testkit.polling import wait_until
 
 pytestmark = pytest.mark.slow
 

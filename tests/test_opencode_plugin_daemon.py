@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import DaemonFactory, DaemonProcess
+from testkit.daemon_process import DaemonFactory, DaemonProcess
 from tests.plugin_runner import SESSION, run_tool
 
 pytestmark = pytest.mark.slow

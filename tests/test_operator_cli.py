@@ -16,11 +16,11 @@ from pigeond.cli.presentation import LS_COLUMNS
 from pigeond.model import SenderProof, StoredMessage
 from pigeond.storage import SCHEMA_VERSION, SwarmRepository, open_database
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
+from testkit.stdlib_http import JsonHandler, serving
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
-from tests.messages import new_message
 from tests.sender_proof_support import pending
-from tests.stdlib_http import JsonHandler, serving
 from tests.storage_helpers import accept_channel_alone
 
 NOW = NOW_MS

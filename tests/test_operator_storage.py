@@ -7,8 +7,8 @@ import pytest
 from pigeond.model import State
 from pigeond.storage import SwarmRepository
 from pigeond.storage.operator import ActionOutcome
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 from tests.storage_helpers import accept_channel_alone
 
 pytestmark = pytest.mark.both_backends

@@ -11,9 +11,9 @@ from pigeond.cli.pigeon import main
 from pigeond.cli.presentation import OWED_COLUMNS
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, raw_controls
-from tests.messages import new_message
 
 LATER = NOW_MS + 90_000
 

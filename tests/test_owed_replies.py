@@ -17,9 +17,9 @@ from pigeond.service.daemon import Daemon
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
 from tests.fixed_time import now_ms
 from tests.http_helpers import daemon_call, result_of
-from tests.messages import new_message
 from tests.storage_helpers import clock_daemon, repo_of
 
 pytestmark = pytest.mark.both_backends

@@ -42,7 +42,7 @@ from pigeond.config import (
 )
 from pigeond.delivery import preflight
 from pigeond.service.main import build_parser as pigeond_parser
-from tests import daemon_process
+from testkit import daemon_process
 from tests.docs_pages import page
 from tests.docs_pages import section as docs_section
 

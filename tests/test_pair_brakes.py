@@ -19,9 +19,9 @@ from pigeond.model import NOTICE_KIND, NOTICE_SENDER, Hold
 from pigeond.storage import SwarmRepository
 from pigeond.storage.brake_holds import pair_scope
 from pigeond.storage.database import InlineDatabase
+from testkit.messages import new_message
 from tests.fixed_time import now_ms
 from tests.http_helpers import result_of
-from tests.messages import new_message
 
 pytestmark = pytest.mark.both_backends
 A, B, C = "ses_A", "ses_B", "ses_C"

@@ -12,8 +12,8 @@ from pigeond.storage import SwarmRepository
 from pigeond.storage.brake_holds import ReleaseMode, pair_scope
 from pigeond.storage.engines import POSTGRES
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 from tests.storage_helpers import accept_channel_alone
 
 pytestmark = pytest.mark.both_backends

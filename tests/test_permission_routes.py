@@ -15,8 +15,8 @@ from pigeond.api.web import JsonApi
 from pigeond.config import Config
 from pigeond.model import PermissionAnswerOutcome
 from pigeond.service.daemon import Daemon
+from testkit.messages import new_message
 from tests.http_helpers import API, daemon_call, result_of, stub_client
-from tests.messages import new_message
 from tests.permission_helpers import SENDER, SESSION, permission_request
 from tests.storage_helpers import clock_daemon, repo_of
 

@@ -17,8 +17,8 @@ from pigeond.delivery.opencode_client import OpencodeError
 from pigeond.delivery.permissions import DIRECTORIES_PER_POLL, PermissionWatch
 from pigeond.model import PermissionAnswerOutcome
 from pigeond.storage.database import InlineDatabase
+from testkit.messages import assistant_entry, new_message, user_entry
 from tests.http_helpers import result_of
-from tests.messages import assistant_entry, new_message, user_entry
 from tests.permission_helpers import (
     DIRECTORY,
     SENDER,

@@ -12,11 +12,11 @@ import pytest
 
 from pigeond.cli.pigeon import main
 from pigeond.storage import SwarmRepository, open_database
+from testkit.messages import new_message
+from testkit.stdlib_http import JsonHandler, serving
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, raw_controls
-from tests.messages import new_message
 from tests.permission_helpers import SENDER, SESSION, permission_request
-from tests.stdlib_http import JsonHandler, serving
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

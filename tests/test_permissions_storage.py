@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pigeond.storage import SwarmRepository
-from tests.messages import new_message
+from testkit.messages import new_message
 from tests.permission_helpers import SENDER, SESSION, permission_request
 
 pytestmark = pytest.mark.both_backends

@@ -10,9 +10,9 @@ from twisted.internet.defer import Deferred
 
 from pigeond.delivery.claude_transcript import person_prompt_at, read_tail
 from pigeond.delivery.person_prompts import PersonPromptsByRuntime, newest_person_prompt
+from testkit.messages import assistant_entry, user_entry
 from tests.claude_transcripts import FIXTURES
 from tests.http_helpers import result_of
-from tests.messages import assistant_entry, user_entry
 
 ENVELOPE = '<swarm_message v="1" kind="chat" from="ses_a" msg_id="msg_1">\nhi\n</swarm_message>'
 

@@ -14,8 +14,8 @@ from pigeond.cli.pigeon_args import build_parser
 from pigeond.consent import POLICIES, Policy, held_reason
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 
 B = "ses_b"
 

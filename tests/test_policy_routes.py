@@ -18,9 +18,9 @@ from pigeond.consent import POLICIES, Policy
 from pigeond.service.daemon import Daemon
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from testkit.messages import new_message
 from tests.authority_helpers import as_person
 from tests.http_helpers import API, client_headers, daemon_call, result_of, stub_client
-from tests.messages import new_message
 from tests.openapi_check import check_body
 from tests.sender_proof_support import FakeToolCalls, pending, plugin_send
 from tests.storage_helpers import clock_daemon, repo_of

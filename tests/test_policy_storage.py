@@ -12,8 +12,8 @@ from pigeond.consent import POLICIES, Policy, held_reason
 from pigeond.storage import SwarmRepository
 from pigeond.storage.engines import POSTGRES
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 from tests.sender_proof_support import accept_pending, accept_verified
 
 pytestmark = pytest.mark.both_backends

@@ -16,10 +16,10 @@ import pytest
 from pigeond.storage import SwarmRepository
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.schema import DUE_CHANNEL
-from tests.daemon_process import PAIR_BRAKES_OFF, DaemonFactory, DaemonProcess, isolated_env
-from tests.fake_opencode import FakeOpencode
-from tests.pg_cluster import PgCluster
-from tests.polling import PATIENCE_S, wait_until
+from testkit.daemon_process import PAIR_BRAKES_OFF, DaemonFactory, DaemonProcess, isolated_env
+from testkit.fake_opencode import FakeOpencode
+from testkit.pg_cluster import PgCluster
+from testkit.polling import PATIENCE_S, wait_until
 
 pytestmark = pytest.mark.slow
 

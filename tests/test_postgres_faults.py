@@ -12,7 +12,7 @@ import pytest
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.connection import PgConnection
-from tests.messages import new_message
+from testkit.messages import new_message
 from tests.ports import closed_port
 
 NOW = 1_790_000_000_000

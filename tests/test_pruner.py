@@ -14,9 +14,9 @@ from pigeond.service.pruner import Pruner, PruneRun
 from pigeond.storage import SwarmRepository, connect, open_database
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.retention import DAY_MS
+from testkit.messages import new_message
 from tests.fixed_time import now_ms
 from tests.http_helpers import failure_of, result_of
-from tests.messages import new_message
 from tests.storage_helpers import add_done_rows, clock_daemon, repo_of
 
 

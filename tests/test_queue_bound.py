@@ -18,8 +18,8 @@ from pigeond.storage.database import InlineDatabase
 from pigeond.storage.engines import POSTGRES
 from pigeond.storage.queue_bytes import queued_bytes
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
 from tests.flood_helpers import route
-from tests.messages import new_message
 
 pytestmark = pytest.mark.both_backends
 

@@ -14,8 +14,8 @@ import pytest
 
 from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.synthetic import add_delivered_history, drop_statistics
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 from tests.storage_helpers import accept_channel_alone
 
 HISTORY_ROWS = 1_000_000

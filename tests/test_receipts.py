@@ -13,7 +13,7 @@ from pigeond.config import Config
 from pigeond.delivery.answers import answers_in
 from pigeond.delivery.turns import TurnTracker
 from pigeond.storage import StorageUnavailable, SwarmRepository
-from tests.messages import assistant_entry, new_message, user_entry
+from testkit.messages import assistant_entry, new_message, user_entry
 from tests.storage_helpers import seen_message
 from tests.verifier_rig import GRACE_MS, Rig, verifier_rig
 

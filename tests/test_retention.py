@@ -17,8 +17,8 @@ from pigeond.storage.schema import (
     use_incremental_vacuum,
 )
 from pigeond.storage.synthetic import drop_statistics
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 from tests.storage_helpers import accept_channel_alone, add_done_rows
 
 pytestmark = pytest.mark.both_backends

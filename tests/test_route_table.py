@@ -10,7 +10,7 @@ from twisted.internet.task import Clock
 from pigeond.api.route_table import RouteTable
 from pigeond.api.web import HttpError, JsonApi, JsonResponse, make_site, path_params
 from pigeond.config import Config
-from tests.raw_http import Connection, Response, parse_response
+from testkit.raw_http import Connection, Response, parse_response
 
 
 def answer(request: Any, **params: str) -> JsonResponse:

@@ -20,8 +20,8 @@ from pigeond.config import Config
 from pigeond.model import HandoffMode
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from testkit.messages import new_message
 from tests.http_helpers import json_body, raw_exchange, result_of, stub_client
-from tests.messages import new_message
 from tests.storage_helpers import accept_channel_alone
 
 BASE = "http://pigeond.test"

@@ -11,8 +11,8 @@ import pytest
 from pigeond.config import Config
 from pigeond.service.main import build_parser, runtime_socket_chosen
 from pigeond.service.parts import runtime_socket_warning
-from tests.daemon_process import DaemonFactory
-from tests.polling import wait_until
+from testkit.daemon_process import DaemonFactory
+from testkit.polling import wait_until
 
 NO_RUNTIME_DIR: dict[str, str] = {"HOME": "/root"}
 WARNING = (

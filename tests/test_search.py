@@ -20,9 +20,9 @@ from pigeond.storage.search import (
     SearchQueryError,
     match_expression,
 )
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import HOSTILE_SEARCHES
-from tests.messages import new_message
 from tests.storage_helpers import accept_channel_alone, search_index_in_step
 
 pytestmark = pytest.mark.both_backends

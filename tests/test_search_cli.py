@@ -10,9 +10,9 @@ import pytest
 from pigeond.cli.pigeon import main
 from pigeond.cli.pigeon_search import SEARCH_COLUMNS
 from pigeond.storage import SwarmRepository, open_database
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
-from tests.messages import new_message
 
 
 @pytest.fixture

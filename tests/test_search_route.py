@@ -14,10 +14,10 @@ from twisted.logger import LogLevel
 from pigeond.config import Config
 from pigeond.service.daemon import Daemon
 from pigeond.storage.search import MAX_SEARCH_LIMIT
+from testkit.messages import new_message
 from tests.fixed_time import now_ms
 from tests.hostile_text import HOSTILE_SEARCHES
 from tests.http_helpers import daemon_call
-from tests.messages import new_message
 from tests.storage_helpers import clock_daemon, repo_of
 
 pytestmark = pytest.mark.both_backends

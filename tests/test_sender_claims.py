@@ -17,9 +17,9 @@ from pigeond.config import Config
 from pigeond.model import SenderProof
 from pigeond.service.daemon import Daemon
 from pigeond.tool_calls import plugin_msg_id
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
 from tests.http_helpers import daemon_call
-from tests.messages import new_message
 from tests.storage_helpers import clock_daemon, repo_of
 
 CLAUDE = "0b8e6f5c-1d2a-4c3b-9e8f-7a6b5c4d3e2f"

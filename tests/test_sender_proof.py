@@ -14,9 +14,9 @@ from pigeond.model import SenderProof, StoredMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from pigeond.tool_calls import plugin_msg_id
+from testkit.messages import new_message
 from tests.arbiter_harness import TICK_S, make_harness
 from tests.fixed_time import now_ms
-from tests.messages import new_message
 from tests.sender_proof_support import FakeToolCalls, accept_pending, send_call
 
 pytestmark = pytest.mark.both_backends

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import DaemonFactory
-from tests.polling import PATIENCE_S
-from tests.raw_http import health_probe
+from testkit.daemon_process import DaemonFactory
+from testkit.polling import PATIENCE_S
+from testkit.raw_http import health_probe
 
 FLOOD = 1100  # slowloris connections, more than a 1024-descriptor limit could hold
 FLOOD_PROBES = 10

@@ -26,8 +26,8 @@ from pigeond.storage.repository import (
     inbox_entry_bytes,
     inbox_entry_bytes_at_most,
 )
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 from tests.storage_helpers import (
     accept_channel_alone,
     column_names,

@@ -14,9 +14,9 @@ from pigeond.delivery.sweeper import ExpirySweeper
 from pigeond.model import NOTICE_KIND
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from testkit.messages import new_message
 from tests.fixed_time import now_ms
 from tests.http_helpers import result_of
-from tests.messages import new_message
 from tests.storage_helpers import clock_daemon, repo_of
 
 pytestmark = pytest.mark.both_backends

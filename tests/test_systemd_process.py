@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from testkit.daemon_process import DaemonFactory, DaemonProcess, isolated_env
 from tests.unix_http import unix_get
 
 pytestmark = pytest.mark.slow

@@ -21,8 +21,8 @@ from pigeond.api.target_check import CHECK_WAIT_S, TargetCheck
 from pigeond.config import Config
 from pigeond.consent import Policy
 from pigeond.service.daemon import Daemon
+from testkit.messages import new_message
 from tests.http_helpers import API, client_headers, daemon_call, result_of
-from tests.messages import new_message
 from tests.openapi_check import check_body
 from tests.storage_helpers import clock_daemon, repo_of
 

@@ -13,8 +13,8 @@ from pigeond.storage import SwarmRepository
 from pigeond.storage.postgres import open_postgres
 from pigeond.storage.postgres.connection import PgConnection
 from pigeond.storage.postgres.locks import PgTargetLocks
+from testkit.messages import new_message
 from tests.arbiter_harness import TICK_S, Harness, make_harness
-from tests.messages import new_message
 
 
 @dataclass

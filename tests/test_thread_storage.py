@@ -8,8 +8,8 @@ import pytest
 from pigeond.model import Hold
 from pigeond.storage import SwarmRepository
 from pigeond.storage.repository import Accept
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
-from tests.messages import new_message
 
 pytestmark = pytest.mark.both_backends
 A, B = "ses_a", "ses_b"

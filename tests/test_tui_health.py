@@ -12,7 +12,7 @@ import pytest
 
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.data import health_line
-from tests.stdlib_http import JsonHandler, serving
+from testkit.stdlib_http import JsonHandler, serving
 from tests.tui_support import LATER, seed, settle
 
 SENTENCE = "opencode at http://127.0.0.1:4096 speaks an API pigeond does not support (2.x?)"

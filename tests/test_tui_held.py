@@ -16,8 +16,8 @@ from pigeond.storage.repository import Accept
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.held import HELD_VIEW_COLUMNS, HeldScreen
 from pigeond_tui.screens import ConfirmScreen, NumberScreen
+from testkit.messages import new_message
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
-from tests.messages import new_message
 from tests.tui_support import (
     BUDGET,
     LATER,

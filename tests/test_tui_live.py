@@ -14,9 +14,9 @@ from textual.pilot import Pilot
 
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.screens import ConfirmScreen
-from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.fake_opencode import FakeOpencode
-from tests.polling import PATIENCE_S, wait_until
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.fake_opencode import FakeOpencode
+from testkit.polling import PATIENCE_S, wait_until
 from tests.tui_support import highlight, table_keys
 
 pytestmark = pytest.mark.slow

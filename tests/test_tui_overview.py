@@ -14,7 +14,7 @@ from pigeond.cli.presentation import TABLE_COLUMNS
 from pigeond.storage import SwarmRepository, open_database
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.widgets import MessageTable
-from tests.messages import new_message
+from testkit.messages import new_message
 from tests.tui_support import HOUR, LATER, LONG_ERROR, NOW, drive, seed_real, settle
 
 HELD_AT = LATER - 10_000  # opencode was unreachable 10 s before the app's clock ...

@@ -12,8 +12,8 @@ from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.owed import OwedScreen
+from testkit.messages import new_message
 from tests.hostile_text import EVIL, EVIL_SHOWN
-from tests.messages import new_message
 from tests.tui_support import NOW, drive, settle
 
 

@@ -12,8 +12,8 @@ from textual.widgets import DataTable
 from pigeond.storage import SwarmRepository, open_database
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.permissions import PERMISSION_COLUMNS, PermissionsScreen
+from testkit.messages import new_message
 from tests.hostile_text import EVIL, EVIL_SHOWN
-from tests.messages import new_message
 from tests.permission_helpers import SENDER, SESSION, permission_request
 from tests.tui_support import LATER, drive, settle, table_rows
 

@@ -13,7 +13,7 @@ from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.consent import PolicyScreen
-from tests.messages import new_message
+from testkit.messages import new_message
 from tests.tui_support import HOUR, LATER, NOW, drive, highlight, settle
 
 

@@ -12,7 +12,7 @@ from textual.widgets import DataTable
 from pigeond.storage import SwarmRepository
 from pigeond.storage.postgres import open_postgres, redacted
 from pigeond_tui.app import PigeonApp, main
-from tests.messages import new_message
+from testkit.messages import new_message
 from tests.ports import closed_port
 from tests.test_cli_postgres import SECRET, with_password
 from tests.tui_support import HOUR, LATER, NOW, Script, highlight, settle, table_keys

@@ -9,7 +9,7 @@ from textual.pilot import Pilot
 from pigeond.storage import SwarmRepository, open_database
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.data import read_snapshot
-from tests.messages import new_message
+from testkit.messages import new_message
 from tests.tui_support import LATER, NOW, drive, settle, table_keys
 
 

@@ -15,8 +15,8 @@ from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.threads import ThreadsScreen
+from testkit.messages import new_message
 from tests.hostile_text import EVIL, EVIL_SHOWN, raw_controls
-from tests.messages import new_message
 from tests.storage_helpers import seen_message
 from tests.tui_support import NOW, drive, settle, table_rows
 

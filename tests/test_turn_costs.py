@@ -8,7 +8,7 @@ from twisted.internet.task import Clock
 
 from pigeond.costs import CostTotals, EndedTurn, TurnUsage
 from pigeond.storage import SwarmRepository
-from tests.messages import assistant_entry, new_message
+from testkit.messages import assistant_entry, new_message
 from tests.storage_helpers import seen_message
 from tests.verifier_rig import Rig, verifier_rig
 

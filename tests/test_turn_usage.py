@@ -13,7 +13,7 @@ import pytest
 from pigeond.costs import CostTotals, EndedTurn, TurnUsage, format_cost, format_totals
 from pigeond.delivery import claude_usage, opencode_usage
 from pigeond.delivery.claude_transcript import envelope_homes, parse_lines
-from tests.messages import assistant_entry, user_entry
+from testkit.messages import assistant_entry, user_entry
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ABORTED = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}

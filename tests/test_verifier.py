@@ -22,8 +22,8 @@ from pigeond.delivery.verifier import CHECKS_AT_ONCE, Verifier
 from pigeond.envelope import render_envelope
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from testkit.messages import new_message
 from tests.http_helpers import result_of
-from tests.messages import new_message
 from tests.transcript_sources import opencode_transcripts
 
 pytestmark = pytest.mark.both_backends

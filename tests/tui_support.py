@@ -24,9 +24,9 @@ from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
 from pigeond_tui.app import PigeonApp
 from pigeond_tui.permissions import Answer
+from testkit.messages import new_message
 from tests.fixed_time import NOW_MS
 from tests.hostile_text import EVIL, EVIL_SHOWN
-from tests.messages import new_message
 from tests.storage_helpers import accept_channel_alone
 
 NOW = NOW_MS

@@ -15,8 +15,8 @@ from pigeond.delivery.verifier import Verifier
 from pigeond.envelope import render_envelope
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
+from testkit.messages import new_message, user_entry
 from tests.http_helpers import result_of
-from tests.messages import new_message, user_entry
 from tests.transcript_sources import opencode_transcripts
 
 GRACE_MS = 60_000

@@ -2,7 +2,7 @@
 pigeond beside them: what the end-to-end tests of the tools share.
 
 The fake model calls a tool when told ``CALL <tool>#<call id> <json>`` (see
-:mod:`tests.e2e.tool_script`); what the tool returned is read from opencode's
+:mod:`testkit.tool_script`); what the tool returned is read from opencode's
 transcript (the tool part) and from what opencode sent back to the model.
 """
 
@@ -15,11 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests import polling
-from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
-from tests.polling import PATIENCE_S
+from testkit import polling
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
+from testkit.polling import PATIENCE_S
 
 TURN_ARGS = ("--delivery", "turn", "--batch-max", "10", "--status-poll-s", "0.2")
 TOOL_TIMEOUT_S = PATIENCE_S
@@ -43,7 +43,7 @@ def start_pigeond(
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout_s: float = TOOL_TIMEOUT_S) -> Any:
-    """tests/polling.py's wait_until, with what is awaited first (as these tests read)."""
+    """testkit/polling.py's wait_until, with what is awaited first (as these tests read)."""
     return polling.wait_until(check, timeout_s, what, every_s=0.05)
 
 

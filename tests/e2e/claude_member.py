@@ -13,10 +13,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from testkit.daemon_process import DaemonProcess
+from testkit.polling import PATIENCE_S
 from tests.claude_code import ClaudeCode, ClaudeRun
 from tests.claude_tui import ClaudeTui, DeadEndProxy, seed_config, tui_env
-from tests.daemon_process import DaemonProcess
-from tests.polling import PATIENCE_S
 
 HOOK = Path(sys.executable).parent / "pigeon-hook"
 MCP_SERVER = Path(sys.executable).parent / "pigeon-mcp"

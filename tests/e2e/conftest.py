@@ -4,7 +4,7 @@
   ``delay_s``, ``echo_swarm`` off) before every test.
 * ``opencode_1_18`` / ``opencode_1_15``: one ``opencode serve`` per pinned
   version for the whole session (start-up takes seconds), installed on first
-  use into the cache (see :mod:`tests.e2e.opencode_dist`).
+  use into the cache (see :mod:`testkit.opencode_dist`).
 * ``opencode_any``: each test that uses it runs once per version.
 * ``daemons`` (from tests/conftest.py): pigeond processes, stopped after the test.
 * ``opencode_with_plugin``: opencode 1.18.33 with pigeond's plugin installed by
@@ -38,16 +38,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import DaemonFactory, DaemonProcess, client_token_file
-from tests.e2e.agents import start_pigeond
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_dist import (
+from testkit.daemon_process import DaemonFactory, DaemonProcess, client_token_file
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_dist import (
     OPENCODE_1_15,
     OPENCODE_1_18,
     OpencodeInstallError,
     ensure_opencode,
 )
-from tests.e2e.opencode_server import OpencodeServer, free_port
+from testkit.opencode_server import OpencodeServer, free_port
+from tests.e2e.agents import start_pigeond
 
 E2E_DIR = Path(__file__).resolve().parent
 DEFAULT_DELAY_S = 0.3

@@ -21,9 +21,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
+from testkit.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
+from testkit.polling import PATIENCE_S, wait_until
 from tests.e2e.test_delivery_e2e import (
     batches_in_transcript,
     first_completion_with,
@@ -33,7 +34,6 @@ from tests.e2e.test_delivery_e2e import (
     wait_delivered,
 )
 from tests.e2e.test_opencode_race import IDLE_TIMEOUT_S, session_with_one_turn
-from tests.polling import PATIENCE_S, wait_until
 
 OTHER_MODEL = ("fake", "fake-model-2")
 DEFAULT_MODEL = ("fake", "fake-model")

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_process import DaemonFactory, DaemonProcess
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
 from tests.e2e.agents import Agent, start_pigeond
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
 
 
 @pytest.fixture(params=["opencode_with_plugin", "opencode_1_15_with_plugin"],

@@ -22,11 +22,11 @@ from textual.widgets import DataTable, Static
 
 from pigeond.brakes.hops import hop_reason
 from pigeond_tui.app import PigeonApp
-from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from testkit.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
+from testkit.polling import PATIENCE_S, holds_for, wait_until
 from tests.e2e.agents import Agent, start_pigeond
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
-from tests.polling import PATIENCE_S, holds_for, wait_until
 from tests.tui_support import drive, highlight, settle, table_keys
 
 PIGEON = Path(sys.executable).parent / "pigeon"

@@ -12,13 +12,13 @@ import pytest
 
 from pigeond.delivery.claude_runtime import ON_CHANNEL
 from pigeond.model import RECEIPT_STAGES
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.fake_opencode import FakeOpencode
+from testkit.polling import Budget, wait_until
 from tests.claude_code import ClaudeCode
 from tests.claude_tui import DeadEndProxy
-from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.e2e.claude_member import HOOK, ClaudeMember, send, stored
 from tests.fake_anthropic import FakeAnthropic
-from tests.fake_opencode import FakeOpencode
-from tests.polling import Budget, wait_until
 
 pytestmark = pytest.mark.slow
 # The whole test, start to end, on a loaded machine; every wait gets what is left of it.

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
 from tests.claude_code import ClaudeCode
-from tests.daemon_process import DaemonFactory, DaemonProcess
 from tests.e2e.agents import Agent, start_pigeond, wait_until
 from tests.e2e.claude_member import HOOK, MCP_SERVER, ClaudeMember, receipt, send
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
 
 pytestmark = pytest.mark.slow
 MSG_ID = re.compile(r"\bmsg_[A-Za-z0-9_-]+")

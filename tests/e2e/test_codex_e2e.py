@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from pigeond.cli.pigeon import main as pigeon_main
+from testkit.daemon_process import DaemonProcess, isolated_env
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
 from tests.codex_cli import codex_exec, codex_home, ensure_codex
-from tests.daemon_process import DaemonProcess, isolated_env
 from tests.e2e.agents import Agent, wait_until
 from tests.e2e.claude_member import receipt
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
 from tests.fake_openai import FakeOpenAI, running_fake_openai
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
+from testkit.polling import PATIENCE_S, wait_until
 from tests.e2e.test_delivery_e2e import OPENING_ID, post, start_pigeond
 from tests.e2e.test_receipts_e2e import receipt
-from tests.polling import PATIENCE_S, wait_until
 
 
 def turn_of(server: OpencodeServer, session: str, msg_id: str) -> list[dict[str, Any]]:

@@ -18,11 +18,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tests.daemon_process import PAIR_BRAKES_OFF, DaemonFactory, DaemonProcess
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
+from testkit.daemon_process import PAIR_BRAKES_OFF, DaemonFactory, DaemonProcess
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
+from testkit.polling import PATIENCE_S, wait_until
 from tests.e2e.test_delivery_e2e import batches_in_transcript, post
-from tests.polling import PATIENCE_S, wait_until
 
 KILLS = 30
 TARGETS = 4

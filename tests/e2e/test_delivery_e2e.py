@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.e2e.completion import Completion
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
-from tests.polling import PATIENCE_S, wait_until
+from testkit.completion import Completion
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
+from testkit.polling import PATIENCE_S, wait_until
 
 RANK = {"urgent": 0, "normal": 1, "low": 2}
 OPENING_ID = re.compile(r'^<swarm_message [^>]*\bmsg_id="([^"]*)"')

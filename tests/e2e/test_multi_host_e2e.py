@@ -30,13 +30,13 @@ import pytest
 
 from pigeond.storage import SwarmRepository
 from pigeond.storage.postgres import open_postgres
-from tests.daemon_process import DaemonFactory, DaemonProcess, client_token_file
+from testkit.daemon_process import DaemonFactory, DaemonProcess, client_token_file
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
+from testkit.pg_cluster import PgCluster
+from testkit.polling import PATIENCE_S
 from tests.e2e.agents import TOOL_TIMEOUT_S, TURN_ARGS, Agent, wait_until
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
 from tests.e2e.test_delivery_e2e import batches_in_transcript
-from tests.pg_cluster import PgCluster
-from tests.polling import PATIENCE_S
 
 ROUNDS = 4
 OUTAGE_S = 1.5  # well within the tool's retries (PLUGIN_SEND_RETRY_S)

@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_process import DaemonFactory, DaemonProcess
-from tests.e2e.completion import Completion, ack_for
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import DEFAULT_PROJECTS, OpencodeError, OpencodeServer
-from tests.polling import PATIENCE_S
+from testkit.completion import Completion, ack_for
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import DEFAULT_PROJECTS, OpencodeError, OpencodeServer
+from testkit.polling import PATIENCE_S
 
 N_PROMPTS = 4
 RACE_TIMEOUT_S = PATIENCE_S

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import DaemonFactory, DaemonProcess
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
+from testkit.polling import PATIENCE_S
 from tests.e2e.agents import Agent, start_pigeond, wait_until
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
-from tests.polling import PATIENCE_S
 
 REPLY_WITHIN_S = 3
 

@@ -18,12 +18,12 @@ from textual.widgets import DataTable
 
 from pigeond.cli.daemon_call import answer_through_daemon
 from pigeond_tui.app import PigeonApp
-from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from testkit.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
+from testkit.polling import PATIENCE_S, wait_until
 from tests.e2e.agents import Agent
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
 from tests.e2e.test_delivery_e2e import post, start_pigeond
-from tests.polling import PATIENCE_S, wait_until
 from tests.tui_support import drive, settle
 
 PIGEON = Path(sys.executable).parent / "pigeon"

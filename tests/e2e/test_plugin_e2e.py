@@ -1,7 +1,7 @@
 """Agents using pigeond's plugin tools inside the real opencode 1.18.33.
 
 The fake model calls the tools (a ``CALL <tool>#<call id> <json>`` prompt, see
-:mod:`tests.e2e.tool_script`); what the tool returned is read from opencode's
+:mod:`testkit.tool_script`); what the tool returned is read from opencode's
 transcript (the tool part) and from what opencode sent back to the model.
 """
 
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_process import DaemonFactory, DaemonProcess
+from testkit.daemon_process import DaemonFactory, DaemonProcess
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
 from tests.e2e.agents import TOOL_TIMEOUT_S, Agent, start_pigeond, wait_until
 from tests.e2e.conftest import PLUGIN_SEND_RETRY_S
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
 
 
 @pytest.fixture

@@ -7,16 +7,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.daemon_process import DaemonFactory, DaemonProcess, isolated_env
-from tests.e2e.fake_llm import FakeLLM
-from tests.e2e.opencode_server import OpencodeServer
+from testkit.daemon_process import DaemonFactory, DaemonProcess, isolated_env
+from testkit.fake_llm import FakeLLM
+from testkit.opencode_server import OpencodeServer
+from testkit.polling import PATIENCE_S, wait_until
 from tests.e2e.test_delivery_e2e import (
     OPENING_ID,
     batches_in_transcript,
     post,
     start_pigeond,
 )
-from tests.polling import PATIENCE_S, wait_until
 from tests.test_integration_delivery import PIGEON_SEND
 
 

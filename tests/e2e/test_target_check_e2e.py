@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from unittest.mock import ANY
 
-from tests.daemon_process import DaemonFactory
-from tests.e2e.opencode_server import OpencodeServer
-from tests.polling import PATIENCE_S
+from testkit.daemon_process import DaemonFactory
+from testkit.opencode_server import OpencodeServer
+from testkit.polling import PATIENCE_S
 
 UNKNOWN = "ses_0000nosuchsession0000"
 PIGEON_SEND = Path(sys.executable).parent / "pigeon-send"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.stdlib_http import JsonHandler
+from testkit.stdlib_http import JsonHandler
 
 HOLD_LIMIT_S = 60.0  # a held answer is sent after this at the latest (a test that failed)
 NOTHING_WAITING = json.dumps({"text": None, "msg_ids": []}).encode()

@@ -2,7 +2,7 @@
 
 :func:`ensure_opencode` installs ``opencode-ai@<version>`` once, into
 ``<cache>/opencode/<version>/``, and returns the path of the native ``opencode`` binary;
-the cache, its lock, the staging folder and the marker are :mod:`tests.npm_install`'s.
+the cache, its lock, the staging folder and the marker are :mod:`testkit.npm_install`'s.
 
 * The binary comes from the platform package opencode-ai depends on
   (``opencode-linux-x64``, ``opencode-linux-arm64``, their ``-baseline`` and
@@ -20,7 +20,13 @@ import shutil
 import sys
 from pathlib import Path
 
-from tests.npm_install import NpmInstallError, NpmTool, ensure_installed, first_reporting, installed
+from testkit.npm_install import (
+    NpmInstallError,
+    NpmTool,
+    ensure_installed,
+    first_reporting,
+    installed,
+)
 
 OPENCODE_1_18 = "1.18.33"
 OPENCODE_1_15 = "1.15.4"

@@ -27,11 +27,11 @@ up as a value above 1, even when they are aborted midway.
 The reply text is :func:`ack_for` of the last user text, so a transcript shows
 which prompt each assistant message answered.  A ``CALL <tool> <json>``
 directive in the last user text makes the model call that tool instead (see
-:mod:`tests.e2e.tool_script`); the completion is then recorded with its
+:mod:`testkit.tool_script`); the completion is then recorded with its
 :class:`ToolCall`, and the next one, which answers the tool's result, with its
 :class:`ToolResult`.  With :attr:`FakeLLM.echo_swarm` on, a last user text holding a
 swarm envelope from another session (and no ``CALL``) is answered with a ``swarm_send``
-back to its sender (:func:`~tests.e2e.tool_script.echo_call`), when opencode offers that
+back to its sender (:func:`~testkit.tool_script.echo_call`), when opencode offers that
 tool: two such sessions message each other for ever.
 
 Stdlib only; binds 127.0.0.1 on a free port; serves from a daemon thread.
@@ -49,8 +49,8 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
-from tests.e2e.completion import Completion, Kind, ack_for, classify, content_text, system_text
-from tests.e2e.tool_script import (
+from testkit.completion import Completion, Kind, ack_for, classify, content_text, system_text
+from testkit.tool_script import (
     ToolCall,
     answer_text,
     echo_call,

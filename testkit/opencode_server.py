@@ -1,7 +1,7 @@
 """The real ``opencode serve`` on 127.0.0.1, fully offline, for end-to-end tests.
 
 :class:`OpencodeServer` runs one pinned opencode binary (see
-:mod:`tests.e2e.opencode_dist`) with everything isolated in a state folder::
+:mod:`testkit.opencode_dist`) with everything isolated in a state folder::
 
     <state>/iso/{home,config,data,cache,state}   HOME and XDG_* (opencode's database too)
     <state>/iso/config/opencode/opencode.json    the ``fake`` provider -> our fake LLM
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from tests.polling import PATIENCE_S
+from testkit.polling import PATIENCE_S
 
 DEFAULT_PROJECTS = ("dirA", "dirB", "dirC", "dirD")
 DEFAULT_START_TIMEOUT_S = PATIENCE_S

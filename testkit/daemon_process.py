@@ -35,7 +35,7 @@ from typing import Any
 from pigeond.model import StoredMessage
 from pigeond.storage import SwarmRepository
 from pigeond.storage.operator import open_existing
-from tests.polling import PATIENCE_S, wait_until
+from testkit.polling import PATIENCE_S, wait_until
 
 LISTENING_RE = re.compile(r"pigeond\.service\.daemon: listening on (\S+)")
 # bounds on a start (to its "listening on" line) and a clean stop on a loaded machine

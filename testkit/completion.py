@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tests.e2e.tool_script import ToolCall, ToolResult
+from testkit.tool_script import ToolCall, ToolResult
 
 Kind = Literal["main", "title"]
 

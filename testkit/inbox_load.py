@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from pigeond.storage import SwarmRepository, open_database
-from tests.daemon_process import DaemonProcess
-from tests.messages import new_message
+from testkit.daemon_process import DaemonProcess
+from testkit.messages import new_message
 
 READER = "ses_readerCCCC"
 

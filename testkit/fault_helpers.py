@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_process import DaemonProcess
-from tests.fake_opencode import FakeOpencode
+from testkit.daemon_process import DaemonProcess
+from testkit.fake_opencode import FakeOpencode
 
 TARGET = "ses_target"
 _MSG_ID = re.compile(r'^<swarm_message [^>]*\bmsg_id="([^"]+)"')
