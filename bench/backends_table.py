@@ -38,9 +38,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import accept_table as accept
+from bench import accept_load, accept_servers, harness
 from bench import handoff_rig as rig
-from bench import harness
 from bench import pg_backend as pg
 from bench.harness import (
     Cpus,
@@ -87,20 +86,20 @@ def database(backend: str, cluster: pg.DurableCluster, workdir: Path) -> Iterato
 
 
 def accept_run(backend: str, cluster: pg.DurableCluster, size: Size, cpus: Cpus) -> Run:
-    """pigeond flat out, nothing delivered: bench/accept_table.py's load and figures; the
-    CPU of PostgreSQL's processes over the same window."""
+    """pigeond flat out, nothing delivered: bench/accept_table.py's load and figures (from
+    bench/accept_load.py); the CPU of PostgreSQL's processes over the same window."""
     pg_cpu: list[float] = []
 
     def mark() -> None:
         pg_cpu.append(cluster.cpu_seconds())
 
-    load = accept.Size(1, size.accept_s, size.warmup_s)
+    load = accept_load.Size(1, size.accept_s, size.warmup_s)
     with scratch_dir("backends") as workdir, database(backend, cluster, workdir) as db:
         daemon = rig.BenchDaemon(
             workdir, db, opencode_url="", tick_ms=rig.TICK_MS, extra_args=harness.GUARD_OFF
         )
-        with accept.pigeond_server(daemon, cpus) as server:
-            run = accept.measure(server, 1, load, cpus, (mark, mark))
+        with accept_servers.pigeond_server(daemon, cpus) as server:
+            run = accept_load.measure(server, 1, load, cpus, (mark, mark))
     rate = max(run.rate, 1.0)
     pg_cpu_share = (pg_cpu[1] - pg_cpu[0]) / size.accept_s  # one core = 1.0
     return {

@@ -36,7 +36,8 @@ from bench.harness import (
 from testkit.daemon_process import DaemonProcess
 from testkit.fake_llm import FakeLLM
 from testkit.opencode_dist import OPENCODE_1_15, OPENCODE_1_18, ensure_opencode
-from testkit.opencode_server import OpencodeError, OpencodeServer
+from testkit.opencode_http import OpencodeError
+from testkit.opencode_server import OpencodeServer
 
 SENDERS = 4
 SETTLE_S = 20.0

@@ -41,85 +41,24 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
 from testkit.completion import Completion, Kind, ack_for, classify, content_text, system_text
+from testkit.fake_llm_http import CompletionHandler, CompletionServer, json_reply, stream_reply
 from testkit.tool_script import (
-    ToolCall,
     answer_text,
     echo_call,
-    stream_tool_call,
     tool_call_in,
     tool_names,
     tool_result_in,
 )
 
-MODEL_ID = "fake-model"
 # the longest a held turn waits for its release (a test that failed inside turns_held)
 HOLD_LIMIT_S = 120.0
 TITLE_REPLY = "Fake session title"
-_COMPLETION_PATHS = ("/v1/chat/completions", "/chat/completions")
-_MODELS_PATHS = ("/v1/models", "/models")
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "pigeond-fake-llm/1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the requests are recorded, not logged."""
-
-    def _json(self, status: int, obj: object) -> None:
-        body = json.dumps(obj).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path in _MODELS_PATHS:
-            now = int(time.time())
-            model = {"id": MODEL_ID, "object": "model", "created": now, "owned_by": "fake"}
-            self._json(200, {"object": "list", "data": [model]})
-        elif path in ("", "/health"):
-            self._json(200, {"ok": True})
-        else:
-            self._json(404, {"error": {"message": f"not found: {self.path}"}})
-
-    def do_POST(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        if path not in _COMPLETION_PATHS:
-            self._json(404, {"error": {"message": f"not found: {self.path}"}})
-            return
-        try:
-            request = json.loads(raw or b"{}")
-        except ValueError as exc:
-            self._json(400, {"error": {"message": f"bad json: {exc}"}})
-            return
-        if not isinstance(request, dict):
-            self._json(400, {"error": {"message": "the body is not a JSON object"}})
-            return
-        self.server.owner._complete(self, cast(dict[str, Any], request))
-
-    def write_chunk(self, payload: object) -> None:
-        self.wfile.write(b"data: " + json.dumps(payload).encode("utf-8") + b"\n\n")
-        self.wfile.flush()
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: FakeLLM
 
 
 class FakeLLM:
@@ -144,7 +83,7 @@ class FakeLLM:
         self._last_start = 0.0
         self._turns_released = threading.Event()
         self._turns_released.set()
-        self._server: _Server | None = None
+        self._server: CompletionServer | None = None
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -153,8 +92,8 @@ class FakeLLM:
         """Bind 127.0.0.1 on a free port and serve from a daemon thread."""
         if self._server is not None:
             raise RuntimeError("the fake LLM is already running")
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.owner = self
+        server = CompletionServer(("127.0.0.1", 0), CompletionHandler)
+        server.answer = self._complete
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
@@ -280,7 +219,7 @@ class FakeLLM:
 
     # -- serving ---------------------------------------------------------------
 
-    def _complete(self, handler: _Handler, request: dict[str, Any]) -> None:
+    def _complete(self, handler: CompletionHandler, request: dict[str, Any]) -> None:
         raw_messages = request.get("messages")
         messages = [
             cast(dict[str, Any], m)
@@ -320,26 +259,10 @@ class FakeLLM:
             if kind == "main":
                 self._turns_released.wait(HOLD_LIMIT_S)
             if request.get("stream"):
-                self._stream(handler, reply, delay, chunks, tool_call)
+                stream_reply(handler, reply, delay, chunks, tool_call)
             else:
                 time.sleep(delay)
-                handler._json(
-                    200,
-                    {
-                        "id": "chatcmpl-" + uuid.uuid4().hex[:20],
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": MODEL_ID,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": reply},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
-                    },
-                )
+                json_reply(handler, reply)
         except OSError as exc:  # the client went away (opencode aborted the turn)
             error = repr(exc)
             handler.close_connection = True
@@ -368,53 +291,3 @@ class FakeLLM:
                 if generation == self._generation:
                     self._records.append(record)
                 self._changed.notify_all()
-
-    @staticmethod
-    def _stream(
-        handler: _Handler, reply: str, delay: float, chunks: int, tool_call: ToolCall | None
-    ) -> None:
-        handler.send_response(200)
-        handler.send_header("Content-Type", "text/event-stream")
-        handler.send_header("Cache-Control", "no-cache")
-        handler.send_header("Connection", "close")
-        handler.end_headers()
-        handler.close_connection = True
-        completion_id = "chatcmpl-" + uuid.uuid4().hex[:20]
-        created = int(time.time())
-
-        def chunk(
-            delta: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None
-        ) -> None:
-            payload: dict[str, Any] = {
-                "id": completion_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": MODEL_ID,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-            if usage is not None:
-                payload["usage"] = usage
-            handler.write_chunk(payload)
-
-        if tool_call is not None:
-            stream_tool_call(chunk, tool_call, lambda: time.sleep(delay / 3))
-            handler.wfile.write(b"data: [DONE]\n\n")
-            handler.wfile.flush()
-            return
-        words = reply.split(" ")
-        per = -(-len(words) // chunks)
-        pieces = [" ".join(words[i : i + per]) for i in range(0, len(words), per)]
-        step = delay / (len(pieces) + 1)
-        chunk({"role": "assistant", "content": ""})
-        for index, piece in enumerate(pieces):
-            time.sleep(step)
-            chunk({"content": piece if index == 0 else " " + piece})
-        time.sleep(step)
-        usage = {
-            "prompt_tokens": 10,
-            "completion_tokens": len(words),
-            "total_tokens": 10 + len(words),
-        }
-        chunk({}, finish="stop", usage=usage)
-        handler.wfile.write(b"data: [DONE]\n\n")
-        handler.wfile.flush()

@@ -8,39 +8,30 @@
     <state>/projects/{dirA,dirB,...}             project directories for sessions
     <state>/opencode.log                         opencode's own log (every start appended)
 
-Offline: the model is the fake LLM on 127.0.0.1; the ``OPENCODE_DISABLE_*``
-switches turn off auto-update, model list fetching, sharing, LSP downloads
-and default plugins; and opencode's embedded npm (it installs
-``@opencode-ai/plugin`` into its config folder at start) is pointed at a
-loopback port that refuses connections, so that install fails at once with a
-logged warning.  The child gets a minimal environment: no inherited
-``OPENCODE_*`` (a password, a session id), no API keys, no proxies.
-
-opencode walks UP from a project directory looking for ``opencode.json``
-(and ``.opencode/``); the constructor refuses a state folder with such a file
-above it, since it would silently change the configuration under test.
+Offline and isolated as testkit/opencode_isolation.py says; the constructor refuses a
+state folder with an opencode config above it, since it would silently change the
+configuration under test.
 
 The test process talks to opencode with blocking ``http.client`` calls (no
-reactor).  :meth:`stop` and :meth:`start` restart opencode on the same port
-and state folder, so sessions survive (for outage tests).
+reactor; testkit/opencode_http.py).  :meth:`stop` and :meth:`start` restart opencode on
+the same port and state folder, so sessions survive (for outage tests).
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import os
 import signal
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from testkit.opencode_http import EventRecorder, OpencodeError, Response, http_request
+from testkit.opencode_isolation import isolated_folders, opencode_env
 from testkit.polling import PATIENCE_S
 
 DEFAULT_PROJECTS = ("dirA", "dirB", "dirC", "dirD")
@@ -50,23 +41,6 @@ DEFAULT_REQUEST_TIMEOUT_S = PATIENCE_S
 # one readiness probe at start; they are repeated until DEFAULT_START_TIMEOUT_S
 READY_PROBE_TIMEOUT_S = 10.0
 READY_PATH = "/session/status"
-_STRAY_CONFIG_NAMES = ("opencode.json", "opencode.jsonc", ".opencode")
-_INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SHELL", "USER", "LOGNAME")
-OFFLINE_ENV = {
-    "OPENCODE_DISABLE_AUTOUPDATE": "1",
-    "OPENCODE_DISABLE_MODELS_FETCH": "1",
-    "OPENCODE_DISABLE_SHARE": "1",
-    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-    "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
-    "OPENCODE_DISABLE_CLAUDE_CODE": "1",
-    "OPENCODE_DISABLE_EXTERNAL_SKILLS": "1",
-    "NO_PROXY": "127.0.0.1,localhost",
-    "no_proxy": "127.0.0.1,localhost",
-}
-
-
-class OpencodeError(RuntimeError):
-    """opencode did not start, answered unexpectedly, or did not become idle."""
 
 
 def free_port() -> int:
@@ -74,179 +48,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def opencode_config(llm_base_url: str) -> dict[str, Any]:
-    """The global opencode.json: only the ``fake`` provider, pointing at the fake LLM.
-
-    Its default model is ``fake/fake-model``; ``fake/fake-model-2`` (same fake LLM)
-    is there for a prompt that names a model other than the default.
-    """
-    return {
-        "$schema": "https://opencode.ai/config.json",
-        "autoupdate": False,
-        "share": "disabled",
-        "enabled_providers": ["fake"],
-        "provider": {
-            "fake": {
-                "npm": "@ai-sdk/openai-compatible",
-                "name": "Fake LLM (loopback)",
-                "options": {"baseURL": llm_base_url, "apiKey": "fake-key"},
-                "models": {
-                    "fake-model": {
-                        "name": "Fake Model",
-                        "limit": {"context": 128000, "output": 4096},
-                    },
-                    "fake-model-2": {
-                        "name": "Fake Model 2",
-                        "limit": {"context": 128000, "output": 4096},
-                    },
-                },
-            }
-        },
-        "model": "fake/fake-model",
-        "small_model": "fake/fake-model",
-    }
-
-
-def stray_configs(folder: Path) -> list[Path]:
-    """opencode config files or folders in ``folder``'s ancestors (opencode would read them)."""
-    return [
-        parent / name
-        for parent in folder.resolve().parents
-        for name in _STRAY_CONFIG_NAMES
-        if (parent / name).exists()
-    ]
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """One HTTP answer from opencode."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body) if self.body else None
-
-
-@dataclass(slots=True)
-class Event:
-    """One SSE ``data:`` object, with the test clock's time it arrived."""
-
-    at: float
-    data: dict[str, Any]
-
-    @property
-    def payload(self) -> dict[str, Any]:
-        """The event itself (``/global/event`` wraps it in ``{"directory", "payload"}``)."""
-        inner = self.data.get("payload")
-        return cast(dict[str, Any], inner) if isinstance(inner, dict) else self.data
-
-    @property
-    def type(self) -> str:
-        return str(self.payload.get("type"))
-
-    @property
-    def properties(self) -> dict[str, Any]:
-        props = self.payload.get("properties")
-        return cast(dict[str, Any], props) if isinstance(props, dict) else {}
-
-
-class EventRecorder:
-    """Reads an SSE stream (``/global/event`` or ``/event``) in a thread.
-
-    Use :meth:`OpencodeServer.record_events`, which starts and closes it.
-    """
-
-    def __init__(self, port: int, path: str, directory: str | None) -> None:
-        self.port = port
-        self.path = path
-        self.directory = directory
-        self.error: str | None = None
-        self._events: list[Event] = []
-        self._conn: http.client.HTTPConnection | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._connected = threading.Event()
-        self._closing = False
-
-    def start(self, timeout_s: float = 10.0) -> None:
-        self._thread = threading.Thread(target=self._run, name="opencode-events", daemon=True)
-        self._thread.start()
-        if not self._connected.wait(timeout_s):
-            raise OpencodeError(f"GET {self.path} did not answer within {timeout_s:g} s")
-        if self.error is not None:
-            raise OpencodeError(f"GET {self.path}: {self.error}")
-
-    def _run(self) -> None:
-        # A read timeout well above opencode's heartbeat (10-15 s) ends a stuck stream.
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        self._conn = conn
-        try:
-            headers = {"accept": "text/event-stream"}
-            if self.directory is not None:
-                headers["x-opencode-directory"] = self.directory
-            conn.request("GET", self.path, headers=headers)
-            response = conn.getresponse()
-            if response.status != 200:
-                self.error = f"HTTP {response.status}"
-                return
-            self._connected.set()
-            for _ in range(1_000_000):
-                line = response.readline()
-                if not line:
-                    break
-                if line.startswith(b"data:"):
-                    try:
-                        data = json.loads(line[5:].strip())
-                    except ValueError:
-                        continue
-                    if isinstance(data, dict):
-                        with self._lock:
-                            self._events.append(Event(time.monotonic(), data))
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            if not self._closing:
-                self.error = repr(exc)
-        finally:
-            self._connected.set()
-            conn.close()
-
-    def snapshot(self) -> list[Event]:
-        """Every event received so far, in order."""
-        with self._lock:
-            return list(self._events)
-
-    def of_type(self, event_type: str, session_id: str | None = None) -> list[Event]:
-        """The events of one type (for one session, when given) received so far."""
-        return [
-            e
-            for e in self.snapshot()
-            if e.type == event_type
-            and (session_id is None or e.properties.get("sessionID") == session_id)
-        ]
-
-    def wait_for(self, event_type: str, session_id: str | None, timeout_s: float) -> list[Event]:
-        """Wait until at least one such event arrived; returns them (OpencodeError on timeout)."""
-        deadline = time.monotonic() + timeout_s
-        while not (found := self.of_type(event_type, session_id)):
-            if time.monotonic() >= deadline:
-                raise OpencodeError(
-                    f"no {event_type} event for {session_id} on {self.path} within "
-                    f"{timeout_s:g} s (error: {self.error}, {len(self.snapshot())} events)"
-                )
-            time.sleep(0.05)
-        return found
-
-    def close(self) -> None:
-        self._closing = True
-        conn = self._conn
-        if conn is not None and conn.sock is not None:
-            with contextlib.suppress(OSError):
-                conn.sock.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
 
 class OpencodeServer:
@@ -279,22 +80,7 @@ class OpencodeServer:
         self.iso = self.state_dir / "iso"
         self.project_root = self.state_dir / "projects"
         self.log_path = self.state_dir / "opencode.log"
-        stray = stray_configs(self.project_root)
-        if stray:
-            raise OpencodeError(
-                f"opencode would read {[str(p) for p in stray]} above {self.project_root}: "
-                "use a state folder with no opencode config in any parent folder"
-            )
-        self.dirs: dict[str, str] = {}
-        for name in projects:
-            folder = self.project_root / name
-            folder.mkdir(parents=True, exist_ok=True)
-            self.dirs[name] = str(folder)
-        for sub in ("home", "config/opencode", "data", "cache", "state", "npm-cache"):
-            (self.iso / sub).mkdir(parents=True, exist_ok=True)
-        (self.iso / "config" / "opencode" / "opencode.json").write_text(
-            json.dumps(opencode_config(llm_base_url), indent=2) + "\n", encoding="utf-8"
-        )
+        self.dirs = isolated_folders(self.iso, self.project_root, projects, llm_base_url)
         self._proc: subprocess.Popen[bytes] | None = None
         self._refused: socket.socket | None = None
 
@@ -313,28 +99,6 @@ class OpencodeServer:
         if self._proc is None:
             raise RuntimeError("opencode was never started")
         return self._proc.pid
-
-    def _env(self, refused_port: int) -> dict[str, str]:
-        env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
-        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-        env.update(OFFLINE_ENV)
-        env.update(
-            {
-                "HOME": str(self.iso / "home"),
-                "XDG_CONFIG_HOME": str(self.iso / "config"),
-                "XDG_DATA_HOME": str(self.iso / "data"),
-                "XDG_CACHE_HOME": str(self.iso / "cache"),
-                "XDG_STATE_HOME": str(self.iso / "state"),
-                # opencode's embedded npm: a loopback port that refuses connections.
-                "npm_config_registry": f"http://127.0.0.1:{refused_port}/",
-                "npm_config_fetch_retries": "0",
-                "npm_config_fetch_timeout": "2000",
-                "npm_config_cache": str(self.iso / "npm-cache"),
-                "npm_config_update_notifier": "false",
-            }
-        )
-        env.update(self.extra_env)
-        return env
 
     def start(self) -> OpencodeServer:
         """Start opencode (again) and wait until it answers; OpencodeError with its log if not."""
@@ -362,7 +126,7 @@ class OpencodeServer:
             self._proc = subprocess.Popen(
                 command,
                 cwd=self.project_root,
-                env=self._env(refused_port),
+                env=opencode_env(self.iso, refused_port, self.extra_env),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -474,26 +238,14 @@ class OpencodeServer:
         timeout_s: float | None = None,
     ) -> Response:
         """One request to opencode; ``directory`` goes in ``x-opencode-directory``."""
-        conn = http.client.HTTPConnection(
-            "127.0.0.1", self.port, timeout=timeout_s or self.request_timeout_s
+        return http_request(
+            self.port,
+            method,
+            path,
+            body,
+            directory=directory,
+            timeout_s=timeout_s or self.request_timeout_s,
         )
-        try:
-            headers: dict[str, str] = {}
-            data = None
-            if body is not None:
-                data = json.dumps(body).encode("utf-8")
-                headers["content-type"] = "application/json"
-            if directory is not None:
-                headers["x-opencode-directory"] = directory
-            conn.request(method, path, body=data, headers=headers)
-            response = conn.getresponse()
-            return Response(
-                response.status,
-                {k.lower(): v for k, v in response.getheaders()},
-                response.read(),
-            )
-        finally:
-            conn.close()
 
     def _expect(self, response: Response, what: str, *statuses: int) -> Response:
         if response.status not in statuses:

@@ -29,7 +29,8 @@ import pytest
 from testkit.completion import Completion, ack_for
 from testkit.daemon_process import DaemonFactory, DaemonProcess
 from testkit.fake_llm import FakeLLM
-from testkit.opencode_server import DEFAULT_PROJECTS, OpencodeError, OpencodeServer
+from testkit.opencode_http import OpencodeError
+from testkit.opencode_server import DEFAULT_PROJECTS, OpencodeServer
 from testkit.polling import PATIENCE_S
 
 N_PROMPTS = 4
