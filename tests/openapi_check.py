@@ -55,14 +55,10 @@ OPERATIONS = documented_operations()
 
 
 def _template_matches(template: str, path: str) -> bool:
-    """As JsonApi routes: an exact path; ``/prefix/{param}`` (a prefix route) for any
-    non-empty rest; a template with more (``/swarm/channels/{channel}/members``, a pattern
-    route) segment by segment, each parameter one non-empty segment."""
+    """As pigeond's routing table matches (pigeond/api/route_table.py): an exact path, or
+    a template segment by segment, each parameter one whole non-empty segment."""
     if "{" not in template:
         return path == template
-    prefix = template[: template.index("{")]
-    if template.count("{") == 1 and template.endswith("}"):
-        return path.startswith(prefix) and len(path) > len(prefix)
     parts, shape = path.split("/"), template.split("/")
     return len(parts) == len(shape) and all(
         p != "" if s.startswith("{") else p == s for p, s in zip(parts, shape, strict=True)

@@ -331,6 +331,13 @@ def test_unknown_path_is_404_json(api: Api) -> None:
     assert status == 404 and "error" in body
 
 
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_segment_after_a_parameter_is_no_route(api: Api, method: str) -> None:
+    """A parameter is one whole segment: a path with more after it is 404, not its route."""
+    status, body = api.call(method, "/swarm/message/msg_1/x")
+    assert status == 404 and "error" in body
+
+
 def test_wrong_method_is_405_json(api: Api) -> None:
     """A known path with the wrong method answers 405 with a JSON error and Allow."""
     response = result_of(api.stub.request("DELETE", BASE + "/swarm/send"))
