@@ -24,6 +24,10 @@ files must be exactly as private as intended, and Twisted's defaults are not:
 Both Unix cases use :class:`UnixSocketPort`, a ``twisted.internet.unix.Port`` that wraps
 a socket which is already bound and listening, so accepted connections are ordinary
 ``unix.Server`` transports (``getHandle()`` is the connected socket, for ``SO_PEERCRED``).
+
+The reactor is passed through as an opaque ``object``: which of Twisted's reactor
+interfaces it must provide depends on the ``listen`` text (TCP, a Unix socket, an adopted
+descriptor), and only Twisted's endpoint parser and ports, untyped, ask for them.
 """
 
 from __future__ import annotations
@@ -101,7 +105,7 @@ def with_default_backlog(listen: str) -> str:
     return f"{listen}:backlog={LISTEN_BACKLOG}"
 
 
-def server_endpoint(reactor: Any, listen: str) -> IStreamServerEndpoint:
+def server_endpoint(reactor: object, listen: str) -> IStreamServerEndpoint:
     """The endpoint for the ``listen`` setting: ``serverFromString`` with a private default
     mode for ``unix:`` and a listen backlog sized for bursts, and a passed Unix socket
     adopted without chmod or unlink.
@@ -112,7 +116,7 @@ def server_endpoint(reactor: Any, listen: str) -> IStreamServerEndpoint:
     return adopt_unix_as_is(reactor, endpoint)
 
 
-def adopt_unix_as_is(reactor: Any, endpoint: IStreamServerEndpoint) -> IStreamServerEndpoint:
+def adopt_unix_as_is(reactor: object, endpoint: IStreamServerEndpoint) -> IStreamServerEndpoint:
     """An :class:`AdoptedUnixEndpoint` in place of Twisted's adopted endpoint for an AF_UNIX
     descriptor; any other endpoint (TCP, or an adopted INET socket) is returned as it is."""
     if isinstance(endpoint, AdoptedStreamServerEndpoint) and (
@@ -147,7 +151,7 @@ class AdoptedUnixEndpoint:
     """Listen on a Unix socket systemd passed (``systemd:domain=UNIX``), leaving its file
     alone: its mode is the socket unit's ``SocketMode=``, and it outlives pigeond."""
 
-    def __init__(self, reactor: Any, fileno: int) -> None:
+    def __init__(self, reactor: object, fileno: int) -> None:
         self.reactor = reactor
         self.fileno = fileno
         self._used = False
@@ -189,7 +193,7 @@ class UnixSocketPort(AdoptedUnixPort):
         self,
         sock: socket.socket,
         factory: IProtocolFactory,
-        reactor: Any,
+        reactor: object,
         remove_on_stop: tuple[int, int] | None = None,
     ) -> None:
         self.path: str | bytes = sock.getsockname()  # bytes for an abstract name
@@ -325,7 +329,7 @@ def _clear_stale(path: str) -> None:
 
 
 def listen_runtime_socket(
-    reactor: Any, factory: IProtocolFactory, path: str, allow_group: str = ""
+    reactor: object, factory: IProtocolFactory, path: str, allow_group: str = ""
 ) -> UnixSocketPort | None:
     """Listen on the runtime socket ``path`` (mode 0600, or 0660 owned by ``allow_group``),
     or log why not and return None: it is a convenience, TCP and ``listen`` still serve."""
