@@ -6,12 +6,15 @@ this.  What it keeps from the protocol:
 * everything is under ``/api/*`` and behind HTTP Basic (user ``opencode``, the password
   it is given): without it every path is 401; the 1.x routes (``/session``,
   ``/global/event``) are 404;
-* ``POST /api/session/{id}/prompt`` (and ``/synthetic``) admit an input durably and
-  idempotently: the same ``id`` and body answer the same receipt, another body under
-  that id is 409 ``ConflictError``; queue and steer behave as
+* ``POST /api/session/{id}/prompt`` (and ``/synthetic``) admit an input durably (for
+  the stand-in's life, which outlasts any pigeond a test kills) and idempotently: the
+  same ``id`` and body answer the same receipt, another body under that id is 409
+  ``ConflictError``; queue and steer behave as
   :mod:`testkit.opencode_v2_session` describes;
 * the transcript (``GET /api/session/{id}/message``) has a ``user`` (or ``synthetic``)
   message per input and one ``assistant`` message per turn;
+* a session's directory is the one it was created with; the ``location[directory]``
+  query and the ``x-opencode-directory`` header are not read;
 * ``GET /api/event`` is volatile: a reader that falls ``event_capacity`` events behind is
   dropped, and nothing is replayed.
 
@@ -71,7 +74,8 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("DELETE", "/api/session/{sessionID}/inbox/{inboxID}", "cancel"),
     ("PATCH", "/api/session/{sessionID}/inbox/{inboxID}", "switch"),
 )
-"""(method, path template as the protocol writes it, handler): every route it answers."""
+"""(method, path template as the protocol writes it, handler): every route it answers.
+The first that matches wins (``/api/session/active`` before ``/api/session/{sessionID}``)."""
 _COMPILED = tuple(
     (method, re.compile(re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", template)), name)
     for method, template, name in ROUTES
@@ -125,13 +129,17 @@ class OpencodeV2StandIn:
                 for session in list(self.sessions.values()):
                     session.close()
 
-    def create_session(self, session_id: str | None = None) -> StandInSession:
-        """A new idle session (its runner thread started)."""
+    def create_session(
+        self, session_id: str | None = None, directory: str | None = None
+    ) -> StandInSession:
+        """A new idle session (its runner thread started), in ``directory`` (else the
+        stand-in's); an id that exists already is that session."""
         with self._lock:
             session_id = session_id or f"ses_{len(self.sessions) + 1:06d}"
-            session = StandInSession(
-                session_id, self.directory, self.events, self.model, self.step_s
-            )
+            if session_id in self.sessions:
+                return self.sessions[session_id]
+            where = directory or self.directory
+            session = StandInSession(session_id, where, self.events, self.model, self.step_s)
             self.sessions[session_id] = session
         threading.Thread(target=session.run_forever, daemon=True).start()
         return session
@@ -233,7 +241,9 @@ class StandInHandler(JsonHandler):
 
     def _create(self, *_: object) -> None:
         body = self._body("create")
-        session = self.standin.create_session(body.get("id"))
+        location = body.get("location")
+        directory = location.get("directory") if isinstance(location, dict) else None
+        session = self.standin.create_session(body.get("id"), directory)
         self.send_json(200, {"data": self.standin.session_info(session)})
 
     def _get(self, session: StandInSession, *_: object) -> None:

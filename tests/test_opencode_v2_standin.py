@@ -158,3 +158,15 @@ def test_flat_prompt_shape_takes_the_text_at_the_top_level() -> None:
         assert status == 200
         assert (refused, answer["_tag"]) == (400, "InvalidRequestError")
         assert [m["text"] for m in session.transcript() if m["type"] == "user"] == ["flat"]
+
+
+def test_a_session_is_created_where_asked_and_once_per_id() -> None:
+    """``POST /api/session`` makes a session in the asked directory; its id again is it."""
+    with running() as (url, _):
+        body = {"id": "ses_mine", "location": {"directory": "/srv/project"}}
+        first = call(url, "POST", "/api/session", body)
+        again = call(url, "POST", "/api/session", {"id": "ses_mine"})
+        fetched = call(url, "GET", "/api/session/ses_mine")
+        assert first[0] == again[0] == fetched[0] == 200
+        assert first[1] == again[1] == fetched[1]
+        assert first[1]["data"]["location"] == {"directory": "/srv/project"}
