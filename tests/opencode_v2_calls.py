@@ -64,8 +64,8 @@ def prompt(url: str, session: str, text: str, delivery: str = "queue", **extra: 
 
 
 def open_events(url: str) -> socket.socket:
-    """A connection to ``/api/event`` with a small receive buffer, its request sent and
-    the server's first event (``server.connected``) waited for."""
+    """A connection to ``/api/event`` with a small receive buffer, once the server has
+    begun answering it (it subscribes the reader before it answers)."""
     address = urlsplit(url)
     reader = socket.socket()
     reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -78,14 +78,20 @@ def open_events(url: str) -> socket.socket:
 
 
 def read_events(reader: socket.socket, count: int | None = None) -> list[dict[str, Any]]:
-    """The events read until the stream ends (or ``count`` of them)."""
+    """The whole events read until the stream ends (or the first ``count``); the reader
+    is closed."""
     data = b""
     with reader:
-        while count is None or data.count(b"\ndata: ") + data.startswith(b"data: ") < count:
+        while count is None or len(_events(data)) < count:
             chunk = reader.recv(65536)
             if not chunk:
                 break
             data += chunk
-    body = data.split(b"\r\n\r\n", 1)[1]
-    lines = [line for line in body.split(b"\n") if line.startswith(b"data: ")]
-    return [json.loads(line[6:]) for line in lines][:count]
+    return _events(data)[:count]
+
+
+def _events(data: bytes) -> list[dict[str, Any]]:
+    """The complete ``data:`` events of a raw SSE answer (headers and all)."""
+    body = data.partition(b"\r\n\r\n")[2]
+    blocks = body.split(b"\n\n")[:-1]  # the last one is not complete yet
+    return [json.loads(b[6:]) for b in blocks if b.startswith(b"data: ")]
