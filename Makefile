@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint unit venv clean bench dist deb docs angles system-deps
+.PHONY: run test lint unit venv clean bench dist deb docs angles plugins system-deps
 
 venv: $(STAMP)
 
@@ -42,9 +42,14 @@ docs: $(STAMP)
 	$(BIN)/python -m docs.gen_reference
 	$(BIN)/mkdocs build --strict --site-dir build/docs
 
-## the angle-bracket look-alikes from Unicode's data: pigeond/angle_table.py and the plugin's copy
+## the angle-bracket look-alikes from Unicode's data: pigeond/angle_table.py and the plugins' copy
 angles: $(STAMP)
 	$(BIN)/python -m pigeond.angles
+	$(BIN)/python -m pigeond.plugin_bundles
+
+## the opencode plugins (1.x and 2.x), each one file, from packaging/opencode-plugin/src/
+plugins: $(STAMP)
+	$(BIN)/python -m pigeond.plugin_bundles
 
 ## sdist and wheel in dist/
 dist: $(STAMP)

@@ -12,35 +12,13 @@
 //             one repeats): {status, body, headers?} or {error: "ConnectionRefused"}
 // stdout, one JSON object: {exports, tools, hooks, ok, output | error, requests, env};
 // each request is {url, method, body, unix, headers (lower-case names), at}.
+import { applyEnv, stubFetch } from "./fetch_stub.mjs";
+
 const input = JSON.parse(await Bun.stdin.text());
-for (const [key, value] of Object.entries(input.env ?? {})) {
-  if (value === null) delete process.env[key];
-  else process.env[key] = value;
-}
+applyEnv(input.env);
 
 const requests = [];
-if (input.replies) {
-  let next = 0;
-  globalThis.fetch = async (url, init = {}) => {
-    requests.push({
-      url: String(url),
-      method: init.method ?? "GET",
-      body: init.body ? JSON.parse(init.body) : null,
-      unix: init.unix ?? null,
-      headers: Object.fromEntries(new Headers(init.headers ?? {})),
-      at: Date.now(),
-    });
-    const reply = input.replies[Math.min(next, input.replies.length - 1)];
-    next += 1;
-    if (reply.error) {
-      const error = new Error("Unable to connect. Is the computer able to access the url?");
-      error.code = reply.error;
-      throw error;
-    }
-    const body = typeof reply.body === "string" ? reply.body : JSON.stringify(reply.body);
-    return new Response(body, { status: reply.status, headers: reply.headers ?? {} });
-  };
-}
+if (input.replies) stubFetch(input.replies, requests);
 
 const module = await import(input.plugin);
 const result = { exports: Object.keys(module), tools: {}, requests };

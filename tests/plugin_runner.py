@@ -70,6 +70,50 @@ def bun() -> Path:
         raise AssertionError(f"cannot install opencode {OPENCODE_1_18}: {exc}") from exc
 
 
+def driver_input(
+    tool: str | None,
+    args: object,
+    *,
+    replies: Sequence[Mapping[str, Any]] | None,
+    env: Mapping[str, str | None] | None,
+    session: str | None,
+    call_id: str | None,
+    plugin: Path,
+) -> dict[str, Any]:
+    """What a plugin driver reads on stdin: one tool call, its environment and the daemon."""
+    return {
+        "plugin": str(plugin),
+        "tool": tool,
+        "args": {} if args is None else args,
+        "context": {"sessionID": session, "callID": call_id, "directory": str(REPO)},
+        "env": {
+            "PIGEOND_URL": CLOSED_URL,
+            "PIGEOND_SEND_RETRY_S": "0",
+            "HOME": "/nonexistent/pigeond-plugin-test",
+            **(env or {}),
+        },
+        "replies": None if replies is None else list(replies) or [refused_connection()],
+    }
+
+
+def run_driver(
+    command: Sequence[str], request: Mapping[str, Any], env: Mapping[str, str]
+) -> dict[str, Any]:
+    """Run a plugin driver with ``request`` on stdin; what it printed, as JSON."""
+    done = subprocess.run(
+        command,
+        input=json.dumps(request).encode(),
+        capture_output=True,
+        timeout=RUN_TIMEOUT_S,
+        env={"PATH": "/usr/bin:/bin", "NO_COLOR": "1", **env},
+        check=False,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"the driver failed ({done.returncode}): {done.stderr.decode()}")
+    raw: dict[str, Any] = json.loads(done.stdout)
+    return raw
+
+
 def run_tool(
     tool: str | None,
     args: object = None,
@@ -83,31 +127,10 @@ def run_tool(
 ) -> ToolRun:
     """Run ``tool`` with ``args`` as opencode would, for a call ``call_id`` of ``session``;
     ``env`` adds to (or, with None, removes from) the tool's environment."""
-    request = {
-        "plugin": str(plugin),
-        "tool": tool,
-        "args": {} if args is None else args,
-        "context": {"sessionID": session, "callID": call_id, "directory": str(REPO)},
-        "env": {
-            "PIGEOND_URL": CLOSED_URL,
-            "PIGEOND_SEND_RETRY_S": "0",
-            "HOME": "/nonexistent/pigeond-plugin-test",
-            **(env or {}),
-        },
-        "replies": None if replies is None else list(replies) or [refused_connection()],
-        "shell_env": None if shell_env is None else dict(shell_env),
-    }
-    done = subprocess.run(
-        [str(bun()), "run", str(DRIVER)],
-        input=json.dumps(request).encode(),
-        capture_output=True,
-        timeout=RUN_TIMEOUT_S,
-        env={"BUN_BE_BUN": "1", "PATH": "/usr/bin:/bin", "NO_COLOR": "1"},
-        check=False,
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"the driver failed ({done.returncode}): {done.stderr.decode()}")
-    raw = json.loads(done.stdout)
+    request = driver_input(tool, args, replies=replies, env=env, session=session,
+                           call_id=call_id, plugin=plugin)  # fmt: skip
+    request["shell_env"] = None if shell_env is None else dict(shell_env)
+    raw = run_driver([str(bun()), "run", str(DRIVER)], request, {"BUN_BE_BUN": "1"})
     return ToolRun(
         exports=raw["exports"],
         hooks=raw["hooks"],

@@ -1,0 +1,1 @@
+../../packaging/opencode-plugin/pigeond-swarm-v2.js
