@@ -15,8 +15,8 @@ hand and packed with ``dpkg-deb --root-owner-group --build``. Layout:
   ``/usr/lib/pigeond`` first on ``sys.path``.
 - units in ``/lib/systemd/system`` and ``/usr/lib/systemd/user``, the system
   user and group in ``/usr/lib/sysusers.d/pigeond.conf``, the
-  socket-activation drop-ins and the opencode plugin
-  (``opencode-plugin/pigeond-swarm.js``) in ``/usr/share/pigeond``, the default
+  socket-activation drop-ins and the opencode plugins (``opencode-plugin/pigeond-swarm.js``
+  for opencode 1.x, ``pigeond-swarm-v2.js`` for 2.x) in ``/usr/share/pigeond``, the default
   ``/etc/pigeond/pigeond.toml`` (a conffile), docs in ``/usr/share/doc/pigeond``.
 
 Run it with a Python that has ``build`` (the dev extra): ``make deb``.
@@ -302,8 +302,9 @@ def lay_out_files(root: Path, scripts: list[Script]) -> None:
         copy_file(SYSTEMD / dropin, root / "usr/share/pigeond" / dropin)
     # the system user and group pigeond, made by postinst (systemd-sysusers pigeond.conf)
     copy_file(SYSTEMD / "pigeond.sysusers", root / "usr/lib/sysusers.d/pigeond.conf")
-    plugin = PACKAGING / "opencode-plugin" / "pigeond-swarm.js"
-    copy_file(plugin, root / "usr/share/pigeond/opencode-plugin" / plugin.name)
+    for name in ("pigeond-swarm.js", "pigeond-swarm-v2.js"):  # for opencode 1.x and 2.x
+        plugin = PACKAGING / "opencode-plugin" / name
+        copy_file(plugin, root / "usr/share/pigeond/opencode-plugin" / plugin.name)
     copy_file(PACKAGING / "pigeond.toml", root / "etc/pigeond/pigeond.toml")
     doc = root / "usr/share/doc/pigeond"
     copy_file(REPO / "README.md", doc / "README.md")

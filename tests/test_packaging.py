@@ -682,6 +682,9 @@ def test_wheel_and_sdist_build(tmp_path: Path) -> None:
     assert plugin in names
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read(plugin) == (REPO / "packaging/opencode-plugin/pigeond-swarm.js").read_bytes()
+        v2 = zf.read("pigeond/opencode-plugin/pigeond-swarm-v2.js")
+        assert v2 == (REPO / "packaging/opencode-plugin/pigeond-swarm-v2.js").read_bytes()
+    assert not [n for n in names if "opencode-plugin/src/" in n]  # the sources are not shipped
     skill = "pigeond/agents/skill/swarm-messaging/SKILL.md"
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read(skill) == (REPO / skill).read_bytes()
@@ -783,7 +786,9 @@ def test_deb_builds_installs_runs_and_purges(tmp_path: Path) -> None:
         "/usr/share/pigeond/socket-activation.conf",
         "/usr/share/pigeond/socket-activation-unix.conf",
         "/usr/share/pigeond/opencode-plugin/pigeond-swarm.js",
+        "/usr/share/pigeond/opencode-plugin/pigeond-swarm-v2.js",
         "/usr/lib/pigeond/pigeond/opencode-plugin/pigeond-swarm.js",
+        "/usr/lib/pigeond/pigeond/opencode-plugin/pigeond-swarm-v2.js",
         "/etc/pigeond/pigeond.toml",
         "/usr/share/doc/pigeond/copyright",
         "/usr/share/doc/pigeond/README.md",

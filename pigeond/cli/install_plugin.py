@@ -1,9 +1,13 @@
 """``pigeon install-plugin``: put the opencode plugin where opencode loads it.
 
-opencode loads ``plugin/*.js`` from its global config folder
+opencode 1.x loads ``plugin/*.js`` and ``plugins/*.js`` from its global config folder
 (``$XDG_CONFIG_HOME/opencode``, else ``~/.config/opencode``) for every
 session, and from ``.opencode/plugin`` in a project (or any folder above it)
-for that project's sessions.  The plugin ships inside the Python package, so
+for that project's sessions; opencode 2.x loads ``plugins/*.js`` of the same folders
+(its documentation), and only a plugin of its own shape.  pigeond ships one plugin for
+each (:mod:`pigeond.plugin_bundles`) and installs the one for the opencode it finds
+(:mod:`pigeond.cli.opencode_version`), under the same file name, so that a later install
+for the other version replaces it.  The plugins ship inside the Python package, so
 ``pigeon`` installs the copy that matches the daemon it came with.  Beside it goes the
 swarm-messaging skill (``skill/swarm-messaging/SKILL.md`` in the same folder), which
 opencode 1.15 and 1.18 list to the model (checked with the real binaries).
@@ -20,11 +24,16 @@ from importlib.resources import files
 from pathlib import Path
 
 from pigeond.cli.atomic_file import replace_file
+from pigeond.cli.opencode_version import opencode_major
 from pigeond.credentials import address_order
 
 SKILL_NAME = "swarm-messaging"
 
 PLUGIN_FILE = "pigeond-swarm.js"
+# what the package ships for each opencode major version (installed as PLUGIN_FILE)
+SHIPPED = {1: PLUGIN_FILE, 2: "pigeond-swarm-v2.js"}
+# the folder each version loads the plugin from: 1.x reads plugin/ and plugins/, 2.x plugins/
+FOLDER = {1: "plugin", 2: "plugins"}
 # The plugin looks for pigeond as pigeon-send does (its daemonConfig and discoverSocket),
 # with opencode's environment and user.
 TOOLS_REACH = f"its tools reach pigeond at {address_order()}, as opencode's environment has them"
@@ -55,13 +64,13 @@ def bundled_skill() -> bytes:
     return (files("pigeond") / "agents" / "skill" / SKILL_NAME / "SKILL.md").read_bytes()
 
 
-def bundled_plugin() -> bytes:
-    """The plugin's source as this installation of pigeond ships it."""
-    return (files("pigeond") / "opencode-plugin" / PLUGIN_FILE).read_bytes()
+def bundled_plugin(major: int = 1) -> bytes:
+    """The plugin for opencode ``major``.x as this installation of pigeond ships it."""
+    return (files("pigeond") / "opencode-plugin" / SHIPPED[major]).read_bytes()
 
 
 def global_plugin_dir(env: Mapping[str, str]) -> Path:
-    """opencode's global plugin folder for this user."""
+    """opencode 1.x's global plugin folder for this user."""
     config = env.get("XDG_CONFIG_HOME", "")
     if config and os.path.isabs(config):
         return Path(config) / "opencode" / "plugin"
@@ -72,19 +81,20 @@ def global_plugin_dir(env: Mapping[str, str]) -> Path:
 
 
 def project_plugin_dir(project: str) -> Path:
-    """The plugin folder of one project (its sessions, and those of folders below it)."""
+    """The 1.x plugin folder of one project (its sessions, and those of folders below it)."""
     root = Path(project).expanduser()
     if not root.is_dir():
         raise InstallError(f"--project {project}: no such directory")
     return root.resolve() / ".opencode" / "plugin"
 
 
-def install(folder: Path, source: bytes | None = None) -> Installed:
+def install(folder: Path, source: bytes | None = None, major: int = 1) -> Installed:
     """Write the plugin into ``folder`` atomically (a reader never sees half a file)."""
-    source = bundled_plugin() if source is None else source
+    source = bundled_plugin(major) if source is None else source
     target = folder / PLUGIN_FILE
+    # only 1.x reads both folders; 2.x never loads a copy in plugin/
     other = folder.parent / _OTHER_FOLDER[folder.name] / PLUGIN_FILE
-    other_copy = other if other.exists() else None
+    other_copy = other if major == 1 and other.exists() else None
     return Installed(target, write_file(target, source), other_copy)
 
 
@@ -107,20 +117,27 @@ def write_file(target: Path, source: bytes) -> Outcome:
     return Outcome.INSTALLED if current is None else Outcome.UPDATED
 
 
-def run(project: str | None, env: Mapping[str, str]) -> int:
-    """Install into ``project``'s folder, or the global one; print what was done.
+def run(project: str | None, env: Mapping[str, str], opencode_version: int | None = None) -> int:
+    """Install the plugin for ``opencode_version`` (else the installed opencode's) into
+    ``project``'s folder, or the global one; print what was done.
 
     InstallError for a destination that cannot be used; 1 when writing failed.
     """
-    folder = global_plugin_dir(env) if project is None else project_plugin_dir(project)
+    # a destination that cannot be used is a usage error before opencode is asked
+    first = global_plugin_dir(env) if project is None else project_plugin_dir(project)
+    found = opencode_major(opencode_version, env)
+    major = found.major
+    folder = first.parent / FOLDER[major]
     try:
-        done = install(folder)
+        done = install(folder, major=major)
     except OSError as e:
         print(
             f"pigeon: cannot install the plugin into {folder}: {e.strerror or e}", file=sys.stderr
         )
         return 1
     print(f"{done.outcome.value}: {done.path}")
+    if done.outcome is not Outcome.UNCHANGED:
+        print(f"(the plugin for opencode {major}.x: {found.why})")
     skill = skill_path(folder)
     try:
         skill_outcome = write_file(skill, bundled_skill())

@@ -248,7 +248,7 @@ def cmd_inbox(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 def cmd_install_plugin(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     try:
-        return install_plugin.run(args.project, env)
+        return install_plugin.run(args.project, env, args.opencode_version)
     except install_plugin.InstallError as e:
         raise UsageError(str(e)) from e
 

@@ -10,6 +10,7 @@ import argparse
 
 from pigeond.cli.actions import ACTIONS
 from pigeond.cli.daemon_call import add_daemon_options
+from pigeond.cli.opencode_version import MAJORS
 from pigeond.cli.pigeon_channels import add_channels_parsers
 from pigeond.cli.pigeon_held import add_held_parsers
 from pigeond.cli.pigeon_names import add_names_parsers
@@ -107,13 +108,21 @@ def build_parser() -> argparse.ArgumentParser:
         "install-plugin",
         help="put the opencode plugin (swarm_send, swarm_read, swarm_status, ...) in place",
         description="Copy pigeond's opencode plugin where opencode loads it: the user's global"
-        " opencode config (the default) or one project's .opencode folder.",
+        " opencode config (the default) or one project's .opencode folder.  The plugin is"
+        " the one for the opencode on PATH (opencode --version: 1.x, or 2.x into plugins/).",
     )
     add_scope_options(
         plugin,
         "--global",
         "$XDG_CONFIG_HOME/opencode/plugin (default ~/.config/opencode/plugin): every session",
         "DIR/.opencode/plugin: sessions in DIR and below",
+    )
+    plugin.add_argument(
+        "--opencode-version",
+        type=int,
+        choices=MAJORS,
+        metavar="{1,2}",
+        help="install the plugin for this opencode major version instead of asking opencode",
     )
 
     claude = sub.add_parser(
