@@ -108,11 +108,11 @@ def test_the_2x_install_replaces_a_1x_copy_of_the_same_name(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(
     ("answer", "major"),
-    [("1.18.33", 1), ("2.3.0\n", 2), ("v2.0.18", 2), ("0.0.0-beta", None), ("3.0.0", None),
-     ("opencode", None), ("", None)],
+    [("1.18.33", 1), ("2.3.0\n", 2), ("v2.0.18", 2), ("opencode 2.3.0", 2), ("0.0.0-beta", None),
+     ("3.0.0", None), ("opencode", None), ("", None), ("build 12.1.18.33", None)],
 )  # fmt: skip
 def test_the_major_version_is_read_from_the_start_of_the_answer(
     answer: str, major: int | None
 ) -> None:
-    """parse_major: 1 or 2 from a version at the start; anything else is no answer."""
+    """parse_major: 1 or 2 from the first version on the first line; anything else is none."""
     assert parse_major(answer) == major

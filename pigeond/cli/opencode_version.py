@@ -1,9 +1,9 @@
 """Which major version of opencode a user runs, for ``pigeon install-plugin``.
 
 opencode 1.x and 2.x load different plugins (:mod:`pigeond.plugin_bundles`), so the
-install asks the ``opencode`` on the user's ``PATH`` (``opencode --version``, which
-prints the version alone, like ``1.18.33`` or ``2.3.0``), unless told with
-``--opencode-version``.
+install asks the ``opencode`` on the user's ``PATH`` (``opencode --version``: 1.x prints
+its version alone, like ``1.18.33``; a version anywhere on the first line is taken, in
+case 2.x names itself too), unless told with ``--opencode-version``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 MAJORS = (1, 2)
 ASK_TIMEOUT_S = 10.0
-_VERSION_RE = re.compile(r"^v?(\d+)\.\d+(?:\.\d+)?\b")
+_VERSION_RE = re.compile(r"(?<![\w.])v?(\d+)\.\d+\.\d+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +28,10 @@ class Found:
 
 
 def parse_major(text: str) -> int | None:
-    """The major version ``opencode --version`` printed, if it is one pigeond has a plugin for."""
-    match = _VERSION_RE.match(text.strip())
+    """The major version ``opencode --version`` printed (the first version on its first
+    line), if it is one pigeond has a plugin for."""
+    lines = text.strip().splitlines()
+    match = _VERSION_RE.search(lines[0]) if lines else None
     if match is None:
         return None
     major = int(match.group(1))
