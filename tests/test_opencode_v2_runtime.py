@@ -124,6 +124,18 @@ async def test_a_wrong_password_is_an_outage_and_admits_nothing() -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_session_the_server_does_not_have_fails_at_once() -> None:
+    """A hand-off to a session the 2.x server does not have is a permanent failure."""
+    with running() as (url, session), runtime_at(url) as (runtime, _):
+        prepared = await runtime.prepare("ses_gone")
+        assert prepared is not None
+        with pytest.raises(HandOffError) as raised:
+            await runtime.hand_off("ses_gone", prepared, TEXTS)
+        assert (raised.value.status, raised.value.kind) == (404, FailureKind.PERMANENT)
+        assert session.admission_requests == {}
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_2x_server_is_told_by_its_health() -> None:
     """``GET /api/health`` names a 2.x server's version."""
     with running() as (url, _), runtime_at(url) as (_, client):

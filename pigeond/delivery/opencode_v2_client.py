@@ -114,6 +114,8 @@ class OpencodeV2Client:
                 break
         if status == 409:
             raise AdmissionConflict(session_id, admission_id, body)
+        if status == 404 and _tag(body) == "SessionNotFoundError":
+            raise HandOffError(f"no session {session_id} at opencode", 404, FailureKind.PERMANENT)
         if status != 200:
             raise status_error(f"POST {path}", status, body)
         receipt = _data(body, f"POST {path}")
@@ -175,6 +177,15 @@ async def _within(call: Awaitable[T], timeout_s: float, clock: IReactorTime) -> 
 
 async def _awaited(call: Awaitable[T]) -> T:
     return await call
+
+
+def _tag(body: bytes) -> object:
+    """The ``_tag`` naming a 2.x error (``SessionNotFoundError``…), if the body has one."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return None
+    return answer.get("_tag") if isinstance(answer, dict) else None
 
 
 def _data(body: bytes, what: str) -> Any:
