@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.web import server
 
@@ -133,6 +134,21 @@ async def test_a_session_the_server_does_not_have_fails_at_once() -> None:
             await runtime.hand_off("ses_gone", prepared, TEXTS)
         assert (raised.value.status, raised.value.kind) == (404, FailureKind.PERMANENT)
         assert session.admission_requests == {}
+
+
+@pytest_twisted.ensureDeferred
+async def test_stopping_cuts_the_wait_for_the_turn_short() -> None:
+    """pigeond stopping ends the wait for a long turn at once; the input stays admitted."""
+    with running(step_s=30) as (url, session), runtime_at(url) as (runtime, _):
+        prepared = await runtime.prepare(session.id)
+        assert prepared is not None
+        await runtime.hand_off(session.id, prepared, TEXTS)
+        started = reactor.seconds()
+        waiting = Deferred.fromCoroutine(runtime.after_hand_off(session.id, prepared))
+        reactor.callLater(0.2, runtime.stop)
+        await waiting
+        assert reactor.seconds() - started < 5
+        assert list(session.admitted) == [admission_id(session.id, TEXTS)]
 
 
 @pytest_twisted.ensureDeferred

@@ -140,10 +140,20 @@ class OpencodeV2Client:
         return found if limit is None else found[::-1]
 
     async def wait_idle(self, session_id: str, timeout_s: float) -> bool:
-        """Whether the session went idle (``POST …/wait``) within ``timeout_s``."""
+        """Whether the session went idle (``POST …/wait``) within ``timeout_s``; a wait the
+        server ends itself while the session still runs (503) is made again."""
         path = f"/api/session/{quote(session_id, safe='')}/wait"
-        status, _ = await self._call("POST", path, b"", timeout_s=timeout_s)
-        return status == 204
+        deadline = self._clock.seconds() + timeout_s
+        while (left := deadline - self._clock.seconds()) > 0:
+            try:
+                status, body = await self._call("POST", path, b"", timeout_s=left)
+            except DeadlineExceeded:
+                return False
+            if status in (204, 404):  # idle, or no such session: nothing to wait for
+                return True
+            if status != 503:
+                raise status_error(f"POST {path}", status, body)
+        return False
 
     async def _call(
         self, method: str, path: str, body: bytes | None = None, *, timeout_s: float | None = None
