@@ -68,3 +68,15 @@ def test_an_envelope_is_found_only_at_a_lines_start_of_an_input() -> None:
     said = {**assistant("a1"), "text": '<swarm_message msg_id="m8">'}
     view = OpencodeV2Transcript([user("in1", "m1", "m2"), quoted, said], True)
     assert dict(view.homes) == {"m1": "in1", "m2": "in1"}
+
+
+def test_an_idle_marker_ends_the_turn_and_keeps_inputs_apart() -> None:
+    """An idle marker ends a turn (steps of tool calls included) and the next input starts
+    another, even with no assistant message between them."""
+    idle = {"id": "i1", "type": "idle", "outcome": "interrupted"}
+    messages = [user("in1", "m1"), assistant("a1", finish="tool-calls"), idle, user("in2", "m2")]
+    view = OpencodeV2Transcript(messages, True)
+    assert [t.msg_ids for t in view.turns({"m1": "in1", "m2": "in2"})] == [("m1",)]
+    assert view.answers({"m1": "in1", "m2": "in2"}) == {}
+    answered = OpencodeV2Transcript([*messages, assistant("a2"), {**idle, "id": "i2"}], True)
+    assert answered.answers({"m1": "in1", "m2": "in2"}) == {"m2": "a2"}

@@ -5,10 +5,13 @@ A 2.x transcript is a flat list, oldest first, of ``user`` (and ``synthetic``) i
 each with its ``text``, and ``assistant`` messages with their ``content`` parts and
 ``finish``.  An input is written when a turn reads it, so a turn is a run of inputs
 followed by the assistant messages that answer them (two steers read together are one
-turn; queued inputs are a turn each).  A turn has ended once an assistant message of it
-is completed with a finish that stops the loop (not ``tool-calls``); it *answered* when
-that message has no error and some text.  Taken from the stand-in built from the
-protocol; no real 2.x server has been read.
+turn; queued inputs are a turn each).  The protocol also writes an ``idle`` marker when
+the session goes idle ("every step since the previous marker belongs to one turn"):
+where there is one, it ends the turn too.  A turn has ended once an assistant message of
+it is completed with a finish that stops the loop (not ``tool-calls``), or at its idle
+marker; it *answered* when its last assistant message has no error and some text.
+Taken from the protocol's message types and the stand-in built from them; no real 2.x
+server has been read.
 
 pigeond hands off a batch as one input, its envelopes joined by blank lines, so an
 envelope is found at the start of any line of an input's text (a payload is escaped and
@@ -36,26 +39,32 @@ class _Turn:
 
     inputs: list[str] = field(default_factory=list)
     steps: list[Mapping[str, Any]] = field(default_factory=list)
+    idle: bool = False  # the session's idle marker closed it
 
     @property
     def ended(self) -> bool:
-        if not self.steps:
-            return False
-        last = self.steps[-1]
-        time = last.get("time")
-        completed = isinstance(time, dict) and time.get("completed") is not None
-        finish = last.get("finish")
-        stopped = isinstance(finish, str) and finish not in TURN_GOES_ON
-        return bool(last.get("error")) or (completed and stopped)
+        if self.idle:
+            return True
+        return bool(self.steps) and (bool(self.steps[-1].get("error")) or _stops(self.steps[-1]))
 
     @property
     def answer(self) -> str | None:
         """The id of the assistant message that ended the turn with words, if it did."""
-        if not self.ended or self.steps[-1].get("error"):
+        if not self.ended or not self.steps:
             return None
         last = self.steps[-1]
         answer_id = last.get("id")
-        return answer_id if isinstance(answer_id, str) and has_text(last.get("content")) else None
+        if last.get("error") or not _stops(last) or not isinstance(answer_id, str):
+            return None
+        return answer_id if has_text(last.get("content")) else None
+
+
+def _stops(step: Mapping[str, Any]) -> bool:
+    """An assistant message completed with a finish that ends the loop."""
+    time = step.get("time")
+    finish = step.get("finish")
+    completed = isinstance(time, dict) and time.get("completed") is not None
+    return completed and isinstance(finish, str) and finish not in TURN_GOES_ON
 
 
 def _turns(messages: Sequence[Mapping[str, Any]]) -> list[_Turn]:
@@ -63,13 +72,15 @@ def _turns(messages: Sequence[Mapping[str, Any]]) -> list[_Turn]:
     for message in messages:
         kind, message_id = message.get("type"), message.get("id")
         if kind in INPUT_TYPES and isinstance(message_id, str):
-            if not turns or turns[-1].steps:
+            if not turns or turns[-1].steps or turns[-1].idle:
                 turns.append(_Turn())
             turns[-1].inputs.append(message_id)
         elif kind == "assistant":
-            if not turns:
+            if not turns or turns[-1].idle:
                 turns.append(_Turn())  # the read began inside a turn
             turns[-1].steps.append(message)
+        elif kind == "idle" and turns:
+            turns[-1].idle = True
     return turns
 
 
