@@ -19,7 +19,7 @@ import re
 import secrets
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pigeond.private_files import FILE_MODE, GROUP_OTHER_BITS, make_private_dirs
@@ -32,10 +32,13 @@ TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{43,512}$")  # 32 random bytes are 43 URL-
 
 @dataclass(frozen=True, slots=True)
 class BasicAuth:
-    """opencode's HTTP basic auth (``OPENCODE_SERVER_USERNAME``/``_PASSWORD``)."""
+    """opencode's HTTP basic auth (``OPENCODE_SERVER_USERNAME``/``_PASSWORD``).
+    ``source`` names where the password came from, for the lines that show the auth
+    (never the password itself)."""
 
     username: str
-    password: str
+    password: str = field(repr=False)
+    source: str = field(default="OPENCODE_SERVER_PASSWORD", compare=False)
 
 
 class TokenError(Exception):
@@ -43,11 +46,13 @@ class TokenError(Exception):
 
 
 class PasswordFileError(Exception):
-    """The database's password file is unusable; the text is one line naming the file."""
+    """A password file (the database's, opencode's) is unusable; the text is one line
+    naming the file."""
 
 
-def read_password_file(path: Path | str) -> str:
-    """The password in ``path`` (``db_password_file``): its first line, as written.
+def read_password_file(path: Path | str, option: str = "db_password_file") -> str:
+    """The password in ``path`` (the file ``option`` names: ``db_password_file``,
+    ``opencode_password_file``): its first line, as written.
 
     Refused (PasswordFileError), like libpq's ``~/.pgpass``, when group or others may
     read or write it: a password another user can read is no longer one.  Never
@@ -56,25 +61,23 @@ def read_password_file(path: Path | str) -> str:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
-                raise PasswordFileError(f"db_password_file {path} is not a regular file")
+                raise PasswordFileError(f"{option} {path} is not a regular file")
             if st.st_mode & GROUP_OTHER_BITS:
                 raise PasswordFileError(
-                    f"db_password_file {path} is open to group or others (mode"
+                    f"{option} {path} is open to group or others (mode"
                     f" {stat.S_IMODE(st.st_mode):04o}): chmod 600 {path}"
                 )
             raw = f.read(64 * 1024)
     except FileNotFoundError as e:
-        raise PasswordFileError(f"db_password_file {path} does not exist") from e
+        raise PasswordFileError(f"{option} {path} does not exist") from e
     except OSError as e:
-        raise PasswordFileError(f"cannot read db_password_file {path}: {e.strerror or e}") from e
+        raise PasswordFileError(f"cannot read {option} {path}: {e.strerror or e}") from e
     try:
         password = raw.decode("utf-8").splitlines()[0] if raw.strip() else ""
     except UnicodeDecodeError as e:
-        raise PasswordFileError(f"db_password_file {path} is not UTF-8 text") from e
+        raise PasswordFileError(f"{option} {path} is not UTF-8 text") from e
     if not password:
-        raise PasswordFileError(
-            f"db_password_file {path} is empty (the password is its first line)"
-        )
+        raise PasswordFileError(f"{option} {path} is empty (the password is its first line)")
     return password
 
 

@@ -138,6 +138,18 @@ def test_file_beats_default(tmp_path: Path, name: str, literal: str, expected: o
     assert config.config_file == str(cfg)
 
 
+def private_files(directory: Path, *names: str) -> tuple[str, str, str]:
+    """Three password files only their owner may read (a password file is read at load)."""
+    paths = []
+    for name in names:
+        path = directory / name
+        path.write_text("pw\n", encoding="utf-8")
+        path.chmod(0o600)
+        paths.append(str(path))
+    first, second, third = paths
+    return first, second, third
+
+
 def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
     """Every option is settable by its `_` file key, its PIGEOND_ variable and its flag."""
     samples = {
@@ -145,6 +157,7 @@ def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
         "db": (str(tmp_path / "1.db"), str(tmp_path / "2.db"), str(tmp_path / "3.db")),
         "db_password_file": ("/p/1", "/p/2", "/p/3"),  # read only for a postgresql:// db
         "opencode_url": ("http://h:1", "http://h:2", "http://h:3"),
+        "opencode_password_file": private_files(tmp_path, "o1", "o2", "o3"),  # read at load
         "tick_ms": ("101", "102", "103"),
         "max_body_bytes": ("2001", "2002", "2003"),
         "handoff_timeout_s": ("1.5", "2.5", "3.5"),

@@ -80,6 +80,13 @@ class Config:
     opencode_url: str = option(
         "http://127.0.0.1:4096", "opencode serve base URL; empty disables delivery", http_url
     )
+    opencode_password_file: str = option(
+        "",
+        "a file holding opencode's server password (its first line; refused unless only its"
+        " owner may read it), for HTTP Basic auth as user 'opencode' (opencode 2.x always"
+        " asks for one); OPENCODE_PASSWORD or OPENCODE_SERVER_PASSWORD in pigeond's"
+        " environment wins; empty: none",
+    )
     tick_ms: int = option(500, "arbiter tick interval in ms", between(10, 60_000))
     max_body_bytes: int = option(
         256 * 1024, "largest accepted request body in bytes", between(1024, 64 * 1024 * 1024)
@@ -325,7 +332,7 @@ def shown_value(name: str, value: object) -> str:
 
 def shown_auth(auth: BasicAuth | None) -> str:
     """opencode's credentials as they may be shown: the user's name, never the password."""
-    return f"basic, user {auth.username!r} (OPENCODE_SERVER_PASSWORD)" if auth else "none"
+    return f"basic, user {auth.username!r} ({auth.source})" if auth else "none"
 
 
 def toml_value(value: object) -> str:

@@ -123,6 +123,28 @@ def db_password(db: str, password_file: str) -> str:
         raise ConfigError(str(e)) from None
 
 
+OPENCODE_PASSWORD_VARIABLES = ("OPENCODE_PASSWORD", "OPENCODE_SERVER_PASSWORD")
+"""Where opencode itself reads its server password, the first set winning."""
+
+
+def opencode_auth(env: Mapping[str, str], password_file: str) -> BasicAuth | None:
+    """The Basic auth pigeond uses with opencode: the password from opencode's own
+    variables (:data:`OPENCODE_PASSWORD_VARIABLES`), else from ``password_file``; the
+    user from ``OPENCODE_SERVER_USERNAME`` (unset or empty: ``opencode``).  None: no
+    password anywhere.  ConfigError when the file cannot be used."""
+    user = env.get("OPENCODE_SERVER_USERNAME") or "opencode"
+    for variable in OPENCODE_PASSWORD_VARIABLES:
+        if env.get(variable):
+            return BasicAuth(user, env[variable], source=variable)
+    if not password_file:
+        return None
+    try:
+        password = read_password_file(password_file, "opencode_password_file")
+    except PasswordFileError as e:
+        raise ConfigError(str(e)) from None
+    return BasicAuth(user, password, source=f"opencode_password_file {password_file}")
+
+
 def load_config(
     flags: Mapping[str, str | None], env: Mapping[str, str], config_path: str | None = None
 ) -> Config:
@@ -155,10 +177,7 @@ def load_config(
         values["token_file"] = default_token_path(values["db"], env)
     if not values.get("daemon_name"):
         values["daemon_name"] = default_daemon_name()
-    password = env.get("OPENCODE_SERVER_PASSWORD")
-    auth = None
-    if password:
-        auth = BasicAuth(env.get("OPENCODE_SERVER_USERNAME") or "opencode", password)
+    auth = opencode_auth(env, values.get("opencode_password_file", ""))
     known = {f.name for f in fields(Config)}
     return Config(
         **{k: v for k, v in values.items() if k in known},

@@ -37,13 +37,15 @@ def _info(message: Mapping[str, Any]) -> Mapping[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def _has_text(message: Mapping[str, Any]) -> bool:
-    return any(
+def has_text(parts: object) -> bool:
+    """Whether ``parts`` (a message's parts, 1.x's ``parts`` or 2.x's ``content``) hold
+    a text part that is not blank."""
+    return isinstance(parts, list) and any(
         isinstance(part, dict)
         and part.get("type") == "text"
         and isinstance(part.get("text"), str)
         and part["text"].strip() != ""
-        for part in message.get("parts") or []
+        for part in parts
     )
 
 
@@ -60,7 +62,7 @@ def is_reply(message: Mapping[str, Any]) -> bool:
         and not info.get("error")
         and isinstance(finish, str)
         and finish not in TURN_GOES_ON
-        and _has_text(message)
+        and has_text(message.get("parts"))
     )
 
 

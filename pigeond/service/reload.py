@@ -18,8 +18,8 @@ from pigeond.config.options import shown_auth, shown_value
 
 # The options a running daemon cannot change: they take effect at the next start.
 RESTART_ONLY: Final = (
-    "listen", "db", "db_password_file", "opencode_url", "delivery", "log_format", "auth",
-    "token_file", "runtime_socket",
+    "listen", "db", "db_password_file", "opencode_url", "opencode_password_file", "delivery",
+    "log_format", "auth", "token_file", "runtime_socket",
 )  # fmt: skip
 # Applied at once, with a part that waits for the restart.
 PARTLY_LIVE: Final = {

@@ -1,0 +1,209 @@
+"""The calls pigeond makes to an opencode 2.x server: whether it is one, admitting a
+prompt, reading a transcript, waiting until a session is idle.
+
+A 2.x server is told by ``GET /api/health``, a read that acts on nothing: a 1.x answers
+it with its web app (an HTML page), a 2.x with ``{"healthy": true, "version": "2…"}``.
+No v2 route is ever tried on a server not found to be 2.x that way: on 1.18 the
+preview ``POST /api/session/<id>/prompt`` starts a second agent loop beside the first.
+
+A 2.x server always asks for HTTP Basic auth (user ``opencode``); the exchange given
+carries it (:class:`~pigeond.http_exchange.HttpExchange`'s ``auth``), and nothing here
+logs it.
+
+The prompt body: the released protocol's is flat (``{"id", "text", "delivery"}``), the
+v2 types of npm ``@opencode-ai/sdk`` 1.19.6 nest the text (``{"id", "prompt": {"text"},
+"delivery"}``).  The flat one is sent first; a 400 (nothing admitted) makes the nested
+one go, and the server's shape is remembered.  The order is always the same, so a
+retry of an admission sends the very body that was admitted, and gets its receipt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable
+from typing import Any, Protocol, TypeVar
+from urllib.parse import quote
+
+from twisted.internet.defer import Deferred, TimeoutError
+from twisted.internet.interfaces import IReactorTime
+from twisted.web.client import ResponseFailed
+
+from pigeond.delivery.failures import FailureKind, HandOffError
+from pigeond.delivery.opencode_errors import (
+    CLOSED_BEFORE_ANSWER,
+    CONNECTION_GONE,
+    DeadlineExceeded,
+    describe_transport_error,
+    short_text,
+    status_error,
+)
+
+T = TypeVar("T")
+PROMPT_SHAPES = ("flat", "nested")
+"""The prompt bodies sent, in this order (see the module)."""
+
+
+class Exchange(Protocol):
+    """One HTTP call (:class:`~pigeond.delivery.http_exchange.HttpExchange`)."""
+
+    async def request(
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None = None
+    ) -> tuple[int, bytes]: ...
+
+
+class AdmissionConflict(HandOffError):
+    """opencode holds another input under the admission id: its record and pigeond's
+    disagree.  Nothing new was admitted; the target is held (an outage: no attempt
+    spent), and the same body only ever goes again under that id."""
+
+    def __init__(self, session_id: str, admission_id: str, body: bytes) -> None:
+        super().__init__(
+            f"opencode 2.x holds another input under {admission_id} for {session_id}"
+            f" (409: {short_text(body)}); held, nothing sent anew",
+            409,
+            FailureKind.OUTAGE,
+        )
+
+
+def prompt_body(shape: str, admission_id: str, text: str) -> dict[str, Any]:
+    """A queued prompt that names no agent and no model (the session keeps its own)."""
+    if shape == "nested":
+        return {"id": admission_id, "prompt": {"text": text}, "delivery": "queue"}
+    return {"id": admission_id, "text": text, "delivery": "queue"}
+
+
+def health_version(status: int, body: bytes) -> str | None:
+    """The version a ``GET /api/health`` answer names when it is a 2.x server's, else None."""
+    if status != 200:
+        return None
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return None  # a 1.x: its web app's page
+    if not isinstance(answer, dict) or answer.get("healthy") is not True:
+        return None
+    version = answer.get("version")
+    return version if isinstance(version, str) and version.startswith("2.") else None
+
+
+class OpencodeV2Client:
+    """Calls to one opencode 2.x server, each within ``timeout_s``."""
+
+    def __init__(self, exchange: Exchange, clock: IReactorTime, timeout_s: float) -> None:
+        self._exchange = exchange
+        self._clock = clock
+        self.timeout_s = timeout_s
+        self._shape = PROMPT_SHAPES[0]
+
+    async def version(self) -> str | None:
+        """The server's version when it is a 2.x (``GET /api/health``), else None; an
+        outage raises HandOffError (kind OUTAGE)."""
+        status, body = await self._call("GET", "/api/health")
+        return health_version(status, body)
+
+    async def admit(self, session_id: str, admission_id: str, text: str) -> dict[str, Any]:
+        """Admit ``text`` to the session's queue under ``admission_id``; the receipt."""
+        path = f"/api/session/{quote(session_id, safe='')}/prompt"
+        status, body = 0, b""
+        # a shape before the one remembered would only be refused again (400)
+        for shape in PROMPT_SHAPES[PROMPT_SHAPES.index(self._shape) :]:
+            request = json.dumps(prompt_body(shape, admission_id, text)).encode()
+            status, body = await self._call("POST", path, request)
+            if status != 400:
+                self._shape = shape
+                break
+        if status == 409:
+            raise AdmissionConflict(session_id, admission_id, body)
+        if status == 404 and _tag(body) == "SessionNotFoundError":
+            raise HandOffError(f"no session {session_id} at opencode", 404, FailureKind.PERMANENT)
+        if status != 200:
+            raise status_error(f"POST {path}", status, body)
+        receipt = _data(body, f"POST {path}")
+        if not isinstance(receipt, dict):
+            raise HandOffError(f"POST {path}: no receipt in {short_text(body)}", status)
+        return receipt
+
+    async def messages(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
+        """The session's transcript, oldest first: its newest ``limit`` messages (all when
+        None).  A session the server does not have is an empty one."""
+        path = f"/api/session/{quote(session_id, safe='')}/message"
+        query = "?order=asc" if limit is None else f"?order=desc&limit={limit}"
+        status, body = await self._call("GET", path + query)
+        if status == 404:
+            return []
+        if status != 200:
+            raise status_error(f"GET {path}", status, body)
+        messages = _data(body, f"GET {path}")
+        if not isinstance(messages, list):
+            raise HandOffError(f"GET {path}: no list of messages", status, FailureKind.OUTAGE)
+        found = [m for m in messages if isinstance(m, dict)]
+        return found if limit is None else found[::-1]
+
+    async def wait_idle(self, session_id: str, timeout_s: float) -> bool:
+        """Whether the session went idle (``POST …/wait``) within ``timeout_s``; a wait the
+        server ends itself while the session still runs (503) is made again."""
+        path = f"/api/session/{quote(session_id, safe='')}/wait"
+        deadline = self._clock.seconds() + timeout_s
+        while (left := deadline - self._clock.seconds()) > 0:
+            try:
+                status, body = await self._call("POST", path, b"", timeout_s=left)
+            except DeadlineExceeded:
+                return False
+            if status in (204, 404):  # idle, or no such session: nothing to wait for
+                return True
+            if status != 503:
+                raise status_error(f"POST {path}", status, body)
+        return False
+
+    async def _call(
+        self, method: str, path: str, body: bytes | None = None, *, timeout_s: float | None = None
+    ) -> tuple[int, bytes]:
+        """One call within its deadline; an answer whatever its status, or HandOffError:
+        no answer (an outage), or none in time (an attempt: it may have been admitted)."""
+        headers = {"accept": "application/json"}
+        if body is not None:
+            headers["content-type"] = "application/json"
+        what = f"{method} {path.partition('?')[0]}"
+        call = self._exchange.request(method, path, headers, body)
+        try:
+            return await _within(call, timeout_s or self.timeout_s, self._clock)
+        except TimeoutError as e:
+            # it may have acted: its messages are looked for in the transcript before a retry
+            raise DeadlineExceeded(
+                f"{what}: no answer within {timeout_s or self.timeout_s} s"
+            ) from e
+        except (*CONNECTION_GONE, *CLOSED_BEFORE_ANSWER) as e:
+            text = f"{what}: {describe_transport_error(e)}"
+            raise HandOffError(text, kind=FailureKind.OUTAGE) from e
+        except ResponseFailed as e:  # cut in the middle of an answer: it may have acted
+            raise HandOffError(f"{what}: {describe_transport_error(e)}") from e
+
+
+async def _within(call: Awaitable[T], timeout_s: float, clock: IReactorTime) -> T:
+    deferred: Deferred[T] = Deferred.fromCoroutine(_awaited(call))
+    deferred.addTimeout(timeout_s, clock)
+    return await deferred
+
+
+async def _awaited(call: Awaitable[T]) -> T:
+    return await call
+
+
+def _tag(body: bytes) -> object:
+    """The ``_tag`` naming a 2.x error (``SessionNotFoundError``…), if the body has one."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return None
+    return answer.get("_tag") if isinstance(answer, dict) else None
+
+
+def _data(body: bytes, what: str) -> Any:
+    """The ``data`` of a 2.x answer (``{"data": …}``)."""
+    try:
+        answer = json.loads(body)
+    except ValueError as e:
+        raise HandOffError(f"{what}: not JSON: {short_text(body)}") from e
+    if not isinstance(answer, dict) or "data" not in answer:
+        raise HandOffError(f"{what}: no data in {short_text(body)}")
+    return answer["data"]

@@ -1,0 +1,80 @@
+"""The calls to an opencode 2.x server (pigeond/delivery/opencode_v2_client.py), on a Clock."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+
+from pigeond.delivery.failures import FailureKind, HandOffError
+from pigeond.delivery.opencode_errors import DeadlineExceeded
+from pigeond.delivery.opencode_v2_client import OpencodeV2Client, health_version
+from tests.http_helpers import failure_of, result_of
+
+RECEIPT = json.dumps({"data": {"id": "msg_x", "admittedSeq": 1}}).encode()
+
+
+class ScriptedExchange:
+    """Answers each call with the next scripted (status, body); None: never answers."""
+
+    def __init__(self, *answers: tuple[int, bytes] | None) -> None:
+        self._answers = list(answers)
+        self.bodies: list[Any] = []
+
+    async def request(
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None = None
+    ) -> tuple[int, bytes]:
+        self.bodies.append(json.loads(body) if body else None)
+        answer = self._answers.pop(0)
+        if answer is None:
+            never: Deferred[tuple[int, bytes]] = Deferred()
+            return await never
+        return answer
+
+
+def admitted(client: OpencodeV2Client) -> Deferred[dict[str, Any]]:
+    return Deferred.fromCoroutine(client.admit("ses_t", "msg_x", "hello"))
+
+
+def test_the_flat_prompt_goes_first_and_the_nested_one_after_a_400() -> None:
+    """A 400 to the flat body (nothing admitted) sends the nested one; the server's shape
+    is remembered, so the next admission sends it straight away."""
+    exchange = ScriptedExchange((400, b"{}"), (200, RECEIPT), (200, RECEIPT))
+    client = OpencodeV2Client(exchange, Clock(), 5.0)
+    receipts = [result_of(admitted(client)), result_of(admitted(client))]
+    flat = {"id": "msg_x", "text": "hello", "delivery": "queue"}
+    nested = {"id": "msg_x", "prompt": {"text": "hello"}, "delivery": "queue"}
+    assert exchange.bodies == [flat, nested, nested]
+    assert [r["admittedSeq"] for r in receipts] == [1, 1]
+
+
+def test_no_answer_in_time_may_have_been_admitted() -> None:
+    """An admission unanswered within the deadline is DeadlineExceeded: it may have been
+    admitted, so its messages are looked for in the transcript before a retry."""
+    clock = Clock()
+    client = OpencodeV2Client(ScriptedExchange(None), clock, 5.0)
+    result = admitted(client)
+    clock.advance(4.9)
+    assert not result.called
+    clock.advance(0.2)
+    assert isinstance(failure_of(result).value, DeadlineExceeded)
+
+
+def test_an_unexpected_status_is_an_attempt_and_401_an_outage() -> None:
+    """A 500 spends an attempt; a 401 (no or a wrong password) is an outage."""
+    for status, kind in ((500, FailureKind.ATTEMPT), (401, FailureKind.OUTAGE)):
+        client = OpencodeV2Client(ScriptedExchange((status, b"{}")), Clock(), 5.0)
+        error = failure_of(admitted(client)).value
+        assert isinstance(error, HandOffError) and (error.status, error.kind) == (status, kind)
+
+
+def test_only_a_healthy_2x_answer_names_a_version() -> None:
+    """A 1.x web page, a 1.x version or an unhealthy answer is no 2.x server."""
+    page = b"<!doctype html><html>"
+    assert health_version(200, b'{"healthy": true, "version": "2.3.0", "pid": 1}') == "2.3.0"
+    assert health_version(200, page) is None
+    assert health_version(200, b'{"healthy": true, "version": "1.18.33"}') is None
+    assert health_version(200, b'{"healthy": false, "version": "2.3.0"}') is None
+    assert health_version(401, b"{}") is None

@@ -1,0 +1,208 @@
+"""The opencode 2.x runtime against the 2.x stand-in, over real HTTP on loopback."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.web import server
+
+from pigeond.credentials import BasicAuth
+from pigeond.delivery.failures import FailureKind, HandOffError
+from pigeond.delivery.http_exchange import HttpExchange
+from pigeond.delivery.opencode_v2_client import AdmissionConflict, OpencodeV2Client
+from pigeond.delivery.opencode_v2_runtime import (
+    Admission,
+    OpencodeV2Runtime,
+    admission_id,
+    joined,
+)
+from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript
+from testkit.opencode_v2_session import StandInSession
+from testkit.opencode_v2_standin import USER
+from tests.opencode_stub import RecordingOpencode
+from tests.opencode_v2_calls import PASSWORD, prompt, running, wait_idle
+
+TEXTS = [
+    '<swarm_message from="ses_a" msg_id="msg_1" priority="normal">first</swarm_message>',
+    '<swarm_message from="ses_b" msg_id="msg_2" priority="urgent">second</swarm_message>',
+]
+TIMEOUT_S = 10.0
+
+
+@contextlib.contextmanager
+def runtime_at(
+    url: str, password: str = PASSWORD
+) -> Iterator[tuple[OpencodeV2Runtime, OpencodeV2Client]]:
+    """The 2.x runtime (waiting for each turn) and its client, to the server at ``url``."""
+    exchange = HttpExchange(reactor, url, auth=BasicAuth(USER, password))
+    client = OpencodeV2Client(exchange, reactor, TIMEOUT_S)
+    try:
+        yield OpencodeV2Runtime(client, turn_timeout_s=lambda: TIMEOUT_S), client
+    finally:
+        exchange.close()
+
+
+async def hand_off(runtime: OpencodeV2Runtime, session: StandInSession) -> Any:
+    """One whole hand-off of TEXTS (prepare, hand off, wait for its turn); the receipt's seq."""
+    prepared = await runtime.prepare(session.id)
+    assert prepared is not None
+    await runtime.hand_off(session.id, prepared, TEXTS)
+    await runtime.after_hand_off(session.id, prepared)
+    assert isinstance(prepared.detail, Admission)
+    return prepared.detail.seq
+
+
+@pytest.mark.parametrize("shape", ["flat", "nested"])
+@pytest_twisted.ensureDeferred
+async def test_a_hand_off_is_one_queued_input_naming_no_agent_or_model(shape: str) -> None:
+    """A batch is admitted once, queued, under its derived id, with no agent or model,
+    in whichever prompt shape the server takes; its turn has ended when the wait ends."""
+    with running(prompt_shape=shape) as (url, session), runtime_at(url) as (runtime, _):
+        await hand_off(runtime, session)
+        admitted = session.admitted[admission_id(session.id, TEXTS)]
+        assert (admitted.text, admitted.delivery) == (joined(TEXTS), "queue")
+        assert not {"agent", "agents", "model"} & set(json.loads(admitted.body))
+        assert [turn.input_ids for turn in session.turns] == [(admitted.id,)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_retried_hand_off_gets_the_same_receipt_and_one_turn() -> None:
+    """Handing off the same batch again re-admits the same input: same receipt, one turn."""
+    with running() as (url, session), runtime_at(url) as (runtime, _):
+        first = await hand_off(runtime, session)
+        again = await hand_off(runtime, session)
+        input_id = admission_id(session.id, TEXTS)
+        assert (first, again) == (1, 1)
+        assert session.admission_requests[input_id] == 2
+        assert [turn.input_ids for turn in session.turns] == [(input_id,)]
+
+
+def test_the_admission_id_comes_from_the_target_and_the_batchs_msg_ids() -> None:
+    """The same batch gives the same id in any order; another batch or target another."""
+    same = admission_id("ses_t", TEXTS)
+    assert same == admission_id("ses_t", TEXTS[::-1])
+    assert same.startswith("msg_")
+    assert len({same, admission_id("ses_t", TEXTS[:1]), admission_id("ses_u", TEXTS)}) == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_conflicting_admission_holds_the_target_and_runs_nothing_more() -> None:
+    """opencode holding another input under the batch's id is a 409: an outage (the
+    target held, no attempt spent), and no turn runs for the batch."""
+    with running() as (url, session), runtime_at(url) as (runtime, _):
+        input_id = admission_id(session.id, TEXTS)
+        prompt(url, session.id, "something else", id=input_id)
+        wait_idle(url, session)
+        prepared = await runtime.prepare(session.id)
+        assert prepared is not None
+        with pytest.raises(AdmissionConflict) as raised:
+            await runtime.hand_off(session.id, prepared, TEXTS)
+        assert (raised.value.status, raised.value.kind) == (409, FailureKind.OUTAGE)
+        assert session.admitted[input_id].text == "something else"
+        assert len(session.turns) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_wrong_password_is_an_outage_and_admits_nothing() -> None:
+    """Basic auth is sent: with a wrong password the server answers 401, an outage."""
+    with running() as (url, session), runtime_at(url, "wrong") as (runtime, _):
+        prepared = await runtime.prepare(session.id)
+        assert prepared is not None
+        with pytest.raises(HandOffError) as raised:
+            await runtime.hand_off(session.id, prepared, TEXTS)
+        assert (raised.value.status, raised.value.kind) == (401, FailureKind.OUTAGE)
+        assert session.admission_requests == {}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_session_the_server_does_not_have_fails_at_once() -> None:
+    """A hand-off to a session the 2.x server does not have is a permanent failure."""
+    with running() as (url, session), runtime_at(url) as (runtime, _):
+        prepared = await runtime.prepare("ses_gone")
+        assert prepared is not None
+        with pytest.raises(HandOffError) as raised:
+            await runtime.hand_off("ses_gone", prepared, TEXTS)
+        assert (raised.value.status, raised.value.kind) == (404, FailureKind.PERMANENT)
+        assert session.admission_requests == {}
+
+
+@pytest_twisted.ensureDeferred
+async def test_stopping_cuts_the_wait_for_the_turn_short() -> None:
+    """pigeond stopping ends the wait for a long turn at once; the input stays admitted."""
+    with running(step_s=30) as (url, session), runtime_at(url) as (runtime, _):
+        prepared = await runtime.prepare(session.id)
+        assert prepared is not None
+        await runtime.hand_off(session.id, prepared, TEXTS)
+        started = reactor.seconds()
+        waiting = Deferred.fromCoroutine(runtime.after_hand_off(session.id, prepared))
+        reactor.callLater(0.2, runtime.stop)
+        await waiting
+        assert reactor.seconds() - started < 5
+        assert list(session.admitted) == [admission_id(session.id, TEXTS)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_2x_server_is_told_by_its_health() -> None:
+    """``GET /api/health`` names a 2.x server's version."""
+    with running() as (url, _), runtime_at(url) as (_, client):
+        assert (await client.version() or "").startswith("2.")
+
+
+@contextlib.asynccontextmanager
+async def served(resource: RecordingOpencode) -> AsyncIterator[str]:
+    port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(server.Site(resource))
+    try:
+        yield f"http://127.0.0.1:{port.getHost().port}"
+    finally:
+        await port.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_1x_server_is_asked_its_health_and_no_v2_route(tmp_path: Path) -> None:
+    """Telling a 1.x server sends it one read, ``GET /api/health`` with Basic auth, and
+    finds no 2.x there."""
+    opencode = RecordingOpencode(tmp_path)
+    async with served(opencode) as url:
+        with runtime_at(url) as (_, client):
+            assert await client.version() is None
+    auth = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    assert opencode.seen == [("/api/health", auth)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_answer_is_found_in_the_transcript() -> None:
+    """After the turn, the transcript shows each envelope's input, its answer and its turn."""
+    with running() as (url, session), runtime_at(url) as (runtime, _):
+        await hand_off(runtime, session)
+        assert runtime.transcripts is not None
+        view = await runtime.transcripts.read(session.id, None)
+        input_id = admission_id(session.id, TEXTS)
+        assert dict(view.homes) == {"msg_1": input_id, "msg_2": input_id}
+        where = {"msg_1": input_id, "msg_2": input_id}
+        answer = session.messages[-1]["id"]
+        assert view.answers(where) == {"msg_1": answer, "msg_2": answer}
+        assert [(t.key, t.msg_ids) for t in view.turns(where)] == [(input_id, ("msg_1", "msg_2"))]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_newest_messages_are_read_oldest_first() -> None:
+    """A read of the newest messages has them oldest first and says it is not whole."""
+    with running() as (url, session), runtime_at(url) as (runtime, _):
+        for n in range(3):
+            prompt(url, session.id, f"input {n}", id=f"msg_in{n}")
+        wait_idle(url, session)
+        assert runtime.transcripts is not None
+        view = await runtime.transcripts.read(session.id, 2)
+        assert isinstance(view, OpencodeV2Transcript)
+        assert [m["id"] for m in view.messages] == [m["id"] for m in session.messages[-2:]]
+        assert not view.complete
