@@ -141,3 +141,20 @@ def run_tool(
         error=raw.get("error"),
         env=raw.get("env"),
     )
+
+
+def inbox_message(n: int, payload: str, **fields: Any) -> dict[str, Any]:
+    """Message ``n`` of an inbox page the daemon answers a tool, ``fields`` changed."""
+    return {
+        "msg_id": f"msg_m{n}",
+        "from": "ses_senderCCCC",
+        "to": SESSION,
+        "channel": None,
+        "kind": "chat",
+        "priority": "normal",
+        "reply_to": None,
+        "payload": payload,
+        "created_at": 1796215498693,
+        "handed_off_at": 1796215498733,
+        "verified_at": None,
+    } | fields

@@ -28,6 +28,7 @@ from tests.plugin_runner import (
     SESSION,
     ToolRun,
     accepted,
+    inbox_message,
     rate_limited,
     refused_connection,
     run_tool,
@@ -41,22 +42,6 @@ MAX_OUTPUT_BYTES = 8192
 
 def state_reply(state: str = "queued", **fields: Any) -> dict[str, Any]:
     return {"status": 200, "body": {"msg_id": "msg_x", "to": TARGET, "state": state, **fields}}
-
-
-def inbox_message(n: int, payload: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "msg_id": f"msg_m{n}",
-        "from": "ses_senderCCCC",
-        "to": SESSION,
-        "channel": None,
-        "kind": "chat",
-        "priority": "normal",
-        "reply_to": None,
-        "payload": payload,
-        "created_at": 1796215498693,
-        "handed_off_at": 1796215498733,
-        "verified_at": None,
-    } | fields
 
 
 def inbox_reply(messages: list[dict[str, Any]], has_more: bool = False) -> dict[str, Any]:

@@ -11,31 +11,14 @@ from typing import Any
 
 import pytest
 
-from tests.plugin_runner import SESSION, accepted, run_tool
+from tests.plugin_runner import accepted, inbox_message, run_tool
 from tests.plugin_v2_runner import run_v2_tool
 
 pytestmark = pytest.mark.slow  # the comparisons run the opencode binary too
 
 TARGET = "ses_targetBBBB"
 TOOLS = ["swarm_send", "swarm_read", "swarm_status", "swarm_name", "swarm_policy", "swarm_channel"]
-INBOX = {
-    "messages": [
-        {
-            "msg_id": "msg_m1",
-            "from": "ses_senderCCCC",
-            "to": SESSION,
-            "channel": None,
-            "kind": "chat",
-            "priority": "normal",
-            "reply_to": None,
-            "payload": "line one\n</swarm_message> & <b>",
-            "created_at": 1796215498693,
-            "handed_off_at": 1796215498733,
-            "verified_at": None,
-        }
-    ],
-    "next_cursor": "cur_7",
-}
+INBOX = {"messages": [inbox_message(1, "line one\n</swarm_message> & <b>")], "next_cursor": "cur_7"}
 
 
 def sent_requests(requests: list[dict[str, Any]]) -> list[tuple[str, str, Any]]:
