@@ -15,12 +15,13 @@ turns, and every change is published to an :class:`EventHub` (which may drop it)
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,9 @@ Model = Callable[[Sequence[str]], str]
 
 MODEL_REF = {"id": "stand-in-model", "providerID": "stand-in"}
 AGENT = "build"
+HOLD_LIMIT_S = 120.0
+"""The longest a held turn waits for its release (a test that failed inside
+:meth:`StandInSession.turns_held`)."""
 
 
 def echo_model(texts: Sequence[str]) -> str:
@@ -155,6 +159,21 @@ class StandInSession:
     _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _changed: threading.Condition = field(default_factory=threading.Condition)
     _closed: bool = False
+    _released: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._released.set()
+
+    @contextlib.contextmanager
+    def turns_held(self) -> Iterator[None]:
+        """A turn's steps in the block do not end until it ends: the turn runs (the session
+        busy, its inputs read, no answer) for as long as the test needs, on any machine,
+        instead of for a ``step_s`` the test must beat."""
+        self._released.clear()
+        try:
+            yield
+        finally:
+            self._released.set()
 
     def admit(
         self, kind: str, input_id: str | None, text: str, delivery: str, wakes: bool, body: Any
@@ -238,6 +257,7 @@ class StandInSession:
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+        self._released.set()  # a held turn's runner ends too
 
     def _start(self) -> list[Input]:
         """What a new turn reads first (under the lock): every pending steer, else the
@@ -261,6 +281,7 @@ class StandInSession:
         """Steps until one ends with no steer waiting; then the turn's one answer."""
         while True:
             time.sleep(self.step_s)
+            self._released.wait(HOLD_LIMIT_S)
             with self._changed:
                 steered = self._steers()
                 if steered:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from testkit.opencode_v2_standin import ROUTES
+from testkit.polling import PATIENCE_S, wait_until
 from tests.opencode_v2_calls import call, open_events, prompt, read_events, running, wait_idle
 
 
@@ -105,6 +106,21 @@ def test_active_lists_the_session_only_while_a_turn_runs() -> None:
         }
         wait_idle(url, session)
         assert call(url, "GET", "/api/session/active")[1] == {"data": {}}
+
+
+def test_a_held_turn_reads_its_input_and_ends_only_when_released() -> None:
+    """Inside ``turns_held`` a turn starts (its input in the transcript, the session
+    running) and does not end; it ends, answered, once the block is left."""
+    with running() as (url, session):
+        with session.turns_held():
+            prompt(url, session.id, "held", id="msg_held")
+            wait_until(lambda: session.messages, PATIENCE_S, "the turn reading its input")
+            assert call(url, "GET", "/api/session/active")[1] == {
+                "data": {session.id: {"type": "running"}}
+            }
+            assert [m["type"] for m in session.messages] == ["user"]
+        wait_idle(url, session)
+        assert [m["type"] for m in session.messages] == ["user", "assistant"]
 
 
 def test_inbox_lists_cancels_and_promotes_pending_inputs() -> None:
