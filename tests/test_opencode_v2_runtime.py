@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.web import server
 
+from pigeond.config import Config
 from pigeond.credentials import BasicAuth
 from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.http_exchange import HttpExchange
@@ -27,6 +28,7 @@ from pigeond.delivery.opencode_v2_runtime import (
     joined,
 )
 from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript
+from pigeond.service.parts import OpencodeV2Parts
 from testkit.opencode_v2_session import StandInSession
 from testkit.opencode_v2_standin import USER
 from tests.opencode_stub import RecordingOpencode
@@ -149,6 +151,42 @@ async def test_stopping_cuts_the_wait_for_the_turn_short() -> None:
         await waiting
         assert reactor.seconds() - started < 5
         assert list(session.admitted) == [admission_id(session.id, TEXTS)]
+
+
+@contextlib.contextmanager
+def daemons_runtime(url: str, delivery: str) -> Iterator[OpencodeV2Runtime]:
+    """The 2.x runtime as the daemon builds it (OpencodeV2Parts) from its settings."""
+    config = Config(opencode_url=url, opencode_auth=BasicAuth(USER, PASSWORD), delivery=delivery)
+    parts = OpencodeV2Parts(config, reactor)
+    try:
+        yield parts.runtime
+    finally:
+        parts.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_daemons_2x_runtime_waits_for_the_turn_in_turn_delivery() -> None:
+    """Built from the daemon's settings, the runtime sends their password, and a hand-off in
+    ``turn`` delivery ends once its turn has."""
+    with running() as (url, session), daemons_runtime(url, "turn") as runtime:
+        await hand_off(runtime, session)
+        assert [turn.input_ids for turn in session.turns] == [(admission_id(session.id, TEXTS),)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_daemons_2x_runtime_waits_for_nothing_in_call_delivery() -> None:
+    """In ``call`` delivery a hand-off ends once admitted, while its turn still runs."""
+    with running() as (url, session), daemons_runtime(url, "call") as runtime, session.turns_held():
+        await hand_off(runtime, session)
+        assert list(session.admitted) == [admission_id(session.id, TEXTS)]
+        assert session.turns == []
+
+
+def test_a_reload_gives_the_2x_client_its_new_deadline() -> None:
+    """A reload's handoff_timeout_s is the deadline of the 2.x calls from then on."""
+    parts = OpencodeV2Parts(Config(opencode_url="http://127.0.0.1:9"), reactor)
+    parts.configure(Config(opencode_url="http://127.0.0.1:9", handoff_timeout_s=7.5))
+    assert parts.client.timeout_s == 7.5
 
 
 @pytest_twisted.ensureDeferred

@@ -21,6 +21,8 @@ from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
 from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.opencode_v2_client import OpencodeV2Client
+from pigeond.delivery.opencode_v2_runtime import OpencodeV2Runtime
 from pigeond.delivery.reachability import Reach
 from pigeond.delivery.transcript_reads import TranscriptReadWatch
 from pigeond.model import Runtime
@@ -132,6 +134,12 @@ def delivery_health_with_api(
     return replace(health, opencode="unsupported", problem=client.api.problem)
 
 
+def connect_timeout_s(config: Config) -> float:
+    """How long a connection to opencode may take to open: at most 10 s, and never longer
+    than a whole call may."""
+    return min(10.0, config.handoff_timeout_s)
+
+
 def opencode_client(
     config: Config, reactor: IReactorTime, http: HTTPClient | None, reads: TranscriptReadWatch
 ) -> tuple[OpencodeClient, HTTPConnectionPool | None]:
@@ -146,7 +154,7 @@ def opencode_client(
         ), None  # fmt: skip
     pool = HTTPConnectionPool(reactor, persistent=True)
     pool.maxPersistentPerHost = 16
-    connect_timeout = min(10.0, config.handoff_timeout_s)
+    connect_timeout = connect_timeout_s(config)
     http = HTTPClient(Agent(reactor, pool=pool, connectTimeout=connect_timeout))
     exchange = None
     if config.opencode_url.startswith("http://"):
@@ -159,3 +167,32 @@ def opencode_client(
         exchange=exchange, transcript_reads=reads,
     )  # fmt: skip
     return client, pool
+
+
+class OpencodeV2Parts:
+    """The opencode 2.x runtime for ``config.opencode_url`` (an ``http://`` URL), as the
+    daemon and the tests of the delivery seam both build it: its calls within
+    ``handoff_timeout_s``, with ``opencode_auth`` as Basic auth, and in ``turn`` delivery a
+    wait of at most ``turn_timeout_s`` after each hand-off for the session to go idle.  A
+    reload's timeouts are taken by :meth:`configure`; :meth:`close` closes its idle
+    connections when the daemon stops."""
+
+    def __init__(self, config: Config, reactor: IReactorTime) -> None:
+        self._config = config
+        self._exchange = HttpExchange(
+            IReactorTCP(reactor), config.opencode_url, connect_timeout_s=connect_timeout_s(config),
+            auth=config.opencode_auth,
+        )  # fmt: skip
+        self.client = OpencodeV2Client(self._exchange, reactor, config.handoff_timeout_s)
+        waits = self._turn_timeout_s if config.delivery == "turn" else None
+        self.runtime = OpencodeV2Runtime(self.client, turn_timeout_s=waits)
+
+    def _turn_timeout_s(self) -> float:
+        return self._config.turn_timeout_s
+
+    def configure(self, config: Config) -> None:
+        self._config = config
+        self.client.timeout_s = config.handoff_timeout_s
+
+    def close(self) -> None:
+        self._exchange.close()
