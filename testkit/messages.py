@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
-from pigeond.model import NewMessage
+from pigeond.model import NewMessage, StoredMessage
 
 _ids = itertools.count(1)
 
@@ -31,6 +32,15 @@ def new_message(
         reply_to=reply_to,
         payload=payload,
     )
+
+
+def queued(message: NewMessage, accept_seq: int = 1) -> StoredMessage:
+    """``message`` as it is stored once accepted, waiting for its hand-off."""
+    return StoredMessage(
+        **dataclasses.asdict(message), state="queued", attempts=0, next_retry_at=None,
+        created_at=0, updated_at=0, handed_off_at=None, last_error=None, accept_seq=accept_seq,
+        handoff_seq=None, verified_at=None, verify_by=None, requeue_count=0, expires_at=None,
+    )  # fmt: skip
 
 
 def user_entry(message_id: str, *texts: str) -> dict[str, Any]:
