@@ -244,3 +244,17 @@ async def test_the_newest_messages_are_read_oldest_first() -> None:
         assert isinstance(view, OpencodeV2Transcript)
         assert [m["id"] for m in view.messages] == [m["id"] for m in session.messages[-2:]]
         assert not view.complete
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_read_that_would_begin_inside_a_turn_reads_back_to_its_input() -> None:
+    """A read of the newest messages cut inside a turn reads on back to the turn's input,
+    so the turn's answer is found by the input's id."""
+    with running() as (url, session), runtime_at(url) as (runtime, _):
+        prompt(url, session.id, "the question", id="msg_in0")
+        wait_idle(url, session)
+        assert runtime.transcripts is not None
+        view = await runtime.transcripts.read(session.id, 1)
+        assert isinstance(view, OpencodeV2Transcript)
+        assert [m["id"] for m in view.messages] == [m["id"] for m in session.messages]
+        assert view.answers({"m": "msg_in0"}) == {"m": session.messages[-1]["id"]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript
+from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript, begins_a_turn
 
 
 def user(message_id: str, *msg_ids: str) -> dict[str, Any]:
@@ -60,6 +60,13 @@ def test_a_read_beginning_inside_a_turn_marks_it_partial() -> None:
     """The first turn of a read that is not the whole transcript may have begun before it."""
     view = OpencodeV2Transcript([user("in1", "m1"), assistant("a1")], False)
     assert [t.partial for t in view.turns({"m1": "in1"})] == [True]
+
+
+def test_messages_begin_a_turn_at_an_input_or_after_an_idle_marker_only() -> None:
+    """An input or an idle marker first is where a turn begins; a step first is not."""
+    idle = {"id": "idle1", "type": "idle"}
+    assert begins_a_turn([user("in1"), assistant("a1")]) and begins_a_turn([idle, user("in1")])
+    assert not begins_a_turn([assistant("a1"), user("in2")])
 
 
 def test_an_envelope_is_found_only_at_a_lines_start_of_an_input() -> None:

@@ -29,7 +29,7 @@ from twisted.logger import Logger
 from pigeond.delivery.failures import HandOffError
 from pigeond.delivery.opencode_transcript import envelope_ids
 from pigeond.delivery.opencode_v2_client import AdmissionConflict, OpencodeV2Client
-from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript
+from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript, begins_a_turn
 from pigeond.delivery.runtime import Prepared, TranscriptSource
 from pigeond.model import NO_MODE, HandoffMode, Runtime
 
@@ -67,7 +67,15 @@ class OpencodeV2Transcripts:
         self._client = client
 
     async def read(self, target: str, limit: int | None) -> OpencodeV2Transcript:
+        """The newest ``limit`` messages, or more: a read that would begin inside a turn
+        reads back (twice as many each time) to where that turn began.  A 2.x step names
+        no input, so only the input before it tells whose turn it is; without it, a turn
+        longer than ``limit`` (many tool steps) would never show its answer and its
+        usage, as the verifier reads."""
         messages = await self._client.messages(target, limit)
+        while limit is not None and len(messages) >= limit > 0 and not begins_a_turn(messages):
+            limit *= 2
+            messages = await self._client.messages(target, limit)
         return OpencodeV2Transcript(messages, limit is None or len(messages) < limit)
 
 

@@ -84,6 +84,12 @@ def _turns(messages: Sequence[Mapping[str, Any]]) -> list[_Turn]:
     return turns
 
 
+def begins_a_turn(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether ``messages`` (oldest first) begin where a turn does: with an input, or
+    after the session's idle marker; not with a step of a turn whose input came before."""
+    return not messages or messages[0].get("type") in (*INPUT_TYPES, "idle")
+
+
 def envelope_homes_v2(messages: Sequence[Mapping[str, Any]]) -> dict[str, str | None]:
     """msg_id → the id of the input whose text carries its envelope at a line's start."""
     homes: dict[str, str | None] = {}
