@@ -256,6 +256,22 @@ async def test_a_whole_read_is_complete_and_a_cut_one_is_not(
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_read_cut_inside_the_batchs_turn_still_finds_its_turn_and_answer(
+    under_test: RuntimeUnderTest,
+) -> None:
+    """A read of the newest messages that begins after the batch's entry (a long turn, as
+    the verifier reads it) still finds the turn and the answer, for entries known from an
+    earlier read."""
+    batch, whole = await one_batch_answered(under_test)
+    session = batch[0].to_session
+    assert session is not None
+    where = where_of(whole, batch)
+    cut = await under_test.transcripts.read(session, 1)
+    assert cut.answers(where) == whole.answers(where)
+    assert [set(turn.msg_ids) for turn in cut.turns(where)] == [ids_of(batch)]
+
+
+@pytest_twisted.ensureDeferred
 async def test_stop_cuts_the_wait_for_a_turn_short(under_test: RuntimeUnderTest) -> None:
     """``stop`` ends a wait for a turn under way at once: it returns while the turn runs
     (held), and what was handed off stays handed off."""
