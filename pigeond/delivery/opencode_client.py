@@ -21,7 +21,13 @@ from twisted.web.iweb import IResponse
 
 from pigeond.config import Config
 from pigeond.credentials import BasicAuth
-from pigeond.delivery.api_support import PROBE_PATH, ApiSupport, is_html, missing_route
+from pigeond.delivery.api_support import (
+    HEALTH_PATH,
+    PROBE_PATH,
+    ApiSupport,
+    is_html,
+    missing_route,
+)
 from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.opencode_errors import (
@@ -31,10 +37,12 @@ from pigeond.delivery.opencode_errors import (
     DeadlineExceeded,
     OpencodeError,
     SessionNotFound,
+    SpeaksV2,
     UnsupportedApi,
     describe_transport_error,
     short_text,
     status_error,
+    status_text,
     was_cancelled,
 )
 from pigeond.delivery.reachability import OpencodeReachability, Reach
@@ -45,7 +53,7 @@ T = TypeVar("T")
 # the errors are declared in opencode_errors; every caller imports them from here
 __all__ = [
     "DeadlineExceeded", "FailureKind", "OpencodeClient", "OpencodeError", "SessionNotFound",
-    "UnsupportedApi", "user_texts_of",
+    "SpeaksV2", "UnsupportedApi", "user_texts_of",
 ]  # fmt: skip
 
 
@@ -76,7 +84,8 @@ class OpencodeClient:
         self._lean = exchange
         # whether opencode answers, told by every call; it probes through an outage
         self.reachability = OpencodeReachability(self._base, clock, self._probe_reachable)
-        self.api = ApiSupport(self._base, self._probe_api)  # is v1 there (see api_support)
+        # is v1 there, or a 2.x (see api_support)
+        self.api = ApiSupport(self._base, self._probe_api, self._probe_v2)
 
     def configure(self, config: Config) -> None:
         """A reload's deadline, for the calls (and the other runtimes' transcript reads)
@@ -100,6 +109,7 @@ class OpencodeClient:
         response, for its reader to take the body as it comes (``deliverBody``).  Any
         other answer is read and raised as a ConnectionError."""
         what = "GET /global/event"
+        self._refuse_on_v2(what)
         try:
             response = await self._http.request(
                 "GET", self._base + "/global/event", unbuffered=True,
@@ -138,12 +148,9 @@ class OpencodeClient:
         method: str,
         path: str,
         headers: dict[str, str],
-        body: Any | None,
+        data: bytes | None,
         fresh: bool = False,
     ) -> tuple[int, bytes]:
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        if data is not None:
-            headers["content-type"] = "application/json"
         if self._lean is not None:
             return await self._lean.request(method, path, headers, data, fresh=fresh)
         kwargs = self.request_options() | {"headers": headers}
@@ -157,7 +164,7 @@ class OpencodeClient:
         """An answer came: opencode is there, unless the status says it is not (a proxy's
         502-504 without it behind, or credentials it refuses)."""
         if status in OUTAGE_STATUSES:
-            self.reachability.failed(f"{what}: HTTP {status}")
+            self.reachability.failed(status_text(what, status))
         else:
             self.reachability.answered()
 
@@ -172,21 +179,51 @@ class OpencodeClient:
         """One question to an unreachable opencode: ``GET /session/status``, the route turns
         are polled with.  Its outcome reaches :attr:`reachability` as every call's does."""
         try:
-            await self._call("GET " + PROBE_PATH, "GET", PROBE_PATH, {"accept": "application/json"})
+            await self._call(
+                "GET " + PROBE_PATH, "GET", PROBE_PATH, {"accept": "application/json"}, v1=False
+            )
         except OpencodeError:
             return  # told to reachability by _call; the next probe follows its backoff
 
+    def _refuse_on_v2(self, what: str) -> None:
+        """A 1.x call to an opencode found to be 2.x is not made: SpeaksV2 (a 2.x is
+        asked nothing but its own routes, and the 1.x watchers stay quiet)."""
+        if self.api.v2_version is not None:
+            raise SpeaksV2(f"{what}: opencode at {self._base} is {self.api.v2_version} (2.x)")
+
+    async def exchange_bytes(
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None = None
+    ) -> tuple[int, bytes]:
+        """One call of a 2.x route (:mod:`pigeond.delivery.opencode_dialect`): as every
+        call, under the deadline, with the configured password, told to reachability."""
+        return await self._call(f"{method} {path.partition('?')[0]}", method, path, headers,
+                                data=body, v1=False)  # fmt: skip
+
     async def _call(
-        self, what: str, method: str, path: str, headers: dict[str, str], body: Any | None = None
+        self,
+        what: str,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: Any | None = None,
+        *,
+        data: bytes | None = None,
+        v1: bool = True,
     ) -> tuple[int, bytes]:
         """One exchange under the deadline; a connection closed before any answer is
-        tried once more on a fresh connection (a pooled one may have gone stale)."""
+        tried once more on a fresh connection (a pooled one may have gone stale).  A v1
+        call (``v1``: not a probe) is not made to an opencode found to be 2.x."""
+        if v1:
+            self._refuse_on_v2(what)
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["content-type"] = "application/json"
         # A read that gets no answer delivered nothing: opencode is not serving
         # (e.g. still starting).  A prompt that gets no answer may have been taken.
         on_timeout = FailureKind.OUTAGE if method == "GET" else FailureKind.ATTEMPT
         try:
             status, content = await self._with_deadline(
-                what, self._exchange(method, path, headers, body), on_timeout
+                what, self._exchange(method, path, headers, data), on_timeout
             )
         except DeadlineExceeded:
             raise
@@ -197,7 +234,7 @@ class OpencodeClient:
                 raise
             try:
                 status, content = await self._with_deadline(
-                    what, self._exchange(method, path, headers, body, fresh=True), on_timeout
+                    what, self._exchange(method, path, headers, data, fresh=True), on_timeout
                 )
             except OpencodeError as again:
                 self._note_failure(again)
@@ -263,7 +300,17 @@ class OpencodeClient:
         when it got no answer."""
         try:
             return await self._call(
-                "GET " + PROBE_PATH, "GET", PROBE_PATH, {"accept": "application/json"}
+                "GET " + PROBE_PATH, "GET", PROBE_PATH, {"accept": "application/json"}, v1=False
+            )
+        except OpencodeError:
+            return None
+
+    async def _probe_v2(self) -> tuple[int, bytes] | None:
+        """``GET /api/health``, asked only once v1 is found missing (see api_support);
+        None when it got no answer."""
+        try:
+            return await self._call(
+                "GET " + HEALTH_PATH, "GET", HEALTH_PATH, {"accept": "application/json"}, v1=False
             )
         except OpencodeError:
             return None
@@ -275,6 +322,7 @@ class OpencodeClient:
             problem = await self.api.verdict()
             if problem is not None:
                 raise UnsupportedApi(problem)
+            self._refuse_on_v2("a 1.x route")
 
     async def session_directory(self, session_id: str) -> str:
         """The directory opencode stored for the session (``GET /session/<id>``)."""
