@@ -113,6 +113,8 @@ class OpencodeV2StandIn:
         self.events = EventHub(event_capacity)
         self.sessions: dict[str, StandInSession] = {}
         self.closed = threading.Event()
+        self.requests: list[tuple[str, str]] = []
+        """(method, path) of every request, answered or refused, in order."""
         self.url = ""
         self._lock = threading.Lock()
 
@@ -180,6 +182,7 @@ class StandInHandler(JsonHandler):
         self._dispatch("PATCH")
 
     def _dispatch(self, method: str) -> None:
+        self.standin.requests.append((method, urlsplit(self.path).path))
         if not self.standin.authorized(self.headers.get("authorization")):
             self.send_response(401)
             self.send_header("www-authenticate", 'Basic realm="opencode"')
