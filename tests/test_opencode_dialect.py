@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 from twisted.internet.task import Clock
+from twisted.logger import LogLevel
 
 from pigeond.service.daemon import Daemon
 from tests.api_dialect_helpers import OUTAGE_RETRY_S, build, health, held, send
+from tests.conftest import LogCapture
 from tests.opencode_v2_standin import OpencodeV2StandIn
 
 V1_PROMPT = ("POST", "/session/ses_known/prompt_async")
@@ -99,3 +101,21 @@ def test_a_2x_replaced_by_neither_holds_with_the_sentence(tmp_path: Path, clock:
     assert (state, attempts) == ("queued", 0)
     assert error is not None and "does not support" in error
     assert len(standin.admitted) == 1
+
+
+def test_the_1x_watchers_leave_a_2x_alone(
+    tmp_path: Path, clock: Clock, log_capture: LogCapture
+) -> None:
+    """In turn delivery, ten minutes after a hand-off to a 2.x: nothing but its transcript
+    is read (no event stream, turn or permission polls of 1.x routes), and nothing is
+    logged as a warning or an error."""
+    standin = OpencodeV2StandIn(mode="2.x")
+    daemon = build(tmp_path, clock, standin, delivery="turn")
+    send(daemon, "msg_1")
+    clock.advance(1)
+    handed_off = len(standin.seen)
+    for _ in range(600):
+        clock.advance(1)
+    assert set(standin.seen[handed_off:]) <= {("GET", "/api/session/ses_known/message")}
+    loud = [t for level, t in log_capture.events if level in (LogLevel.warn, LogLevel.error)]
+    assert loud == []

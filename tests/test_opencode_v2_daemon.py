@@ -26,9 +26,9 @@ QUIET_S = 2.0  # how long a daemon with nothing to deliver is watched for reques
 
 
 @contextlib.contextmanager
-def standin() -> Iterator[tuple[OpencodeV2StandIn, StandInSession]]:
-    """The stand-in served on loopback, with one idle session."""
-    server = OpencodeV2StandIn(PASSWORD, step_s=0.01)
+def standin(step_s: float = 0.01) -> Iterator[tuple[OpencodeV2StandIn, StandInSession]]:
+    """The stand-in served on loopback, with one idle session whose turns take ``step_s``."""
+    server = OpencodeV2StandIn(PASSWORD, step_s=step_s)
     with server.serve():
         yield server, server.create_session()
 
@@ -70,6 +70,23 @@ def test_a_message_is_admitted_once_and_answered(daemons: DaemonFactory, deliver
         assert session.admission_requests == {admitted.id: 1}
         assert body["delivery"] == "queue" and not {"agent", "agents", "model"} & set(body)
         assert stored(daemon, "msg_1").answer_message_id == session.messages[-1]["id"]
+
+
+def test_in_turn_delivery_the_next_batch_waits_for_the_turn_to_end(
+    daemons: DaemonFactory,
+) -> None:
+    """A turn longer than handoff_timeout_s is waited out (up to turn_timeout_s): the
+    second message is admitted only once the first one's turn has ended."""
+    with standin(step_s=1.5) as (server, session):
+        daemon = start(daemons, server, PASSWORD, "--delivery", "turn", "--handoff-timeout-s",
+                       "0.5")  # fmt: skip
+        send(daemon, session.id, "msg_1")
+        send(daemon, session.id, "msg_2")
+        wait_until(lambda: stored(daemon, "msg_2").receipt() == "answered", PATIENCE_S, "answer")
+        first, second = sorted(session.admitted.values(), key=lambda i: i.seq)
+        first_turn_ended = session.messages[1]["time"]["completed"]
+        assert session.messages[0]["id"] == first.id
+        assert second.created_ms >= first_turn_ended
 
 
 def test_health_names_the_2x_and_no_unsupported_api(daemons: DaemonFactory) -> None:

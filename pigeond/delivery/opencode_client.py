@@ -192,12 +192,19 @@ class OpencodeClient:
             raise SpeaksV2(f"{what}: opencode at {self._base} is {self.api.v2_version} (2.x)")
 
     async def exchange_bytes(
-        self, method: str, path: str, headers: dict[str, str], body: bytes | None = None
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes | None = None,
+        *,
+        deadline_s: float | None = None,
     ) -> tuple[int, bytes]:
         """One call of a 2.x route (:mod:`pigeond.delivery.opencode_dialect`): as every
-        call, under the deadline, with the configured password, told to reachability."""
+        call, under the deadline (``deadline_s``, else ``handoff_timeout_s``), with the
+        configured password, told to reachability."""
         return await self._call(f"{method} {path.partition('?')[0]}", method, path, headers,
-                                data=body, v1=False)  # fmt: skip
+                                data=body, v1=False, deadline_s=deadline_s)  # fmt: skip
 
     async def _call(
         self,
@@ -209,6 +216,7 @@ class OpencodeClient:
         *,
         data: bytes | None = None,
         v1: bool = True,
+        deadline_s: float | None = None,
     ) -> tuple[int, bytes]:
         """One exchange under the deadline; a connection closed before any answer is
         tried once more on a fresh connection (a pooled one may have gone stale).  A v1
@@ -223,7 +231,7 @@ class OpencodeClient:
         on_timeout = FailureKind.OUTAGE if method == "GET" else FailureKind.ATTEMPT
         try:
             status, content = await self._with_deadline(
-                what, self._exchange(method, path, headers, data), on_timeout
+                what, self._exchange(method, path, headers, data), on_timeout, deadline_s
             )
         except DeadlineExceeded:
             raise
@@ -234,7 +242,10 @@ class OpencodeClient:
                 raise
             try:
                 status, content = await self._with_deadline(
-                    what, self._exchange(method, path, headers, data, fresh=True), on_timeout
+                    what,
+                    self._exchange(method, path, headers, data, fresh=True),
+                    on_timeout,
+                    deadline_s,
                 )
             except OpencodeError as again:
                 self._note_failure(again)
@@ -247,7 +258,9 @@ class OpencodeClient:
         what: str,
         work: Coroutine[Any, Any, T],
         timeout_kind: FailureKind = FailureKind.ATTEMPT,
+        deadline_s: float | None = None,
     ) -> T:
+        timeout_s = self.timeout_s if deadline_s is None else deadline_s
         timed_out = False
 
         def on_timeout(result: object, timeout: float) -> object:
@@ -256,7 +269,7 @@ class OpencodeClient:
             return result
 
         d: Deferred[T] = Deferred.fromCoroutine(work)
-        d.addTimeout(self.timeout_s, self._clock, onTimeoutCancel=on_timeout)
+        d.addTimeout(timeout_s, self._clock, onTimeoutCancel=on_timeout)
         try:
             return await d
         except OpencodeError:
@@ -264,7 +277,7 @@ class OpencodeClient:
         except Exception as e:
             if timed_out or isinstance(e, TimeoutError | CancelledError):
                 raise DeadlineExceeded(
-                    f"{what}: no complete answer within {self.timeout_s:g} s",
+                    f"{what}: no complete answer within {timeout_s:g} s",
                     kind=timeout_kind,
                 ) from e
             kind = (

@@ -65,8 +65,20 @@ class BytesCaller(Protocol):
     """One call to opencode, as :meth:`OpencodeClient.exchange_bytes` makes it."""
 
     async def exchange_bytes(
-        self, method: str, path: str, headers: dict[str, str], body: bytes | None = None
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes | None = None,
+        *,
+        deadline_s: float | None = None,
     ) -> tuple[int, bytes]: ...
+
+
+WAIT_DEADLINE_S = 86_400.0
+"""The 1.x client's own deadline on a ``POST …/wait``: as long as the longest
+``turn_timeout_s``, since the 2.x client bounds that wait itself (a turn outlasts
+``handoff_timeout_s``, each other call's deadline)."""
 
 
 def missing_v2_route(status: int, body: bytes) -> bool:
@@ -96,7 +108,11 @@ class V2Exchange:
     async def request(
         self, method: str, path: str, headers: dict[str, str], body: bytes | None = None
     ) -> tuple[int, bytes]:
-        status, answer = await self._caller.exchange_bytes(method, path, headers, body)
+        waits = method == "POST" and path.partition("?")[0].endswith("/wait")
+        deadline_s = WAIT_DEADLINE_S if waits else None
+        status, answer = await self._caller.exchange_bytes(
+            method, path, headers, body, deadline_s=deadline_s
+        )
         if missing_v2_route(status, answer):
             await self._dialect.verdict()
             if self._dialect.v2_version is None:
