@@ -192,14 +192,9 @@ class OpencodeClient:
             raise SpeaksV2(f"{what}: opencode at {self._base} is {self.api.v2_version} (2.x)")
 
     async def exchange_bytes(
-        self,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        body: bytes | None = None,
-        *,
-        deadline_s: float | None = None,
-    ) -> tuple[int, bytes]:
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None,
+        deadline_s: float | None,
+    ) -> tuple[int, bytes]:  # fmt: skip
         """One call of a 2.x route (:mod:`pigeond.delivery.opencode_dialect`): as every
         call, under the deadline (``deadline_s``, else ``handoff_timeout_s``), with the
         configured password, told to reachability."""

@@ -25,7 +25,7 @@ opencode answers.  A 2.x call that finds its route missing makes the verdict aga
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import quote
@@ -61,18 +61,11 @@ class Dialect(Protocol):
         ...
 
 
-class BytesCaller(Protocol):
-    """One call to opencode, as :meth:`OpencodeClient.exchange_bytes` makes it."""
-
-    async def exchange_bytes(
-        self,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        body: bytes | None = None,
-        *,
-        deadline_s: float | None = None,
-    ) -> tuple[int, bytes]: ...
+BytesCall = Callable[
+    [str, str, dict[str, str], bytes | None, float | None], Awaitable[tuple[int, bytes]]
+]
+"""One call to opencode: method, path, headers, body and its deadline (None: the usual
+one), as :meth:`OpencodeClient.exchange_bytes` makes it; the status and body answered."""
 
 
 WAIT_DEADLINE_S = 86_400.0
@@ -100,8 +93,8 @@ class V2Exchange:
     made of the 1.x client's calls; a missing route makes the verdict again, and a server
     no longer found to be 2.x is an outage for this call (the next goes as it speaks)."""
 
-    def __init__(self, caller: BytesCaller, dialect: Dialect, url: str) -> None:
-        self._caller = caller
+    def __init__(self, call: BytesCall, dialect: Dialect, url: str) -> None:
+        self._call = call
         self._dialect = dialect
         self._url = url
 
@@ -110,9 +103,7 @@ class V2Exchange:
     ) -> tuple[int, bytes]:
         waits = method == "POST" and path.partition("?")[0].endswith("/wait")
         deadline_s = WAIT_DEADLINE_S if waits else None
-        status, answer = await self._caller.exchange_bytes(
-            method, path, headers, body, deadline_s=deadline_s
-        )
+        status, answer = await self._call(method, path, headers, body, deadline_s)
         if missing_v2_route(status, answer):
             await self._dialect.verdict()
             if self._dialect.v2_version is None:

@@ -23,7 +23,7 @@ class OpencodeV2Parts:
     (at most ``turn_timeout_s``), in ``call`` delivery it does not."""
 
     def __init__(self, config: Config, v1: OpencodeClient, clock: IReactorTime) -> None:
-        exchange = V2Exchange(v1, v1.api, v1.base_url)
+        exchange = V2Exchange(v1.exchange_bytes, v1.api, v1.base_url)
         self.client = OpencodeV2Client(exchange, clock, config.handoff_timeout_s)
         self.lookup = SwitchingDirectoryLookup(v1, V2Sessions(exchange), v1.api)
         self.turn_timeout_s = config.turn_timeout_s
