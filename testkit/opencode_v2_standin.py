@@ -32,6 +32,7 @@ import os
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -98,10 +99,14 @@ class OpencodeV2StandIn:
         event_capacity: int = 64,
         prompt_shape: str = "nested",
         directory: str = "/tmp",
+        admit_delay_s: float = 0.0,
     ) -> None:
+        """``admit_delay_s``: how long an admission's answer waits after the input is
+        admitted (a client killed meanwhile has an input it never heard of)."""
         self.password = password
         self.model = model
         self.step_s = step_s
+        self.admit_delay_s = admit_delay_s
         self.request_fields = {
             "create": CREATE_FIELDS,
             "prompt": PROMPT_FIELDS[prompt_shape],
@@ -270,6 +275,7 @@ class StandInHandler(JsonHandler):
             raise BadRequest("a text and a delivery of queue or steer are required")
         wakes = body.get("resume", True) is not False
         admitted = session.admit(kind, body.get("id"), text, delivery, wakes, body)
+        time.sleep(self.standin.admit_delay_s)
         self.send_json(200, {"data": admitted.receipt(session.id)})
 
     def _messages(self, session: StandInSession, _: object, query: dict[str, list[str]]) -> None:
