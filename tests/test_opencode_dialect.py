@@ -8,12 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel
 
 from pigeond.service.daemon import Daemon
 from tests.api_dialect_helpers import OUTAGE_RETRY_S, build, health, held, send
 from tests.conftest import LogCapture
+from tests.http_helpers import result_of
 from tests.opencode_v2_standin import OpencodeV2StandIn
 
 V1_PROMPT = ("POST", "/session/ses_known/prompt_async")
@@ -40,14 +42,17 @@ def test_a_2x_is_handed_off_through_its_queue(tmp_path: Path, clock: Clock, deli
     assert daemon.arbiter is not None and daemon.arbiter.unrecorded() == []
 
 
-def test_health_names_a_2x(tmp_path: Path, clock: Clock) -> None:
-    """/health: opencode ok with its 2.x version, and no sentence of an unsupported API."""
+def test_health_and_status_line_name_a_2x(tmp_path: Path, clock: Clock) -> None:
+    """/health: opencode ok with its 2.x version, no sentence of an unsupported API, no
+    1.x event stream; systemd's STATUS= line says opencode ok."""
     standin = OpencodeV2StandIn(mode="2.x")
-    daemon = build(tmp_path, clock, standin)
+    daemon = build(tmp_path, clock, standin, delivery="turn")
     send(daemon, "msg_1")
     answer = health(daemon)
     assert (answer["opencode"], answer["opencode_version"]) == ("ok", "2.3.0")
-    assert "opencode_problem" not in answer
+    assert "opencode_problem" not in answer and answer["event_stream"] == "off"
+    line = result_of(Deferred.fromCoroutine(daemon.status_line()))
+    assert line == "queued 0, failed 0, in flight 0, opencode ok"
 
 
 def test_an_unknown_2x_session_is_refused_at_send(tmp_path: Path, clock: Clock) -> None:
