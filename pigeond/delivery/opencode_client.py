@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Coroutine, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from treq.client import HTTPClient
@@ -84,8 +85,9 @@ class OpencodeClient:
         self._lean = exchange
         # whether opencode answers, told by every call; it probes through an outage
         self.reachability = OpencodeReachability(self._base, clock, self._probe_reachable)
-        # is v1 there, or a 2.x (see api_support)
-        self.api = ApiSupport(self._base, self._probe_api, self._probe_v2)
+        # is v1 there (GET /session/status), or a 2.x (GET /api/health): see api_support
+        self.api = ApiSupport(self._base, partial(self._probe, PROBE_PATH),
+                              partial(self._probe, HEALTH_PATH))  # fmt: skip
 
     def configure(self, config: Config) -> None:
         """A reload's deadline, for the calls (and the other runtimes' transcript reads)
@@ -178,12 +180,7 @@ class OpencodeClient:
     async def _probe_reachable(self) -> None:
         """One question to an unreachable opencode: ``GET /session/status``, the route turns
         are polled with.  Its outcome reaches :attr:`reachability` as every call's does."""
-        try:
-            await self._call(
-                "GET " + PROBE_PATH, "GET", PROBE_PATH, {"accept": "application/json"}, v1=False
-            )
-        except OpencodeError:
-            return  # told to reachability by _call; the next probe follows its backoff
+        await self._probe(PROBE_PATH)  # told to reachability; the next follows its backoff
 
     def _refuse_on_v2(self, what: str) -> None:
         """A 1.x call to an opencode found to be 2.x is not made: SpeaksV2 (a 2.x is
@@ -202,17 +199,9 @@ class OpencodeClient:
                                 data=body, v1=False, deadline_s=deadline_s)  # fmt: skip
 
     async def _call(
-        self,
-        what: str,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        body: Any | None = None,
-        *,
-        data: bytes | None = None,
-        v1: bool = True,
-        deadline_s: float | None = None,
-    ) -> tuple[int, bytes]:
+        self, what: str, method: str, path: str, headers: dict[str, str], body: Any = None, *,
+        data: bytes | None = None, v1: bool = True, deadline_s: float | None = None,
+    ) -> tuple[int, bytes]:  # fmt: skip
         """One exchange under the deadline; a connection closed before any answer is
         tried once more on a fresh connection (a pooled one may have gone stale).  A v1
         call (``v1``: not a probe) is not made to an opencode found to be 2.x."""
@@ -303,23 +292,12 @@ class OpencodeClient:
         self.api.saw_v1()
         return answer
 
-    async def _probe_api(self) -> tuple[int, bytes] | None:
-        """``GET /session/status``, a v1 route every 1.x answers with a JSON object; None
-        when it got no answer."""
+    async def _probe(self, path: str) -> tuple[int, bytes] | None:
+        """``GET path`` to recognise the API (``/session/status``, a v1 route every 1.x
+        answers with a JSON object; ``/api/health``); None when it got no answer."""
         try:
-            return await self._call(
-                "GET " + PROBE_PATH, "GET", PROBE_PATH, {"accept": "application/json"}, v1=False
-            )
-        except OpencodeError:
-            return None
-
-    async def _probe_v2(self) -> tuple[int, bytes] | None:
-        """``GET /api/health``, asked only once v1 is found missing (see api_support);
-        None when it got no answer."""
-        try:
-            return await self._call(
-                "GET " + HEALTH_PATH, "GET", HEALTH_PATH, {"accept": "application/json"}, v1=False
-            )
+            return await self._call("GET " + path, "GET", path, {"accept": "application/json"},
+                                    v1=False)  # fmt: skip
         except OpencodeError:
             return None
 
