@@ -97,6 +97,18 @@ CALL_LEVEL_ARGS = ("--delivery", "call", "--batch-max", "1")
 PAIR_BRAKES_OFF = ("--max-pair-messages-per-minute", "0", "--max-repeats-per-pair", "0")
 
 
+def password_args(workdir: Path, password: str | None) -> list[str]:
+    """``--opencode-password-file`` naming a file of ``workdir`` that only its owner may
+    read (as pigeond requires), holding ``password``; none for None."""
+    if password is None:
+        return []
+    path = workdir / "opencode-password"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(password + "\n")
+    return ["--opencode-password-file", str(path)]
+
+
 class DaemonProcess:
     """One ``pigeond`` subprocess; start it with :meth:`start`."""
 
@@ -111,7 +123,10 @@ class DaemonProcess:
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         nofile: tuple[int, int] | None = None,
+        opencode_password: str | None = None,
     ) -> None:
+        """``opencode_password``: kept in a private file of ``workdir`` and named with
+        ``--opencode-password-file`` (an opencode 2.x, or its stand-in, asks for one)."""
         self.workdir = workdir
         self.nofile = nofile  # (soft, hard) RLIMIT_NOFILE to start with; None: inherited
         self.extra_env = dict(env or {})
@@ -132,6 +147,7 @@ class DaemonProcess:
             "--tick-ms",
             str(tick_ms),
             *CALL_LEVEL_ARGS,
+            *password_args(workdir, opencode_password),
             *extra_args,
         ]
         self._proc: subprocess.Popen[str] | None = None
@@ -370,6 +386,7 @@ class DaemonFactory:
         timeout_s: float = DEFAULT_START_TIMEOUT_S,
         env: Mapping[str, str] | None = None,
         nofile: tuple[int, int] | None = None,
+        opencode_password: str | None = None,
     ) -> DaemonProcess:
         daemon = DaemonProcess(
             self.tmp_path,
@@ -380,6 +397,7 @@ class DaemonFactory:
             extra_args=extra_args,
             env=env,
             nofile=nofile,
+            opencode_password=opencode_password,
         )
         self._started.append(daemon)
         return daemon.start(timeout_s)

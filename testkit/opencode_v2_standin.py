@@ -32,6 +32,7 @@ import os
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -98,10 +99,14 @@ class OpencodeV2StandIn:
         event_capacity: int = 64,
         prompt_shape: str = "nested",
         directory: str = "/tmp",
+        admit_delay_s: float = 0.0,
     ) -> None:
+        """``admit_delay_s``: how long an admission's answer waits after the input is
+        admitted (a client killed meanwhile has an input it never heard of)."""
         self.password = password
         self.model = model
         self.step_s = step_s
+        self.admit_delay_s = admit_delay_s
         self.request_fields = {
             "create": CREATE_FIELDS,
             "prompt": PROMPT_FIELDS[prompt_shape],
@@ -113,6 +118,8 @@ class OpencodeV2StandIn:
         self.events = EventHub(event_capacity)
         self.sessions: dict[str, StandInSession] = {}
         self.closed = threading.Event()
+        self.requests: list[tuple[str, str]] = []
+        """(method, path) of every request, answered or refused, in order."""
         self.url = ""
         self._lock = threading.Lock()
 
@@ -180,6 +187,7 @@ class StandInHandler(JsonHandler):
         self._dispatch("PATCH")
 
     def _dispatch(self, method: str) -> None:
+        self.standin.requests.append((method, urlsplit(self.path).path))
         if not self.standin.authorized(self.headers.get("authorization")):
             self.send_response(401)
             self.send_header("www-authenticate", 'Basic realm="opencode"')
@@ -267,6 +275,7 @@ class StandInHandler(JsonHandler):
             raise BadRequest("a text and a delivery of queue or steer are required")
         wakes = body.get("resume", True) is not False
         admitted = session.admit(kind, body.get("id"), text, delivery, wakes, body)
+        time.sleep(self.standin.admit_delay_s)
         self.send_json(200, {"data": admitted.receipt(session.id)})
 
     def _messages(self, session: StandInSession, _: object, query: dict[str, list[str]]) -> None:

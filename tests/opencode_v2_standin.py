@@ -1,4 +1,4 @@
-"""A stand-in for an opencode whose v1 routes are gone (2.x): it serves only ``/api/*``.
+"""A stand-in for an opencode whose v1 routes are gone: it serves only ``/api/*``.
 
 Any other path gets what a server without the v1 routes answers, as measured on
 opencode 1.15.4 and 1.18.33 for paths they have no route for:
@@ -6,10 +6,13 @@ opencode 1.15.4 and 1.18.33 for paths they have no route for:
 * ``"web app"``: 200 ``text/html``, opencode's web app (GET and POST alike);
 * ``"404"``: a plain 404, as a server without that fallback answers.
 
-``mode = "v1"`` turns it back into a (minimal) opencode 1.x that knows one session,
-for a test where opencode is replaced again.  Every request is recorded, so a test
-can show that pigeond never sent anything under ``/api/``.  A twisted.web Resource:
-served in memory (StubTreq) or over real HTTP (a Site on 127.0.0.1).
+In both, ``/api/*`` answers ``{"data": []}``: no 2.x's health, so neither API.
+``mode = "v1"`` turns it into a (minimal) opencode 1.x that knows one session, and
+``mode = "2.x"`` into a (minimal) opencode 2.x that knows it (its health, the session,
+admissions, a transcript of what was admitted), for tests where opencode is replaced
+while pigeond runs.  Every request is recorded, so a test can show what pigeond sent
+under ``/api/``.  A twisted.web Resource: served in memory (StubTreq) or over real HTTP
+(a Site on 127.0.0.1).  The full 2.x stand-in is :mod:`testkit.opencode_v2_standin`.
 """
 
 from __future__ import annotations
@@ -32,11 +35,14 @@ class OpencodeV2StandIn(Resource):
         self.session = session
         self.directory = "/tmp"
         self.seen: list[tuple[str, str]] = []  # (method, path) of every request
+        self.admitted: list[dict[str, object]] = []  # the 2.x admissions' bodies
 
     def render(self, request: server.Request) -> bytes:
         method = (request.method or b"").decode()
         path = (request.path or b"").decode()
         self.seen.append((method, path))
+        if self.mode == "2.x":
+            return self._v2(request, method, path)
         if path.startswith("/api/"):
             return self._json(request, 200, {"data": []})
         if self.mode == "v1":
@@ -60,6 +66,28 @@ class OpencodeV2StandIn(Resource):
             return b""
         not_found = {"name": "NotFoundError", "data": {"message": f"Session not found: {path}"}}
         return self._json(request, 404, not_found)
+
+    def _v2(self, request: server.Request, method: str, path: str) -> bytes:
+        session = f"/api/session/{self.session}"
+        if path == "/api/health":
+            return self._json(request, 200, {"healthy": True, "version": "2.3.0", "pid": 1})
+        if path == session and method == "GET":
+            info = {"id": self.session, "location": {"directory": self.directory}}
+            return self._json(request, 200, {"data": info})
+        if path == session + "/prompt" and method == "POST":
+            body = json.loads(request.content.read())  # type: ignore[union-attr]
+            if body not in self.admitted:
+                self.admitted.append(body)
+            return self._json(request, 200, {"data": {"id": body["id"], "admittedSeq": 1}})
+        if path == session + "/message":
+            inputs = [{"type": "user", "id": b["id"], "text": b.get("text", "")}
+                      for b in self.admitted]  # fmt: skip
+            return self._json(request, 200, {"data": inputs, "cursor": {}})
+        if path.startswith("/api/session/"):
+            missing = {"_tag": "SessionNotFoundError", "message": f"Session not found: {path}"}
+            return self._json(request, 404, missing)
+        request.setResponseCode(404)
+        return b'"Not Found"'
 
     @staticmethod
     def _json(request: server.Request, status: int, body: object) -> bytes:

@@ -1,20 +1,19 @@
-"""An opencode without the v1 API (2.x serves only ``/api/*``) is said plainly: every
-message is held as in an outage (no attempt spent, nothing failed), one log line, and
-the sentence in /health, the status line and the TUI.  pigeond sends nothing under
-``/api/``.  The stand-in answers other paths as a server without them does (see
+"""An opencode with neither the v1 API nor a 2.x's (``GET /api/health`` answering no 2.x
+version) is said plainly: every message is held as in an outage (no attempt spent,
+nothing failed), one log line, and the sentence in /health, the status line and the TUI.
+pigeond asks it nothing under ``/api/`` but that read, and a 1.x nothing at all there.
+The stand-in answers other paths as a server without them does (see
 :mod:`tests.opencode_v2_standin`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 from unittest.mock import ANY
 
 import pytest
 import pytest_twisted
 import treq
-from treq.testing import StubTreq
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
@@ -23,54 +22,19 @@ from twisted.logger import LogLevel
 from twisted.web.server import Site
 
 from pigeond.config import Config
-from pigeond.service.daemon import Daemon
 from pigeond.service.wiring import build_daemon
+from tests.api_dialect_helpers import OUTAGE_RETRY_S, URL, build, health, held, send
 from tests.conftest import LogCapture
-from tests.http_helpers import client_headers, daemon_call, result_of
-from tests.openapi_check import check_body
+from tests.http_helpers import client_headers, result_of
 from tests.opencode_v2_standin import MISSING_ROUTE_MODES, OpencodeV2StandIn
-from tests.storage_helpers import clock_daemon, inline_database, repo_of
+from tests.storage_helpers import inline_database, repo_of
 
-URL = "http://127.0.0.1:4096"
 SENTENCE = f"opencode at {URL} speaks an API pigeond does not support (2.x?)"
-OUTAGE_RETRY_S = 30
 
 
 @pytest.fixture(params=MISSING_ROUTE_MODES)
 def standin(request: pytest.FixtureRequest) -> OpencodeV2StandIn:
     return OpencodeV2StandIn(mode=request.param)
-
-
-def build(tmp_path: Path, clock: Clock, opencode: OpencodeV2StandIn, **config: Any) -> Daemon:
-    defaults: dict[str, Any] = {
-        "db": str(tmp_path / "p.db"),
-        "delivery": "call",
-        "opencode_url": URL,
-        "outage_retry_s": OUTAGE_RETRY_S,
-    }
-    settings = Config(**(defaults | config))  # fmt: skip
-    daemon = clock_daemon(settings, clock, http=StubTreq(opencode))  # type: ignore[arg-type]
-    daemon.start_delivery()
-    return daemon
-
-
-def send(daemon: Daemon, msg_id: str, to: str = "ses_known") -> tuple[int, Any]:
-    body = {"from": "ses_sender", "to": to, "payload": "hi", "msg_id": msg_id}
-    return daemon_call(daemon, "POST", "/swarm/send", body)
-
-
-def health(daemon: Daemon) -> Any:
-    status, answer = daemon_call(daemon, "GET", "/health", token=False)
-    check_body(
-        "GET", "/health", status, {"content-type": "application/json"}, json.dumps(answer).encode()
-    )
-    return answer
-
-
-def held(daemon: Daemon, msg_id: str) -> tuple[str, int, str | None]:
-    stored = repo_of(daemon).get(msg_id)
-    assert stored is not None
-    return stored.state, stored.attempts, stored.last_error
 
 
 def test_a_send_is_accepted_unchecked_and_held_without_attempts(
@@ -94,14 +58,30 @@ def test_held_messages_never_fail(tmp_path: Path, clock: Clock, standin: Opencod
     assert repo_of(daemon).count_by_state() == {"queued": 1}
 
 
-def test_nothing_is_ever_sent_under_api(
+def test_nothing_but_health_is_asked_under_api(
     tmp_path: Path, clock: Clock, standin: OpencodeV2StandIn
 ) -> None:
-    """Only v1 paths are asked: never a v2 request, least of all a v2 prompt."""
+    """Once v1 is found missing, GET /api/health is the one 2.x path asked (a read that
+    acts on nothing): never another v2 request, least of all a v2 prompt."""
     daemon = build(tmp_path, clock, standin)
     send(daemon, "msg_1")
     clock.advance(OUTAGE_RETRY_S)
-    assert standin.seen and standin.api_requests() == []
+    assert standin.seen and set(standin.api_requests()) == {("GET", "/api/health")}
+
+
+@pytest.mark.parametrize("delivery", ["call", "turn"])
+def test_nothing_is_ever_sent_under_api_to_a_1x(
+    tmp_path: Path, clock: Clock, delivery: str
+) -> None:
+    """A 1.x is recognised by its own routes: sends, hand-offs and retries ask it nothing
+    under /api/, not even its health."""
+    standin = OpencodeV2StandIn(mode="v1")
+    daemon = build(tmp_path, clock, standin, delivery=delivery)
+    for n in range(3):
+        send(daemon, f"msg_{n}")
+        clock.advance(OUTAGE_RETRY_S)
+    assert ("POST", "/session/ses_known/prompt_async") in standin.seen
+    assert standin.api_requests() == []
 
 
 def test_health_says_it_plainly(tmp_path: Path, clock: Clock, standin: OpencodeV2StandIn) -> None:
@@ -156,12 +136,12 @@ def test_turn_delivery_finds_it_at_start_through_the_event_stream(
 
 
 @pytest_twisted.ensureDeferred
-async def test_over_real_http_a_daemon_holds_messages_for_a_v2_opencode(
+async def test_over_real_http_a_daemon_holds_messages_for_an_opencode_with_neither_api(
     tmp_path: Path,
 ) -> None:
     """Over real HTTP on 127.0.0.1 (pigeond's own HTTP client, a listening daemon): the send
     gets 202 unchecked, its message is held with the sentence, /health says it, and the
-    stand-in saw nothing under /api/."""
+    stand-in saw nothing under /api/ but its health asked."""
     standin = OpencodeV2StandIn(mode="404")
     opencode_port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(
         Site(standin)
@@ -189,7 +169,7 @@ async def test_over_real_http_a_daemon_holds_messages_for_a_v2_opencode(
         assert held(daemon, "msg_1") == ("queued", 0, sentence)
         answer = json.loads(await (await treq.get(base + "/health")).content())
         assert (answer["opencode"], answer["opencode_problem"]) == ("unsupported", sentence)
-        assert standin.api_requests() == []
+        assert set(standin.api_requests()) == {("GET", "/api/health")}
     finally:
         await daemon.stop()
         await opencode_port.stopListening()

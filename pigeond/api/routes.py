@@ -85,6 +85,8 @@ class DeliveryHealth:
     unreachable_error: str | None = None
     # while transcript reads (of any runtime) pass their deadline: what /health says of it
     transcripts_problem: str | None = None
+    # opencode's version when it was found to be a 2.x (pigeond speaks its /api/ routes)
+    opencode_version: str | None = None
 
 
 DELIVERY_OFF = DeliveryHealth(False, False, "off", "off", 0, 0)
@@ -346,6 +348,11 @@ class SwarmRoutes:
                 "failed": counts.get(State.FAILED, 0),
             }
             | ({} if delivery.problem is None else {"opencode_problem": delivery.problem})
+            | (
+                {}
+                if delivery.opencode_version is None
+                else {"opencode_version": delivery.opencode_version}
+            )
             | (
                 {}
                 if delivery.transcripts_problem is None

@@ -54,6 +54,7 @@ from pigeond.delivery.grouping import (
     record_hand_offs,
 )
 from pigeond.delivery.metrics import DeliveryMetrics
+from pigeond.delivery.opencode_dialect import Dialect, SwitchingRuntime
 from pigeond.delivery.opencode_runtime import OpencodeRuntime, OpencodeTranscripts
 from pigeond.delivery.opencode_transcript import TranscriptReader
 from pigeond.delivery.outcomes import DrainState, HandOffOutcomes
@@ -110,12 +111,15 @@ class Arbiter:
         routing: Routing | None = None,
         opencode_down: Callable[[], bool] = lambda: False,
         runtimes: Sequence[AgentRuntime] = (),
+        opencode_v2: tuple[AgentRuntime, Dialect] | None = None,
         on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
     ) -> None:
         """The opencode runtime is built from ``registry``, ``opencode``, ``turns``,
         ``check_directory``, ``modes``, ``agents`` and ``transcripts`` (whose reads tell
         ``on_transcript`` the agent and model of each turn); ``runtimes`` are the
         others (Claude Code, MCP-only members: :mod:`pigeond.delivery.claude_runtime`).
+        ``opencode_v2``: the 2.x runtime and the verdict on the server, for an opencode
+        that may be a 2.x (:mod:`pigeond.delivery.opencode_dialect`).
         ``database_problem`` says why the database file is no longer the one opened
         (None while it is); see :class:`pigeond.service.db_watch.DatabaseWatch`.
         ``transcripts`` is where a message in doubt is looked for (see recovery).
@@ -137,10 +141,13 @@ class Arbiter:
             if transcripts is not None
             else None
         )
-        self.opencode = OpencodeRuntime(
+        opencode_v1 = OpencodeRuntime(
             registry, ModeAwarePrompter(opencode, modes, agents), clock, self.metrics,
             turns=turns, check_directory=check_directory, transcripts=opencode_transcripts,
         )  # fmt: skip
+        self.opencode: AgentRuntime = (
+            opencode_v1 if opencode_v2 is None else SwitchingRuntime(opencode_v1, *opencode_v2)
+        )
         self.runtimes = Runtimes([self.opencode, *runtimes])
         # every target's next batch, and every hand-off record, made together under load
         ready_reads: Grouped[ReadyAsk, list[StoredMessage]] = Grouped(

@@ -10,7 +10,9 @@ and reopened.  While it is down the tracker polls instead.
 
 The log tells the stream's own trouble once: a stream that cannot be opened twice in a
 row while opencode answers (once may be a kept connection gone stale) is one warning,
-and its return one line with how long it was down.
+and its return one line with how long it was down.  An opencode 2.x has no such stream:
+that is one info line, and the stream is tried again (asking opencode nothing while it
+is still found to be a 2.x) at the longest backoff.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.iweb import IResponse
 
+from pigeond.delivery.opencode_errors import SpeaksV2
 from pigeond.delivery.reachability import how_long
 
 log = Logger()
@@ -165,6 +168,7 @@ class EventStream:
         self._connections = 0  # streams opened so far
         self._failed_opens = 0  # tries in a row that could not open one, opencode answering
         self._trouble_since: float | None = None  # the stream failing while opencode answers
+        self._v2_said = False  # the 2.x's lack of a 1.x stream was logged
         self._clock = clock
         self._on_status = on_status
         self._on_connected = on_connected
@@ -200,15 +204,20 @@ class EventStream:
         while self._running:
             opened_at = self._clock.seconds()
             connections = self._connections
+            speaks_v2 = False
             try:
                 await self._listen_once()
                 reason = "closed by opencode"
+            except SpeaksV2 as e:
+                reason, speaks_v2 = str(e), True
             except Exception as e:
                 reason = f"{type(e).__name__}: {e}"
             self._set_connected(False)
             if self.stopped:
                 return
-            if self._outages is not None and self._outages.down:
+            if speaks_v2:
+                self._sleep = self._no_stream_on_v2(reason)
+            elif self._outages is not None and self._outages.down:
                 # opencode is gone: its outage is logged and probed; reopen once it answers
                 log.debug("event stream down ({reason}); waiting for opencode", reason=reason)
                 failures = self._failed_opens = 0
@@ -230,6 +239,15 @@ class EventStream:
                 await self._sleep
             except CancelledError:
                 return  # stopped
+
+    def _no_stream_on_v2(self, reason: str) -> Deferred[None]:
+        """A 2.x has no 1.x event stream: said once; tried again at the longest backoff."""
+        delay = max(self._backoff_s)
+        if not self._v2_said:
+            self._v2_said = True
+            log.info("no 1.x event stream ({reason}): its sessions' transcripts are read"
+                     " instead", reason=reason)  # fmt: skip
+        return deferLater(self._clock, delay, lambda: None)
 
     def _trouble(self, reason: str, delay: float) -> None:
         """The stream could not be opened although opencode answers: said once, when it
@@ -274,6 +292,7 @@ class EventStream:
             self._on_connected(connected)
             if connected:
                 self._connections += 1
+                self._v2_said = False  # a 1.x again: a later 2.x is said again
                 self._said_connected()
 
     def _said_connected(self) -> None:

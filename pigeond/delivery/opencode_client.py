@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Coroutine, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from treq.client import HTTPClient
@@ -21,7 +22,13 @@ from twisted.web.iweb import IResponse
 
 from pigeond.config import Config
 from pigeond.credentials import BasicAuth
-from pigeond.delivery.api_support import PROBE_PATH, ApiSupport, is_html, missing_route
+from pigeond.delivery.api_support import (
+    HEALTH_PATH,
+    PROBE_PATH,
+    ApiSupport,
+    is_html,
+    missing_route,
+)
 from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.opencode_errors import (
@@ -31,10 +38,12 @@ from pigeond.delivery.opencode_errors import (
     DeadlineExceeded,
     OpencodeError,
     SessionNotFound,
+    SpeaksV2,
     UnsupportedApi,
     describe_transport_error,
     short_text,
     status_error,
+    status_text,
     was_cancelled,
 )
 from pigeond.delivery.reachability import OpencodeReachability, Reach
@@ -45,7 +54,7 @@ T = TypeVar("T")
 # the errors are declared in opencode_errors; every caller imports them from here
 __all__ = [
     "DeadlineExceeded", "FailureKind", "OpencodeClient", "OpencodeError", "SessionNotFound",
-    "UnsupportedApi", "user_texts_of",
+    "SpeaksV2", "UnsupportedApi", "user_texts_of",
 ]  # fmt: skip
 
 
@@ -76,7 +85,9 @@ class OpencodeClient:
         self._lean = exchange
         # whether opencode answers, told by every call; it probes through an outage
         self.reachability = OpencodeReachability(self._base, clock, self._probe_reachable)
-        self.api = ApiSupport(self._base, self._probe_api)  # is v1 there (see api_support)
+        # is v1 there (GET /session/status), or a 2.x (GET /api/health): see api_support
+        self.api = ApiSupport(self._base, partial(self._probe, PROBE_PATH),
+                              partial(self._probe, HEALTH_PATH))  # fmt: skip
 
     def configure(self, config: Config) -> None:
         """A reload's deadline, for the calls (and the other runtimes' transcript reads)
@@ -100,6 +111,7 @@ class OpencodeClient:
         response, for its reader to take the body as it comes (``deliverBody``).  Any
         other answer is read and raised as a ConnectionError."""
         what = "GET /global/event"
+        self._refuse_on_v2(what)
         try:
             response = await self._http.request(
                 "GET", self._base + "/global/event", unbuffered=True,
@@ -138,12 +150,9 @@ class OpencodeClient:
         method: str,
         path: str,
         headers: dict[str, str],
-        body: Any | None,
+        data: bytes | None,
         fresh: bool = False,
     ) -> tuple[int, bytes]:
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        if data is not None:
-            headers["content-type"] = "application/json"
         if self._lean is not None:
             return await self._lean.request(method, path, headers, data, fresh=fresh)
         kwargs = self.request_options() | {"headers": headers}
@@ -157,7 +166,7 @@ class OpencodeClient:
         """An answer came: opencode is there, unless the status says it is not (a proxy's
         502-504 without it behind, or credentials it refuses)."""
         if status in OUTAGE_STATUSES:
-            self.reachability.failed(f"{what}: HTTP {status}")
+            self.reachability.failed(status_text(what, status))
         else:
             self.reachability.answered()
 
@@ -171,22 +180,42 @@ class OpencodeClient:
     async def _probe_reachable(self) -> None:
         """One question to an unreachable opencode: ``GET /session/status``, the route turns
         are polled with.  Its outcome reaches :attr:`reachability` as every call's does."""
-        try:
-            await self._call("GET " + PROBE_PATH, "GET", PROBE_PATH, {"accept": "application/json"})
-        except OpencodeError:
-            return  # told to reachability by _call; the next probe follows its backoff
+        await self._probe(PROBE_PATH)  # told to reachability; the next follows its backoff
+
+    def _refuse_on_v2(self, what: str) -> None:
+        """A 1.x call to an opencode found to be 2.x is not made: SpeaksV2 (a 2.x is
+        asked nothing but its own routes, and the 1.x watchers stay quiet)."""
+        if self.api.v2_version is not None:
+            raise SpeaksV2(f"{what}: opencode at {self._base} is {self.api.v2_version} (2.x)")
+
+    async def exchange_bytes(
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None,
+        deadline_s: float | None,
+    ) -> tuple[int, bytes]:  # fmt: skip
+        """One call of a 2.x route (:mod:`pigeond.delivery.opencode_dialect`): as every
+        call, under the deadline (``deadline_s``, else ``handoff_timeout_s``), with the
+        configured password, told to reachability."""
+        return await self._call(f"{method} {path.partition('?')[0]}", method, path, headers,
+                                data=body, v1=False, deadline_s=deadline_s)  # fmt: skip
 
     async def _call(
-        self, what: str, method: str, path: str, headers: dict[str, str], body: Any | None = None
-    ) -> tuple[int, bytes]:
+        self, what: str, method: str, path: str, headers: dict[str, str], body: Any = None, *,
+        data: bytes | None = None, v1: bool = True, deadline_s: float | None = None,
+    ) -> tuple[int, bytes]:  # fmt: skip
         """One exchange under the deadline; a connection closed before any answer is
-        tried once more on a fresh connection (a pooled one may have gone stale)."""
+        tried once more on a fresh connection (a pooled one may have gone stale).  A v1
+        call (``v1``: not a probe) is not made to an opencode found to be 2.x."""
+        if v1:
+            self._refuse_on_v2(what)
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["content-type"] = "application/json"
         # A read that gets no answer delivered nothing: opencode is not serving
         # (e.g. still starting).  A prompt that gets no answer may have been taken.
         on_timeout = FailureKind.OUTAGE if method == "GET" else FailureKind.ATTEMPT
         try:
             status, content = await self._with_deadline(
-                what, self._exchange(method, path, headers, body), on_timeout
+                what, self._exchange(method, path, headers, data), on_timeout, deadline_s
             )
         except DeadlineExceeded:
             raise
@@ -197,7 +226,10 @@ class OpencodeClient:
                 raise
             try:
                 status, content = await self._with_deadline(
-                    what, self._exchange(method, path, headers, body, fresh=True), on_timeout
+                    what,
+                    self._exchange(method, path, headers, data, fresh=True),
+                    on_timeout,
+                    deadline_s,
                 )
             except OpencodeError as again:
                 self._note_failure(again)
@@ -210,7 +242,9 @@ class OpencodeClient:
         what: str,
         work: Coroutine[Any, Any, T],
         timeout_kind: FailureKind = FailureKind.ATTEMPT,
+        deadline_s: float | None = None,
     ) -> T:
+        timeout_s = self.timeout_s if deadline_s is None else deadline_s
         timed_out = False
 
         def on_timeout(result: object, timeout: float) -> object:
@@ -219,7 +253,7 @@ class OpencodeClient:
             return result
 
         d: Deferred[T] = Deferred.fromCoroutine(work)
-        d.addTimeout(self.timeout_s, self._clock, onTimeoutCancel=on_timeout)
+        d.addTimeout(timeout_s, self._clock, onTimeoutCancel=on_timeout)
         try:
             return await d
         except OpencodeError:
@@ -227,7 +261,7 @@ class OpencodeClient:
         except Exception as e:
             if timed_out or isinstance(e, TimeoutError | CancelledError):
                 raise DeadlineExceeded(
-                    f"{what}: no complete answer within {self.timeout_s:g} s",
+                    f"{what}: no complete answer within {timeout_s:g} s",
                     kind=timeout_kind,
                 ) from e
             kind = (
@@ -258,13 +292,12 @@ class OpencodeClient:
         self.api.saw_v1()
         return answer
 
-    async def _probe_api(self) -> tuple[int, bytes] | None:
-        """``GET /session/status``, a v1 route every 1.x answers with a JSON object; None
-        when it got no answer."""
+    async def _probe(self, path: str) -> tuple[int, bytes] | None:
+        """``GET path`` to recognise the API (``/session/status``, a v1 route every 1.x
+        answers with a JSON object; ``/api/health``); None when it got no answer."""
         try:
-            return await self._call(
-                "GET " + PROBE_PATH, "GET", PROBE_PATH, {"accept": "application/json"}
-            )
+            return await self._call("GET " + path, "GET", path, {"accept": "application/json"},
+                                    v1=False)  # fmt: skip
         except OpencodeError:
             return None
 
@@ -275,6 +308,7 @@ class OpencodeClient:
             problem = await self.api.verdict()
             if problem is not None:
                 raise UnsupportedApi(problem)
+            self._refuse_on_v2("a 1.x route")
 
     async def session_directory(self, session_id: str) -> str:
         """The directory opencode stored for the session (``GET /session/<id>``)."""

@@ -44,6 +44,16 @@ class UnsupportedApi(OpencodeError):
         super().__init__(message, kind=FailureKind.OUTAGE)
 
 
+class SpeaksV2(OpencodeError):
+    """A 1.x call to an opencode found to be 2.x: nothing was sent (or its route was
+    missing), and the caller speaks 2.x instead or stays quiet (see
+    :mod:`pigeond.delivery.opencode_dialect`).  Held as an outage where it reaches a
+    message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind=FailureKind.OUTAGE)
+
+
 class SessionNotFound(OpencodeError):
     """opencode answered 404 for the session: it does not exist (anymore)."""
 
@@ -74,7 +84,19 @@ def was_cancelled(error: BaseException | None) -> bool:
     return any(isinstance(r, Failure) and r.check(CancelledError) for r in reasons)
 
 
+def status_text(what: str, status: int) -> str:
+    """``what: HTTP status``, and for a 401 what to do about it."""
+    if status == 401:
+        return (
+            f"{what}: HTTP 401: opencode asks for a password pigeond does not have or has"
+            " wrong (opencode_password_file, OPENCODE_PASSWORD, OPENCODE_SERVER_PASSWORD)"
+        )
+    return f"{what}: HTTP {status}"
+
+
 def status_error(what: str, status: int, body: bytes) -> OpencodeError:
+    if status == 401:
+        return OpencodeError(status_text(what, status), status, FailureKind.OUTAGE)
     if status in OUTAGE_STATUSES:
         kind = FailureKind.OUTAGE
     elif status == 400:

@@ -10,8 +10,9 @@ than those is older than the thread's last reset in practice.
 Claude Code's sessions are read the same way, in the transcript file their hooks named
 (pigeond/delivery/claude_transcript.py ``person_prompt_at``: a user entry with text of its
 own that Claude Code did not write itself).  MCP-only members have no transcript: unknown
-(None).  So is a session opencode does not have, or a transcript that cannot be read
-now: the hold then stands, and a person can release it.
+(None).  So is a session opencode does not have, a session of an opencode 2.x (its
+transcript's prompts are not read), or a transcript that cannot be read now: the hold
+then stands, and a person can release it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from twisted.logger import Logger
 from pigeond.delivery.claude_runtime import ClaudeTranscript
 from pigeond.delivery.claude_transcript import person_prompt_at as claude_prompt_at
 from pigeond.delivery.failures import HandOffError
-from pigeond.delivery.opencode_client import SessionNotFound, user_texts_of
+from pigeond.delivery.opencode_client import SessionNotFound, SpeaksV2, user_texts_of
 from pigeond.delivery.opencode_transcript import TranscriptReader, envelope_ids
 from pigeond.delivery.registry import DirectoryResolver
 from pigeond.delivery.runtime import TranscriptSource
@@ -64,8 +65,8 @@ class OpencodePersonPrompts:
         try:
             directory = await self._registry.resolve(session)
             messages = await self._client.messages(session, directory, RECENT_MESSAGES)
-        except SessionNotFound:
-            return None
+        except (SessionNotFound, SpeaksV2):
+            return None  # no such session, or a 2.x's (whose prompts are not read)
         except HandOffError as e:
             log.info("cannot read {session}'s transcript for a person's prompt: {error}",
                      session=session, error=str(e))  # fmt: skip

@@ -19,7 +19,8 @@ in tests/fixtures/opencode/tool-running-*.json and tests/fixtures/claude/mcp_swa
   ``tool_result`` block with that ``tool_use_id``.
 
 Only the calls of pigeond's own tools (:data:`pigeond.agents.tool_names.TOOL_NAMES`) are
-returned: nothing else can have made a request to pigeond.
+returned: nothing else can have made a request to pigeond.  A session of an opencode 2.x
+has no transcript read here yet (None, as for a member with none).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from twisted.internet.interfaces import IReactorTime
 
 from pigeond.agents.tool_names import TOOL_NAMES
 from pigeond.delivery.claude_transcript import read_tail
-from pigeond.delivery.opencode_client import OpencodeError, SessionNotFound
+from pigeond.delivery.opencode_client import OpencodeError, SessionNotFound, SpeaksV2
 from pigeond.delivery.opencode_transcript import TranscriptReader
 from pigeond.delivery.registry import DirectoryResolver
 from pigeond.model import Runtime, runtime_of
@@ -148,7 +149,10 @@ class OpencodeToolCalls:
         if not _is(member, Runtime.OPENCODE):
             return None
         read = Deferred.fromCoroutine(self._messages(member))
-        messages = await _within(self._clock, self._deadline_s, read, f"reading {member}")
+        try:
+            messages = await _within(self._clock, self._deadline_s, read, f"reading {member}")
+        except SpeaksV2:
+            return None  # a 2.x session: its transcript's tool calls are not read
         return [] if messages is None else opencode_calls(messages)
 
     async def _messages(self, member: str) -> list[dict[str, Any]] | None:
@@ -157,6 +161,8 @@ class OpencodeToolCalls:
             return await self._client.messages(member, directory, RECENT_MESSAGES)
         except SessionNotFound:
             return None  # no such session: it made no call
+        except SpeaksV2:
+            raise
         except OpencodeError as e:
             raise TranscriptUnreadable(f"cannot read {member}'s transcript: {e}") from e
 

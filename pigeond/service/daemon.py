@@ -204,6 +204,7 @@ class Daemon:
             d = self.delivery
             parts += [d.client, d.registry, d.verifier, *([d.turns] if d.turns else [])]
             parts += [d.permissions] if d.permissions is not None else []
+            parts += [d.v2] if d.v2 is not None else []
         return parts
 
     def delivery_health(self) -> DeliveryHealth:

@@ -14,6 +14,7 @@ from pigeond.delivery.routing import Routing
 from pigeond.delivery.turns import TurnTracker
 from pigeond.delivery.verifier import Verifier
 from pigeond.service.members import MemberLiveness
+from pigeond.service.opencode_v2 import OpencodeV2Parts
 from pigeond.service.shared_db import SharedDatabaseParts
 
 
@@ -33,6 +34,8 @@ class DeliveryParts:
     doors: MemberDoors
     # permission requests of sessions handling swarm messages (pigeond/delivery/permissions.py)
     permissions: PermissionWatch | None = None
+    # the 2.x client and runtime on the same URL (pigeond/service/opencode_v2.py)
+    v2: OpencodeV2Parts | None = None
 
     @property
     def routing(self) -> Routing | None:

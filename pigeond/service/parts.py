@@ -127,9 +127,14 @@ def access_policy(config: Config) -> tuple[AccessPolicy, list[str]]:
 def delivery_health_with_api(
     arbiter: Arbiter | None, client: OpencodeClient | None, events: EventStream | None
 ) -> DeliveryHealth:
-    """:func:`delivery_health_of`, and an opencode whose API pigeond does not speak."""
+    """:func:`delivery_health_of`, and which API opencode speaks: a 2.x (its version;
+    the 1.x event stream is not used), or one pigeond does not speak."""
     health = delivery_health_of(arbiter, client, events)
-    if client is None or client.api.problem is None or health is DELIVERY_OFF:
+    if client is None or health is DELIVERY_OFF:
+        return health
+    if client.api.v2_version is not None:
+        return replace(health, opencode_version=client.api.v2_version, event_stream="off")
+    if client.api.problem is None:
         return health
     return replace(health, opencode="unsupported", problem=client.api.problem)
 

@@ -45,6 +45,7 @@ from pigeond.service.members import (
     tool_call_readers,
     turns_ended_of,
 )
+from pigeond.service.opencode_v2 import OpencodeV2Parts
 from pigeond.service.parts import (
     access_policy,
     both,
@@ -104,11 +105,15 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
     members = member_parts(db, reactor)
     if config.arbiter_enabled:
         client, pool = opencode_client(config, reactor, http, members.reads)
-        registry = SessionDirectoryRegistry(client, reactor, config)
+        v2 = OpencodeV2Parts(config, client, reactor)  # the same URL, found to be a 2.x
+        registry = SessionDirectoryRegistry(v2.lookup, reactor, config)
         reach = client.reachability  # an outage of opencode: everything waits for its end
 
         def opencode_down() -> bool:
             return reach.down
+
+        def no_permission_polls() -> bool:
+            return reach.down or client.api.v2_version is not None  # 2.x: not its routes
 
         turns = (
             TurnTracker(reactor, client, config, opencode_down=opencode_down)
@@ -125,7 +130,7 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
             db, client, reactor, config, directory_of=registry.resolve,
             known_idle=turns.known_idle if turns is not None else (lambda session: False),
             stream_connected=lambda: events is not None and events.connected,
-            mine=None if routing is None else routing.mine, opencode_down=opencode_down,
+            mine=None if routing is None else routing.mine, opencode_down=no_permission_polls,
         )  # fmt: skip
         if turns is not None:
             events = EventStream(
@@ -140,6 +145,7 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
             on_transcript=modes.observe_transcript,
             target_locks=None if shared is None else shared.target_locks,
             opencode_down=opencode_down, runtimes=[members.claude, members.mcp],
+            opencode_v2=(v2.runtime, client.api),
         )  # fmt: skip
         reach.on_back(arbiter.opencode_back)
         verifier = Verifier(
@@ -160,7 +166,7 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         )  # fmt: skip
         delivery = DeliveryParts(
             client, registry, verifier, turns, shared, MemberLiveness(registry, db), doors,
-            permissions,
+            permissions, v2,
         )  # fmt: skip
         if shared is not None:
             shared.listen(arbiter.kick)
