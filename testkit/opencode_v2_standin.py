@@ -21,6 +21,8 @@ this.  What it keeps from the protocol:
 Bodies follow the v2 types published in npm ``@opencode-ai/sdk`` (a test checks them);
 the prompt's text is nested (``{"prompt": {"text": ...}}``) as those types declare, or
 flat (``{"text": ...}``, the released 2.3.0 protocol) with ``prompt_shape="flat"``.
+With ``synthetic=False`` it has no ``/synthetic`` route (404 ``"Not Found"``, as for any
+path it does not have), as a server before 2.3.0 and the SDK's v2 types.
 """
 
 from __future__ import annotations
@@ -98,8 +100,11 @@ class OpencodeV2StandIn:
         event_capacity: int = 64,
         prompt_shape: str = "nested",
         directory: str = "/tmp",
+        synthetic: bool = True,
     ) -> None:
         self.password = password
+        self.missing = frozenset() if synthetic else frozenset({"synthetic"})
+        """Handler names of routes it does not have."""
         self.model = model
         self.step_s = step_s
         self.request_fields = {
@@ -192,7 +197,7 @@ class StandInHandler(JsonHandler):
         url = urlsplit(self.path)
         for route_method, pattern, name in _COMPILED:
             match = pattern.fullmatch(url.path)
-            if match is None or route_method != method:
+            if match is None or route_method != method or name in self.standin.missing:
                 continue
             groups = match.groupdict()
             session = None
