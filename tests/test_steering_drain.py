@@ -42,14 +42,8 @@ class SteeringRuntime:
     async def prepare(self, target: str) -> Prepared | None:
         return Prepared(False, None)
 
-    async def hand_off(
-        self,
-        target: str,
-        prepared: Prepared,
-        texts: Sequence[str],
-        *,
-        delivery: Delivery = Delivery.QUEUE,
-    ) -> HandoffMode:
+    async def hand_off(self, target: str, prepared: Prepared, texts: Sequence[str], *,
+                       delivery: Delivery = Delivery.QUEUE) -> HandoffMode:  # fmt: skip
         self.handed.append((sorted(envelope_ids(texts)), delivery))
         return NO_MODE
 
