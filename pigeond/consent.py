@@ -10,6 +10,10 @@ sender holds when its message is accepted (the message's ``from_name``).  Only a
 that would hold or refuse, and lists a name, needs the sender's name: a send to anyone
 else reads nothing more than before.
 
+``steer`` (off unless the session turns it on) says whether an urgent message whose
+sender asks to steer may go into the session's running turn (opencode 2.x ``steer``)
+rather than after it: it decides how a message goes, never whether.
+
 :data:`POLICIES` is the one list of the policies: validation, the CLI's choices, the
 OpenAPI enum and the schema's CHECK (migration 12, held to it by a test) all follow it.
 """
@@ -47,13 +51,20 @@ class Verdict(StrEnum):
 @dataclass(frozen=True, slots=True)
 class InboundPolicy:
     """One session's policy as stored (``swarm_policies``); ``updated_by`` says who set it
-    (the session itself, ``operator``, or an HTTP client)."""
+    (the session itself, ``operator``, or an HTTP client); ``steer``: whether an urgent
+    message asked to steer may go into its running turn."""
 
     session: str
     policy: Policy
     allow: tuple[str, ...] = ()
     updated_at: int = 0
     updated_by: str | None = None
+    steer: bool = False
+
+    @property
+    def is_default(self) -> bool:
+        """Whether it says no more than a session that set none (no row needed)."""
+        return self.policy is DEFAULT_POLICY and not self.allow and not self.steer
 
     def verdict(self, sender: str, sender_name: str | None = None, proven: bool = True) -> Verdict:
         """Whether a message from ``sender`` (holding the name ``sender_name``, if any) is
@@ -80,6 +91,7 @@ class InboundPolicy:
             "session": self.session,
             "policy": self.policy.value,
             "allow": list(self.allow),
+            "steer": self.steer,
             "updated_at": self.updated_at,
             "updated_by": self.updated_by,
         }
@@ -103,6 +115,13 @@ def parse_allow(raw: object) -> tuple[str, ...]:
         if not isinstance(entry, str) or not ALLOW_ENTRY_RE.fullmatch(entry):
             raise ValueError(f"each allow entry must match {ALLOW_ENTRY_RE.pattern}")
     return tuple(dict.fromkeys(raw))
+
+
+def parse_steer(raw: object) -> bool:
+    """Whether steering is allowed: ``true`` or ``false``; ValueError otherwise."""
+    if isinstance(raw, bool):
+        return raw
+    raise ValueError("steer must be true or false")
 
 
 def held_reason(session: str, policy: Policy, unverified: str | None = None) -> str:

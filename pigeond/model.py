@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
@@ -16,6 +16,8 @@ KINDS: Final = (
     "artifact.handoff",
 )
 PRIORITIES: Final = ("urgent", "normal", "low")
+# The one priority a sender may ask to steer with (``steer``: see NewMessage).
+STEER_PRIORITY: Final = "urgent"
 DEFAULT_KIND: Final = "chat"
 DEFAULT_PRIORITY: Final = "normal"
 
@@ -193,6 +195,10 @@ class NewMessage:
     priority: str
     reply_to: str | None
     payload: str
+    # the sender asks that it go into the target's running turn (opencode 2.x ``steer``),
+    # not after it; only an urgent message may ask, and only a target whose policy allows
+    # it is steered (pigeond/delivery/steering.py).  Last of the row's columns (migration 23).
+    steer: bool = field(default=False, kw_only=True)
 
     def same_content(self, other: NewMessage | StoredMessage) -> bool:
         return (
@@ -203,6 +209,7 @@ class NewMessage:
             and self.priority == other.priority
             and self.reply_to == other.reply_to
             and self.payload == other.payload
+            and self.steer == other.steer
         )
 
 
@@ -300,6 +307,7 @@ class StoredMessage(NewMessage):
             "channel": self.channel,
             "kind": self.kind,
             "priority": self.priority,
+            "steer": self.steer,
             "reply_to": self.reply_to,
             "payload": self.payload,
             "created_at": self.created_at,

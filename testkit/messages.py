@@ -21,6 +21,7 @@ def new_message(
     priority: str = "normal",
     reply_to: str | None = None,
     payload: str = "hello",
+    steer: bool = False,
 ) -> NewMessage:
     return NewMessage(
         msg_id=msg_id or f"msg_test{next(_ids)}",
@@ -31,6 +32,7 @@ def new_message(
         priority=priority,
         reply_to=reply_to,
         payload=payload,
+        steer=steer,
     )
 
 

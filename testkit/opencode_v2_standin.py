@@ -21,6 +21,8 @@ this.  What it keeps from the protocol:
 Bodies follow the v2 types published in npm ``@opencode-ai/sdk`` (a test checks them);
 the prompt's text is nested (``{"prompt": {"text": ...}}``) as those types declare, or
 flat (``{"text": ...}``, the released 2.3.0 protocol) with ``prompt_shape="flat"``.
+With ``synthetic=False`` it has no ``/synthetic`` route (404 ``"Not Found"``, as for any
+path it does not have), as a server before 2.3.0 and the SDK's v2 types.
 """
 
 from __future__ import annotations
@@ -100,10 +102,13 @@ class OpencodeV2StandIn:
         prompt_shape: str = "nested",
         directory: str = "/tmp",
         admit_delay_s: float = 0.0,
+        synthetic: bool = True,
     ) -> None:
         """``admit_delay_s``: how long an admission's answer waits after the input is
         admitted (a client killed meanwhile has an input it never heard of)."""
         self.password = password
+        self.missing = frozenset() if synthetic else frozenset({"synthetic"})
+        """Handler names of routes it does not have."""
         self.model = model
         self.step_s = step_s
         self.admit_delay_s = admit_delay_s
@@ -200,7 +205,7 @@ class StandInHandler(JsonHandler):
         url = urlsplit(self.path)
         for route_method, pattern, name in _COMPILED:
             match = pattern.fullmatch(url.path)
-            if match is None or route_method != method:
+            if match is None or route_method != method or name in self.standin.missing:
                 continue
             groups = match.groupdict()
             session = None

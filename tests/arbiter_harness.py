@@ -133,7 +133,7 @@ class Harness:
     def now_ms(self) -> int:
         return now_ms(self.clock)
 
-    def send(self, to: str = "ses_target", expires_at: int | None = None, **kwargs: str) -> str:
+    def send(self, to: str = "ses_target", expires_at: int | None = None, **kwargs: Any) -> str:
         message = new_message(to, **kwargs)
         self.repo.accept(message, self.now_ms(), expires_at)
         return message.msg_id

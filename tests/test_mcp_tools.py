@@ -70,8 +70,9 @@ def test_send_is_stored_with_the_calling_session_as_sender(daemon: DaemonProcess
         ({"to": TARGET, "payload": "  "}, "swarm_send: 'payload' (the message text) is required and must not be empty"),  # noqa: E501
         ({"to": TARGET, "payload": "x", "kind": "gossip"}, "swarm_send: 'kind' must be one of chat, task.assign, status.update, clarification.request, clarification.reply, artifact.handoff, not \"gossip\""),  # noqa: E501
         ({"to": TARGET, "payload": "x", "reply_within_s": 0}, "swarm_send: 'reply_within_s' must be a whole number of seconds from 1 to 2592000, not 0"),  # noqa: E501
-        ({"to": TARGET, "payload": "x", "cc": "y"}, "swarm_send: unknown argument 'cc' (it takes to, channel, payload, kind, priority, reply_to, thread, expects_reply, reply_within_s, from)"),  # noqa: E501
+        ({"to": TARGET, "payload": "x", "cc": "y"}, "swarm_send: unknown argument 'cc' (it takes to, channel, payload, kind, priority, steer, reply_to, thread, expects_reply, reply_within_s, from)"),  # noqa: E501
         ({"to": TARGET, "payload": "x", "from": "ses_other"}, "swarm_send: 'from' is yours, ses_mcpA: leave it out"),  # noqa: E501
+        ({"to": TARGET, "payload": "x", "steer": True}, "swarm_send: 'steer' goes with priority 'urgent'"),  # noqa: E501
     ],
 )  # fmt: skip
 def test_bad_send_arguments_are_a_tool_error_naming_them(
@@ -293,7 +294,7 @@ def test_policy_sets_and_shows_ones_own(daemon: DaemonProcess, tmp_path: Path) -
     run = call_tool("swarm_policy", args, daemon_env(daemon), session=own)
     assert run.text == (
         "your policy is now hold: 0 message(s) held, 0 released\n"
-        "policy: hold; always let through: ses_lead; held now: 0"
+        "policy: hold; always let through: ses_lead; steering: off; held now: 0"
     )
 
 

@@ -126,9 +126,19 @@ def test_send_passes_what_reply_it_expects() -> None:
     assert (body["expects_reply"], body["reply_within_s"]) == (True, 600)
 
 
+def test_send_passes_an_urgent_steer() -> None:
+    """``steer`` with priority urgent goes to the daemon as given."""
+    body = send({"to": TARGET, "payload": "x", "priority": "urgent", "steer": True}).posts[0][
+        "body"
+    ]
+    assert (body["priority"], body["steer"]) == ("urgent", True)
+
+
 @pytest.mark.parametrize(
     ("args", "error"),
     [
+        ({"steer": True}, "'steer' goes with priority 'urgent'"),
+        ({"steer": True, "priority": "normal"}, "'steer' goes with priority 'urgent'"),
         ({"expects_reply": "yes"}, "'expects_reply' must be true or false, not \"yes\""),
         ({"reply_within_s": 0}, "'reply_within_s' must be a whole number of seconds"),
         ({"reply_within_s": 1.5}, "'reply_within_s' must be a whole number of seconds"),

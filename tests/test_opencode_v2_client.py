@@ -14,6 +14,8 @@ from pigeond.delivery.opencode_v2_client import OpencodeV2Client, health_version
 from tests.http_helpers import failure_of, result_of
 
 RECEIPT = json.dumps({"data": {"id": "msg_x", "admittedSeq": 1}}).encode()
+NO_ROUTE = (404, b'"Not Found"')  # a server without /synthetic
+SYNTHETIC, PROMPT = "/api/session/ses_t/synthetic", "/api/session/ses_t/prompt"
 
 
 class ScriptedExchange:
@@ -22,11 +24,13 @@ class ScriptedExchange:
     def __init__(self, *answers: tuple[int, bytes] | None) -> None:
         self._answers = list(answers)
         self.bodies: list[Any] = []
+        self.paths: list[str] = []
 
     async def request(
         self, method: str, path: str, headers: dict[str, str], body: bytes | None = None
     ) -> tuple[int, bytes]:
         self.bodies.append(json.loads(body) if body else None)
+        self.paths.append(path)
         answer = self._answers.pop(0)
         if answer is None:
             never: Deferred[tuple[int, bytes]] = Deferred()
@@ -41,12 +45,12 @@ def admitted(client: OpencodeV2Client) -> Deferred[dict[str, Any]]:
 def test_the_flat_prompt_goes_first_and_the_nested_one_after_a_400() -> None:
     """A 400 to the flat body (nothing admitted) sends the nested one; the server's shape
     is remembered, so the next admission sends it straight away."""
-    exchange = ScriptedExchange((400, b"{}"), (200, RECEIPT), (200, RECEIPT))
+    exchange = ScriptedExchange(NO_ROUTE, (400, b"{}"), (200, RECEIPT), (200, RECEIPT))
     client = OpencodeV2Client(exchange, Clock(), 5.0)
     receipts = [result_of(admitted(client)), result_of(admitted(client))]
     flat = {"id": "msg_x", "text": "hello", "delivery": "queue"}
     nested = {"id": "msg_x", "prompt": {"text": "hello"}, "delivery": "queue"}
-    assert exchange.bodies == [flat, nested, nested]
+    assert exchange.bodies == [flat, flat, nested, nested]
     assert [r["admittedSeq"] for r in receipts] == [1, 1]
 
 
@@ -78,3 +82,50 @@ def test_only_a_healthy_2x_answer_names_a_version() -> None:
     assert health_version(200, b'{"healthy": true, "version": "1.18.33"}') is None
     assert health_version(200, b'{"healthy": false, "version": "2.3.0"}') is None
     assert health_version(401, b"{}") is None
+
+
+def test_synthetic_input_goes_where_the_server_has_the_route() -> None:
+    """Every admission goes to ``/synthetic`` on a server that answered it, with its text
+    and delivery flat; ``/prompt`` is never tried."""
+    exchange = ScriptedExchange((200, RECEIPT), (200, RECEIPT))
+    client = OpencodeV2Client(exchange, Clock(), 5.0)
+    result_of(admitted(client))
+    result_of(Deferred.fromCoroutine(client.admit("ses_t", "msg_y", "now", "steer")))
+    assert exchange.paths == [SYNTHETIC, SYNTHETIC]
+    assert exchange.bodies[1] == {"id": "msg_y", "text": "now", "delivery": "steer"}
+    assert client.synthetic is True
+
+
+def test_a_missing_synthetic_route_is_remembered_and_prompt_used() -> None:
+    """A 404 that names no session (no such route: nothing admitted) sends the same input
+    to ``/prompt``, and every later one straight there."""
+    exchange = ScriptedExchange(NO_ROUTE, (200, RECEIPT), (200, RECEIPT))
+    client = OpencodeV2Client(exchange, Clock(), 5.0)
+    result_of(admitted(client))
+    result_of(admitted(client))
+    assert exchange.paths == [SYNTHETIC, PROMPT, PROMPT]
+    assert client.synthetic is False
+
+
+def test_a_session_not_found_on_synthetic_is_no_missing_route() -> None:
+    """``SessionNotFoundError`` from ``/synthetic`` fails the hand-off for good, and the
+    server is known to have the route: nothing goes to ``/prompt``."""
+    gone = (404, json.dumps({"_tag": "SessionNotFoundError", "sessionID": "ses_t"}).encode())
+    exchange = ScriptedExchange(gone)
+    client = OpencodeV2Client(exchange, Clock(), 5.0)
+    error = failure_of(admitted(client)).value
+    assert isinstance(error, HandOffError) and error.kind is FailureKind.PERMANENT
+    assert (exchange.paths, client.synthetic) == ([SYNTHETIC], True)
+
+
+def test_an_admission_unanswered_on_synthetic_is_retried_there() -> None:
+    """No answer in time tells nothing of the route: the retry goes to ``/synthetic``
+    again (where a server that has it re-admits the same input)."""
+    clock = Clock()
+    exchange = ScriptedExchange(None, (200, RECEIPT))
+    client = OpencodeV2Client(exchange, clock, 5.0)
+    first = admitted(client)
+    clock.advance(6)
+    assert isinstance(failure_of(first).value, DeadlineExceeded)
+    result_of(admitted(client))
+    assert exchange.paths == [SYNTHETIC, SYNTHETIC]

@@ -16,7 +16,6 @@ from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.web import server
 
-from pigeond.config import Config
 from pigeond.credentials import BasicAuth
 from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.http_exchange import HttpExchange
@@ -28,9 +27,10 @@ from pigeond.delivery.opencode_v2_runtime import (
     joined,
 )
 from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript
-from pigeond.service.parts import OpencodeV2Parts
+from pigeond.delivery.runtime import Delivery
 from testkit.opencode_v2_session import StandInSession
 from testkit.opencode_v2_standin import USER
+from testkit.polling import PATIENCE_S, wait_until
 from tests.opencode_stub import RecordingOpencode
 from tests.opencode_v2_calls import PASSWORD, prompt, running, wait_idle
 
@@ -67,12 +67,19 @@ async def hand_off(runtime: OpencodeV2Runtime, session: StandInSession) -> Any:
 @pytest.mark.parametrize("shape", ["flat", "nested"])
 @pytest_twisted.ensureDeferred
 async def test_a_hand_off_is_one_queued_input_naming_no_agent_or_model(shape: str) -> None:
-    """A batch is admitted once, queued, under its derived id, with no agent or model,
-    in whichever prompt shape the server takes; its turn has ended when the wait ends."""
-    with running(prompt_shape=shape) as (url, session), runtime_at(url) as (runtime, _):
+    """On a server without ``/synthetic``, a batch is admitted once as a prompt, queued,
+    under its derived id, with no agent or model, in whichever prompt shape the server
+    takes; its turn has ended when the wait ends."""
+    with (
+        running(prompt_shape=shape, synthetic=False) as (url, session),
+        runtime_at(url) as (
+            runtime,
+            _,
+        ),
+    ):
         await hand_off(runtime, session)
         admitted = session.admitted[admission_id(session.id, TEXTS)]
-        assert (admitted.text, admitted.delivery) == (joined(TEXTS), "queue")
+        assert (admitted.kind, admitted.text, admitted.delivery) == ("user", joined(TEXTS), "queue")
         assert not {"agent", "agents", "model"} & set(json.loads(admitted.body))
         assert [turn.input_ids for turn in session.turns] == [(admitted.id,)]
 
@@ -153,42 +160,6 @@ async def test_stopping_cuts_the_wait_for_the_turn_short() -> None:
         assert list(session.admitted) == [admission_id(session.id, TEXTS)]
 
 
-@contextlib.contextmanager
-def daemons_runtime(url: str, delivery: str) -> Iterator[OpencodeV2Runtime]:
-    """The 2.x runtime as the daemon builds it (OpencodeV2Parts) from its settings."""
-    config = Config(opencode_url=url, opencode_auth=BasicAuth(USER, PASSWORD), delivery=delivery)
-    parts = OpencodeV2Parts(config, reactor)
-    try:
-        yield parts.runtime
-    finally:
-        parts.close()
-
-
-@pytest_twisted.ensureDeferred
-async def test_the_daemons_2x_runtime_waits_for_the_turn_in_turn_delivery() -> None:
-    """Built from the daemon's settings, the runtime sends their password, and a hand-off in
-    ``turn`` delivery ends once its turn has."""
-    with running() as (url, session), daemons_runtime(url, "turn") as runtime:
-        await hand_off(runtime, session)
-        assert [turn.input_ids for turn in session.turns] == [(admission_id(session.id, TEXTS),)]
-
-
-@pytest_twisted.ensureDeferred
-async def test_the_daemons_2x_runtime_waits_for_nothing_in_call_delivery() -> None:
-    """In ``call`` delivery a hand-off ends once admitted, while its turn still runs."""
-    with running() as (url, session), daemons_runtime(url, "call") as runtime, session.turns_held():
-        await hand_off(runtime, session)
-        assert list(session.admitted) == [admission_id(session.id, TEXTS)]
-        assert session.turns == []
-
-
-def test_a_reload_gives_the_2x_client_its_new_deadline() -> None:
-    """A reload's handoff_timeout_s is the deadline of the 2.x calls from then on."""
-    parts = OpencodeV2Parts(Config(opencode_url="http://127.0.0.1:9"), reactor)
-    parts.configure(Config(opencode_url="http://127.0.0.1:9", handoff_timeout_s=7.5))
-    assert parts.client.timeout_s == 7.5
-
-
 @pytest_twisted.ensureDeferred
 async def test_a_2x_server_is_told_by_its_health() -> None:
     """``GET /api/health`` names a 2.x server's version."""
@@ -258,3 +229,64 @@ async def test_a_read_that_would_begin_inside_a_turn_reads_back_to_its_input() -
         assert isinstance(view, OpencodeV2Transcript)
         assert [m["id"] for m in view.messages] == [m["id"] for m in session.messages]
         assert view.answers({"m": "msg_in0"}) == {"m": session.messages[-1]["id"]}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_hand_off_is_synthetic_input_where_the_server_has_it() -> None:
+    """On a server with ``/synthetic`` the batch is synthetic input (no person's turn), and
+    its envelopes are found in that entry of the transcript."""
+    with running() as (url, session), runtime_at(url) as (runtime, _):
+        await hand_off(runtime, session)
+        input_id = admission_id(session.id, TEXTS)
+        assert (session.admitted[input_id].kind, session.messages[0]["type"]) == (
+            "synthetic", "synthetic",
+        )  # fmt: skip
+        assert runtime.transcripts is not None
+        view = await runtime.transcripts.read(session.id, None)
+        assert dict(view.homes) == {"msg_1": input_id, "msg_2": input_id}
+
+
+async def steered_while_running(delivery: Delivery) -> tuple[StandInSession, str, str]:
+    """A person's prompt starts a long turn; the batch is handed off with ``delivery``
+    while it runs.  The session, the person's input id and the batch's, once idle."""
+    with running(step_s=2.0) as (url, session), runtime_at(url) as (runtime, _):
+        person = prompt(url, session.id, "the person's own prompt", id="msg_person")["id"]
+        wait_until(session.busy, PATIENCE_S, "the person's turn")
+        prepared = await runtime.prepare(session.id)
+        assert prepared is not None
+        await runtime.hand_off(session.id, prepared, TEXTS, delivery=delivery)
+        await runtime.after_hand_off(session.id, prepared)
+        return session, person, admission_id(session.id, TEXTS)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_steer_merges_into_the_running_turn() -> None:
+    """A batch handed off as a steer is read by the turn that runs: one turn, both inputs."""
+    session, person, batch = await steered_while_running(Delivery.STEER)
+    assert session.admitted[batch].delivery == "steer"
+    assert [turn.input_ids for turn in session.turns] == [(person, batch)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_queued_batch_is_a_turn_of_its_own_after_the_running_one() -> None:
+    """A batch handed off queued waits for the running turn, then runs as its own."""
+    session, person, batch = await steered_while_running(Delivery.QUEUE)
+    assert session.admitted[batch].delivery == "queue"
+    assert [turn.input_ids for turn in session.turns] == [(person,), (batch,)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_retried_steer_sends_the_same_body_and_gets_the_same_receipt() -> None:
+    """A retry of a steer admission goes as a steer again, whatever its retry is asked
+    (the policy may have changed): the same receipt, no 409, one input."""
+    with running() as (url, session), runtime_at(url) as (runtime, _):
+        seqs = []
+        for delivery in (Delivery.STEER, Delivery.QUEUE):
+            prepared = await runtime.prepare(session.id)
+            assert prepared is not None
+            await runtime.hand_off(session.id, prepared, TEXTS, delivery=delivery)
+            assert isinstance(prepared.detail, Admission)
+            seqs.append(prepared.detail.seq)
+        input_id = admission_id(session.id, TEXTS)
+        assert (seqs, session.admission_requests[input_id]) == ([1, 1], 2)
+        assert session.admitted[input_id].delivery == "steer"

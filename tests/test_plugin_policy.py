@@ -48,7 +48,7 @@ def test_swarm_policy_sets_the_calling_session_s_own_policy() -> None:
     }  # fmt: skip
     assert run.output == (
         "your policy is now hold: 2 message(s) held, 0 released\n"
-        "policy: hold; always let through: ses_lead; held now: 2"
+        "policy: hold; always let through: ses_lead; steering: off; held now: 2"
     )
 
 

@@ -131,3 +131,20 @@ def test_fields_are_escaped(capsys: pytest.CaptureFixture[str], db: Path) -> Non
     repo.close()
     _, out, _ = run(capsys, db, "policy", "ls")
     assert "\x1b" not in out and "\\x1b[2J" in out
+
+
+def test_set_steer_allows_steering_and_keeps_it(
+    capsys: pytest.CaptureFixture[str], db: Path
+) -> None:
+    """``--steer`` allows steering; a later ``set`` without it keeps it; ``show --json``
+    and the table say so."""
+    code, out, _ = run(capsys, db, "policy", "set", B, "hold", "--steer")
+    assert (code, out) == (0, f"{B} hold, steering allowed: 0 held, 0 released\n")
+    run(capsys, db, "policy", "set", B, "accept")
+    _, shown, _ = run(capsys, db, "policy", "show", B, "--json")
+    assert json.loads(shown)["steer"] is True
+    _, table, _ = run(capsys, db, "policy", "ls")
+    header, row = table.splitlines()
+    assert row.split()[header.split().index("steer")] == "on"
+    run(capsys, db, "policy", "set", B, "accept", "--no-steer")
+    assert not reopen(db).policy_of(B).steer

@@ -136,7 +136,7 @@ def test_a_policy_is_stored_with_its_allow_list_and_author(repo: SwarmRepository
     repo.set_policy(B, Policy.REFUSE, (FRIEND, "@reviewer"), NOW_MS, "operator")
     [stored] = repo.policies()
     assert stored.view() == {
-        "session": B, "policy": "refuse", "allow": [FRIEND, "@reviewer"],
+        "session": B, "policy": "refuse", "allow": [FRIEND, "@reviewer"], "steer": False,
         "updated_at": NOW_MS, "updated_by": "operator",
     }  # fmt: skip
 

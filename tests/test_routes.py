@@ -225,7 +225,7 @@ def test_inbox_lists_handed_off_only(api: Api) -> None:
     assert status == 200
     assert [m["msg_id"] for m in body["messages"]] == [delivered]
     assert set(body["messages"][0]) == {
-        "msg_id", "from", "to", "channel", "kind", "priority", "reply_to", "payload",
+        "msg_id", "from", "to", "channel", "kind", "priority", "steer", "reply_to", "payload",
         "created_at", "handed_off_at", "verified_at", "from_name", "to_name", "channel_msg_id",
         "from_verified", "from_verified_note",
     }  # fmt: skip

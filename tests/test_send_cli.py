@@ -853,3 +853,22 @@ def test_a_held_send_prints_its_msg_id_and_why(
     code, out, err = send(capsys, ["--url", fake.url, "--from", SESSION, TARGET, "hi"])
     assert (code, out) == (0, MSG_ID + "\n")
     assert err.startswith(f"pigeon-send: held: {reason} (")
+
+
+def test_steer_is_sent_with_urgent(fake: FakeDaemon, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--steer --priority urgent`` asks the daemon to steer."""
+    code, _, _ = send(
+        capsys,
+        ["--url", fake.url, "--from", SESSION, "--priority", "urgent", "--steer", TARGET, "x"],
+    )
+    assert code == 0
+    assert (fake.last.json()["priority"], fake.last.json()["steer"]) == ("urgent", True)
+
+
+def test_steer_without_urgent_is_usage_error(
+    fake: FakeDaemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--steer goes with --priority urgent only: otherwise exit 2, nothing sent."""
+    code, _, err = send(capsys, ["--url", fake.url, "--from", SESSION, "--steer", TARGET, "x"])
+    assert (code, fake.requests) == (2, [])
+    assert "--steer goes with --priority urgent" in err

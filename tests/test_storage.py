@@ -104,7 +104,7 @@ def test_added_columns(repo: SwarmRepository) -> None:
         "handoff_agent", "handoff_provider", "handoff_model", "handoff_variant", "handoff_note",
         "handoff_intent_at", "answered_at", "answer_message_id", "from_name", "to_name",
         "channel_msg_id", "thread_id", "hold_kind", "hold_brake", "hold_reason", "hold_ttl_ms",
-        "from_proof", "from_proof_note", "from_proof_call",
+        "from_proof", "from_proof_note", "from_proof_call", "steer",
     ]  # fmt: skip
 
 

@@ -123,7 +123,7 @@ function oneOf(tool, args, key, choices) {
 
 function parseSendArgs(args) {
   const tool = "swarm_send";
-  checkArgs(tool, args, ["to", "channel", "payload", "kind", "priority", "reply_to", "thread", "expects_reply", "reply_within_s"]);
+  checkArgs(tool, args, ["to", "channel", "payload", "kind", "priority", "steer", "reply_to", "thread", "expects_reply", "reply_within_s"]);
   const to = stringArg(tool, args, "to", TARGET_RE, "a session id (ses_..., a Claude Code session uuid, mcp_name) or @name");
   const channel = stringArg(tool, args, "channel", CHANNEL_RE, CHANNEL_HINT);
   if ((to === undefined) === (channel === undefined)) {
@@ -133,12 +133,18 @@ function parseSendArgs(args) {
   if (payload === undefined || payload.trim() === "") {
     throw new ToolError(`${tool}: 'payload' (the message text) is required and must not be empty`);
   }
+  const priority = oneOf(tool, args, "priority", PRIORITIES);
+  const steer = booleanArg(tool, args, "steer");
+  if (steer && priority !== "urgent") {
+    throw new ToolError(`${tool}: 'steer' goes with priority 'urgent'`);
+  }
   return {
     to,
     channel,
     payload,
     kind: oneOf(tool, args, "kind", KINDS),
-    priority: oneOf(tool, args, "priority", PRIORITIES),
+    priority,
+    steer,
     reply_to: stringArg(tool, args, "reply_to", MSG_ID_RE, "a msg_id like msg_..."),
     thread: stringArg(tool, args, "thread", THREAD_RE, "a thread id like thr_..."),
     expects_reply: booleanArg(tool, args, "expects_reply"),
@@ -194,7 +200,7 @@ function parseNameArgs(args) {
 
 function parsePolicyArgs(args) {
   const tool = "swarm_policy";
-  checkArgs(tool, args, ["policy", "allow", "release"]);
+  checkArgs(tool, args, ["policy", "allow", "release", "steer"]);
   const policy = oneOf(tool, args, "policy", POLICIES);
   let allow;
   if (present(args, "allow")) {
@@ -205,10 +211,13 @@ function parsePolicyArgs(args) {
     allow = value;
   }
   const release = booleanArg(tool, args, "release") === true;
-  if (allow !== undefined && policy === undefined) {
-    throw new ToolError(`${tool}: 'allow' goes with 'policy' (${POLICIES.join(", ")})`);
+  const steer = booleanArg(tool, args, "steer");
+  for (const [name, given] of [["allow", allow], ["steer", steer]]) {
+    if (given !== undefined && policy === undefined) {
+      throw new ToolError(`${tool}: '${name}' goes with 'policy' (${POLICIES.join(", ")})`);
+    }
   }
-  return { policy, allow, release };
+  return { policy, allow, release, steer };
 }
 
 function parseChannelArgs(args) {
@@ -908,6 +917,7 @@ function makeTools(env) {
       payload: { type: "string", description: "the message text" },
       kind: optional("string", `what the message is: ${KINDS.join(", ")}; null for chat`, KINDS),
       priority: optional("string", "urgent, normal or low; null for normal (urgent goes first)", PRIORITIES),
+      steer: optional("boolean", "urgent only: true asks that it go into the target's running turn, read at its next step (opencode 2.x, when the target's policy allows it), not after it; null: after it"),
       reply_to: optional("string", "the msg_id this message answers (msg_...); null if none"),
       thread: optional("string", "the thread it belongs to (thr_...); null: the thread of reply_to, else a new one"),
       expects_reply: optional("boolean", "whether the target owes you a reply; null: yes for task.assign and clarification.request, else no"),
@@ -1078,15 +1088,18 @@ function makeTools(env) {
       default) lets every message in; "hold" keeps them stored and waiting (they still expire)
       until you release them or switch back to "accept", which releases everything held, in order;
       "refuse" makes senders' swarm_send fail at once.  allow lists session ids that always get
-      through.  release: true lets the held messages in now and keeps the policy.  With no
-      arguments it says your policy and how many messages wait.  Only your own session's policy.`),
+      through.  release: true lets the held messages in now and keeps the policy.  steer: true
+      lets an urgent message whose sender asks for it go into your running turn (read at its
+      next step) rather than after it; off unless you turn it on.  With no arguments it says
+      your policy and how many messages wait.  Only your own session's policy.`),
     args: {
       policy: optional("string", `${POLICIES.join(", ")}; null to leave it as it is`, POLICIES),
       allow: { type: ["array", "null"], items: { type: "string" }, description: "session ids that always get through (replaces the list); null keeps the list" },
       release: optional("boolean", "true: let the held messages in now; null or false: no"),
+      steer: optional("boolean", "allow urgent messages to steer your running turn; null: as it is"),
     },
     async execute(args, context) {
-      const { policy, allow, release } = parsePolicyArgs(args);
+      const { policy, allow, release, steer } = parsePolicyArgs(args);
       // this session's own policy only: the session is opencode's, never an argument
       const session = callerSession("swarm_policy", context);
       const daemon = await daemonConfig("swarm_policy", env);
@@ -1098,9 +1111,11 @@ function makeTools(env) {
         if (policy !== undefined) {
           const body = { policy, by: session, ...ownCall(context) };
           if (allow !== undefined) body.allow = allow;
+          if (steer !== undefined) body.steer = steer;
           const answer = await call("PUT", `/swarm/policy/${session}`, body);
           if (answer.status !== 200) throw refused("swarm_policy", answer);
-          lines.push(`your policy is now ${answer.json.policy}: ${answer.json.held} message(s) held, ${answer.json.released} released`);
+          const steering = answer.json.steer ? "; urgent messages may steer your running turn" : "";
+          lines.push(`your policy is now ${answer.json.policy}${steering}: ${answer.json.held} message(s) held, ${answer.json.released} released`);
         }
         if (release) {
           const answer = await call("POST", `/swarm/release/${session}`, ownCall(context));
@@ -1110,7 +1125,7 @@ function makeTools(env) {
         const answer = await call("GET", `/swarm/policy/${session}`, undefined);
         if (answer.status !== 200) throw refused("swarm_policy", answer);
         const allowed = answer.json.allow.length ? answer.json.allow.map((a) => field(a)).join(", ") : "nobody";
-        lines.push(`policy: ${answer.json.policy}; always let through: ${allowed}; held now: ${answer.json.held}`);
+        lines.push(`policy: ${answer.json.policy}; always let through: ${allowed}; steering: ${answer.json.steer ? "allowed" : "off"}; held now: ${answer.json.held}`);
       } catch (error) {
         if (error instanceof Unreachable || error instanceof RateLimited) {
           throw new ToolError(`swarm_policy: ${error.message}`);

@@ -285,13 +285,16 @@ class Tools:
             body: dict[str, Any] = {"policy": wanted.policy, "by": session}
             if wanted.allow is not None:
                 body["allow"] = wanted.allow
+            if wanted.steer is not None:
+                body["steer"] = wanted.steer
             answer = daemon.call(tool, "PUT", f"/swarm/policy/{path}", body)
             if answer.status != 200:
                 raise refused_by(tool, answer)
             b = answer.body
+            steering = "; urgent messages may steer your running turn" if b.get("steer") else ""
             lines.append(
-                f"your policy is now {field(b.get('policy'))}: {field(b.get('held'))} message(s)"
-                f" held, {field(b.get('released'))} released"
+                f"your policy is now {field(b.get('policy'))}{steering}:"
+                f" {field(b.get('held'))} message(s) held, {field(b.get('released'))} released"
             )
         if wanted.release:
             answer = daemon.call(tool, "POST", f"/swarm/release/{path}", {})
@@ -310,6 +313,7 @@ class Tools:
         )
         lines.append(
             f"policy: {field(answer.body.get('policy'))}; always let through: {allowed};"
+            f" steering: {'allowed' if answer.body.get('steer') else 'off'};"
             f" held now: {field(answer.body.get('held'))}"
         )
         return "\n".join(lines)

@@ -25,6 +25,7 @@ from pigeond.model import (
     NAME_RE,
     PRIORITIES,
     SENDER_RE,
+    STEER_PRIORITY,
     THREAD_RE,
 )
 
@@ -130,6 +131,7 @@ class SendArgs:
     reply_within_s: int | None
     sender: str | None  # 'from': only where pigeon-mcp knows no identity
     thread: str | None = None  # None: pigeond takes reply_to's, else starts one
+    steer: bool | None = None  # urgent only: into the target's running turn, if it allows
 
     def body(self) -> dict[str, Any]:
         """The fields of POST /swarm/send that were given."""
@@ -139,6 +141,7 @@ class SendArgs:
             "payload": self.payload,
             "kind": self.kind,
             "priority": self.priority,
+            "steer": self.steer,
             "reply_to": self.reply_to,
             "expects_reply": self.expects_reply,
             "reply_within_s": self.reply_within_s,
@@ -148,8 +151,8 @@ class SendArgs:
 
 
 SEND_ARGS: Final = (
-    "to", "channel", "payload", "kind", "priority", "reply_to", "thread", "expects_reply",
-    "reply_within_s", "from",
+    "to", "channel", "payload", "kind", "priority", "steer", "reply_to", "thread",
+    "expects_reply", "reply_within_s", "from",
 )  # fmt: skip
 
 
@@ -163,12 +166,17 @@ def parse_send(raw: object) -> SendArgs:
     payload = string_arg(tool, args, "payload")
     if payload is None or payload.strip() == "":
         raise ToolError(f"{tool}: 'payload' (the message text) is required and must not be empty")
+    priority = one_of(tool, args, "priority", PRIORITIES)
+    steer = boolean_arg(tool, args, "steer")
+    if steer and priority != STEER_PRIORITY:
+        raise ToolError(f"{tool}: 'steer' goes with priority '{STEER_PRIORITY}'")
     return SendArgs(
         to=to,
         channel=channel,
         payload=payload,
         kind=one_of(tool, args, "kind", KINDS),
-        priority=one_of(tool, args, "priority", PRIORITIES),
+        priority=priority,
+        steer=steer,
         reply_to=string_arg(tool, args, "reply_to", MSG_ID_RE, "a msg_id like msg_..."),
         expects_reply=boolean_arg(tool, args, "expects_reply"),
         reply_within_s=integer_arg(
@@ -214,11 +222,12 @@ class PolicyArgs:
     policy: str | None
     allow: list[str] | None
     release: bool
+    steer: bool | None = None  # None: as it is
 
 
 def parse_policy(raw: object) -> PolicyArgs:
     tool = "swarm_policy"
-    args = check_args(tool, raw, ("policy", "allow", "release"))
+    args = check_args(tool, raw, ("policy", "allow", "release", "steer"))
     policy = one_of(tool, args, "policy", POLICIES)
     allow = None
     if present(args, "allow"):
@@ -234,9 +243,11 @@ def parse_policy(raw: object) -> PolicyArgs:
             )
         allow = list(value)
     release = boolean_arg(tool, args, "release") is True
-    if allow is not None and policy is None:
-        raise ToolError(f"{tool}: 'allow' goes with 'policy' ({', '.join(POLICIES)})")
-    return PolicyArgs(policy, allow, release)
+    steer = boolean_arg(tool, args, "steer")
+    for name, given in (("allow", allow), ("steer", steer)):
+        if given is not None and policy is None:
+            raise ToolError(f"{tool}: '{name}' goes with 'policy' ({', '.join(POLICIES)})")
+    return PolicyArgs(policy, allow, release, steer)
 
 
 def parse_channel(raw: object) -> tuple[str, str | None, str | None]:

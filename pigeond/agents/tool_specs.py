@@ -52,6 +52,12 @@ SPECS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
                 "priority": _optional(
                     "string", "urgent, normal or low; null for normal", PRIORITIES
                 ),
+                "steer": _optional(
+                    "boolean",
+                    "urgent only: true asks that it go into the target's running turn, read at"
+                    " its next step (opencode 2.x, when the target's policy allows it), not"
+                    " after it; null: after it",
+                ),
                 "reply_to": _optional("string", "the msg_id this message answers; null if none"),
                 "thread": _optional(
                     "string",
@@ -147,8 +153,10 @@ SPECS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
         default) lets every message in; "hold" keeps them stored and waiting until you
         release them or switch back to "accept"; "refuse" makes senders' swarm_send fail at
         once.  allow lists senders (session ids or @names) that always get through.
-        release: true lets the held messages in now.  With no arguments it says your policy
-        and how many messages wait."""),
+        release: true lets the held messages in now.  steer: true lets an urgent message whose
+        sender asks for it go into your running turn (read at its next step) rather than
+        after it; off unless you turn it on.  With no arguments it says your policy and how
+        many messages wait."""),
         _object(
             {
                 "policy": _optional("string", "null to leave it as it is", POLICIES),
@@ -158,6 +166,9 @@ SPECS: Final[dict[str, tuple[str, dict[str, Any]]]] = {
                     "description": "senders that always get through (replaces the list)",
                 },
                 "release": _optional("boolean", "true: let the held messages in now"),
+                "steer": _optional(
+                    "boolean", "allow urgent messages to steer your running turn; null: as it is"
+                ),
             }
         ),
     ),

@@ -1,9 +1,10 @@
 """Each session's consent over HTTP, and the daemon's copy of every policy.
 
 ``PUT /swarm/policy/<session>`` sets a policy (``{"policy": "accept" | "hold" |
-"refuse", "allow": [...]}``), ``GET /swarm/policy/<session>`` reads it with the count of
-held messages, ``POST /swarm/release/<session>`` releases what is held now (the policy
-stays), and ``GET /swarm/policies`` lists every session that set one.
+"refuse", "allow": [...], "steer": true | false}``), ``GET /swarm/policy/<session>``
+reads it with the count of held messages, ``POST /swarm/release/<session>`` releases
+what is held now (the policy stays), and ``GET /swarm/policies`` lists every session
+that set one.
 
 A session's consent is its own (:mod:`pigeond.api.authority`): ``PUT`` and the release
 are allowed only to the session's own ``swarm_policy`` call (in flight, asking for the same)
@@ -41,6 +42,7 @@ from pigeond.consent import (
     held_reason,
     parse_allow,
     parse_policy,
+    parse_steer,
 )
 from pigeond.model import (
     SESSION_ID_RE,
@@ -133,7 +135,7 @@ class PolicyBook:
     def remember(self, change: PolicyChange) -> None:
         """A policy this daemon just stored."""
         policy = change.policy
-        if policy.policy is DEFAULT_POLICY and not policy.allow:
+        if policy.is_default:
             self._policies.pop(policy.session, None)
         else:
             self._policies[policy.session] = policy
@@ -166,10 +168,14 @@ def _allow_list(raw: object) -> tuple[object, ...] | None:
 
 def setting(session: str, body: Mapping[str, Any]) -> OwnCall:
     """The ``swarm_policy`` call that asks for what a ``PUT`` body does."""
-    wanted, allow = body.get("policy"), _allow_list(body.get("allow"))
+    wanted, allow, steer = body.get("policy"), _allow_list(body.get("allow")), body.get("steer")
 
     def matches(given: Mapping[str, Any]) -> bool:
-        return given.get("policy") == wanted and _allow_list(given.get("allow")) == allow
+        return (
+            given.get("policy") == wanted
+            and _allow_list(given.get("allow")) == allow
+            and given.get("steer") == steer
+        )
 
     return OwnCall("swarm_policy", matches, "set its policy", f"policy set {session} ...")
 
@@ -208,28 +214,28 @@ class PolicyRoutes:
         return session
 
     async def put(self, request: server.Request, session: str) -> JsonResponse:
-        """Set the session's policy (and allow-list: omitted, it stays as it was); 403 when
-        the caller is neither the session's own swarm_policy call nor a person."""
+        """Set the session's policy (its allow-list and steering: each omitted stays as it
+        was); 403 when the caller is neither the session's own swarm_policy call nor a
+        person."""
         self._check(session)
         try:
             body = decode_json_object(read_body(request))
             policy = parse_policy(body.get("policy"))
-            allow = (
-                self._book.policy_of(session).allow
-                if body.get("allow") is None
-                else parse_allow(body["allow"])
-            )
+            was = self._book.policy_of(session)
+            allow = was.allow if body.get("allow") is None else parse_allow(body["allow"])
+            steer = was.steer if body.get("steer") is None else parse_steer(body["steer"])
         except (InvalidRequest, ValueError) as e:
             raise HttpError(400, str(e)) from e
         call_id = call_id_of(body.get(CALL_ID_FIELD))
         by = await self._authority.acting_for(request, session, setting(session, body), call_id)
         change = await self._db.write(
-            SwarmRepository.set_policy, session, policy, allow, self._now_ms(), by
+            SwarmRepository.set_policy, session, policy, allow, self._now_ms(), by, steer
         )
         self._book.remember(change)
-        log.info("{session}'s inbound policy is now {policy} (by {by}): {held} held,"
-                 " {released} released", session=session, policy=policy.value, by=by,
-                 held=change.held, released=change.released)  # fmt: skip
+        log.info("{session}'s inbound policy is now {policy}, steering {steer} (by {by}):"
+                 " {held} held, {released} released", session=session, policy=policy.value,
+                 steer="allowed" if steer else "off", by=by, held=change.held,
+                 released=change.released)  # fmt: skip
         return JsonResponse(
             200, change.policy.view() | {"held": change.held, "released": change.released}
         )

@@ -19,6 +19,7 @@ from pigeond.model import (
     PRIORITIES,
     SENDER_RE,
     SESSION_ID_RE,
+    STEER_PRIORITY,
     THREAD_RE,
     VIA_TERMINAL,
     NewMessage,
@@ -68,6 +69,19 @@ def _reply_expectation(body: dict[str, Any], kind: str, direct: bool) -> tuple[b
         return False, None
     expects = asked if asked is not None else (within is not None or kind in REPLY_EXPECTED_KINDS)
     return expects, within
+
+
+def _steer(body: dict[str, Any], priority: str) -> bool:
+    """``steer`` (default false): the sender asks that the message go into the target's
+    running turn; only an urgent message may ask."""
+    asked = body.get("steer")
+    if asked is None:
+        return False
+    if not isinstance(asked, bool):
+        raise InvalidRequest("field 'steer' must be true or false")
+    if asked and priority != STEER_PRIORITY:
+        raise InvalidRequest(f"field 'steer' needs field 'priority' to be {STEER_PRIORITY!r}")
+    return asked
 
 
 def _optional_ttl(body: dict[str, Any]) -> int | None:
@@ -202,15 +216,17 @@ def parse_send_body(raw: bytes, make_msg_id: Callable[[], str]) -> SendRequest:
     _check(thread, "thread", THREAD_RE)
     _no_surrogates(payload, "payload")
     ttl_s = _optional_ttl(body)
+    rank = _one_of(priority, "priority", PRIORITIES, DEFAULT_PRIORITY)
     message = NewMessage(
         msg_id=msg_id if msg_id is not None else make_msg_id(),
         from_session=from_session,
         to_session=to_session,
         channel=channel,
         kind=_one_of(kind, "kind", KINDS, DEFAULT_KIND),
-        priority=_one_of(priority, "priority", PRIORITIES, DEFAULT_PRIORITY),
+        priority=rank,
         reply_to=reply_to,
         payload=payload,
+        steer=_steer(body, rank),
     )
     direct = channel is None
     expects_reply, reply_within_s = _reply_expectation(body, message.kind, direct)

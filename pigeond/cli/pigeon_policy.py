@@ -2,8 +2,9 @@
 
 ``pigeon policy`` lists every session that set a policy (with how many messages each
 holds), ``pigeon policy show S`` one session's, ``pigeon policy set S POLICY [--allow
-SENDER ...]`` sets one, and ``pigeon policy release S`` releases what is held for S now
-(the policy stays).  The writes go to the database directly, in one transaction each
+SENDER ...] [--steer | --no-steer]`` sets one (steering, when not named, stays as it
+was), and ``pigeon policy release S`` releases what is held for S now (the policy
+stays).  The writes go to the database directly, in one transaction each
 with the waiting messages they hold or release (pigeond/storage/policies.py); a running
 daemon reads the new policy within pigeond.api.policy.REFRESH_S seconds and applies it
 once more to what it accepted meanwhile.  Fields are escaped; ``--json`` is exact.
@@ -23,7 +24,7 @@ from pigeond.model import SESSION_ID_RE
 from pigeond.storage import SwarmRepository
 from pigeond.terminal import json_visible, visible
 
-POLICY_COLUMNS: Final = ("session", "policy", "held", "allow", "set", "by")
+POLICY_COLUMNS: Final = ("session", "policy", "held", "allow", "steer", "set", "by")
 EXIT_OK, EXIT_USAGE = 0, 2
 
 
@@ -51,6 +52,12 @@ def add_policy_parser(
         help="a sender that always gets through (repeat; replaces the list)",
     )
     put.add_argument("--clear-allow", action="store_true", help="empty the allow-list")
+    put.add_argument(
+        "--steer",
+        action=argparse.BooleanOptionalAction,
+        help="whether an urgent message asked to steer may go into the session's running"
+        " turn (opencode 2.x); off by default",
+    )
     release = verbs.add_parser(
         "release", parents=[db], help="release the messages held for a session now"
     )
@@ -68,7 +75,8 @@ def _row(policy: InboundPolicy, held: int, now_ms: int) -> list[str]:
     when = format_age(now_ms - policy.updated_at) if policy.updated_at else "-"
     return [
         policy.session, policy.policy.value, str(held),
-        ",".join(policy.allow) or "-", when, policy.updated_by or "-",
+        ",".join(policy.allow) or "-", "on" if policy.steer else "off", when,
+        policy.updated_by or "-",
     ]  # fmt: skip
 
 
@@ -86,13 +94,17 @@ def cmd_policy(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> 
     try:
         session = _session(args.session) if verb != "ls" else ""
         if verb == "set":
-            current = repo.policy_of(session).allow
-            allow = () if args.clear_allow else current
+            current = repo.policy_of(session)
+            allow = () if args.clear_allow else current.allow
             if args.allow:
                 allow = parse_allow(args.allow)
-            change = repo.set_policy(session, parse_policy(args.policy), allow, now_ms, OPERATOR)
+            steer = current.steer if args.steer is None else args.steer
+            change = repo.set_policy(
+                session, parse_policy(args.policy), allow, now_ms, OPERATOR, steer
+            )
             print(
-                f"{visible(session)} {change.policy.policy.value}:"
+                f"{visible(session)} {change.policy.policy.value}"
+                f"{', steering allowed' if steer else ''}:"
                 f" {change.held} held, {change.released} released"
             )
             return EXIT_OK

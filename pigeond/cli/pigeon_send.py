@@ -44,7 +44,7 @@ from pigeond.credentials import (
     daemon_address,
 )
 from pigeond.ids import make_msg_id
-from pigeond.model import RECEIPT_STAGES, VIA_TERMINAL, receipt_stage
+from pigeond.model import RECEIPT_STAGES, STEER_PRIORITY, VIA_TERMINAL, receipt_stage
 from pigeond.terminal import visible
 
 __all__ = [
@@ -113,6 +113,7 @@ def build_request(
     for key, value in (
         ("kind", args.kind),
         ("priority", args.priority),
+        ("steer", args.steer),
         ("reply_to", args.reply_to),
         ("thread", args.thread),
         ("msg_id", args.msg_id),
@@ -136,6 +137,8 @@ def check_options(args: argparse.Namespace) -> None:
         raise UsageError("--reply-within must be a positive number of seconds")
     if not 0 <= args.retry_for <= MAX_RETRY_FOR_S:
         raise UsageError(f"--retry-for must be from 0 to {MAX_RETRY_FOR_S:g} seconds")
+    if args.steer and args.priority != STEER_PRIORITY:
+        raise UsageError(f"--steer goes with --priority {STEER_PRIORITY}")
     if args.until is not None and not args.wait:
         raise UsageError("--until goes with --wait")
 

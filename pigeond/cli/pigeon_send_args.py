@@ -33,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--kind", choices=KINDS, help="message kind (default chat)")
     parser.add_argument("--priority", choices=PRIORITIES, help="priority (default normal)")
+    parser.add_argument(
+        "--steer", action="store_const", const=True,
+        help="with --priority urgent: ask that it go into the target's running turn (opencode"
+        " 2.x, if the target's policy allows it); otherwise it goes after that turn",
+    )  # fmt: skip
     parser.add_argument("--reply-to", metavar="MSG", help="msg_id this message answers")
     parser.add_argument(
         "--thread", metavar="T",

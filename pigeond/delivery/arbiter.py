@@ -75,6 +75,7 @@ from pigeond.delivery.recovery import HandOffRecovery
 from pigeond.delivery.registry import DirectoryResolver
 from pigeond.delivery.routing import Routing
 from pigeond.delivery.runtime import AgentRuntime, Runtimes
+from pigeond.delivery.steering import steering_allowed
 from pigeond.delivery.turns import TurnTracker
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError, SwarmRepository
@@ -168,6 +169,7 @@ class Arbiter:
             self._state, self._outcomes, self.runtimes, ready_reads, recovery,
             lambda: self._policy, database_vanished=self._database_vanished,
             target_locks=target_locks, routing=routing,
+            steer_allowed=lambda target: db.read(steering_allowed, target),
         )  # fmt: skip
         self._in_flight: dict[str, Deferred[None]] = {}
         self.ticking_service = self._tick_service(policy.tick_s)
@@ -336,6 +338,7 @@ class Arbiter:
         state = self._state
         if target in self._in_flight:
             state.kicked_in_flight.add(target)
+            state.kicks.kicked(target)
             return True
         if state.stopping or self._database_vanished():
             return False

@@ -32,7 +32,7 @@ from pigeond.delivery.claude_transcript import answers_in, envelope_homes, read_
 from pigeond.delivery.claude_usage import ended_turns
 from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.pull_slots import Ask, Handed, PullSlot, PullSlots
-from pigeond.delivery.runtime import Prepared, TranscriptSource
+from pigeond.delivery.runtime import Delivery, Prepared, TranscriptSource
 from pigeond.delivery.transcript_reads import ReadTimedOut, TranscriptReadWatch, within_deadline
 from pigeond.model import HandoffMode, Runtime
 
@@ -74,6 +74,7 @@ class ClaudeRuntime:
     """Claude Code sessions: asked for at turn end (Stop hook) and while idle (channel)."""
 
     name: Runtime = Runtime.CLAUDE
+    steers: bool = False
 
     def __init__(self, slots: PullSlots, transcripts: TranscriptSource | None) -> None:
         self._slots = slots
@@ -95,7 +96,14 @@ class ClaudeRuntime:
         slot = self._asking(target)
         return None if slot is None else Prepared(False, slot)
 
-    async def hand_off(self, target: str, prepared: Prepared, texts: Sequence[str]) -> HandoffMode:
+    async def hand_off(
+        self,
+        target: str,
+        prepared: Prepared,
+        texts: Sequence[str],
+        *,
+        delivery: Delivery = Delivery.QUEUE,  # never steers: every batch after the turn
+    ) -> HandoffMode:
         mode = await _give(prepared, texts)
         self._idle.discard(target)  # the batch runs a turn now
         return mode
@@ -138,6 +146,7 @@ class McpRuntime:
     """Members with no session of their own (``mcp_<name>``): asked for by their reads."""
 
     name: Runtime = Runtime.MCP
+    steers: bool = False
     transcripts: TranscriptSource | None = None  # what a read is given is seen then
 
     def __init__(self, slots: PullSlots) -> None:
@@ -150,7 +159,14 @@ class McpRuntime:
         slot = self._slots.first(target, (Ask.READ,))
         return None if slot is None else Prepared(False, slot)
 
-    async def hand_off(self, target: str, prepared: Prepared, texts: Sequence[str]) -> HandoffMode:
+    async def hand_off(
+        self,
+        target: str,
+        prepared: Prepared,
+        texts: Sequence[str],
+        *,
+        delivery: Delivery = Delivery.QUEUE,  # never steers: every batch after the turn
+    ) -> HandoffMode:
         return await _give(prepared, texts)
 
     async def after_hand_off(self, target: str, prepared: Prepared) -> None:

@@ -13,7 +13,9 @@ every runtime (:mod:`pigeond.delivery.runtime`), in named steps:
    the target's lock (several daemons on one PostgreSQL) still ours;
 4. the intent is committed, then the runtime hands the batch off;
 5. the outcome is written (:mod:`pigeond.delivery.outcomes`), and the runtime waits
-   until the target may take the next batch (the turn the prompt started ended).
+   until the target may take the next batch (the turn the prompt started ended); on a
+   runtime that steers, a steering batch come meanwhile ends that wait
+   (:mod:`pigeond.delivery.steering`).
 
 A database that cannot be read pauses the drain until a later tick: it is not the
 delivery's failure, so no attempt is spent on it.
@@ -23,9 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.logger import Logger
 
 from pigeond.delivery.failures import HandOffError
@@ -34,10 +36,12 @@ from pigeond.delivery.outcomes import DrainState, HandOffOutcomes
 from pigeond.delivery.policy import DeliveryPolicy, within_bytes
 from pigeond.delivery.recovery import HandOffRecovery
 from pigeond.delivery.routing import Routing
-from pigeond.delivery.runtime import AgentRuntime, Prepared, Runtimes
+from pigeond.delivery.runtime import AgentRuntime, Delivery, Prepared, Runtimes
+from pigeond.delivery.steering import same_ask
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError
 
+T = TypeVar("T")
 log = Logger(namespace="pigeond.delivery.arbiter")  # one story in the logs with the arbiter's
 
 
@@ -57,14 +61,22 @@ class TargetLocks(Protocol):
     def release(self, target: str) -> Deferred[None]: ...
 
 
+def _passing(result: T, ended: Deferred[None]) -> T:
+    """Fires ``ended`` and passes ``result`` (or its failure) on, untouched."""
+    if not ended.called:
+        ended.callback(None)
+    return result
+
+
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """The due head of a queue, its envelopes, and whether more may be due behind it (a
-    bound cut it)."""
+    """The due head of a queue, its envelopes, whether more may be due behind it (a
+    bound cut it), and whether its messages ask to steer (all of them, or none)."""
 
     messages: list[StoredMessage]
     texts: list[str]
     more: bool
+    steer: bool = False
 
 
 class TargetDrain:
@@ -83,9 +95,12 @@ class TargetDrain:
         database_vanished: Callable[[], bool],
         target_locks: TargetLocks | None = None,
         routing: Routing | None = None,
+        steer_allowed: Callable[[str], Deferred[bool]] = lambda target: succeed(False),
     ) -> None:
         """``policy`` gives the settings in force; ``database_vanished`` whether the
-        database file is no longer the one opened (logged once where it is told)."""
+        database file is no longer the one opened (logged once where it is told);
+        ``steer_allowed`` whether a target's policy allows steering (read at each
+        steering batch's hand-off)."""
         self._state = state
         self._outcomes = outcomes
         self._runtimes = runtimes
@@ -95,6 +110,7 @@ class TargetDrain:
         self._database_vanished = database_vanished
         self._target_locks = target_locks
         self._routing = routing
+        self._steer_allowed = steer_allowed
 
     async def drain(self, target: str) -> None:
         """Hand off ``target``'s due messages, a batch at a time, until none is due, one
@@ -123,7 +139,8 @@ class TargetDrain:
             self._state.paused.pop(target, None)
 
     async def _next_batch(self, target: str) -> Batch:
-        """The due head of the queue, bounded by ``batch_max`` and ``batch_max_bytes``."""
+        """The due head of the queue, bounded by ``batch_max`` and ``batch_max_bytes``; on
+        a runtime that steers, also where its messages stop asking what its head asks."""
         self._state.kicked_in_flight.discard(target)  # this read sees what was kicked so far
         policy = self._policy()
 
@@ -133,7 +150,11 @@ class TargetDrain:
         # a message in doubt (a crash during its hand-off) is looked for in the transcript
         due = await self._recovery.settled(target, await read(), read, policy.outage_retry_s)
         messages, texts = within_bytes(due, policy.batch_max_bytes)
-        return Batch(messages, texts, len(due) >= policy.batch_max or len(messages) < len(due))
+        steer = False
+        if self._runtimes.of(target).steers:
+            messages, texts, steer = same_ask(messages, texts)
+        more = len(due) >= policy.batch_max or len(messages) < len(due)
+        return Batch(messages, texts, more, steer)
 
     async def _may_still_send(self, target: str) -> bool:
         """Whether nothing since the batch was read forbids sending it: pigeond stopping,
@@ -161,8 +182,42 @@ class TargetDrain:
             handed = await self._hand_off(target, runtime, batch)
             if handed is None:
                 return
-            await runtime.after_hand_off(target, handed)
+            await self._after_hand_off(target, runtime, handed)
             more = batch.more or target in self._state.kicked_in_flight
+
+    async def _after_hand_off(self, target: str, runtime: AgentRuntime, handed: Prepared) -> None:
+        """The runtime's wait until the target may take the next batch.  On a runtime that
+        steers, each kick meanwhile looks at the queue's head: one that would steer ends
+        the wait (the runtime's wait is cancelled), and goes into the turn still running."""
+        waiting = Deferred.fromCoroutine(runtime.after_hand_off(target, handed))
+        if not runtime.steers:
+            await waiting
+            return
+        ended: Deferred[None] = Deferred()
+        waiting.addBoth(_passing, ended)
+        kicks = self._state.kicks
+        try:
+            while not waiting.called:
+                kicked = kicks.next(target)
+                await DeferredList([ended, kicked], fireOnOneCallback=True)
+                if not waiting.called and await self._steer_due(target):
+                    waiting.cancel()
+        finally:
+            kicks.forget(target)
+        await waiting
+
+    async def _steer_due(self, target: str) -> bool:
+        """Whether the head of the queue would go as a steer now."""
+        due = await self._ready_reads(ReadyAsk(target, self._outcomes.now_ms(), 1))
+        head = same_ask(due, [""] * len(due))
+        return head[2] and not self._state.stopping and await self._steer_allowed(target)
+
+    async def _delivery(self, target: str, runtime: AgentRuntime, batch: Batch) -> Delivery:
+        """STEER for a batch that asks it on a runtime that steers, to a target whose
+        policy allows it now; otherwise QUEUE."""
+        if batch.steer and runtime.steers and await self._steer_allowed(target):
+            return Delivery.STEER
+        return Delivery.QUEUE
 
     async def _hand_off(self, target: str, runtime: AgentRuntime, batch: Batch) -> Prepared | None:
         """Steps 2 to 5 for one batch; what the runtime prepared when the batch was handed
@@ -184,7 +239,8 @@ class TargetDrain:
             if not messages:  # cancelled meanwhile: the next ones, if any
                 batch = await self._next_batch(target)
                 return await self._hand_off(target, runtime, batch) if batch.messages else None
-            mode = await runtime.hand_off(target, prepared, texts)
+            delivery = await self._delivery(target, runtime, batch)
+            mode = await runtime.hand_off(target, prepared, texts, delivery=delivery)
         except HandOffError as e:
             if outcomes.ended_late(target, messages, f"failed: {e}"):
                 return None

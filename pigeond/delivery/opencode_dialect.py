@@ -39,7 +39,13 @@ from pigeond.delivery.opencode_errors import (
     short_text,
     status_error,
 )
-from pigeond.delivery.runtime import AgentRuntime, Prepared, TranscriptSource, TranscriptView
+from pigeond.delivery.runtime import (
+    AgentRuntime,
+    Delivery,
+    Prepared,
+    TranscriptSource,
+    TranscriptView,
+)
 from pigeond.model import HandoffMode, Runtime
 
 
@@ -202,6 +208,11 @@ class SwitchingRuntime:
             else v1_transcripts
         )
 
+    @property
+    def steers(self) -> bool:
+        """As the server found now speaks: a 1.x never steers, a 2.x may."""
+        return self._current().steers
+
     def may_take_now(self, target: str) -> bool:
         return self._current().may_take_now(target)
 
@@ -222,10 +233,18 @@ class SwitchingRuntime:
                     return _via(self._v1, prepared)
         return _via(self._v2, await self._v2.prepare(target))
 
-    async def hand_off(self, target: str, prepared: Prepared, texts: Sequence[str]) -> HandoffMode:
+    async def hand_off(
+        self,
+        target: str,
+        prepared: Prepared,
+        texts: Sequence[str],
+        *,
+        delivery: Delivery = Delivery.QUEUE,
+    ) -> HandoffMode:
         via = prepared.detail
         assert isinstance(via, _Via)
-        return await via.runtime.hand_off(target, via.prepared, texts)
+        # a 1.x ignores STEER (it never steers); the 2.x that prepared it acts on it
+        return await via.runtime.hand_off(target, via.prepared, texts, delivery=delivery)
 
     async def after_hand_off(self, target: str, prepared: Prepared) -> None:
         via = prepared.detail

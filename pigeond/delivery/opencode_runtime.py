@@ -27,7 +27,7 @@ from pigeond.delivery.opencode_usage import ended_turns
 from pigeond.delivery.prompt_mode import PromptMode
 from pigeond.delivery.prompting import ModeAwarePrompter, handoff_mode
 from pigeond.delivery.registry import DirectoryResolver
-from pigeond.delivery.runtime import Prepared, TranscriptSource
+from pigeond.delivery.runtime import Delivery, Prepared, TranscriptSource
 from pigeond.delivery.turns import TURN_ENDED, TurnMark, TurnTracker
 from pigeond.model import HandoffMode, Runtime
 
@@ -46,6 +46,7 @@ class _Prompt:
 
 class OpencodeRuntime:
     name: Runtime = Runtime.OPENCODE
+    steers: bool = False
 
     def __init__(
         self,
@@ -88,7 +89,14 @@ class OpencodeRuntime:
         mode, note = await self._prompter.mode(target, directory)
         return Prepared(waited, _Prompt(directory, mode, note))
 
-    async def hand_off(self, target: str, prepared: Prepared, texts: Sequence[str]) -> HandoffMode:
+    async def hand_off(
+        self,
+        target: str,
+        prepared: Prepared,
+        texts: Sequence[str],
+        *,
+        delivery: Delivery = Delivery.QUEUE,  # never steers: every batch after the turn
+    ) -> HandoffMode:
         prompt = prepared.detail
         assert isinstance(prompt, _Prompt)
         prompt.mark = self._turns.mark(target) if self._turns is not None else None

@@ -10,6 +10,18 @@ A 2.x server always asks for HTTP Basic auth (user ``opencode``); the exchange g
 carries it (:class:`~pigeond.http_exchange.HttpExchange`'s ``auth``), and nothing here
 logs it.
 
+Swarm messages are not a person's turn, so an input goes as ``POST
+/api/session/{id}/synthetic`` (``{"id", "text", "delivery"}``, input that is no user
+turn; released 2.3.0) where the server has that route, and as ``/prompt`` where it does
+not.  Which it is, is learnt without risk from the first admission: ``/synthetic`` is
+tried, and a 404 that is not ``SessionNotFoundError`` (no such route: nothing admitted)
+is remembered, and that input and every later one go to ``/prompt``.  Any other answer
+means the server has the route, and it is used from then on.  Since a server that has
+the route always has it, an admission id only ever goes to one route: a retry after a
+crash tries ``/synthetic`` first again and, on a server that has it, re-admits the same
+input there.  The v2 types of npm ``@opencode-ai/sdk`` 1.19.6 lack ``/synthetic``; the
+released 2.3.0 protocol has it.
+
 The prompt body: the released protocol's is flat (``{"id", "text", "delivery"}``), the
 v2 types of npm ``@opencode-ai/sdk`` 1.19.6 nest the text (``{"id", "prompt": {"text"},
 "delivery"}``).  The flat one is sent first; a 400 (nothing admitted) makes the nested
@@ -65,11 +77,14 @@ class AdmissionConflict(HandOffError):
         )
 
 
-def prompt_body(shape: str, admission_id: str, text: str) -> dict[str, Any]:
-    """A queued prompt that names no agent and no model (the session keeps its own)."""
+def prompt_body(
+    shape: str, admission_id: str, text: str, delivery: str = "queue"
+) -> dict[str, Any]:
+    """An input (``synthetic``: the synthetic route's body) that names no agent and no
+    model (the session keeps its own), queued or steering."""
     if shape == "nested":
-        return {"id": admission_id, "prompt": {"text": text}, "delivery": "queue"}
-    return {"id": admission_id, "text": text, "delivery": "queue"}
+        return {"id": admission_id, "prompt": {"text": text}, "delivery": delivery}
+    return {"id": admission_id, "text": text, "delivery": delivery}
 
 
 def health_version(status: int, body: bytes) -> str | None:
@@ -94,6 +109,8 @@ class OpencodeV2Client:
         self._clock = clock
         self.timeout_s = timeout_s
         self._shape = PROMPT_SHAPES[0]
+        self.synthetic: bool | None = None
+        """Whether the server has ``/synthetic`` (None: not known yet)."""
 
     async def version(self) -> str | None:
         """The server's version when it is a 2.x (``GET /api/health``), else None; an
@@ -101,17 +118,21 @@ class OpencodeV2Client:
         status, body = await self._call("GET", "/api/health")
         return health_version(status, body)
 
-    async def admit(self, session_id: str, admission_id: str, text: str) -> dict[str, Any]:
-        """Admit ``text`` to the session's queue under ``admission_id``; the receipt."""
-        path = f"/api/session/{quote(session_id, safe='')}/prompt"
+    async def admit(
+        self, session_id: str, admission_id: str, text: str, delivery: str = "queue"
+    ) -> dict[str, Any]:
+        """Admit ``text`` to the session under ``admission_id`` (``delivery``: queue or
+        steer), as synthetic input where the server has it; the receipt."""
+        session = quote(session_id, safe="")
+        path = f"/api/session/{session}/synthetic"
         status, body = 0, b""
-        # a shape before the one remembered would only be refused again (400)
-        for shape in PROMPT_SHAPES[PROMPT_SHAPES.index(self._shape) :]:
-            request = json.dumps(prompt_body(shape, admission_id, text)).encode()
+        if self.synthetic is not False:
+            request = json.dumps(prompt_body("flat", admission_id, text, delivery)).encode()
             status, body = await self._call("POST", path, request)
-            if status != 400:
-                self._shape = shape
-                break
+            self.synthetic = status != 404 or _tag(body) == "SessionNotFoundError"
+        if self.synthetic is False:
+            path = f"/api/session/{session}/prompt"
+            status, body = await self._prompt(path, admission_id, text, delivery)
         if status == 409:
             raise AdmissionConflict(session_id, admission_id, body)
         if status == 404 and _tag(body) == "SessionNotFoundError":
@@ -122,6 +143,19 @@ class OpencodeV2Client:
         if not isinstance(receipt, dict):
             raise HandOffError(f"POST {path}: no receipt in {short_text(body)}", status)
         return receipt
+
+    async def _prompt(
+        self, path: str, admission_id: str, text: str, delivery: str
+    ) -> tuple[int, bytes]:
+        status, body = 0, b""
+        # a shape before the one remembered would only be refused again (400)
+        for shape in PROMPT_SHAPES[PROMPT_SHAPES.index(self._shape) :]:
+            request = json.dumps(prompt_body(shape, admission_id, text, delivery)).encode()
+            status, body = await self._call("POST", path, request)
+            if status != 400:
+                self._shape = shape
+                break
+        return status, body
 
     async def messages(self, session_id: str, limit: int | None) -> list[dict[str, Any]]:
         """The session's transcript, oldest first: its newest ``limit`` messages (all when

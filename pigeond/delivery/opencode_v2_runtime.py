@@ -1,8 +1,16 @@
-"""opencode 2.x on the delivery seam: a batch admitted to the session's queue, once.
+"""opencode 2.x on the delivery seam: a batch admitted to the session, once, queued or
+steering.
 
 Each hand-off is one input, the batch's envelopes joined by blank lines, sent as
-``POST /api/session/{id}/prompt`` with ``delivery: "queue"`` (one turn per input, after
-the running one) and no agent or model (the session keeps its own).  Its admission
+synthetic input (``POST /api/session/{id}/synthetic``, where the server has it: a swarm
+message is not a person's turn) or as a prompt (``…/prompt``), with no agent or model
+(the session keeps its own); :mod:`pigeond.delivery.opencode_v2_client` tells which.
+Its ``delivery`` is the batch's (:class:`~pigeond.delivery.runtime.Delivery`): ``queue``
+(a turn of its own after the running one: the person at that session sees it come once
+the turn they watch ends) unless the drain found the batch steering (every message
+urgent and asked to steer, the target's policy allowing it: :mod:`pigeond.delivery.steering`);
+then ``steer``, read at the running turn's next step, so the turn the person watches
+takes it in before it goes on.  Its admission
 ``id`` is derived from pigeond's own ids (the target and the batch's msg_ids,
 :func:`admission_id`): admission is durable and idempotent on the server, so a retry
 after a timeout or a crash re-admits the same input and gets the same receipt, never a
@@ -10,8 +18,15 @@ second turn.  A 409 (opencode holds another input under that id: its record and
 pigeond's disagree) is logged and the target held; the same body is all that ever goes
 under that id.
 
+A retry of an admission sends the very body admitted before, its delivery too (the
+delivery an admission id went with is remembered, so a policy changed meanwhile cannot
+turn a retry into a 409).
+
 pigeond still sends one batch at a time: after a hand-off it waits until the session is
-idle (``POST …/wait``) before the next; its own queue stays the truth.  Whether a
+idle (``POST …/wait``) before the next; its own queue stays the truth.  This runtime
+``steers``: that wait may be cancelled by the drain for a steering batch, which goes
+without waiting for idle (nor does :meth:`OpencodeV2Runtime.prepare` ever wait): a steer
+is meant for the turn that runs.  Whether a
 hand-off was seen and answered is read from the transcript
 (:mod:`pigeond.delivery.opencode_v2_transcript`), never taken from the event stream,
 which is volatile by contract.
@@ -30,12 +45,13 @@ from pigeond.delivery.failures import HandOffError
 from pigeond.delivery.opencode_transcript import envelope_ids
 from pigeond.delivery.opencode_v2_client import AdmissionConflict, OpencodeV2Client
 from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript, begins_a_turn
-from pigeond.delivery.runtime import Prepared, TranscriptSource
+from pigeond.delivery.runtime import Delivery, Prepared, TranscriptSource
 from pigeond.model import NO_MODE, HandoffMode, Runtime
 
 log = Logger(namespace="pigeond.delivery.arbiter")  # one story in the logs with the arbiter's
 
 ADMISSION_ID_CHARS = 26  # as long as opencode's own ids after ``msg_``
+REMEMBERED_DELIVERIES = 4096  # admission ids whose delivery a retry repeats
 
 
 def admission_id(target: str, texts: Sequence[str]) -> str:
@@ -83,6 +99,7 @@ class OpencodeV2Runtime:
     """opencode 2.x sessions (:mod:`pigeond.delivery.runtime`'s ``AgentRuntime``)."""
 
     name: Runtime = Runtime.OPENCODE
+    steers: bool = True
 
     def __init__(
         self, client: OpencodeV2Client, *, turn_timeout_s: Callable[[], float] | None
@@ -93,26 +110,44 @@ class OpencodeV2Runtime:
         self._turn_timeout_s = turn_timeout_s
         self.transcripts: TranscriptSource | None = OpencodeV2Transcripts(client)
         self._waits: set[Deferred[bool]] = set()
+        self._deliveries: dict[str, Delivery] = {}  # admission id → its delivery, oldest first
 
     def may_take_now(self, target: str) -> bool:
         return True  # pushed: the server queues the input behind a running turn
 
     async def prepare(self, target: str) -> Prepared | None:
+        """Never waits: the server queues behind a running turn, and a steer goes into it."""
         return Prepared(False, Admission())
 
-    async def hand_off(self, target: str, prepared: Prepared, texts: Sequence[str]) -> HandoffMode:
+    async def hand_off(
+        self,
+        target: str,
+        prepared: Prepared,
+        texts: Sequence[str],
+        *,
+        delivery: Delivery = Delivery.QUEUE,
+    ) -> HandoffMode:
         admission = prepared.detail
         assert isinstance(admission, Admission)
         admission.id = admission_id(target, texts)
+        delivery = self._remembered(admission.id, delivery)
         try:
-            receipt = await self._client.admit(target, admission.id, joined(texts))
+            receipt = await self._client.admit(target, admission.id, joined(texts), delivery)
         except AdmissionConflict as e:
             log.error("{target}: {error}", target=target, error=str(e))
             raise
         admission.seq = receipt.get("admittedSeq")
-        log.debug("{target}: admitted as {id} (seq {seq})", target=target, id=admission.id,
-                  seq=admission.seq)  # fmt: skip
+        log.debug("{target}: admitted as {id} ({delivery}, seq {seq})", target=target,
+                  id=admission.id, delivery=delivery.value, seq=admission.seq)  # fmt: skip
         return NO_MODE
+
+    def _remembered(self, admission: str, delivery: Delivery) -> Delivery:
+        """The delivery ``admission`` went with before, if it went; else ``delivery``,
+        remembered for its retries."""
+        known = self._deliveries.setdefault(admission, delivery)
+        while len(self._deliveries) > REMEMBERED_DELIVERIES:
+            del self._deliveries[next(iter(self._deliveries))]
+        return known
 
     async def after_hand_off(self, target: str, prepared: Prepared) -> None:
         if self._turn_timeout_s is None:

@@ -34,6 +34,7 @@ from pigeond.delivery.policy import (
 )
 from pigeond.delivery.prompting import describe_mode
 from pigeond.delivery.registry import DirectoryResolver
+from pigeond.delivery.steering import Kicks
 from pigeond.model import NO_MODE, HandoffMode, StoredMessage
 from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import Database
@@ -55,6 +56,8 @@ class DrainState:
     waiting_for_opencode: dict[str, int] = field(default_factory=dict)
     # targets kicked while their drain was under way: it reads their queue once more
     kicked_in_flight: set[str] = field(default_factory=set)
+    # the same kicks, heard by a drain waiting after a hand-off (a steer may end its wait)
+    kicks: Kicks = field(default_factory=Kicks)
     # a drain's database error, logged once per target
     paused: dict[str, str] = field(default_factory=dict)
     stopping: bool = False  # set by Arbiter.stop; a drain reads it again after every wait

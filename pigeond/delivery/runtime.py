@@ -14,7 +14,14 @@ runtime says only what differs:
   at each turn end, its channel while it is idle, and a batch goes only to a session
   that is asking (:mod:`pigeond.delivery.pull_slots`);
 * a member with no session of its own (:mod:`pigeond.delivery.claude_runtime`'s
-  ``McpRuntime``) takes its messages when its own ``swarm_read`` asks.
+  ``McpRuntime``) takes its messages when its own ``swarm_read`` asks;
+* opencode 2.x (:mod:`pigeond.delivery.opencode_v2_runtime`) is pushed too, and alone
+  ``steers``: a batch may go into the session's running turn (:class:`Delivery`).
+
+Every runtime's ``hand_off`` is told the batch's :class:`Delivery`; only one that
+``steers`` acts on it (the others hand every batch off as they always do, after the
+running turn), and only then does the drain form steering batches at all
+(:mod:`pigeond.delivery.steering`).
 
 A runtime raises :class:`~pigeond.delivery.failures.HandOffError` (with its kind) and
 nothing else for a failed hand-off.
@@ -24,10 +31,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 from pigeond.costs import EndedTurn
 from pigeond.model import HandoffMode, Runtime, runtime_of
+
+
+class Delivery(StrEnum):
+    """How a batch goes to a session that ``steers`` (opencode 2.x's ``delivery``)."""
+
+    QUEUE = "queue"  # a turn of its own, after the running one
+    STEER = "steer"  # into the running turn, read at its next step
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +93,14 @@ class AgentRuntime(Protocol):
     """One agent runtime on the delivery seam."""
 
     name: Runtime
+
+    @property
+    def steers(self) -> bool:
+        """Whether a batch can go into the session's running turn (Delivery.STEER): the
+        drain forms steering batches, and cuts its wait after a hand-off short for one,
+        only then."""
+        ...
+
     # where hand-offs are verified and answers found; None: a hand-off is seen when made
     # (a pull-only member reads its messages through pigeond itself)
     transcripts: TranscriptSource | None
@@ -92,12 +115,22 @@ class AgentRuntime(Protocol):
         turn); None when the target cannot take a batch now after all (nothing is spent)."""
         ...
 
-    async def hand_off(self, target: str, prepared: Prepared, texts: Sequence[str]) -> HandoffMode:
-        """Give ``texts`` (the batch's envelopes) to the target; what it was handed to."""
+    async def hand_off(
+        self,
+        target: str,
+        prepared: Prepared,
+        texts: Sequence[str],
+        *,
+        delivery: Delivery = Delivery.QUEUE,
+    ) -> HandoffMode:
+        """Give ``texts`` (the batch's envelopes) to the target; what it was handed to.
+        ``delivery`` is STEER only for a runtime that ``steers``; others ignore it."""
         ...
 
     async def after_hand_off(self, target: str, prepared: Prepared) -> None:
-        """Wait until the target may take the next batch (the turn it started ended)."""
+        """Wait until the target may take the next batch (the turn it started ended).  For
+        a runtime that ``steers`` the wait may be cancelled: a steering batch goes without
+        waiting for the running turn to end (that is its point)."""
         ...
 
     def drain_ended(self, target: str) -> None:

@@ -21,8 +21,6 @@ from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
 from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.opencode_client import OpencodeClient
-from pigeond.delivery.opencode_v2_client import OpencodeV2Client
-from pigeond.delivery.opencode_v2_runtime import OpencodeV2Runtime
 from pigeond.delivery.reachability import Reach
 from pigeond.delivery.transcript_reads import TranscriptReadWatch
 from pigeond.model import Runtime
@@ -172,32 +170,3 @@ def opencode_client(
         exchange=exchange, transcript_reads=reads,
     )  # fmt: skip
     return client, pool
-
-
-class OpencodeV2Parts:
-    """The opencode 2.x runtime for ``config.opencode_url`` (an ``http://`` URL), as the
-    daemon and the tests of the delivery seam both build it: its calls within
-    ``handoff_timeout_s``, with ``opencode_auth`` as Basic auth, and in ``turn`` delivery a
-    wait of at most ``turn_timeout_s`` after each hand-off for the session to go idle.  A
-    reload's timeouts are taken by :meth:`configure`; :meth:`close` closes its idle
-    connections when the daemon stops."""
-
-    def __init__(self, config: Config, reactor: IReactorTime) -> None:
-        self._config = config
-        self._exchange = HttpExchange(
-            IReactorTCP(reactor), config.opencode_url, connect_timeout_s=connect_timeout_s(config),
-            auth=config.opencode_auth,
-        )  # fmt: skip
-        self.client = OpencodeV2Client(self._exchange, reactor, config.handoff_timeout_s)
-        waits = self._turn_timeout_s if config.delivery == "turn" else None
-        self.runtime = OpencodeV2Runtime(self.client, turn_timeout_s=waits)
-
-    def _turn_timeout_s(self) -> float:
-        return self._config.turn_timeout_s
-
-    def configure(self, config: Config) -> None:
-        self._config = config
-        self.client.timeout_s = config.handoff_timeout_s
-
-    def close(self) -> None:
-        self._exchange.close()

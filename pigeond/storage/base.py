@@ -55,7 +55,8 @@ R = TypeVar("R")
 
 
 def row_to_message(row: tuple[object, ...]) -> StoredMessage:
-    return StoredMessage(*row)  # type: ignore[arg-type]
+    *fields, steer = row
+    return StoredMessage(*fields, steer=bool(steer))  # type: ignore[arg-type]
 
 
 def reads(method: Callable[P, R]) -> Callable[P, R]:
@@ -175,6 +176,7 @@ class RepositoryBase:
         channel_msg_id: str | None = None,
         thread_id: str | None = None,
         sender: SenderClaim = UNVERIFIED_SENDER,
+        steer: bool = False,
     ) -> None:
         """Insert a queued message numbered ``seq`` (None: the accept sequence's next), in
         ``thread_id`` (None: the thread of the message it replies to, as pigeond's notices
@@ -187,12 +189,13 @@ class RepositoryBase:
             "INSERT INTO swarm_messages (msg_id, from_session, to_session, channel, kind,"
             " priority, reply_to, payload, state, attempts, next_retry_at, created_at,"
             " updated_at, accept_seq, expires_at, from_name, to_name, channel_msg_id,"
-            " thread_id, from_proof, from_proof_note)"
+            " thread_id, from_proof, from_proof_note, steer)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, ?,"
-            " COALESCE(?, (SELECT r.thread_id FROM swarm_messages r WHERE r.msg_id = ?)), ?, ?)",
+            " COALESCE(?, (SELECT r.thread_id FROM swarm_messages r WHERE r.msg_id = ?)), ?, ?,"
+            " ?)",
             (msg_id, from_session, to_session, channel, kind, priority, reply_to, payload,
              due_at, now_ms, now_ms, seq, expires_at, from_name, to_name, channel_msg_id,
-             thread_id, reply_to, sender.proof.value, sender.note),
+             thread_id, reply_to, sender.proof.value, sender.note, int(steer)),
         )  # fmt: skip
 
     def _queue_notice(

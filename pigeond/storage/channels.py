@@ -380,6 +380,7 @@ class Channels(RepositoryBase):
                 reply_to=message.reply_to, payload=message.payload, now_ms=now_ms,
                 expires_at=expires_at, seq=seq, from_name=from_name, to_name=copy.name,
                 channel_msg_id=message.msg_id, thread_id=thread_id, sender=sender,
+                steer=message.steer,
             )  # fmt: skip
             if copy.held is not None:
                 conn.execute(

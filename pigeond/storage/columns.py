@@ -1,5 +1,6 @@
 """The columns of ``swarm_messages`` as every query reads a message: in the order
-:class:`pigeond.model.StoredMessage` takes them (``StoredMessage(*row)``)."""
+:class:`pigeond.model.StoredMessage` takes them (``StoredMessage(*row)``), but for
+``steer``, last, which it takes by name (a keyword-only field: storage/base.py)."""
 
 from __future__ import annotations
 
@@ -10,5 +11,5 @@ COLUMNS = (
     " handoff_agent, handoff_provider, handoff_model, handoff_variant, handoff_note,"
     " handoff_intent_at, answered_at, answer_message_id, from_name, to_name, channel_msg_id,"
     " thread_id, hold_kind, hold_brake, hold_reason, hold_ttl_ms,"
-    " from_proof, from_proof_note, from_proof_call"
+    " from_proof, from_proof_note, from_proof_call, steer"
 )

@@ -23,6 +23,7 @@ from pigeond.storage.addressing_schema import (
 )
 from pigeond.storage.costs_schema import V19_TURNS
 from pigeond.storage.sender_proof_schema import V22_SENDER_PROOF
+from pigeond.storage.steer_schema import V23_STEER
 from pigeond.storage.thread_schema import V17_THREADS, V18_BRAKES
 
 # The priority order, as one SQL expression: the ready-head index is built on
@@ -344,6 +345,7 @@ MIGRATIONS: list[Migration] = [
     _script(_PERMISSIONS),
     _script(PAIR_HISTORY_INDEX),
     _script(V22_SENDER_PROOF),
+    _script(V23_STEER),
 ]
 
 __all__ = [

@@ -29,7 +29,7 @@ from pigeond.consent import DEFAULT_POLICY, InboundPolicy, Policy, held_reason, 
 from pigeond.storage.base import Connection, RepositoryBase, reads
 from pigeond.storage.engines import json_texts
 
-POLICY_COLUMNS = "session, policy, allow, updated_at, updated_by"
+POLICY_COLUMNS = "session, policy, allow, updated_at, updated_by, steer"
 # The waiting messages of one session, by the head-of-queue index (to_session first).
 _WAITING = "to_session = :session AND state = 'queued'"
 # Held by consent, not by a conversation brake (storage/brake_holds.py): a policy neither
@@ -59,13 +59,14 @@ class PolicyChange:
 
 
 def _row_to_policy(row: tuple[object, ...]) -> InboundPolicy:
-    session, policy, allow, updated_at, updated_by = row
+    session, policy, allow, updated_at, updated_by, steer = row
     return InboundPolicy(
         session=str(session),
         policy=Policy(str(policy)),
         allow=parse_allow(json.loads(str(allow))),
         updated_at=int(str(updated_at)),
         updated_by=None if updated_by is None else str(updated_by),
+        steer=bool(steer),
     )
 
 
@@ -102,21 +103,24 @@ class Policies(RepositoryBase):
         allow: tuple[str, ...],
         now_ms: int,
         updated_by: str | None,
+        steer: bool = False,
     ) -> PolicyChange:
         """Store ``session``'s policy and apply it to its waiting messages, in one
-        transaction.  ``accept`` with no allow-list deletes the row: the default needs none."""
-        stored = InboundPolicy(session, policy, allow, now_ms, updated_by)
+        transaction.  The default (``accept``, no allow-list, no steering) deletes the
+        row: it needs none."""
+        stored = InboundPolicy(session, policy, allow, now_ms, updated_by, steer)
         with self._write() as conn:
-            if policy is DEFAULT_POLICY and not allow:
+            if stored.is_default:
                 conn.execute("DELETE FROM swarm_policies WHERE session = ?", (session,))
             else:
                 conn.execute(
-                    f"INSERT INTO swarm_policies ({POLICY_COLUMNS}) VALUES (?, ?, ?, ?, ?)"
+                    f"INSERT INTO swarm_policies ({POLICY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT (session) DO UPDATE SET policy = excluded.policy,"
                     " allow = excluded.allow, updated_at = excluded.updated_at,"
-                    " updated_by = excluded.updated_by",
-                    (session, policy.value, json.dumps(list(allow)), now_ms, updated_by),
-                )
+                    " updated_by = excluded.updated_by, steer = excluded.steer",
+                    (session, policy.value, json.dumps(list(allow)), now_ms, updated_by,
+                     int(steer)),
+                )  # fmt: skip
             held, released = self._apply(conn, stored, now_ms)
         return PolicyChange(stored, held, released)
 

@@ -227,7 +227,7 @@ class SwarmRepository(
             priority=message.priority, reply_to=message.reply_to, payload=message.payload,
             now_ms=accept.now_ms, expires_at=accept.expires_at, seq=seq,
             from_name=from_name, to_name=accept.to_name or target_name,
-            thread_id=accept.thread_id, sender=accept.sender,
+            thread_id=accept.thread_id, sender=accept.sender, steer=message.steer,
         )  # fmt: skip
         numbered = 1
         if plan is not None:

@@ -6,7 +6,7 @@ with what a test needs of the server behind it.
   stream, the mode-aware prompter, the transcript reader), against the real opencode
   1.18.33 or 1.15.4, offline, with the fake model; the daemon's event stream runs, its
   arbiter does not (the tests hand off themselves);
-* opencode 2.x: :class:`pigeond.service.parts.OpencodeV2Parts`, what the daemon builds
+* opencode 2.x: :class:`pigeond.delivery.opencode_dialect.SwitchingRuntime`, what the daemon builds
   for a 2.x server, against the stand-in 2.x server
   (:mod:`testkit.opencode_v2_standin`) and its echo model.
 
@@ -30,7 +30,6 @@ from twisted.internet.threads import deferToThread
 from pigeond.config import Config
 from pigeond.credentials import BasicAuth
 from pigeond.delivery.runtime import AgentRuntime, TranscriptSource
-from pigeond.service.parts import OpencodeV2Parts
 from pigeond.service.wiring import build_daemon
 from testkit.fake_llm import FakeLLM
 from testkit.opencode_server import OpencodeServer
@@ -160,18 +159,22 @@ class OpencodeV2UnderTest:
 
     name = "opencode-2.x-stand-in"
 
-    def __init__(self, standin: OpencodeV2StandIn, url: str) -> None:
+    def __init__(self, standin: OpencodeV2StandIn, url: str, tmp_path: Path) -> None:
         self.standin = standin
         self.url = url
         auth = BasicAuth(USER, PASSWORD, source="test")
-        self.parts = OpencodeV2Parts(turn_delivery(url, opencode_auth=auth), reactor)
-        self.runtime: AgentRuntime = self.parts.runtime
+        config = turn_delivery(
+            url, opencode_auth=auth, db=str(tmp_path / "p.db"), token_file=str(tmp_path / "token")
+        )
+        self.daemon = build_daemon(config, reactor)
+        assert self.daemon.arbiter is not None
+        # the daemon's own opencode runtime: it finds the server to be a 2.x itself
+        self.runtime: AgentRuntime = self.daemon.arbiter.opencode
         assert self.runtime.transcripts is not None
         self.transcripts: TranscriptSource = self.runtime.transcripts
 
     async def stop(self) -> None:
-        self.runtime.stop()
-        self.parts.close()
+        await self.daemon.stop()
 
     async def create_session(self) -> str:
         status, created = await on_thread(call, self.url, "POST", "/api/session", {})

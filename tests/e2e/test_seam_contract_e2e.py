@@ -52,7 +52,7 @@ async def under_test(
     """The runtime under test, built as the daemon builds it, and the server behind it."""
     if request.param == V2_STANDIN:
         with standin_served() as (standin, url):
-            async with stopped_after(OpencodeV2UnderTest(standin, url)) as runtime:
+            async with stopped_after(OpencodeV2UnderTest(standin, url, tmp_path)) as runtime:
                 yield runtime
         return
     server = request.getfixturevalue(V1_SERVERS[request.param])
