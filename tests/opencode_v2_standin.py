@@ -83,7 +83,7 @@ class OpencodeV2StandIn(Resource):
             inputs = [{"type": "user", "id": b["id"], "text": b.get("text", "")}
                       for b in self.admitted]  # fmt: skip
             return self._json(request, 200, {"data": inputs, "cursor": {}})
-        if path.startswith("/api/session/"):
+        if path.startswith("/api/session/") and not path.startswith(session + "/"):
             missing = {"_tag": "SessionNotFoundError", "message": f"Session not found: {path}"}
             return self._json(request, 404, missing)
         request.setResponseCode(404)

@@ -64,6 +64,7 @@ class RuntimeUnderTest(Protocol):
     """A runtime on the seam, the transcripts it reads, and the server behind it."""
 
     name: str
+    input_kind: str  # what kind of input a batch is given as (Given.kind)
     runtime: AgentRuntime
     transcripts: TranscriptSource
 
@@ -112,6 +113,7 @@ class OpencodeV1UnderTest:
 
     def __init__(self, server: OpencodeServer, llm: FakeLLM, tmp_path: Path) -> None:
         self.name = f"opencode-{server.version}"
+        self.input_kind = "user"  # a prompt_async's text part
         self.server = server
         self.llm = llm
         self.directory = server.dirs["dirA"]
@@ -158,6 +160,7 @@ class OpencodeV2UnderTest:
     """opencode 2.x's runtime, as the daemon builds it, against the 2.x stand-in."""
 
     name = "opencode-2.x-stand-in"
+    input_kind = "synthetic"  # the stand-in has /synthetic, as 2.3.0 does
 
     def __init__(self, standin: OpencodeV2StandIn, url: str, tmp_path: Path) -> None:
         self.standin = standin
