@@ -111,6 +111,7 @@ class Arbiter:
         opencode_down: Callable[[], bool] = lambda: False,
         runtimes: Sequence[AgentRuntime] = (),
         on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
+        nothing_due: Callable[[], bool] = lambda: False,
     ) -> None:
         """The opencode runtime is built from ``registry``, ``opencode``, ``turns``,
         ``check_directory``, ``modes``, ``agents`` and ``transcripts`` (whose reads tell
@@ -124,8 +125,11 @@ class Arbiter:
         ``opencode_down`` says whether an outage of opencode is under way: a target tried
         in it (its queue's head then says why it waits) is tried again after
         ``outage_retry_s``, or at once when :meth:`opencode_back` ends the outage (see
-        :mod:`pigeond.delivery.reachability`)."""
+        :mod:`pigeond.delivery.reachability`).  While ``nothing_due`` says no queued
+        message can be due (nothing written since a look found none: see
+        pigeond/service/quiet.py), a tick reads no queue."""
         self._db = db
+        self._nothing_due = nothing_due
         self._opencode_down = opencode_down
         self._routing = routing
         self._clock = clock
@@ -304,6 +308,8 @@ class Arbiter:
                 await self._outcomes.retry_record(target)
 
     async def _dispatch_ready(self) -> None:
+        if self._nothing_due():
+            return
         for target in await self._db.read(SwarmRepository.ready_targets, self._now_ms()):
             if self.runtimes.of(target).may_take_now(target):
                 self.kick(target)
