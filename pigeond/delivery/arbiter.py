@@ -112,6 +112,7 @@ class Arbiter:
         runtimes: Sequence[AgentRuntime] = (),
         on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
         nothing_due: Callable[[], bool] = lambda: False,
+        shared_tick: Callable[[float], None] | None = None,
     ) -> None:
         """The opencode runtime is built from ``registry``, ``opencode``, ``turns``,
         ``check_directory``, ``modes``, ``agents`` and ``transcripts`` (whose reads tell
@@ -127,7 +128,9 @@ class Arbiter:
         ``outage_retry_s``, or at once when :meth:`opencode_back` ends the outage (see
         :mod:`pigeond.delivery.reachability`).  While ``nothing_due`` says no queued
         message can be due (nothing written since a look found none: see
-        pigeond/service/quiet.py), a tick reads no queue."""
+        pigeond/service/quiet.py), a tick reads no queue.  With ``shared_tick`` the
+        arbiter has no timer of its own: the daemon's one tick calls :meth:`scheduled_tick`
+        (one wake-up for every periodic job), and a new interval goes to ``shared_tick``."""
         self._db = db
         self._nothing_due = nothing_due
         self._opencode_down = opencode_down
@@ -168,6 +171,8 @@ class Arbiter:
         )  # fmt: skip
         self._in_flight: dict[str, Deferred[None]] = {}
         self.ticking_service = self._tick_service(policy.tick_s)
+        self._shared_tick = shared_tick
+        self._started = False
         self._database_problem = database_problem
         self._database_gone: str | None = None
         self._step_errors: dict[str, str] = {}
@@ -178,12 +183,20 @@ class Arbiter:
 
     @property
     def running(self) -> bool:
+        if self._shared_tick is not None:
+            return self._started
         return bool(self.ticking_service.running)
 
     def start(self) -> None:
         self._state.stopping = False
-        if not self.ticking_service.running:
+        self._started = True
+        if self._shared_tick is None and not self.ticking_service.running:
             self.ticking_service.startService()
+
+    def scheduled_tick(self) -> None:
+        """The shared tick's call: a :meth:`tick` from :meth:`start` to :meth:`stop`."""
+        if self._started:
+            self.tick()
 
     def stop(self) -> Deferred[None]:
         """Stop ticking and dispatching; fires when the prompts in flight have been answered.
@@ -191,6 +204,7 @@ class Arbiter:
         Waits for turns to end are cut short: the prompt is already handed off.
         """
         self._state.stopping = True
+        self._started = False
         if self.ticking_service.running:
             self.ticking_service.stopService()
         for runtime in self.runtimes.all():
@@ -233,7 +247,9 @@ class Arbiter:
         """New settings (a config reload); a new tick interval restarts the loop."""
         old_tick = self._policy.tick_s
         self._policy = policy
-        if policy.tick_s != old_tick:
+        if policy.tick_s != old_tick and self._shared_tick is not None:
+            self._shared_tick(policy.tick_s)
+        elif policy.tick_s != old_tick:
             service = self.ticking_service
             was_running = service.running
             if was_running:
@@ -244,7 +260,7 @@ class Arbiter:
 
     def ticking(self, within_s: float) -> bool:
         """Whether the tick loop runs and has ticked within the last ``within_s`` seconds."""
-        if not self.ticking_service.running or self.last_tick_at is None:
+        if not self.running or self.last_tick_at is None:
             return False
         return self._clock.seconds() - self.last_tick_at <= within_s
 

@@ -43,6 +43,13 @@ class Ticker:
         if not self._loop.running:
             self._loop.start(self.every_s, now=True)
 
+    def set_interval(self, every_s: float) -> None:
+        """A new tick interval (a reload's ``tick_ms``), from the next tick on."""
+        self.every_s = every_s
+        if self._loop.running:
+            self._loop.stop()
+            self._loop.start(every_s, now=False)
+
     def stop(self) -> None:
         if self._loop.running:
             self._loop.stop()

@@ -146,8 +146,9 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
             on_transcript=modes.observe_transcript,
             target_locks=None if shared is None else shared.target_locks,
             opencode_down=opencode_down, runtimes=[members.claude, members.mcp],
-            nothing_due=lambda: gate.quiet,
+            nothing_due=lambda: gate.quiet, shared_tick=ticker.set_interval,
         )  # fmt: skip
+        ticker.add("arbiter", arbiter.scheduled_tick)
         reach.on_back(arbiter.opencode_back)
         verifier = Verifier(
             db, arbiter.runtimes.transcripts_of, reactor, config, on_requeued=arbiter.kick,
