@@ -91,7 +91,7 @@ def _no_kick(target: str) -> None:
 def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Database) -> Daemon:
     jobs = MultiService()
     # first, so a deleted database is noticed before any other job runs
-    db_watch = DatabaseWatch(config.db, reactor, interval_s=config.tick_ms / 1000)
+    db_watch = DatabaseWatch(config.db, reactor, interval_s=None)  # on the ticker, below
     jobs.addService(JobService("db-watch", db_watch))
     pruner = Pruner(db, reactor, retention_days=config.retention_days)
     jobs.addService(JobService("pruner", pruner))
@@ -99,6 +99,7 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
     ticker = Ticker(reactor, config.tick_ms / 1000)
     jobs.addService(JobService("ticker", ticker))
     gate = QuietGate(db, reactor, config.db, lambda: int(config.turn_timeout_s * 1000))
+    ticker.add("db-watch", db_watch.check)  # first, as said above
     ticker.add("quiet", gate.tick)
     metrics = DeliveryMetrics()  # its registry also holds /metrics' gauges
     sweeper = ExpirySweeper(db, reactor)
