@@ -189,6 +189,9 @@ class Arbiter:
 
     def start(self) -> None:
         self._state.stopping = False
+        if self._shared_tick is not None and not self._started:
+            self._started = True
+            self.tick()  # at once, as a timer of its own would (restarts, recovery)
         self._started = True
         if self._shared_tick is None and not self.ticking_service.running:
             self.ticking_service.startService()
