@@ -99,6 +99,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/python -m bench.pg_driver_table
 	$(BIN)/python -m bench.memory_table
 	$(BIN)/python -m bench.hook_turn_end
+	$(BIN)/python -m bench.idle_table
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

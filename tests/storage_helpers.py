@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from treq.client import HTTPClient
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from pigeond.config import Config
@@ -26,6 +28,25 @@ from testkit.messages import new_message
 def inline_database(path: Path) -> InlineDatabase:
     """The database at ``path``, opened and migrated as the daemon opens it."""
     return InlineDatabase(SwarmRepository(open_database(path)))
+
+
+class CountingDatabase(InlineDatabase):
+    """The repository's calls, answered at once and named in ``reads`` (writes too: a
+    test of what touches the database at all)."""
+
+    def __init__(self, repo: SwarmRepository, *, writes_too: bool = False) -> None:
+        super().__init__(repo)
+        self.reads: list[str] = []
+        self._writes_too = writes_too
+
+    def read(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        self.reads.append(call.__name__)
+        return super().read(call, *args, **kwargs)
+
+    def write(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        if self._writes_too:
+            self.reads.append(call.__name__)
+        return super().write(call, *args, **kwargs)
 
 
 def clock_daemon(config: Config, clock: Clock, http: HTTPClient | None = None) -> Daemon:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 from unittest.mock import ANY
 
 import pytest
@@ -17,13 +16,12 @@ from pigeond.config import Config
 from pigeond.consent import POLICIES, Policy
 from pigeond.service.daemon import Daemon
 from pigeond.storage import SwarmRepository
-from pigeond.storage.database import InlineDatabase
 from testkit.messages import new_message
 from tests.authority_helpers import as_person
 from tests.http_helpers import API, client_headers, daemon_call, result_of, stub_client
 from tests.openapi_check import check_body
 from tests.sender_proof_support import FakeToolCalls, pending, plugin_send
-from tests.storage_helpers import clock_daemon, repo_of
+from tests.storage_helpers import CountingDatabase, clock_daemon, repo_of
 
 pytestmark = pytest.mark.both_backends
 
@@ -284,18 +282,6 @@ def test_a_reused_msg_id_with_new_content_is_still_refused(daemon: Daemon) -> No
     put(daemon, {"policy": "refuse"})
     status, _ = daemon_call(daemon, "POST", "/swarm/send", body | {"payload": "other"})
     assert status == 403
-
-
-class CountingDatabase(InlineDatabase):
-    """The repository's calls, answered at once and counted by name."""
-
-    def __init__(self, repo: SwarmRepository) -> None:
-        super().__init__(repo)
-        self.reads: list[str] = []
-
-    def read(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
-        self.reads.append(call.__name__)
-        return super().read(call, *args, **kwargs)
 
 
 def judged(repo: SwarmRepository, clock: Clock, allow: tuple[str, ...], sender: str) -> list[str]:

@@ -114,6 +114,8 @@ class Arbiter:
         runtimes: Sequence[AgentRuntime] = (),
         opencode_v2: tuple[AgentRuntime, Dialect] | None = None,
         on_transcript: Callable[[str, list[dict[str, Any]]], None] = lambda target, infos: None,
+        nothing_due: Callable[[], bool] = lambda: False,
+        shared_tick: Callable[[float], None] | None = None,
     ) -> None:
         """The opencode runtime is built from ``registry``, ``opencode``, ``turns``,
         ``check_directory``, ``modes``, ``agents`` and ``transcripts`` (whose reads tell
@@ -129,8 +131,13 @@ class Arbiter:
         ``opencode_down`` says whether an outage of opencode is under way: a target tried
         in it (its queue's head then says why it waits) is tried again after
         ``outage_retry_s``, or at once when :meth:`opencode_back` ends the outage (see
-        :mod:`pigeond.delivery.reachability`)."""
+        :mod:`pigeond.delivery.reachability`).  While ``nothing_due`` says no queued
+        message can be due (nothing written since a look found none: see
+        pigeond/service/quiet.py), a tick reads no queue.  With ``shared_tick`` the
+        arbiter has no timer of its own: the daemon's one tick calls :meth:`scheduled_tick`
+        (one wake-up for every periodic job), and a new interval goes to ``shared_tick``."""
         self._db = db
+        self._nothing_due = nothing_due
         self._opencode_down = opencode_down
         self._routing = routing
         self._clock = clock
@@ -173,6 +180,8 @@ class Arbiter:
         )  # fmt: skip
         self._in_flight: dict[str, Deferred[None]] = {}
         self.ticking_service = self._tick_service(policy.tick_s)
+        self._shared_tick = shared_tick
+        self._started = False
         self._database_problem = database_problem
         self._database_gone: str | None = None
         self._step_errors: dict[str, str] = {}
@@ -183,12 +192,23 @@ class Arbiter:
 
     @property
     def running(self) -> bool:
+        if self._shared_tick is not None:
+            return self._started
         return bool(self.ticking_service.running)
 
     def start(self) -> None:
         self._state.stopping = False
-        if not self.ticking_service.running:
+        if self._shared_tick is not None and not self._started:
+            self._started = True
+            self.tick()  # at once, as a timer of its own would (restarts, recovery)
+        self._started = True
+        if self._shared_tick is None and not self.ticking_service.running:
             self.ticking_service.startService()
+
+    def scheduled_tick(self) -> None:
+        """The shared tick's call: a :meth:`tick` from :meth:`start` to :meth:`stop`."""
+        if self._started:
+            self.tick()
 
     def stop(self) -> Deferred[None]:
         """Stop ticking and dispatching; fires when the prompts in flight have been answered.
@@ -196,6 +216,7 @@ class Arbiter:
         Waits for turns to end are cut short: the prompt is already handed off.
         """
         self._state.stopping = True
+        self._started = False
         if self.ticking_service.running:
             self.ticking_service.stopService()
         for runtime in self.runtimes.all():
@@ -238,7 +259,9 @@ class Arbiter:
         """New settings (a config reload); a new tick interval restarts the loop."""
         old_tick = self._policy.tick_s
         self._policy = policy
-        if policy.tick_s != old_tick:
+        if policy.tick_s != old_tick and self._shared_tick is not None:
+            self._shared_tick(policy.tick_s)
+        elif policy.tick_s != old_tick:
             service = self.ticking_service
             was_running = service.running
             if was_running:
@@ -249,7 +272,7 @@ class Arbiter:
 
     def ticking(self, within_s: float) -> bool:
         """Whether the tick loop runs and has ticked within the last ``within_s`` seconds."""
-        if not self.ticking_service.running or self.last_tick_at is None:
+        if not self.running or self.last_tick_at is None:
             return False
         return self._clock.seconds() - self.last_tick_at <= within_s
 
@@ -313,6 +336,8 @@ class Arbiter:
                 await self._outcomes.retry_record(target)
 
     async def _dispatch_ready(self) -> None:
+        if self._nothing_due():
+            return
         for target in await self._db.read(SwarmRepository.ready_targets, self._now_ms()):
             if self.runtimes.of(target).may_take_now(target):
                 self.kick(target)

@@ -45,12 +45,13 @@ class DatabaseWatch:
         path: Path | str,
         clock: IReactorTime,
         *,
-        interval_s: float = 0.5,
+        interval_s: float | None = 0.5,
         stat: Stat = os.stat,
     ) -> None:
         """Call it right after the database is opened: the file there now is the one kept.
         A PostgreSQL database has no file to vanish (its outages are a lost connection,
-        which each call answers as StorageUnavailable): then nothing is watched."""
+        which each call answers as StorageUnavailable): then nothing is watched.
+        ``interval_s`` None: no timer of its own, the daemon's one tick calls :meth:`check`."""
         self.path = str(path)
         self._stat = stat
         self.watching = not is_postgres_url(self.path)
@@ -62,7 +63,7 @@ class DatabaseWatch:
 
     def start(self) -> None:
         """Check every ``interval_s`` even when nothing is sent or delivered."""
-        if self.watching and not self._loop.running:
+        if self.watching and self._interval_s is not None and not self._loop.running:
             self._loop.start(self._interval_s, now=True)
 
     def stop(self) -> None:

@@ -192,6 +192,7 @@ def run(
     from pigeond.service.rlimits import apply_open_files_limit
     from pigeond.service.systemd import (
         AlreadyRunning,
+        NoNotifier,
         StatusReporter,
         Watchdog,
         instance_lock,
@@ -246,7 +247,8 @@ def run(
             log.warn("{warning}", warning=warning)
         daemon.start_delivery()
         notifier.notify("READY=1")
-        status.start()
+        if not isinstance(notifier, NoNotifier):  # no systemd, no one to show a status to
+            status.start()
         if watchdog is not None:
             watchdog.start()
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from twisted.application.service import MultiService
 from twisted.internet.interfaces import IReactorTime
 
 from pigeond.config import Config
 from pigeond.delivery.routing import Routing
 from pigeond.delivery.sender_proof import SenderProofJob
-from pigeond.service.parts import timer_job
+from pigeond.service.quiet import QuietGate, unless_quiet
+from pigeond.service.ticker import Ticker
 from pigeond.storage.database import Database
 from pigeond.tool_calls import ToolCall, ToolCallReader
 
@@ -32,17 +32,18 @@ def sender_proof_job(
     db: Database,
     reactor: IReactorTime,
     config: Config,
-    jobs: MultiService,
+    ticker: Ticker,
+    gate: QuietGate,
     reader: ToolCallReader | None,
     kick: Callable[[str], None],
     routing: Routing | None = None,
 ) -> SenderProofJob:
-    """The job, on its timer among ``jobs``; ``kick`` is the arbiter's, for the targets
-    a settled proof made due; ``routing`` (a shared PostgreSQL) leaves each sender to the
-    daemon whose opencode has it."""
+    """The job, on ``ticker`` (skipped while ``gate`` is quiet); ``kick`` is the arbiter's,
+    for the targets a settled proof made due; ``routing`` (a shared PostgreSQL) leaves each
+    sender to the daemon whose opencode has it."""
     mine = None if routing is None else routing.mine
     job = SenderProofJob(db, reader or NoTranscripts(), reactor, config, on_settled=kick, mine=mine)
-    timer_job("sender-proof", config.tick_ms / 1000, job.tick, reactor).setServiceParent(jobs)
+    ticker.add("sender-proof", unless_quiet(gate, job.tick))
     return job
 
 

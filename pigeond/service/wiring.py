@@ -51,12 +51,13 @@ from pigeond.service.parts import (
     both,
     delivery_health_with_api,
     opencode_client,
-    timer_job,
 )
 from pigeond.service.pruner import Pruner
+from pigeond.service.quiet import QuietGate, on_change, unless_quiet
 from pigeond.service.sender_proofs import accepted_then, sender_proof_job
 from pigeond.service.shared_db import seen_status, shared_database_parts
 from pigeond.service.side_routes import install_side_routes
+from pigeond.service.ticker import Ticker
 from pigeond.storage.database import Database, open_threaded
 
 
@@ -91,13 +92,19 @@ def _no_kick(target: str) -> None:
 def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Database) -> Daemon:
     jobs = MultiService()
     # first, so a deleted database is noticed before any other job runs
-    db_watch = DatabaseWatch(config.db, reactor, interval_s=config.tick_ms / 1000)
+    db_watch = DatabaseWatch(config.db, reactor, interval_s=None)  # on the ticker, below
     jobs.addService(JobService("db-watch", db_watch))
     pruner = Pruner(db, reactor, retention_days=config.retention_days)
     jobs.addService(JobService("pruner", pruner))
+    # every periodic job on one tick, each skipping its reads while nothing can be due
+    ticker = Ticker(reactor, config.tick_ms / 1000)
+    jobs.addService(JobService("ticker", ticker))
+    gate = QuietGate(db, reactor, config.db, lambda: int(config.turn_timeout_s * 1000))
+    ticker.add("db-watch", db_watch.check)  # first, as said above
+    ticker.add("quiet", gate.tick)
     metrics = DeliveryMetrics()  # its registry also holds /metrics' gauges
     sweeper = ExpirySweeper(db, reactor)
-    timer_job("sweep", config.tick_ms / 1000, sweeper.sweep, reactor).setServiceParent(jobs)
+    ticker.add("sweep", unless_quiet(gate, sweeper.sweep))
     arbiter: Arbiter | None = None
     events: EventStream | None = None
     pool: HTTPConnectionPool | None = None
@@ -146,7 +153,9 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
             target_locks=None if shared is None else shared.target_locks,
             opencode_down=opencode_down, runtimes=[members.claude, members.mcp],
             opencode_v2=(v2.runtime, client.api),
+            nothing_due=lambda: gate.quiet, shared_tick=ticker.set_interval,
         )  # fmt: skip
+        ticker.add("arbiter", arbiter.scheduled_tick)
         reach.on_back(arbiter.opencode_back)
         verifier = Verifier(
             db, arbiter.runtimes.transcripts_of, reactor, config, on_requeued=arbiter.kick,
@@ -159,7 +168,7 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
                 verifier.tick()
                 permissions.tick()
 
-        timer_job("verify", config.tick_ms / 1000, verify, reactor).setServiceParent(jobs)
+        ticker.add("verify", unless_quiet(gate, verify))
         doors = MemberDoors(
             reactor, members.slots, members.claude, members.paths, arbiter,
             verify=verifier.check_soon,
@@ -172,12 +181,12 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
             shared.listen(arbiter.kick)
     # owed replies: reminders and overdue notices, kicked at once when delivery runs
     reminders = ReminderSweep(db, reactor, arbiter.kick if arbiter is not None else _no_kick)
-    timer_job("reminders", config.tick_ms / 1000, reminders.sweep, reactor).setServiceParent(jobs)
+    ticker.add("reminders", unless_quiet(gate, reminders.sweep))
     flood = FloodGuard.from_config(db, reactor, config)
     # each session's consent: every policy in memory, read again for other processes' writes
     policies = PolicyBook(db, reactor)
     policies.load()
-    timer_job("policies", REFRESH_S, policies.refresh, reactor).setServiceParent(jobs)
+    ticker.add("policies", on_change(gate, policies.refresh), every_s=REFRESH_S)
     # the conversation brakes, asked in order; a person's prompts read where delivery reads
     reading = (None, None) if delivery is None else (delivery.registry, delivery.client)
     prompts = person_prompts(members, *reading)
@@ -191,8 +200,9 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
     kick = arbiter.kick if arbiter is not None else _no_kick
     # who really sent each message: settled off the accept path, before its hand-off
     proofs = sender_proof_job(
-        db, reactor, config, jobs, tool_calls, kick, None if delivery is None else delivery.routing
-    )
+        db, reactor, config, ticker, gate, tool_calls, kick,
+        None if delivery is None else delivery.routing,
+    )  # fmt: skip
     routes = SwarmRoutes(
         db,
         reactor,

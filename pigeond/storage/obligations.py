@@ -35,7 +35,7 @@ from pigeond.owed_replies import OUTSTANDING, Obligation, Owed
 from pigeond.storage.base import NOTICE_SENDER_CLAIM, Connection, RepositoryBase, reads
 
 # The original's states in which nobody can answer it any more.
-_ENDED = "('failed', 'expired', 'cancelled', 'dropped')"
+ENDED_STATES = "('failed', 'expired', 'cancelled', 'dropped')"
 _OUTSTANDING_SQL = "(" + ", ".join(f"'{s}'" for s in OUTSTANDING) + ")"
 # How much of a payload is read to quote its first line.
 _QUOTED_CHARS = 400
@@ -49,7 +49,7 @@ _OBLIGATION_SQL = (
 # partial idx_swarm_obligations_outstanding, then the message by its primary key.
 DUE_SQL = (
     f"{_OBLIGATION_SQL} WHERE o.state IN ('open', 'reminded') AND ("
-    f" m.state IN {_ENDED}"
+    f" m.state IN {ENDED_STATES}"
     " OR (o.state = 'open' AND m.state = 'handed_off' AND m.handed_off_at + o.within_ms <= :now)"
     " OR (o.state = 'reminded' AND o.reminded_at + o.within_ms <= :now))"
     " ORDER BY o.created_at LIMIT :limit"
@@ -124,7 +124,7 @@ class Obligations(RepositoryBase):
             rows = conn.execute(DUE_SQL, {"now": now_ms, "limit": limit}).fetchall()
             for obligation in map(_obligation, rows):
                 ended = conn.execute(
-                    f"SELECT state IN {_ENDED} FROM swarm_messages WHERE msg_id = ?",
+                    f"SELECT state IN {ENDED_STATES} FROM swarm_messages WHERE msg_id = ?",
                     (obligation.msg_id,),
                 ).fetchone()[0]
                 if ended:

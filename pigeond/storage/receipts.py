@@ -18,7 +18,7 @@ from pigeond.storage.engines import indexed_by
 
 # Seen, unanswered direct messages seen at or after a time: the partial index's own terms,
 # word for word (SQLite uses a partial index only then), and a range on its first column.
-_UNANSWERED_SINCE = indexed_by("swarm_messages", "idx_swarm_unanswered").map(
+UNANSWERED_SINCE = indexed_by("swarm_messages", "idx_swarm_unanswered").map(
     lambda table: (
         f" FROM {table}"
         " WHERE state = 'handed_off' AND verified_at IS NOT NULL AND answered_at IS NULL"
@@ -32,7 +32,7 @@ class Receipts(RepositoryBase):
     def unanswered_targets(self, since_ms: int) -> list[str]:
         """Targets with seen messages not answered yet, seen at or after ``since_ms``."""
         rows = self._conn.execute(
-            "SELECT DISTINCT to_session" + self.engine.sql(_UNANSWERED_SINCE), {"since": since_ms}
+            "SELECT DISTINCT to_session" + self.engine.sql(UNANSWERED_SINCE), {"since": since_ms}
         )
         return [r[0] for r in rows.fetchall()]
 
@@ -40,7 +40,7 @@ class Receipts(RepositoryBase):
     def awaiting_answer(self, target: str, since_ms: int) -> list[StoredMessage]:
         """``target``'s seen messages not answered yet, seen at or after ``since_ms``."""
         rows = self._conn.execute(
-            f"SELECT {COLUMNS}" + self.engine.sql(_UNANSWERED_SINCE) + " AND to_session = :target"
+            f"SELECT {COLUMNS}" + self.engine.sql(UNANSWERED_SINCE) + " AND to_session = :target"
             " ORDER BY verified_at",
             {"since": since_ms, "target": target},
         ).fetchall()

@@ -41,6 +41,7 @@ from pigeond.storage.routes import Routes
 from pigeond.storage.search import Search
 from pigeond.storage.sender_proofs import SenderProofs
 from pigeond.storage.threads import Threads, count_send
+from pigeond.storage.timed_work import TimedWork
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,7 @@ class SwarmRepository(
     Costs,
     Permissions,
     SenderProofs,
+    TimedWork,
 ):
     def __init__(self, conn: Connection, *, notice_ttl_ms: int = DEFAULT_NOTICE_TTL_MS) -> None:
         super().__init__(conn)
