@@ -191,10 +191,11 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
     reading = (None, None) if delivery is None else (delivery.registry, delivery.client)
     prompts = person_prompts(members, *reading)
     # each member's own tool calls, read from its own transcript: a session's own things
-    # are only its own calls' (or a person's) to change
-    tool_calls = tool_call_readers(
-        members, reactor, None if delivery is None else (delivery.registry, delivery.client)
-    )
+    # are only its own calls' (or a person's) to change (a 2.x's read by the 2.x client on
+    # opencode's URL once it is found to be a 2.x)
+    v2_reads = None if delivery is None or delivery.v2 is None else delivery.v2.client
+    opencode = None if delivery is None else (delivery.registry, delivery.client)
+    tool_calls = tool_call_readers(members, reactor, opencode, v2_reads)
     authority = SessionAuthority(tool_calls, reactor)
     brakes = conversation_brakes(db, config, prompts)
     kick = arbiter.kick if arbiter is not None else _no_kick
