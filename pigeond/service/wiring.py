@@ -188,14 +188,13 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
     policies.load()
     ticker.add("policies", on_change(gate, policies.refresh), every_s=REFRESH_S)
     # the conversation brakes, asked in order; a person's prompts read where delivery reads
-    reading = (None, None) if delivery is None else (delivery.registry, delivery.client)
-    prompts = person_prompts(members, *reading)
-    # each member's own tool calls, read from its own transcript: a session's own things
-    # are only its own calls' (or a person's) to change (a 2.x's read by the 2.x client on
-    # opencode's URL once it is found to be a 2.x)
+    # (a 2.x's read by the 2.x client on opencode's URL once it is found to be a 2.x)
+    reading = None if delivery is None else (delivery.registry, delivery.client)
     v2_reads = None if delivery is None or delivery.v2 is None else delivery.v2.client
-    opencode = None if delivery is None else (delivery.registry, delivery.client)
-    tool_calls = tool_call_readers(members, reactor, opencode, v2_reads)
+    prompts = person_prompts(members, reading, v2_reads)
+    # each member's own tool calls, read from its own transcript: a session's own things
+    # are only its own calls' (or a person's) to change
+    tool_calls = tool_call_readers(members, reactor, reading, v2_reads)
     authority = SessionAuthority(tool_calls, reactor)
     brakes = conversation_brakes(db, config, prompts)
     kick = arbiter.kick if arbiter is not None else _no_kick
