@@ -139,6 +139,27 @@ def test_a_tool_call_in_the_transcript_conforms_to_the_sdk_types(sdk: SdkTypes) 
         assert sdk.errors(answer, declared) == [], answer
 
 
+def test_permission_answers_conform_to_the_sdk_types(sdk: SdkTypes) -> None:
+    """A permission request listed at its directory, answered (204), answered again (404):
+    each answer has the fields the SDK declares."""
+    list_op = sdk.operation("GET", "/api/permission/request")
+    reply_op = sdk.operation("POST", "/api/session/{sessionID}/permission/{requestID}/reply")
+    server = OpencodeV2StandIn(PASSWORD)
+    with server.serve() as url:
+        session = server.create_session()
+        request_id = server.ask_permission(session, "bash", ["rm -rf build"], "call_1")
+        where = f"/api/permission/request?location%5Bdirectory%5D={session.directory}"
+        listed = call(url, "GET", where)
+        reply = f"/api/session/{session.id}/permission/{request_id}/reply"
+        taken = call(url, "POST", reply, {"reply": "once"})
+        again = call(url, "POST", reply, {"reply": "once"})
+    assert [r["id"] for r in listed[1]["data"]] == [request_id]
+    assert (taken[0], again[0]) == (204, 404)
+    assert sdk.errors(listed[1], sdk.answer(list_op, 200)) == []
+    assert sdk.answer(reply_op, 204) == "void"
+    assert sdk.errors(again[1], sdk.answer(reply_op, 404)) == [], again
+
+
 def test_an_undeclared_or_missing_field_is_drift(sdk: SdkTypes) -> None:
     """The check fails on an answer with a field the SDK does not declare or without a
     required one, and on a body field accepted but not declared (or declared, not accepted)."""

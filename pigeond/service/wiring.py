@@ -119,9 +119,6 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         def opencode_down() -> bool:
             return reach.down
 
-        def no_permission_polls() -> bool:
-            return reach.down or client.api.v2_version is not None  # 2.x: not its routes
-
         turns = (
             TurnTracker(reactor, client, config, opencode_down=opencode_down)
             if config.delivery == "turn"
@@ -134,10 +131,10 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         shared = shared_database_parts(config, reactor, db, registry)
         routing = None if shared is None else shared.routing
         permissions = PermissionWatch(
-            db, client, reactor, config, directory_of=registry.resolve,
+            db, v2.permissions, reactor, config, directory_of=registry.resolve,
             known_idle=turns.known_idle if turns is not None else (lambda session: False),
             stream_connected=lambda: events is not None and events.connected,
-            mine=None if routing is None else routing.mine, opencode_down=no_permission_polls,
+            mine=None if routing is None else routing.mine, opencode_down=opencode_down,
         )  # fmt: skip
         if turns is not None:
             events = EventStream(
