@@ -175,6 +175,28 @@ class StandInSession:
         finally:
             self._released.set()
 
+    @contextlib.contextmanager
+    def tool_running(
+        self, name: str, arguments: dict[str, Any], output: str = "done"
+    ) -> Iterator[str]:
+        """The running turn's model calls tool ``name`` with ``arguments``: while the block
+        runs (the tool executing), the transcript's newest step holds the tool part
+        ``running``; after it, the part is ``completed`` with ``output`` and the step ends
+        with ``finish: "tool-calls"`` (the turn goes on).  The call's id is yielded.  Waits
+        for a turn to run (one held by :meth:`turns_held`, so that it outlasts the block)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self.running, HOLD_LIMIT_S):
+                raise RuntimeError(f"no turn of {self.id} ran to call {name} in")
+            index = len(self.messages)
+            step = _tool_step(index + 1, name, arguments)
+            self.messages.append(step)
+        try:
+            yield step["content"][0]["id"]
+        finally:
+            with self._changed:  # a new dict: a reader may be encoding the old one
+                self.messages[index] = _tool_step_completed(step, output)
+                self._changed.notify_all()
+
     def admit(
         self, kind: str, input_id: str | None, text: str, delivery: str, wakes: bool, body: Any
     ) -> Input:
@@ -251,6 +273,7 @@ class StandInSession:
                     return
                 self.running = True
                 read = self._start()
+                self._changed.notify_all()  # a test waiting for the turn to run
             self._run_turn(read)
 
     def close(self) -> None:
@@ -317,3 +340,41 @@ class StandInSession:
             "content": [{"type": "text", "id": f"prt_{number:06d}", "text": answer}],
             "finish": "stop",
         }
+
+
+def _tool_step(number: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """An assistant step calling one tool, still running (``SessionMessageAssistant`` with
+    a ``SessionMessageAssistantTool`` part in ``SessionMessageToolStateRunning``)."""
+    created = _now_ms()
+    state = {"status": "running", "input": dict(arguments), "structured": {}, "content": []}
+    return {
+        "id": f"msg_assistant_tool_{number:06d}",
+        "time": {"created": created},
+        "type": "assistant",
+        "agent": AGENT,
+        "model": dict(MODEL_REF),
+        "content": [
+            {
+                "type": "tool",
+                "id": f"call_{number:06d}",
+                "name": name,
+                "state": state,
+                "time": {"created": created, "ran": created},
+            }
+        ],
+    }
+
+
+def _tool_step_completed(step: dict[str, Any], output: str) -> dict[str, Any]:
+    """``step`` once its tool returned ``output``: the part ``completed``, the step ended."""
+    done = _now_ms()
+    [part] = step["content"]
+    state = {
+        "status": "completed",
+        "input": part["state"]["input"],
+        "structured": {"text": output},
+        "content": [{"type": "text", "text": output}],
+    }
+    completed = {**part, "state": state, "time": {**part["time"], "completed": done}}
+    time = {**step["time"], "completed": done}
+    return {**step, "time": time, "content": [completed], "finish": "tool-calls"}

@@ -14,7 +14,12 @@ this.  What it keeps from the protocol:
 * the transcript (``GET /api/session/{id}/message``) has a ``user`` (or ``synthetic``)
   message per input and one ``assistant`` message per turn;
 * a session's directory is the one it was created with; the ``location[directory]``
-  query and the ``x-opencode-directory`` header are not read;
+  query (but for the permission list's) and the ``x-opencode-directory`` header are
+  not read;
+* a permission request a test makes (:meth:`OpencodeV2StandIn.ask_permission`) is
+  listed at its session's directory (``GET /api/permission/request``) until it is
+  answered (``POST /api/session/{id}/permission/{requestID}/reply``; an unknown one is
+  404 ``PermissionNotFoundError``);
 * ``GET /api/event`` is volatile: a reader that falls ``event_capacity`` events behind is
   dropped, and nothing is replayed.
 
@@ -60,6 +65,8 @@ PROMPT_FIELDS = {
 SYNTHETIC_FIELDS = frozenset({"id", "text", "description", "metadata", "delivery", "resume"})
 CREATE_FIELDS = frozenset({"id", "agent", "model", "location"})
 INBOX_FIELDS = frozenset({"delivery"})
+PERMISSION_REPLY_FIELDS = frozenset({"reply", "message"})
+PERMISSION_REPLIES = ("once", "always", "reject")
 WAIT_TIMEOUT_S = 60.0
 
 ROUTES: tuple[tuple[str, str, str], ...] = (
@@ -76,6 +83,8 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("GET", "/api/session/{sessionID}/inbox", "inbox"),
     ("DELETE", "/api/session/{sessionID}/inbox/{inboxID}", "cancel"),
     ("PATCH", "/api/session/{sessionID}/inbox/{inboxID}", "switch"),
+    ("GET", "/api/permission/request", "permissions"),
+    ("POST", "/api/session/{sessionID}/permission/{requestID}/reply", "permission_reply"),
 )
 """(method, path template as the protocol writes it, handler): every route it answers.
 The first that matches wins (``/api/session/active`` before ``/api/session/{sessionID}``)."""
@@ -117,6 +126,7 @@ class OpencodeV2StandIn:
             "prompt": PROMPT_FIELDS[prompt_shape],
             "synthetic": SYNTHETIC_FIELDS,
             "switch": INBOX_FIELDS,
+            "permission_reply": PERMISSION_REPLY_FIELDS,
         }
         """Handler name → the body fields it accepts (any other is 400)."""
         self.directory = directory
@@ -125,6 +135,10 @@ class OpencodeV2StandIn:
         self.closed = threading.Event()
         self.requests: list[tuple[str, str]] = []
         """(method, path) of every request, answered or refused, in order."""
+        self.permissions: dict[str, dict[str, Any]] = {}
+        """The permission requests pending, by id (``PermissionV2Request``)."""
+        self.permission_replies: list[tuple[str, str]] = []
+        """(request id, reply) of every answer taken, in order."""
         self.url = ""
         self._lock = threading.Lock()
 
@@ -155,6 +169,29 @@ class OpencodeV2StandIn:
             self.sessions[session_id] = session
         threading.Thread(target=session.run_forever, daemon=True).start()
         return session
+
+    def ask_permission(
+        self, session: StandInSession, action: str, resources: list[str], call_id: str
+    ) -> str:
+        """``session``'s tool call ``call_id`` asks permission (and waits): its id."""
+        with self._lock:
+            request_id = f"per_standin{len(self.permissions) + len(self.permission_replies):06d}"
+            source = {"type": "tool", "messageID": f"msg_step_{call_id}", "callID": call_id}
+            self.permissions[request_id] = {
+                "id": request_id, "sessionID": session.id, "action": action,
+                "resources": list(resources), "save": [f"{action} *"], "source": source,
+            }  # fmt: skip
+        return request_id
+
+    def take_reply(self, session_id: str, request_id: str, reply: str) -> bool:
+        """The answer to a pending request of the session; False when there is none."""
+        with self._lock:
+            request = self.permissions.get(request_id)
+            if request is None or request["sessionID"] != session_id:
+                return False
+            del self.permissions[request_id]
+            self.permission_replies.append((request_id, reply))
+            return True
 
     def session_info(self, session: StandInSession) -> dict[str, Any]:
         return {
@@ -313,6 +350,29 @@ class StandInHandler(JsonHandler):
             self._no_content()
         else:
             self.send_json(409, {"_tag": "ConflictError", "message": "input is not pending"})
+
+    def _permissions(self, _: object, __: object, query: dict[str, list[str]]) -> None:
+        directory = query.get("location[directory]", [self.standin.directory])[0]
+        sessions = self.standin.sessions
+        listed = [
+            r for r in list(self.standin.permissions.values())
+            if sessions[r["sessionID"]].directory == directory
+        ]  # fmt: skip
+        project = {"id": "prj_standin", "directory": directory}
+        self.send_json(200, {"location": {"directory": directory, "project": project},
+                             "data": listed})  # fmt: skip
+
+    def _permission_reply(self, session: StandInSession, groups: dict[str, str], _: object) -> None:
+        reply = self._body("permission_reply").get("reply")
+        if reply not in PERMISSION_REPLIES:
+            raise BadRequest("reply must be once, always or reject")
+        request_id = groups["requestID"]
+        if self.standin.take_reply(session.id, request_id, reply):
+            self._no_content()
+            return
+        message = f"Permission request not found: {request_id}"
+        self.send_json(404, {"_tag": "PermissionNotFoundError", "requestID": request_id,
+                             "message": message})  # fmt: skip
 
     def _event(self, *_: object) -> None:
         """SSE until the reader is dropped or the stand-in stops; a small send buffer, so a

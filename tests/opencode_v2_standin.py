@@ -9,7 +9,8 @@ opencode 1.15.4 and 1.18.33 for paths they have no route for:
 In both, ``/api/*`` answers ``{"data": []}``: no 2.x's health, so neither API.
 ``mode = "v1"`` turns it into a (minimal) opencode 1.x that knows one session, and
 ``mode = "2.x"`` into a (minimal) opencode 2.x that knows it (its health, the session,
-admissions, a transcript of what was admitted), for tests where opencode is replaced
+admissions, a transcript of what was admitted and of the messages a test puts in
+``transcript``, no permission request), for tests where opencode is replaced
 while pigeond runs.  Every request is recorded, so a test can show what pigeond sent
 under ``/api/``.  A twisted.web Resource: served in memory (StubTreq) or over real HTTP
 (a Site on 127.0.0.1).  The full 2.x stand-in is :mod:`testkit.opencode_v2_standin`.
@@ -36,6 +37,7 @@ class OpencodeV2StandIn(Resource):
         self.directory = "/tmp"
         self.seen: list[tuple[str, str]] = []  # (method, path) of every request
         self.admitted: list[dict[str, object]] = []  # the 2.x admissions' bodies
+        self.transcript: list[dict[str, object]] = []  # the 2.x transcript's other messages
 
     def render(self, request: server.Request) -> bytes:
         method = (request.method or b"").decode()
@@ -82,7 +84,13 @@ class OpencodeV2StandIn(Resource):
         if path == session + "/message":
             inputs = [{"type": "user", "id": b["id"], "text": b.get("text", "")}
                       for b in self.admitted]  # fmt: skip
-            return self._json(request, 200, {"data": inputs, "cursor": {}})
+            messages = inputs + self.transcript
+            if request.args.get(b"order") == [b"desc"]:
+                messages.reverse()  # newest first, as a 2.x answers it
+            return self._json(request, 200, {"data": messages, "cursor": {}})
+        if path == "/api/permission/request":
+            location = {"directory": self.directory, "project": {"id": "prj", "directory": "/"}}
+            return self._json(request, 200, {"location": location, "data": []})
         if path.startswith("/api/session/") and not path.startswith(session + "/"):
             missing = {"_tag": "SessionNotFoundError", "message": f"Session not found: {path}"}
             return self._json(request, 404, missing)

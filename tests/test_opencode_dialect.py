@@ -111,9 +111,10 @@ def test_a_2x_replaced_by_neither_holds_with_the_sentence(tmp_path: Path, clock:
 def test_the_1x_watchers_leave_a_2x_alone(
     tmp_path: Path, clock: Clock, log_capture: LogCapture
 ) -> None:
-    """In turn delivery, ten minutes after a hand-off to a 2.x: nothing but its transcript
-    is read (no event stream, turn or permission polls of 1.x routes), and nothing is
-    logged as a warning or an error."""
+    """In turn delivery, ten minutes after a hand-off to a 2.x: nothing but its transcript,
+    its session and its pending permission requests is read, each by its 2.x route (no
+    event stream, turn or permission polls of 1.x routes), and nothing is logged as a
+    warning or an error."""
     standin = OpencodeV2StandIn(mode="2.x")
     daemon = build(tmp_path, clock, standin, delivery="turn")
     send(daemon, "msg_1")
@@ -121,6 +122,10 @@ def test_the_1x_watchers_leave_a_2x_alone(
     handed_off = len(standin.seen)
     for _ in range(600):
         clock.advance(1)
-    assert set(standin.seen[handed_off:]) <= {("GET", "/api/session/ses_known/message")}
+    assert set(standin.seen[handed_off:]) <= {
+        ("GET", "/api/session/ses_known/message"),
+        ("GET", "/api/session/ses_known"),
+        ("GET", "/api/permission/request"),
+    }
     loud = [t for level, t in log_capture.events if level in (LogLevel.warn, LogLevel.error)]
     assert loud == []

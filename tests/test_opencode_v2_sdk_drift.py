@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from tests.opencode_v2_calls import (
     wait_idle,
 )
 
+V2_TOOL_CALLS = Path(__file__).parent / "fixtures" / "opencode" / "v2-tool-calls.json"
 RELEASED_AFTER_SDK = {
     ("GET", "/api/info"),
     ("POST", "/api/session/{sessionID}/synthetic"),
@@ -111,6 +114,50 @@ def test_answers_conform_to_the_sdk_types(sdk: SdkTypes) -> None:
     ]
     for event in streamed:
         assert sdk.errors(event, event_type) == [], event
+
+
+def test_a_tool_call_in_the_transcript_conforms_to_the_sdk_types(sdk: SdkTypes) -> None:
+    """A turn whose model calls a tool: its transcript while the tool runs (the part
+    ``running``) and after it returned (``completed``), and the 2.x tool-call fixture, have
+    the fields the SDK declares."""
+    declared = sdk.answer(sdk.operation("GET", "/api/session/{sessionID}/message"), 200)
+    here = "/api/session/{}/message?order=asc"
+    with running() as (url, session):
+        with session.turns_held():
+            prompt(url, session.id, "name yourself")
+            with session.tool_running("swarm_name", {"name": "reviewer"}) as call_id:
+                during = call(url, "GET", here.format(session.id))[1]
+            after = call(url, "GET", here.format(session.id))[1]
+        wait_idle(url, session)
+    parts = [m["content"][0] for m in (during["data"][-1], after["data"][-1])]
+    assert [(p["id"], p["name"], p["state"]["status"]) for p in parts] == [
+        (call_id, "swarm_name", "running"),
+        (call_id, "swarm_name", "completed"),
+    ]
+    fixture = json.loads(V2_TOOL_CALLS.read_text("utf-8"))
+    for answer in (during, after, {"data": fixture, "cursor": {}}):
+        assert sdk.errors(answer, declared) == [], answer
+
+
+def test_permission_answers_conform_to_the_sdk_types(sdk: SdkTypes) -> None:
+    """A permission request listed at its directory, answered (204), answered again (404):
+    each answer has the fields the SDK declares."""
+    list_op = sdk.operation("GET", "/api/permission/request")
+    reply_op = sdk.operation("POST", "/api/session/{sessionID}/permission/{requestID}/reply")
+    server = OpencodeV2StandIn(PASSWORD)
+    with server.serve() as url:
+        session = server.create_session()
+        request_id = server.ask_permission(session, "bash", ["rm -rf build"], "call_1")
+        where = f"/api/permission/request?location%5Bdirectory%5D={session.directory}"
+        listed = call(url, "GET", where)
+        reply = f"/api/session/{session.id}/permission/{request_id}/reply"
+        taken = call(url, "POST", reply, {"reply": "once"})
+        again = call(url, "POST", reply, {"reply": "once"})
+    assert [r["id"] for r in listed[1]["data"]] == [request_id]
+    assert (taken[0], again[0]) == (204, 404)
+    assert sdk.errors(listed[1], sdk.answer(list_op, 200)) == []
+    assert sdk.answer(reply_op, 204) == "void"
+    assert sdk.errors(again[1], sdk.answer(reply_op, 404)) == [], again
 
 
 def test_an_undeclared_or_missing_field_is_drift(sdk: SdkTypes) -> None:

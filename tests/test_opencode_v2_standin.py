@@ -11,7 +11,7 @@ def test_every_route_requires_basic_auth_and_v1_routes_are_gone() -> None:
     """Without the password (or with a wrong one) every route is 401; 1.x routes are 404."""
     with running() as (url, session):
         for method, template, _ in ROUTES:
-            path = template.format(sessionID=session.id, inboxID="msg_x")
+            path = template.format(sessionID=session.id, inboxID="msg_x", requestID="per_x")
             assert call(url, method, path, password=None)[0] == 401, (method, path)
             assert call(url, method, path, password="wrong")[0] == 401, (method, path)
         for method, path in [("GET", "/session"), ("GET", "/global/event"), ("GET", "/x")]:

@@ -20,7 +20,10 @@ in tests/fixtures/opencode/tool-running-*.json and tests/fixtures/claude/mcp_swa
 
 Only the calls of pigeond's own tools (:data:`pigeond.agents.tool_names.TOOL_NAMES`) are
 returned: nothing else can have made a request to pigeond.  A session of an opencode 2.x
-has no transcript read here yet (None, as for a member with none).
+is read in its 2.x transcript (:mod:`pigeond.delivery.opencode_v2_tool_calls`) once the
+1.x read finds the server to be a 2.x, as the delivery's reads switch
+(:mod:`pigeond.delivery.opencode_dialect`): no 2.x route is asked of a server not found
+to be a 2.x.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from twisted.internet.interfaces import IReactorTime
 
 from pigeond.agents.tool_names import TOOL_NAMES
 from pigeond.delivery.claude_transcript import read_tail
+from pigeond.delivery.failures import HandOffError
 from pigeond.delivery.opencode_client import OpencodeError, SessionNotFound, SpeaksV2
 from pigeond.delivery.opencode_transcript import TranscriptReader
+from pigeond.delivery.opencode_v2_tool_calls import V2Messages, opencode_v2_calls, tool_part_call
 from pigeond.delivery.registry import DirectoryResolver
 from pigeond.model import Runtime, runtime_of
 from pigeond.tool_calls import ToolCall, ToolCallReader, TranscriptUnreadable
@@ -52,7 +57,6 @@ RECENT_MESSAGES: Final = 20
 CLAUDE_TAIL_BYTES: Final = 1024 * 1024
 # One read of a transcript may take this long; past it the transcript is unreadable now.
 READ_DEADLINE_S: Final = 10.0
-FINISHED_STATES: Final = frozenset({"completed", "error"})
 # Claude Code's name for an MCP server's tool: mcp__<server>__<tool>
 _MCP_TOOL = re.compile(r"^mcp__.+__([a-z_]+)$")
 
@@ -74,13 +78,7 @@ def opencode_calls(messages: Iterable[Mapping[str, Any]]) -> list[ToolCall]:
 def _opencode_call(part: object) -> ToolCall | None:
     if not isinstance(part, dict) or part.get("type") != "tool":
         return None
-    tool, call_id, state = part.get("tool"), part.get("callID"), part.get("state")
-    if tool not in TOOL_NAMES or not isinstance(call_id, str) or not isinstance(state, dict):
-        return None
-    arguments = state.get("input")
-    if not isinstance(arguments, dict):
-        return None
-    return ToolCall(call_id, str(tool), arguments, state.get("status") in FINISHED_STATES)
+    return tool_part_call(part.get("tool"), part.get("callID"), part.get("state"))
 
 
 def claude_calls(entries: Iterable[Mapping[str, Any]]) -> list[ToolCall]:
@@ -130,7 +128,9 @@ async def _within(clock: IReactorTime, deadline_s: float, work: Deferred[T], wha
 
 class OpencodeToolCalls:
     """An opencode session's pigeond tool calls: its newest :data:`RECENT_MESSAGES` messages,
-    read in the session's own directory."""
+    read in the session's own directory from a 1.x, or by its id alone from a server the
+    1.x client found to be a 2.x (``v2``: the 2.x client on the same URL; without it a 2.x
+    session has no transcript pigeond reads, None)."""
 
     def __init__(
         self,
@@ -138,10 +138,12 @@ class OpencodeToolCalls:
         client: TranscriptReader,
         clock: IReactorTime,
         *,
+        v2: V2Messages | None = None,
         deadline_s: float = READ_DEADLINE_S,
     ) -> None:
         self._registry = registry
         self._client = client
+        self._v2 = v2
         self._clock = clock
         self._deadline_s = deadline_s
 
@@ -151,9 +153,21 @@ class OpencodeToolCalls:
         read = Deferred.fromCoroutine(self._messages(member))
         try:
             messages = await _within(self._clock, self._deadline_s, read, f"reading {member}")
-        except SpeaksV2:
-            return None  # a 2.x session: its transcript's tool calls are not read
+        except SpeaksV2:  # the 1.x client asks a 2.x nothing: read it as a 2.x
+            if self._v2 is None:
+                return None
+            v2_read = Deferred.fromCoroutine(self._v2_messages(self._v2, member))
+            what = f"reading {member}"
+            v2_messages = await _within(self._clock, self._deadline_s, v2_read, what)
+            return opencode_v2_calls(v2_messages)
         return [] if messages is None else opencode_calls(messages)
+
+    @staticmethod
+    async def _v2_messages(client: V2Messages, member: str) -> list[dict[str, Any]]:
+        try:
+            return await client.messages(member, RECENT_MESSAGES)  # a session it lacks: []
+        except HandOffError as e:
+            raise TranscriptUnreadable(f"cannot read {member}'s 2.x transcript: {e}") from e
 
     async def _messages(self, member: str) -> list[dict[str, Any]] | None:
         try:

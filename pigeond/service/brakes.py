@@ -12,6 +12,7 @@ from pigeond.brakes.budget import BudgetBrake
 from pigeond.brakes.pair import PairRateBrake, RepeatBrake
 from pigeond.config import Config
 from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.opencode_v2_tool_calls import V2Messages
 from pigeond.delivery.person_prompts import (
     ClaudePersonPrompts,
     OpencodePersonPrompts,
@@ -24,14 +25,15 @@ from pigeond.storage.database import Database
 
 def person_prompts(
     members: MemberParts,
-    registry: SessionDirectoryRegistry | None,
-    client: OpencodeClient | None,
+    opencode: tuple[SessionDirectoryRegistry, OpencodeClient] | None,
+    v2: V2Messages | None = None,
 ) -> PersonPrompts:
     """Each runtime's transcripts as its delivery reads them: opencode's (when delivery is
-    on: ``registry`` and ``client``) and Claude Code's; other sessions are unknown."""
+    on: ``opencode``, its directory registry and client, and ``v2``, the 2.x client on its
+    URL) and Claude Code's; other sessions are unknown."""
     claude = members.claude.transcripts
     return PersonPromptsByRuntime(
-        OpencodePersonPrompts(registry, client) if registry and client else None,
+        OpencodePersonPrompts(*opencode, v2) if opencode is not None else None,
         ClaudePersonPrompts(claude) if claude is not None else None,
     )
 

@@ -19,6 +19,7 @@ from twisted.internet.threads import deferToThreadPool
 from pigeond.delivery.claude_runtime import ClaudeRuntime, ClaudeTranscripts, McpRuntime
 from pigeond.delivery.member_doors import TranscriptPaths
 from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.opencode_v2_tool_calls import V2Messages
 from pigeond.delivery.pull_slots import PullSlots
 from pigeond.delivery.registry import SessionDirectoryRegistry
 from pigeond.delivery.tool_call_reader import ClaudeToolCalls, OpencodeToolCalls, ToolCallReaders
@@ -63,15 +64,17 @@ def tool_call_readers(
     members: MemberParts,
     reactor: IReactorTime,
     opencode: tuple[SessionDirectoryRegistry, OpencodeClient] | None,
+    v2: V2Messages | None = None,
 ) -> ToolCallReaders:
     """Each member's recent pigeond tool calls, read from its own transcript: Claude Code's
     file, and opencode's sessions when delivery reaches an opencode (``opencode``: its
-    directory registry and client); None for any other member."""
+    directory registry and client; ``v2``: the 2.x client on its URL, read once the server
+    is found to be a 2.x); None for any other member."""
     readers: dict[Runtime, ToolCallReader] = {
         Runtime.CLAUDE: ClaudeToolCalls(members.paths.path_of, members.in_thread, reactor)
     }
     if opencode is not None:
-        readers[Runtime.OPENCODE] = OpencodeToolCalls(*opencode, reactor)
+        readers[Runtime.OPENCODE] = OpencodeToolCalls(*opencode, reactor, v2=v2)
     return ToolCallReaders(readers)
 
 

@@ -119,9 +119,6 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         def opencode_down() -> bool:
             return reach.down
 
-        def no_permission_polls() -> bool:
-            return reach.down or client.api.v2_version is not None  # 2.x: not its routes
-
         turns = (
             TurnTracker(reactor, client, config, opencode_down=opencode_down)
             if config.delivery == "turn"
@@ -134,10 +131,10 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         shared = shared_database_parts(config, reactor, db, registry)
         routing = None if shared is None else shared.routing
         permissions = PermissionWatch(
-            db, client, reactor, config, directory_of=registry.resolve,
+            db, v2.permissions, reactor, config, directory_of=registry.resolve,
             known_idle=turns.known_idle if turns is not None else (lambda session: False),
             stream_connected=lambda: events is not None and events.connected,
-            mine=None if routing is None else routing.mine, opencode_down=no_permission_polls,
+            mine=None if routing is None else routing.mine, opencode_down=opencode_down,
         )  # fmt: skip
         if turns is not None:
             events = EventStream(
@@ -188,13 +185,13 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
     policies.load()
     ticker.add("policies", on_change(gate, policies.refresh), every_s=REFRESH_S)
     # the conversation brakes, asked in order; a person's prompts read where delivery reads
-    reading = (None, None) if delivery is None else (delivery.registry, delivery.client)
-    prompts = person_prompts(members, *reading)
+    # (a 2.x's read by the 2.x client on opencode's URL once it is found to be a 2.x)
+    reading = None if delivery is None else (delivery.registry, delivery.client)
+    v2_reads = None if delivery is None or delivery.v2 is None else delivery.v2.client
+    prompts = person_prompts(members, reading, v2_reads)
     # each member's own tool calls, read from its own transcript: a session's own things
     # are only its own calls' (or a person's) to change
-    tool_calls = tool_call_readers(
-        members, reactor, None if delivery is None else (delivery.registry, delivery.client)
-    )
+    tool_calls = tool_call_readers(members, reactor, reading, v2_reads)
     authority = SessionAuthority(tool_calls, reactor)
     brakes = conversation_brakes(db, config, prompts)
     kick = arbiter.kick if arbiter is not None else _no_kick
