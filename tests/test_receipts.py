@@ -12,6 +12,7 @@ from twisted.internet.task import Clock
 from pigeond.config import Config
 from pigeond.delivery.answers import answers_in
 from pigeond.delivery.turns import TurnTracker
+from pigeond.delivery.verifier import TURN_END_SETTLE_S
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from testkit.messages import assistant_entry, new_message, user_entry
 from tests.storage_helpers import seen_message
@@ -163,6 +164,41 @@ def test_answers_are_looked_for_again_only_after_a_turn_ended(rig: Rig) -> None:
     rig.verifier.tick()
     assert len(rig.transcripts.reads) == 2
     assert rig.receipt("msg_a")[0] == "answered"
+
+
+def a_turn_end_looked_at_before_its_reply(rig: Rig) -> None:
+    """msg_a seen, then its turn's end told and looked at while no reply is written yet."""
+    rig.turns["ses_target"] = (1, 0)
+    rig.prompt("u1", "msg_a")
+    rig.verifier.tick()
+    rig.clock.advance(60)
+    rig.turns["ses_target"] = (1, 1)
+    rig.verifier.tick()
+
+
+def test_a_turn_end_told_before_its_reply_is_written_is_looked_at_again(rig: Rig) -> None:
+    """A look right after a turn end finds no reply yet (Claude Code flushes it after its
+    Stop hook): the next interval looks again and finds it, with no other turn end."""
+    a_turn_end_looked_at_before_its_reply(rig)
+    assert rig.receipt("msg_a")[0] == "seen"
+    rig.reply(assistant_entry("a1", "u1"))
+    rig.clock.advance(2)
+    rig.verifier.tick()
+    assert rig.receipt("msg_a")[0] == "answered"
+
+
+def test_after_a_turn_end_settles_answers_wait_for_the_next_turn_end(rig: Rig) -> None:
+    """Looks after a turn end stop TURN_END_SETTLE_S after it: no reply, no more reads."""
+    a_turn_end_looked_at_before_its_reply(rig)
+    reads = len(rig.transcripts.reads)
+    for _ in range(int(TURN_END_SETTLE_S / 2) + 5):
+        rig.clock.advance(2)
+        rig.verifier.tick()
+    assert reads < len(rig.transcripts.reads) <= reads + int(TURN_END_SETTLE_S / 2) + 1
+    settled = len(rig.transcripts.reads)
+    rig.clock.advance(60)
+    rig.verifier.tick()
+    assert len(rig.transcripts.reads) == settled
 
 
 def test_with_the_event_stream_down_answers_are_looked_for_every_interval(rig: Rig) -> None:

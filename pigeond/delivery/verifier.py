@@ -16,7 +16,8 @@ Those looks are bounded, or an unanswered message would cost its target a transc
 read every interval forever: a message is looked for only ``turn_timeout_s`` after it was
 seen (pigeond already takes a turn running longer as over, and goes ahead), and, while
 the event stream runs, only after a turn of its target ended since the last look (an
-answer is written when a turn ends); while the stream is down, every interval.
+answer is written when a turn ends), and every interval for ``TURN_END_SETTLE_S`` after a
+look saw a new turn end; while the stream is down, every interval.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ log = Logger()
 # in memory together every interval: a burst that delayed hand-offs and set the
 # process's memory high-water mark.  The rest wait their turn, each started as one ends.
 CHECKS_AT_ONCE = 4
+# A turn's end is told before its transcript holds all of it: Claude Code runs its Stop
+# hook and only then flushes the turn's last entries (seen 0.3 s after the hook on a
+# loaded machine).  A look that saw a new turn end may read too early; answers are looked
+# for again every interval this long after it, not only after the next turn end.
+TURN_END_SETTLE_S = 5.0
 
 
 def _targets(repo: SwarmRepository, since_ms: int) -> tuple[list[str], list[str]]:
@@ -92,6 +98,7 @@ class Verifier:
         self._on_requeued = on_requeued
         self._turns_ended = turns_ended
         self._turns_at_look: dict[str, TurnCount | None] = {}  # when answers were looked for
+        self._new_turn_end_at: dict[str, float] = {}  # when a look first saw that count
         # target → msg_id → the user message its envelope came in, for the seen messages
         # awaiting an answer: a long turn can push that message out of the newest ones read
         self._homes: dict[str, dict[str, str]] = {}
@@ -146,7 +153,7 @@ class Verifier:
         self._listing_error = None  # the database answers again: a next failure is told
         now = self._clock.seconds()
         listed = {*unseen, *unanswered}
-        for forget in (self._turns_at_look, self._homes):
+        for forget in (self._turns_at_look, self._homes, self._new_turn_end_at):
             for gone in [target for target in forget if target not in listed]:
                 del forget[gone]
         unseen_set = set(unseen)
@@ -178,7 +185,8 @@ class Verifier:
         ended = self._turns_ended(target)
         if ended is None or target not in self._turns_at_look:
             return True
-        return ended != self._turns_at_look[target]
+        settling = self._clock.seconds() - self._new_turn_end_at.get(target, -TURN_END_SETTLE_S)
+        return ended != self._turns_at_look[target] or settling < TURN_END_SETTLE_S
 
     def _start_checks(self) -> None:
         """Start waiting checks while fewer than CHECKS_AT_ONCE run."""
@@ -215,7 +223,10 @@ class Verifier:
             if not ours:
                 return  # its transcript is in another daemon's opencode
         # taken before the read: a turn that ends while it runs is looked at again
-        self._turns_at_look[target] = self._turns_ended(target)
+        ended = self._turns_ended(target)
+        if ended is not None and self._turns_at_look.get(target) != ended:
+            self._new_turn_end_at[target] = self._clock.seconds()
+        self._turns_at_look[target] = ended
         try:
             waiting, unanswered = await self._db.read(_awaiting, target, self._answers_since_ms())
         except StorageError as e:
