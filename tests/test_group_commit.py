@@ -31,13 +31,16 @@ def db(db_path: Path) -> Iterator[ThreadedDatabase]:
 
 def hold_the_writer(db: ThreadedDatabase) -> threading.Event:
     """Keep the writer thread busy until the returned event is set: sends asked meanwhile
-    queue up, as they do behind a commit under load."""
-    release = threading.Event()
+    queue up, as they do behind a commit under load (asked once the hold runs: an accept
+    group would go before a write still queued)."""
+    release, running = threading.Event(), threading.Event()
 
     def wait(repo: SwarmRepository) -> None:
+        running.set()
         release.wait(timeout=10)
 
     db.write(wait)
+    assert running.wait(timeout=10)
     return release
 
 

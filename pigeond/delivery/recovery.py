@@ -36,6 +36,7 @@ from pigeond.delivery.runtime import TranscriptSource
 from pigeond.model import Runtime, StoredMessage, runtime_of
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
+from pigeond.storage.write_queue import urgent
 
 log = Logger(namespace="pigeond.delivery.arbiter")  # one story in the logs with the arbiter's
 
@@ -53,6 +54,7 @@ class IntentRecord:
     now_ms: int
 
 
+@urgent  # the hand-off waits on it: before queued bookkeeping
 def record_intents(repo: SwarmRepository, records: Sequence[IntentRecord]) -> list[list[str]]:
     """Every record's intent in one transaction and one commit."""
     return repo.mark_handoff_intents([(r.msg_ids, r.now_ms) for r in records])

@@ -7,8 +7,10 @@ stopped everything, ``/health`` included.  So the daemon never calls
 :class:`SwarmRepository` itself; it asks a :class:`Database`:
 
 - **writes** run on one writer thread with one connection, in the order
-  asked: SQLite lets one writer in at a time anyway, and one thread keeps
-  transactions from queueing on the file lock against each other;
+  asked, except that the writes a 202 or a hand-off waits on go before the
+  bookkeeping queued (:mod:`pigeond.storage.write_queue`): SQLite lets one
+  writer in at a time anyway, and one thread keeps transactions from queueing
+  on the file lock against each other;
 - **sends** are writes too, but grouped: sends that queue up while the writer is
   busy share one transaction and one fsync (:mod:`pigeond.storage.group_commit`);
 - **reads** run on a few reader threads, each with its own read-only
@@ -45,6 +47,7 @@ from pigeond.storage.errors import StorageUnavailable
 from pigeond.storage.group_commit import GroupCommit
 from pigeond.storage.repository import Accept, AcceptOutcome, SwarmRepository
 from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS
+from pigeond.storage.write_queue import WriteQueue, is_urgent
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -63,7 +66,8 @@ class Database(Protocol):
         """Run ``call(repo, *args, **kwargs)``; it must not write."""
 
     def write(self, call: RepositoryCall[P, R], *args: P.args, **kwargs: P.kwargs) -> Deferred[R]:
-        """Run ``call(repo, *args, **kwargs)`` after every write asked before it."""
+        """Run ``call(repo, *args, **kwargs)`` after every write asked before it (but an
+        urgent call, pigeond/storage/write_queue.py, goes before queued ones that are not)."""
 
     def accept(self, accept: Accept) -> Deferred[AcceptOutcome]:
         """Store a send; sends close together share one commit (see group_commit)."""
@@ -148,12 +152,13 @@ class ThreadedDatabase:
         except BaseException:
             self._close_connections()
             raise
-        self._write_pool = DaemonThreadPool(1, 1, name="pigeond-db-writer")
+        # the writes a 202 or a hand-off waits on go first (pigeond/storage/write_queue.py)
+        self._writes = WriteQueue(reactor, name="pigeond-db-writer")
         self._read_pool = DaemonThreadPool(readers, readers, name="pigeond-db-reader")
         self._closed = False
-        self._write_pool.start()
+        self._writes.start()
         self._read_pool.start()
-        self.group_commit = GroupCommit(reactor, self._write_pool, self._writer)
+        self.group_commit = GroupCommit(self._writes, self._writer)
 
     def read(self, call: RepositoryCall[P, R], *args: P.args, **kwargs: P.kwargs) -> Deferred[R]:
         if self._closed:
@@ -171,8 +176,7 @@ class ThreadedDatabase:
     def write(self, call: RepositoryCall[P, R], *args: P.args, **kwargs: P.kwargs) -> Deferred[R]:
         if self._closed:
             return fail(StorageUnavailable("the database is closed (pigeond is stopping)"))
-        pool = self._write_pool
-        return deferToThreadPool(self._reactor, pool, call, self._writer, *args, **kwargs)
+        return self._writes.submit(is_urgent(call), call, self._writer, *args, **kwargs)
 
     def accept(self, accept: Accept) -> Deferred[AcceptOutcome]:
         if self._closed:
@@ -189,7 +193,7 @@ class ThreadedDatabase:
         if self._closed:
             return
         self._closed = True
-        self._write_pool.stop()
+        self._writes.stop()
         self._read_pool.stop()
         self._close_connections()
 

@@ -17,13 +17,11 @@ from __future__ import annotations
 from collections import deque
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorFromThreads
-from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.python.threadpool import ThreadPool
 
 from pigeond.storage.repository import Accept, AcceptOutcome, SwarmRepository
+from pigeond.storage.write_queue import WriteQueue
 
 log = Logger()
 
@@ -31,13 +29,10 @@ Settled = list[tuple[Deferred[AcceptOutcome], AcceptOutcome | Failure]]
 
 
 class GroupCommit:
-    """Accepts on ``writer`` through the one-thread ``pool``, grouped as they queue up."""
+    """Accepts on ``writer`` through the writer thread's queue, grouped as they queue up."""
 
-    def __init__(
-        self, reactor: IReactorFromThreads, pool: ThreadPool, writer: SwarmRepository
-    ) -> None:
-        self._reactor = reactor
-        self._pool = pool
+    def __init__(self, writes: WriteQueue, writer: SwarmRepository) -> None:
+        self._writes = writes
         self._writer = writer
         # appended on the reactor thread, emptied on the writer thread: deque's append
         # and popleft are thread-safe
@@ -55,9 +50,8 @@ class GroupCommit:
 
     def _commit_next(self) -> None:
         self._committing = True
-        deferToThreadPool(self._reactor, self._pool, self._commit_waiting).addCallbacks(
-            self._settle, self._lost
-        )
+        # urgent: 202s wait on it (pigeond/storage/write_queue.py)
+        self._writes.submit(True, self._commit_waiting).addCallbacks(self._settle, self._lost)
 
     def _commit_waiting(self) -> Settled:
         """On the writer thread: store everything queued now, in one transaction."""

@@ -19,7 +19,7 @@ from pigeond.storage.columns import COLUMNS
 from pigeond.storage.engines.base import Connection, EngineSql, FileSize
 from pigeond.storage.existing import open_existing_postgres
 from pigeond.storage.postgres import open_postgres
-from pigeond.storage.postgres.schema import NOTIFY_SQL
+from pigeond.storage.postgres.schema import NOTIFY_ACCEPTED_SQL, NOTIFY_SQL
 from pigeond.storage.schema import EventLog
 from pigeond.storage.search_text import check_searchable, search_words
 
@@ -88,14 +88,8 @@ class PostgresEngine:
         conn.execute("SELECT pg_advisory_xact_lock(?)", (QUEUE_BYTES_LOCK,))
 
     def notify_accepted(self, conn: Connection, first_seq: int, last_seq: int) -> None:
-        if last_seq < first_seq:
-            return
-        rows = conn.execute(
-            "SELECT DISTINCT to_session FROM swarm_messages"
-            " WHERE accept_seq BETWEEN ? AND ? AND to_session IS NOT NULL",
-            (first_seq, last_seq),
-        ).fetchall()
-        self.notify_due(conn, [str(r[0]) for r in rows])
+        if last_seq >= first_seq:
+            conn.execute(NOTIFY_ACCEPTED_SQL, (first_seq, last_seq))
 
     def notify_due(self, conn: Connection, targets: Sequence[str]) -> None:
         if targets:

@@ -76,9 +76,10 @@ def open_postgres(
     url: str, *, read_only: bool = False, lock_timeout_ms: int | None = None
 ) -> PgConnection:
     """Connect to the database at ``url`` and bring its schema up to date (a reader
-    connection only connects).  A write waits at most ``lock_timeout_ms`` for a row lock
-    another session holds.  SchemaError for a database this pigeond cannot use,
-    StorageUnavailable when PostgreSQL cannot be reached."""
+    connection only connects); from then on its write transactions go pipelined
+    (pigeond/storage/postgres/connection.py).  A write waits at most ``lock_timeout_ms``
+    for a row lock another session holds.  SchemaError for a database this pigeond
+    cannot use, StorageUnavailable when PostgreSQL cannot be reached."""
     try:
         conn = PgConnection(url, read_only=read_only, lock_timeout_ms=lock_timeout_ms)
     except psycopg.OperationalError as e:
@@ -106,4 +107,5 @@ def open_postgres(
     except BaseException:
         conn.close()
         raise
+    conn.pipelined_writes = True  # the schema is up to date: see PgConnection
     return conn

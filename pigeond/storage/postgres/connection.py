@@ -8,14 +8,25 @@ between the engines is written in each engine's form (pigeond/storage/engines/),
 made from the other's text.
 
 Transactions are explicit, as on SQLite: the psycopg connection is in autocommit mode
-and the repository sends ``BEGIN`` and ``COMMIT``.  A connection PostgreSQL closed
-(a restart, a cut network) raises :class:`psycopg.OperationalError`, which the storage
-package answers as ``StorageUnavailable`` (a 503, a retry later); the next statement
-opens a new connection, so the daemon resumes by itself when PostgreSQL is back.
+and the repository sends ``BEGIN`` and ``COMMIT``.  On a writer connection
+(``pipelined_writes``) a write transaction goes in one libpq pipeline: ``BEGIN``, and each
+statement whose answer nobody reads yet, go out with the next statement whose answer is
+read (a row, a rowcount) or with the ``COMMIT``, not one round trip each.  Every
+statement still runs, in order, in the one transaction; ``COMMIT`` returns only once
+PostgreSQL has answered it (durable), and an error of any statement is raised at the
+latest there (the transaction is then rolled back as before).  Round trips are what a
+write costs when PostgreSQL's processes share a busy CPU with pigeond: each waits for
+the server's process, then pigeond's thread, to be scheduled again.
+
+A connection PostgreSQL closed (a restart, a cut network) raises
+:class:`psycopg.OperationalError`, which the storage package answers as
+``StorageUnavailable`` (a 503, a retry later); the next statement opens a new
+connection, so the daemon resumes by itself when PostgreSQL is back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -54,22 +65,35 @@ def placeholders(sql: str, with_params: bool) -> str:
 class PgCursor:
     """What the repository reads of a cursor: rows (one at a time or all), and rowcount."""
 
-    def __init__(self, cursor: psycopg.Cursor[tuple[Any, ...]]) -> None:
+    def __init__(
+        self, cursor: psycopg.Cursor[tuple[Any, ...]], pipeline: psycopg.Pipeline | None = None
+    ) -> None:
         self._cursor = cursor
+        self._pipeline = pipeline  # its statement's result is still to come
+
+    def _result(self) -> psycopg.Cursor[tuple[Any, ...]]:
+        """The cursor once its statement's result is here: a pipeline still holding it
+        sends everything queued and waits for every answer (raising the first error)."""
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None and self._cursor.pgresult is None:
+            pipeline.sync()
+        return self._cursor
 
     @property
     def rowcount(self) -> int:
-        return self._cursor.rowcount
+        return self._result().rowcount
 
     @property
     def description(self) -> Any:
-        return self._cursor.description
+        return self._result().description
 
     def fetchone(self) -> tuple[Any, ...] | None:
-        return self._cursor.fetchone() if self._cursor.description else None
+        cursor = self._result()
+        return cursor.fetchone() if cursor.description else None
 
     def fetchall(self) -> list[tuple[Any, ...]]:
-        return self._cursor.fetchall() if self._cursor.description else []
+        cursor = self._result()
+        return cursor.fetchall() if cursor.description else []
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         return iter(self.fetchall())
@@ -93,6 +117,11 @@ class PgConnection:
         (the operator tools: pigeond/storage/postgres/pooled.py)."""
         self.url = url
         self._pool = pool
+        # each write transaction in one pipeline (see the module); set by open_postgres
+        # once the schema is up to date (a migration's script cannot go in a pipeline)
+        self.pipelined_writes = False
+        self._pipeline: psycopg.Pipeline | None = None
+        self._leave_pipeline: contextlib.ExitStack | None = None
         self.read_only = read_only
         self.lock_timeout_ms = lock_timeout_ms
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
@@ -108,6 +137,7 @@ class PgConnection:
         if self._conn is None or self._conn.closed or self._conn.broken:
             if self._conn is not None:
                 self._give_back()
+            self._pipeline = self._leave_pipeline = None  # it went with the connection
             if self._pool is not None:
                 try:
                     self._conn = self._pool.getconn()
@@ -141,11 +171,38 @@ class PgConnection:
         self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
     ) -> PgCursor:
         conn = self._connection()
+        if sql == "BEGIN" and self.pipelined_writes and self._pipeline is None:
+            self._leave_pipeline = contextlib.ExitStack()
+            self._pipeline = self._leave_pipeline.enter_context(conn.pipeline())
+        elif sql == "ROLLBACK":
+            self._abandon_pipeline()
         with_params = bool(params)
         query = placeholders(sql, with_params)
         cursor = conn.cursor()
-        cursor.execute(query, params if with_params else None)
+        if sql != "COMMIT" or self._pipeline is None:
+            cursor.execute(query, params if with_params else None)
+            return PgCursor(cursor, self._pipeline)
+        try:
+            cursor.execute(query)
+        except BaseException:
+            self._abandon_pipeline()
+            raise
+        self._end_pipeline()  # the answer to COMMIT: durable from here
         return PgCursor(cursor)
+
+    def _end_pipeline(self) -> None:
+        """Leave the transaction's pipeline: send what is queued and wait for every answer,
+        raising the first error (the transaction is then still open, aborted)."""
+        leave, self._leave_pipeline, self._pipeline = self._leave_pipeline, None, None
+        if leave is not None:
+            leave.close()
+
+    def _abandon_pipeline(self) -> None:
+        """Leave the pipeline of a transaction being rolled back: what it queued is waited
+        for, its error (already raised to the caller, or why it rolls back) dropped, so
+        that the ``ROLLBACK`` itself runs, out of the aborted part of the pipeline."""
+        with contextlib.suppress(psycopg.Error):
+            self._end_pipeline()
 
     def execute_script(self, sql: str) -> None:
         """Run a script of several statements (a migration), with no parameters."""
@@ -155,6 +212,8 @@ class PgConnection:
     def in_transaction(self) -> bool:
         if self._conn is None or self._conn.closed:
             return False
+        if self._pipeline is not None:
+            return True  # its BEGIN may not even have been sent yet
         return self._conn.info.transaction_status != pq.TransactionStatus.IDLE
 
     def close(self) -> None:

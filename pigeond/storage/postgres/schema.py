@@ -35,6 +35,12 @@ from pigeond.storage.steer_schema import V23_STEER
 # it runs a thread for the daemon, and the CLIs load no Twisted).
 DUE_CHANNEL: Final = "pigeond_due"
 NOTIFY_SQL: Final = f"SELECT pg_notify('{DUE_CHANNEL}', t) FROM unnest(?::text[]) AS t"
+# The same for the messages an accept group numbered ``?`` to ``?``: one statement whose
+# answer nobody reads, so it goes out with the COMMIT (pigeond/storage/postgres/connection.py)
+NOTIFY_ACCEPTED_SQL: Final = (
+    f"SELECT pg_notify('{DUE_CHANNEL}', t) FROM (SELECT DISTINCT to_session AS t"
+    " FROM swarm_messages WHERE accept_seq BETWEEN ? AND ? AND to_session IS NOT NULL) AS due"
+)
 
 # The advisory lock key daemons take to migrate one at a time ("pigeond" in ASCII).
 MIGRATION_LOCK: Final = 0x7069_6765_6F6E_64
