@@ -143,8 +143,13 @@ class RepositoryBase:
 
     def _sequence_value(self, conn: Connection, name: str) -> int:
         """The last number ``name`` gave out; with :meth:`_set_sequence`, inside one write
-        transaction, a group of inserts numbers its rows with two statements, not one each."""
-        row = conn.execute("SELECT value FROM swarm_sequences WHERE name = ?", (name,)).fetchone()
+        transaction, a group of inserts numbers its rows with two statements, not one each.
+        Read by an update that changes nothing: it locks the row until the commit, so on
+        PostgreSQL another daemon's group waits for this one and then reads its last number
+        (a plain read would give both groups the same numbers)."""
+        row = conn.execute(
+            "UPDATE swarm_sequences SET value = value WHERE name = ? RETURNING value", (name,)
+        ).fetchone()
         return int(row[0])
 
     def _set_sequence(self, conn: Connection, name: str, value: int) -> None:
