@@ -104,3 +104,21 @@ def test_a_due_reminder_comes_on_time_after_quiet_ticks(daemon: Daemon, clock: C
     clock.advance(TICK_S)
     obligation = other.obligation("msg_task")
     assert obligation is not None and obligation.state == Owed.REMINDED
+
+
+def test_a_message_held_for_consent_leaves_the_ticks_quiet(daemon: Daemon, clock: Clock) -> None:
+    """A message waiting for its target's consent is not due by the clock: after one look,
+    the ticks read nothing until its expiry, and it expires then."""
+    other = other_connection(daemon)
+    expires = now_ms(clock) + 20_000
+    other.accept_many([Accept(new_message(WORKER, msg_id="msg_held"), now_ms(clock), expires,
+                              held="the target's policy asks a person")])  # fmt: skip
+    settle(clock)
+    calls_of(daemon).clear()
+    for _ in range(int((expires - now_ms(clock)) / 1000 / TICK_S) - 1):
+        clock.advance(TICK_S)
+    assert calls_of(daemon) == []
+    clock.advance(TICK_S)
+    clock.advance(TICK_S)
+    stored = other.get("msg_held")
+    assert stored is not None and stored.state == "expired"

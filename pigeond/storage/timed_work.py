@@ -16,15 +16,24 @@ from pigeond.storage.base import RepositoryBase, reads
 from pigeond.storage.obligations import ENDED_STATES
 from pigeond.storage.receipts import UNANSWERED_SINCE
 
-# Work the periodic jobs look at on every tick while it lasts: a queued message (due, or
-# due after its backoff or at its expiry), a hand-off not yet seen in its transcript, a
-# seen message whose answer is still looked for, a sender proof to settle, a permission
-# request open in opencode.
+# Work the periodic jobs look at on every tick while it lasts: a hand-off not yet seen in
+# its transcript, a seen message whose answer is still looked for, a sender proof to
+# settle, a permission request open in opencode.
 _OPEN_WORK_SQL = (
-    "SELECT 1 FROM swarm_messages WHERE state = 'queued' AND to_session IS NOT NULL"
-    " UNION ALL SELECT 1 FROM swarm_messages WHERE state = 'handed_off' AND verify_by IS NOT NULL"
+    "SELECT 1 FROM swarm_messages WHERE state = 'handed_off' AND verify_by IS NOT NULL"
     " UNION ALL SELECT 1 FROM swarm_messages WHERE from_proof = 'pending'"
     " UNION ALL SELECT 1 FROM swarm_permissions"
+)
+# When a queued message is next due: its retry time (idx_swarm_ready); a held one
+# (consent, a brake: no retry time) only by its expiry, below.
+_NEXT_RETRY_SQL = (
+    "SELECT MIN(next_retry_at) FROM swarm_messages"
+    " WHERE state = 'queued' AND next_retry_at IS NOT NULL AND to_session IS NOT NULL"
+)
+# When the first queued message expires (idx_swarm_expiry), held ones included.
+_NEXT_EXPIRY_SQL = (
+    "SELECT MIN(expires_at) FROM swarm_messages"
+    " WHERE state = 'queued' AND to_session IS NOT NULL AND expires_at IS NOT NULL"
 )
 # The first moment an outstanding owed reply has a step due (0: one has now).
 _NEXT_OBLIGATION_SQL = (
@@ -42,7 +51,8 @@ class TimedWork(RepositoryBase):
     def timed_work_at(self, since_ms: int) -> int | None:
         """When the clock alone can make some periodic job's work due: None never (only a
         write can), 0 now (open work: the jobs read on every tick), else the ms of the
-        first owed reply's next step.  ``since_ms``: seen messages seen before it are no
+        first of a queued message's retry or expiry and an owed reply's next step (a
+        time already past: due now).  ``since_ms``: seen messages seen before it are no
         longer looked at for an answer (the verifier's window)."""
         conn = self._conn
         if conn.execute(_OPEN_WORK_SQL + " LIMIT 1").fetchone() is not None:
@@ -52,5 +62,9 @@ class TimedWork(RepositoryBase):
         ).fetchone()
         if unanswered is not None:
             return 0
-        row = conn.execute(_NEXT_OBLIGATION_SQL).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
+        times = [
+            row[0]
+            for sql in (_NEXT_RETRY_SQL, _NEXT_EXPIRY_SQL, _NEXT_OBLIGATION_SQL)
+            if (row := conn.execute(sql).fetchone()) is not None and row[0] is not None
+        ]
+        return min((int(t) for t in times), default=None)
