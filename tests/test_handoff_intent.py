@@ -17,8 +17,9 @@ from twisted.internet.task import Clock
 
 from pigeond.config import Config
 from pigeond.delivery.arbiter import Arbiter
+from pigeond.delivery.grouping import drain_steps
 from pigeond.delivery.opencode_client import DeadlineExceeded, FailureKind, OpencodeError
-from pigeond.delivery.recovery import SETTLE_S, record_intents
+from pigeond.delivery.recovery import SETTLE_S
 from pigeond.delivery.turns import TurnTracker
 from pigeond.model import StoredMessage
 from pigeond.storage import SwarmRepository
@@ -336,7 +337,7 @@ class HeldIntents(InlineDatabase):
         self.trips: list[tuple[int, Deferred[Any], Callable[[], Any]]] = []
 
     def write(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
-        if call is not record_intents:
+        if call is not drain_steps:
             return super().write(call, *args, **kwargs)
         answer: Deferred[Any] = Deferred()
         self.trips.append((len(args[0]), answer, lambda: call(self.repo, *args, **kwargs)))
