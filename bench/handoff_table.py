@@ -334,6 +334,7 @@ BASELINE_KEYS = (
     ("flat out: accepted msg/s", "max_accepted", "{:,.0f}"),
     ("pigeond CPU, flat out (one core = 1.00)", "max_daemon_cpu", "{:.2f}"),
     ("pigeond CPU per message handed off, flat out (µs)", "max_cpu_us", "{:,.0f}"),
+    ("messages per prompt, flat out", "max_per_prompt", "{:.2f}"),
 )
 
 
