@@ -129,6 +129,8 @@ def test_text_line_of_a_failure_is_one_line() -> None:
         "{msg_id!r} at {when:>6}",  # conversion and format spec
         "{thing.real} and {items[0]}",  # attribute and index
         "{call()} called",  # Twisted's call syntax
+        "handed off {msg_id} (batch of {when}; {sender})",  # parentheses in the text
+        "{thing(x)} odd",  # a field name with parentheses: Twisted's reading
         "{missing} field",  # unformattable: Twisted says so
         "{unclosed",  # a broken format
         "no fields at all",

@@ -51,11 +51,12 @@ def event_text(event: dict[str, Any]) -> str:
 
     A plain format (no ``{call()}``, Twisted's own addition) goes through
     ``str.format_map``, which does the same in C at a twelfth of the cost: every
-    accepted send logs a line, so this is on the hot path.  Anything else, or a
+    accepted send logs a line, so this is on the hot path.  A parenthesis in the text
+    itself ("(batch of {n})") is plain: only ``()`` marks a call.  Anything else, or a
     format that does not fit its fields, is left to ``formatEvent`` and its
     "Unable to format event" text."""
     fmt = event.get("log_format")
-    if isinstance(fmt, str) and "(" not in fmt and "log_flattened" not in event:
+    if isinstance(fmt, str) and "()" not in fmt and "log_flattened" not in event:
         try:
             return fmt.format_map(event)
         except (KeyError, IndexError, AttributeError, TypeError, ValueError):
