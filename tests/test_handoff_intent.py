@@ -329,8 +329,9 @@ def test_an_operator_can_cancel_a_message_in_doubt(h: Harness) -> None:
 
 
 class HeldIntents(InlineDatabase):
-    """Intent writes wait until the test releases them (a busy writer thread); each write
-    is one trip: ``trips`` holds how many prompts' intents each carried."""
+    """Drain steps (a batch's read and intent, a record) wait until the test releases them
+    (a busy writer thread); each write is one trip: ``trips`` holds how many targets' steps
+    each carried."""
 
     def __init__(self, repo: SwarmRepository) -> None:
         super().__init__(repo)
