@@ -1,6 +1,6 @@
 """Hand-off at scale: pigeond accepting *and* handing off over 100 targets.
 
-    .venv/bin/python -m bench.handoff_table [--quick] [--runs N]
+    .venv/bin/python -m bench.handoff_table [--quick] [--runs N] [--baseline-src DIR]
 
 Each run starts a fresh pigeond (its delivery defaults: ``turn`` delivery, batches of
 up to 10, tick 500 ms; the flood guard off, so that 1,000 msg/s from 10 senders is not
@@ -28,6 +28,12 @@ Pass or fail, against issue 13: flat out at least 1,000 msg/s accepted and hande
 the paced phase kept up (its last hand-off within 1 s of its last send being due); never
 more than one hand-off in flight for a target, in any phase; on idle targets accept ->
 handed_off p50 <= 5 ms and p99 <= 20 ms.  The rest is shown for reading the figures.
+
+``--baseline-src DIR`` also runs pigeond from another source tree (through ``PYTHONPATH``,
+e.g. an older commit exported with ``git archive COMMIT pigeond | tar -x -C DIR``) in
+turns with this checkout, run for run (which goes first alternates), and adds a table of
+the flat-out figures of both and their ratio: a before/after against the same machine
+minute.
 
 Bounded: every phase has a message count and a time limit that fails loudly; only
 127.0.0.1.  Each figure is the median of ``--runs`` (at least 3) runs with its range.
@@ -193,12 +199,13 @@ def load_figures(phase: Phase, run: Run, key: str) -> None:
     }  # fmt: skip
 
 
-def one_run(size: Size, cpus: Cpus, seed: int) -> Run:
+def one_run(size: Size, cpus: Cpus, seed: int, src: Path | None = None) -> Run:
     run = Run()
+    env = None if src is None else {"PYTHONPATH": str(src)}
     with (
         scratch_dir("table") as workdir,
         rig.standin(workdir, cpus, record=RECORD) as standin,
-        rig.daemon(workdir, standin.url, cpus) as daemon,
+        rig.daemon(workdir, standin.url, cpus, env=env) as daemon,
     ):
         targets = [rig.target_name(k) for k in range(rig.TARGETS)]
         rig.prime(daemon.port, daemon.token, standin, targets)
@@ -322,27 +329,68 @@ def notes(size: Size, runs: list[Run]) -> list[str]:
     ]
 
 
+BASELINE_KEYS = (
+    ("flat out: handed off msg/s", "max_handed_off", "{:,.0f}"),
+    ("flat out: accepted msg/s", "max_accepted", "{:,.0f}"),
+    ("pigeond CPU, flat out (one core = 1.00)", "max_daemon_cpu", "{:.2f}"),
+    ("pigeond CPU per message handed off, flat out (µs)", "max_cpu_us", "{:,.0f}"),
+    ("messages per prompt, flat out", "max_per_prompt", "{:.2f}"),
+)
+
+
+def baseline_table(runs: list[Run], baseline: list[Run], src: Path) -> list[str]:
+    """This checkout against ``src``, run for run in turns: medians, ranges, ratios."""
+    lines = [f"\nAgainst `{src}` (pigeond from that tree), in turns with this checkout:\n",
+             "| figure | this checkout | baseline | ratio (range, run by run) |",
+             "|---|---|---|---|"]  # fmt: skip
+    for run in [*runs, *baseline]:  # CPU per message: what a loaded machine's share hides least
+        run.figures["max_cpu_us"] = (
+            1e6 * run.figures["max_daemon_cpu"] / run.figures["max_handed_off"]
+        )
+    for label, key, fmt in BASELINE_KEYS:
+        ours, theirs = [r.figures[key] for r in runs], [r.figures[key] for r in baseline]
+        ratios = [a / b for a, b in zip(ours, theirs, strict=True) if b]
+        lines.append(
+            f"| {label} | {harness.median_range(ours, fmt)} | {harness.median_range(theirs, fmt)}"
+            f" | {statistics.median(ours) / statistics.median(theirs):.2f}x"
+            f" ({min(ratios):.2f}-{max(ratios):.2f}) |"
+        )
+    return lines
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    return parse(arguments(__doc__, quick="a smoke check under a minute"), argv)
+    parser = arguments(__doc__, quick="a smoke check under a minute")
+    parser.add_argument(
+        "--baseline-src", type=Path, help="also run pigeond from this source tree, in turns"
+    )
+    return parse(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     size = sized(args, Size(), QUICK)
     cpus, load_at_start = take_machine()
-    runs = []
+    src = args.baseline_src.resolve() if args.baseline_src else None
+    runs: list[Run] = []
+    baseline: list[Run] = []
     for i in range(size.runs):
-        started = time.monotonic()
-        runs.append(one_run(size, cpus, seed=1000 * i))
-        f = runs[-1].figures
-        progress(f"run {i + 1}/{size.runs} ({time.monotonic() - started:.0f} s): flat out"
-                 f" {f['max_handed_off']:,.0f} msg/s, idle p50/p99 {f['idle_p50']:.0f}/"
-                 f"{f['idle_p99']:.0f} ms")  # fmt: skip
+        order = [None, src] if src is None or i % 2 == 0 else [src, None]
+        for tree in order if src is not None else [None]:
+            started = time.monotonic()
+            run = one_run(size, cpus, seed=1000 * i, src=tree)
+            (runs if tree is None else baseline).append(run)
+            f = run.figures
+            progress(f"run {i + 1}/{size.runs}{'' if tree is None else ' (baseline)'}"
+                     f" ({time.monotonic() - started:.0f} s): flat out"
+                     f" {f['max_handed_off']:,.0f} msg/s, idle p50/p99 {f['idle_p50']:.0f}/"
+                     f"{f['idle_p99']:.0f} ms")  # fmt: skip
     print(
         "\n".join(harness.header("Hand-off at scale", [harness.machine_line(cpus)], load_at_start))
     )
     print("\n".join(table(runs, size)) + "\n")
     print("\n".join(notes(size, runs)))
+    if src is not None:
+        print("\n".join(baseline_table(runs, baseline, src)))
 
 
 if __name__ == "__main__":

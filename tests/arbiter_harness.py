@@ -20,6 +20,7 @@ from twisted.internet.task import Clock
 from pigeond.delivery.arbiter import AgentChecker, Arbiter, DeliveryPolicy, ModeSource
 from pigeond.delivery.drain import TargetLocks
 from pigeond.delivery.opencode_client import OpencodeError, SessionNotFound
+from pigeond.delivery.prompt_mode import PromptMode
 from pigeond.delivery.turns import TurnTracker
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
@@ -145,6 +146,18 @@ class Harness:
         stored = self.repo.get(msg_id)
         assert stored is not None
         return stored.state
+
+
+class SlowModes:
+    """A mode lookup that waits until the test answers it."""
+
+    def __init__(self) -> None:
+        self.waiting: list[Deferred[PromptMode]] = []
+
+    async def mode_for(self, session: str, directory: str) -> PromptMode:
+        answer: Deferred[PromptMode] = Deferred()
+        self.waiting.append(answer)
+        return await answer
 
 
 def make_harness(

@@ -22,12 +22,12 @@ from pigeond.delivery.arbiter import (
     backoff_after,
 )
 from pigeond.delivery.opencode_client import FailureKind, OpencodeError, SessionNotFound
-from pigeond.delivery.prompt_mode import DEFAULT_MODE, PromptMode
+from pigeond.delivery.prompt_mode import DEFAULT_MODE
 from pigeond.delivery.sweeper import ExpirySweeper
 from pigeond.delivery.turns import TurnTracker
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from pigeond.storage.database import InlineDatabase
-from tests.arbiter_harness import OUTAGE_S, TICK_S, Harness, make_harness
+from tests.arbiter_harness import OUTAGE_S, TICK_S, Harness, SlowModes, make_harness
 from tests.http_helpers import result_of
 from tests.storage_helpers import reopened
 
@@ -637,8 +637,8 @@ def test_unrecorded_hand_off_is_not_sent_again(h: Harness, monkeypatch: pytest.M
     it is recorded, as of when it happened, once the database works again."""
     monkeypatch.setattr(
         SwarmRepository,
-        "mark_handed_off_many",
-        failing_n_times(SwarmRepository.mark_handed_off_many, 20),
+        "_hand_off",  # every hand-off record: the drain's step and the retry
+        failing_n_times(SwarmRepository._hand_off, 20),
     )
     msg_id = h.send()
     h.arbiter.start()
@@ -659,8 +659,8 @@ def test_target_is_held_while_its_hand_off_is_unrecorded(
     """While a hand-off waits to be recorded its target gets nothing new; other targets do."""
     monkeypatch.setattr(
         SwarmRepository,
-        "mark_handed_off_many",
-        failing_n_times(SwarmRepository.mark_handed_off_many, 1),
+        "_hand_off",  # every hand-off record: the drain's step and the retry
+        failing_n_times(SwarmRepository._hand_off, 1),
     )
     first = h.send(msg_id="msg_1")
     h.arbiter.kick("ses_target")
@@ -678,8 +678,8 @@ def test_hold_lasts_as_long_as_the_database_fails(
     """Every tick tries to record the hand-off; the next message waits until one succeeds."""
     monkeypatch.setattr(
         SwarmRepository,
-        "mark_handed_off_many",
-        failing_n_times(SwarmRepository.mark_handed_off_many, 6),
+        "_hand_off",  # every hand-off record: the drain's step and the retry
+        failing_n_times(SwarmRepository._hand_off, 6),
     )
     h.send(msg_id="msg_1")
     h.send(msg_id="msg_2")
@@ -775,8 +775,8 @@ def test_close_records_what_it_can_and_warns_of_the_rest(
     is named in a warning (it goes again after the restart)."""
     monkeypatch.setattr(
         SwarmRepository,
-        "mark_handed_off_many",
-        failing_n_times(SwarmRepository.mark_handed_off_many, 99),
+        "_hand_off",  # every hand-off record: the drain's step and the retry
+        failing_n_times(SwarmRepository._hand_off, 99),
     )
     msg_id = h.send()
     h.arbiter.kick("ses_target")
@@ -809,18 +809,6 @@ def test_database_vanishing_during_a_drain_sends_nothing(h: Harness) -> None:
     problem[0] = "database file /x/p.db was replaced by another file while pigeond ran"
     modes.waiting.pop().callback(DEFAULT_MODE)
     assert h.opencode.prompts == []
-
-
-class SlowModes:
-    """A mode lookup that waits until the test answers it."""
-
-    def __init__(self) -> None:
-        self.waiting: list[Deferred[PromptMode]] = []
-
-    async def mode_for(self, session: str, directory: str) -> PromptMode:
-        answer: Deferred[PromptMode] = Deferred()
-        self.waiting.append(answer)
-        return await answer
 
 
 # -- the database answers later ------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from twisted.internet.defer import Deferred, fail, succeed
 
-from pigeond.delivery.grouping import Grouped, HandOffRecord, record_hand_offs
+from pigeond.delivery.grouping import Grouped, HandOffRecord, StepAsk, drain_steps
 from pigeond.model import NO_MODE
 from pigeond.storage import StorageUnavailable, SwarmRepository
 from testkit.messages import new_message
@@ -97,7 +97,8 @@ def test_hand_offs_of_several_prompts_are_recorded_in_one_transaction(
     repo: SwarmRepository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     records = [record(repo, "msg_1", "msg_2"), record(repo, "msg_3")]
-    assert record_hand_offs(repo, records) == [["msg_1", "msg_2"], ["msg_3"]]
+    answers = drain_steps(repo, [StepAsk("ses_t", NOW_MS + 5, r) for r in records])
+    assert [a.handed_off for a in answers] == [["msg_1", "msg_2"], ["msg_3"]]
     stored = [repo.get(m) for m in ("msg_1", "msg_2", "msg_3")]
     assert [(m.state, m.handed_off_at) for m in stored if m] == [("handed_off", NOW_MS + 5)] * 3
     later = [record(repo, "msg_4"), record(repo, "msg_5")]
@@ -112,5 +113,5 @@ def test_hand_offs_of_several_prompts_are_recorded_in_one_transaction(
 
     monkeypatch.setattr(SwarmRepository, "_hand_off", second_fails)
     with pytest.raises(StorageUnavailable):
-        record_hand_offs(repo, later)
+        drain_steps(repo, [StepAsk("ses_t", NOW_MS + 5, r) for r in later])
     assert [repo.get(m).state for m in ("msg_4", "msg_5")] == ["queued", "queued"]  # type: ignore[union-attr]

@@ -17,8 +17,9 @@ from twisted.internet.task import Clock
 
 from pigeond.config import Config
 from pigeond.delivery.arbiter import Arbiter
+from pigeond.delivery.grouping import drain_steps
 from pigeond.delivery.opencode_client import DeadlineExceeded, FailureKind, OpencodeError
-from pigeond.delivery.recovery import SETTLE_S, record_intents
+from pigeond.delivery.recovery import SETTLE_S
 from pigeond.delivery.turns import TurnTracker
 from pigeond.model import StoredMessage
 from pigeond.storage import SwarmRepository
@@ -328,15 +329,16 @@ def test_an_operator_can_cancel_a_message_in_doubt(h: Harness) -> None:
 
 
 class HeldIntents(InlineDatabase):
-    """Intent writes wait until the test releases them (a busy writer thread); each write
-    is one trip: ``trips`` holds how many prompts' intents each carried."""
+    """Drain steps (a batch's read and intent, a record) wait until the test releases them
+    (a busy writer thread); each write is one trip: ``trips`` holds how many targets' steps
+    each carried."""
 
     def __init__(self, repo: SwarmRepository) -> None:
         super().__init__(repo)
         self.trips: list[tuple[int, Deferred[Any], Callable[[], Any]]] = []
 
     def write(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
-        if call is not record_intents:
+        if call is not drain_steps:
             return super().write(call, *args, **kwargs)
         answer: Deferred[Any] = Deferred()
         self.trips.append((len(args[0]), answer, lambda: call(self.repo, *args, **kwargs)))

@@ -11,7 +11,7 @@ from twisted.internet.task import Clock
 
 from pigeond.delivery.claude_runtime import AT_TURN_END, ON_CHANNEL, ClaudeRuntime
 from pigeond.delivery.failures import FailureKind, HandOffError
-from pigeond.delivery.grouping import Grouped, HandOffRecord, record_hand_offs
+from pigeond.delivery.grouping import Grouped, StepAnswer, StepAsk, drain_steps
 from pigeond.delivery.member_doors import ANSWER_WITHIN_S
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.outcomes import DrainState, HandOffOutcomes
@@ -138,9 +138,7 @@ def test_a_batch_not_taken_stays_due_with_no_attempt_spent(
     stored = repo.get(msg_id)
     assert stored is not None
     db = InlineDatabase(repo)
-    writes: Grouped[HandOffRecord, list[str]] = Grouped(
-        lambda records: db.write(record_hand_offs, records)
-    )
+    writes: Grouped[StepAsk, StepAnswer] = Grouped(lambda asks: db.write(drain_steps, asks))
     outcomes = HandOffOutcomes(
         db, writes, DrainState(), DeliveryPolicy, FakeRegistry(), DeliveryMetrics(), clock,
         lambda: False,

@@ -129,6 +129,8 @@ def test_text_line_of_a_failure_is_one_line() -> None:
         "{msg_id!r} at {when:>6}",  # conversion and format spec
         "{thing.real} and {items[0]}",  # attribute and index
         "{call()} called",  # Twisted's call syntax
+        "handed off {msg_id} (batch of {when}; {sender})",  # parentheses in the text
+        "{thing(x)} odd",  # a field name with parentheses: Twisted's reading
         "{missing} field",  # unformattable: Twisted says so
         "{unclosed",  # a broken format
         "no fields at all",
@@ -157,6 +159,40 @@ def test_observer_writes_one_line_per_event() -> None:
     observer({"log_level": LogLevel.info, "log_namespace": "n", "log_format": "a"})
     observer({"log_level": LogLevel.info, "log_namespace": "n", "log_format": "b"})
     assert len(out.getvalue().splitlines()) == 2
+
+
+class CountingStream(io.StringIO):
+    """A stream that counts its writes (each one a write to the pipe)."""
+
+    writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def info(text: str) -> dict[str, object]:
+    return {"log_level": LogLevel.info, "log_namespace": "n", "log_format": text}
+
+
+def test_info_lines_of_one_turn_are_one_write_at_its_end() -> None:
+    """On a reactor, the info lines of one turn wait for it to end, then go in one write."""
+    out, clock = CountingStream(), Clock()
+    observer = LineObserver(out, json_lines=False, clock=clock)
+    observer(info("a"))
+    observer(info("b"))
+    assert out.getvalue() == ""
+    clock.advance(0)
+    assert (out.getvalue(), out.writes) == ("info n: a\ninfo n: b\n", 1)
+
+
+def test_a_warning_goes_at_once_after_the_lines_before_it() -> None:
+    """A warning is written at once, the turn's info lines first, in order."""
+    out, clock = CountingStream(), Clock()
+    observer = LineObserver(out, json_lines=False, clock=clock)
+    observer(info("a"))
+    observer({"log_level": LogLevel.warn, "log_namespace": "n", "log_format": "w"})
+    assert out.getvalue() == "info n: a\nwarn n: w\n"
 
 
 def test_factory_chatter_is_dropped_and_the_rest_kept() -> None:

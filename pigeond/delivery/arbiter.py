@@ -48,10 +48,11 @@ from pigeond.config import Config
 from pigeond.delivery.drain import TargetDrain, TargetLocks
 from pigeond.delivery.grouping import (
     Grouped,
-    HandOffRecord,
     ReadyAsk,
+    StepAnswer,
+    StepAsk,
+    drain_steps,
     ready_batches,
-    record_hand_offs,
 )
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_dialect import Dialect, SwitchingRuntime
@@ -157,15 +158,14 @@ class Arbiter:
             opencode_v1 if opencode_v2 is None else SwitchingRuntime(opencode_v1, *opencode_v2)
         )
         self.runtimes = Runtimes([self.opencode, *runtimes])
-        # every target's next batch, and every hand-off record, made together under load
+        # every target's drain step (its hand-off record, next read and intent) made together
+        # under load; the reads that end a doubt or look for a steer go to the readers
         ready_reads: Grouped[ReadyAsk, list[StoredMessage]] = Grouped(
             lambda asks: db.read(ready_batches, asks)
         )
-        hand_off_writes: Grouped[HandOffRecord, list[str]] = Grouped(
-            lambda records: db.write(record_hand_offs, records)
-        )
+        steps: Grouped[StepAsk, StepAnswer] = Grouped(lambda asks: db.write(drain_steps, asks))
         self._outcomes = HandOffOutcomes(
-            db, hand_off_writes, self._state, lambda: self._policy, registry, self.metrics,
+            db, steps, self._state, lambda: self._policy, registry, self.metrics,
             clock, opencode_down,
         )  # fmt: skip
         recovery = HandOffRecovery(
@@ -173,7 +173,7 @@ class Arbiter:
             wait_for_opencode=self._outcomes.wait_for_opencode,
         )  # fmt: skip
         self._drains = TargetDrain(
-            self._state, self._outcomes, self.runtimes, ready_reads, recovery,
+            self._state, self._outcomes, self.runtimes, ready_reads, steps, recovery,
             lambda: self._policy, database_vanished=self._database_vanished,
             target_locks=target_locks, routing=routing,
             steer_allowed=lambda target: db.read(steering_allowed, target),

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.logger import Logger
 
 from pigeond.delivery.failures import HandOffError
-from pigeond.delivery.grouping import Grouped, ReadyAsk
+from pigeond.delivery.grouping import Cut, Grouped, NextRead, ReadyAsk, StepAnswer, StepAsk
 from pigeond.delivery.outcomes import DrainState, HandOffOutcomes
 from pigeond.delivery.policy import DeliveryPolicy, within_bytes
 from pigeond.delivery.recovery import HandOffRecovery
@@ -68,15 +68,28 @@ def _passing(result: T, ended: Deferred[None]) -> T:
     return result
 
 
+# A batch claimed ahead (its intent committed with the previous hand-off's record) still
+# goes if its target is ready for it within this long; later, what a wait let come (an
+# urgent message, an operator's cancel) is read again first.
+AHEAD_FRESH_MS: Final = 50
+
+
 @dataclass(frozen=True, slots=True)
 class Batch:
     """The due head of a queue, its envelopes, whether more may be due behind it (a
-    bound cut it), and whether its messages ask to steer (all of them, or none)."""
+    bound cut it), and whether its messages ask to steer (all of them, or none).
+    ``claimed_at``: when its intent was committed with its read (ms); None: not yet."""
 
     messages: list[StoredMessage]
     texts: list[str]
     more: bool
     steer: bool = False
+    claimed_at: int | None = None
+
+    @property
+    def claimed(self) -> tuple[str, ...]:
+        """The ids whose intent this drain committed ahead of the call."""
+        return () if self.claimed_at is None else tuple(m.msg_id for m in self.messages)
 
 
 class TargetDrain:
@@ -89,6 +102,7 @@ class TargetDrain:
         outcomes: HandOffOutcomes,
         runtimes: Runtimes,
         ready_reads: Grouped[ReadyAsk, list[StoredMessage]],
+        steps: Grouped[StepAsk, StepAnswer],
         recovery: HandOffRecovery,
         policy: Callable[[], DeliveryPolicy],
         *,
@@ -105,6 +119,7 @@ class TargetDrain:
         self._outcomes = outcomes
         self._runtimes = runtimes
         self._ready_reads = ready_reads
+        self._steps = steps
         self._recovery = recovery
         self._policy = policy
         self._database_vanished = database_vanished
@@ -138,23 +153,70 @@ class TargetDrain:
         else:
             self._state.paused.pop(target, None)
 
-    async def _next_batch(self, target: str) -> Batch:
-        """The due head of the queue, bounded by ``batch_max`` and ``batch_max_bytes``; on
-        a runtime that steers, also where its messages stop asking what its head asks."""
+    def _cut(self, target: str) -> Cut:
+        """How a due head is cut to one batch: ``batch_max_bytes`` of envelopes, and on a
+        runtime that steers, where its messages stop asking what its head asks."""
+        max_bytes = self._policy().batch_max_bytes
+        steers = self._runtimes.of(target).steers
+
+        def cut(due: list[StoredMessage]) -> tuple[list[StoredMessage], list[str]]:
+            messages, texts = within_bytes(due, max_bytes)
+            if steers:
+                messages, texts, _ = same_ask(messages, texts)
+            return messages, texts
+
+        return cut
+
+    def _next_read(self, target: str) -> NextRead:
         self._state.kicked_in_flight.discard(target)  # this read sees what was kicked so far
+        return NextRead(self._policy().batch_max, self._cut(target))
+
+    def _claimed(self, target: str, answer: StepAnswer, now_ms: int) -> Batch | None:
+        """The batch a step read and claimed; None when its head holds a message in doubt
+        (nothing claimed: the doubt is ended first, :meth:`_next_batch`)."""
+        if answer.due and not answer.messages:
+            return None
+        messages, texts, due = answer.messages, answer.texts, answer.due
+        more = len(due) >= self._policy().batch_max or len(messages) < len(due)
+        steer = self._runtimes.of(target).steers and same_ask(messages, texts)[2]
+        return Batch(messages, texts, more, steer, claimed_at=now_ms)
+
+    async def _next_batch(self, target: str, released: tuple[str, ...] = ()) -> Batch:
+        """The due head of the queue, bounded by ``batch_max`` and ``batch_max_bytes``, read
+        and claimed (its intent committed) in one trip to the writer, which also clears
+        ``released`` (intents claimed ahead for a batch that did not go).  A head with a
+        message in doubt (a crash during its hand-off) is looked for in the transcript
+        first, then read again and claimed before the call (:meth:`_hand_off`)."""
+        now_ms = self._outcomes.now_ms()
+        read = self._next_read(target)
+        answer = await self._steps(StepAsk(target, now_ms, released=released, next=read))
+        claimed = self._claimed(target, answer, now_ms)
+        if claimed is not None:
+            return claimed
         policy = self._policy()
 
-        def read() -> Deferred[list[StoredMessage]]:
+        def read_again() -> Deferred[list[StoredMessage]]:
             return self._ready_reads(ReadyAsk(target, self._outcomes.now_ms(), policy.batch_max))
 
-        # a message in doubt (a crash during its hand-off) is looked for in the transcript
-        due = await self._recovery.settled(target, await read(), read, policy.outage_retry_s)
-        messages, texts = within_bytes(due, policy.batch_max_bytes)
+        due = await self._recovery.settled(target, answer.due, read_again, policy.outage_retry_s)
+        messages, texts = read.cut(due)
         steer = False
         if self._runtimes.of(target).steers:
             messages, texts, steer = same_ask(messages, texts)
         more = len(due) >= policy.batch_max or len(messages) < len(due)
         return Batch(messages, texts, more, steer)
+
+    async def _release(self, target: str, batch: Batch) -> None:
+        """Clear the intents claimed for ``batch``, which did not go; left to the doubt's
+        check (the transcript) when the database is closing or cannot write."""
+        if not batch.claimed or self._state.closed:
+            return
+        try:
+            await self._steps(StepAsk(target, self._outcomes.now_ms(), released=batch.claimed))
+        except StorageError as e:
+            log.warn("{msg_ids} to {target}: their intent could not be cleared ({error}); they"
+                     " are looked for in the transcript before they go", msg_ids=batch.claimed,
+                     target=target, error=str(e))  # fmt: skip
 
     async def _may_still_send(self, target: str) -> bool:
         """Whether nothing since the batch was read forbids sending it: pigeond stopping,
@@ -171,19 +233,26 @@ class TargetDrain:
         """The queue is read again after a hand-off only if something may be due there:
         a bound cut the batch, or the target was kicked meanwhile (a send, a requeue, the
         tick); otherwise that read would find nothing.  (What comes without a kick, from
-        another process, waits for the tick.)"""
+        another process, waits for the tick.)  That read, and the next batch's intent, go
+        with the hand-off's record, in its transaction (:meth:`_hand_off`)."""
         if target in self._state.unrecorded and not await self._outcomes.retry_record(target):
             return
-        more = True
-        while more and not self._state.stopping:
-            batch = await self._next_batch(target)
-            if not batch.messages:
+        batch: Batch | None = await self._next_batch(target)
+        while batch is not None and batch.messages:
+            if self._state.stopping:
+                await self._release(target, batch)
                 return
             handed = await self._hand_off(target, runtime, batch)
             if handed is None:
                 return
-            await self._after_hand_off(target, runtime, handed)
-            more = batch.more or target in self._state.kicked_in_flight
+            prepared, ahead = handed
+            await self._after_hand_off(target, runtime, prepared)
+            if ahead is not None and ahead.messages:
+                batch = ahead
+            elif (ahead is None and batch.more) or target in self._state.kicked_in_flight:
+                batch = await self._next_batch(target) if not self._state.stopping else None
+            else:
+                batch = None
 
     async def _after_hand_off(self, target: str, runtime: AgentRuntime, handed: Prepared) -> None:
         """The runtime's wait until the target may take the next batch.  On a runtime that
@@ -219,31 +288,49 @@ class TargetDrain:
             return Delivery.STEER
         return Delivery.QUEUE
 
-    async def _hand_off(self, target: str, runtime: AgentRuntime, batch: Batch) -> Prepared | None:
+    def _stale(self, batch: Batch) -> bool:
+        """Whether a batch claimed ahead waited too long for its target to be ready."""
+        at = batch.claimed_at
+        return at is not None and self._outcomes.now_ms() - at > AHEAD_FRESH_MS
+
+    async def _hand_off(
+        self, target: str, runtime: AgentRuntime, batch: Batch
+    ) -> tuple[Prepared, Batch | None] | None:
         """Steps 2 to 5 for one batch; what the runtime prepared when the batch was handed
-        off and recorded, else None (nothing more goes to ``target`` in this drain)."""
+        off and recorded, with the next batch read and claimed in the record's transaction
+        (None: not read, or its head in doubt), else None (nothing more goes to ``target``
+        in this drain; a batch claimed and not sent has its intents cleared)."""
         outcomes = self._outcomes
         messages = batch.messages
+        calling = False  # whether the runtime was asked: before that, nothing may have gone
         try:
             prepared = await runtime.prepare(target)
             if prepared is None or self._state.stopping:
+                await self._release(target, batch)
                 return None
-            if prepared.waited:
+            if prepared.waited or self._stale(batch):
                 # messages may have come (more urgent ones too) while the runtime waited
-                batch = await self._next_batch(target)
-                if not batch.messages:
+                batch = await self._next_batch(target, released=batch.claimed)
+                messages = batch.messages
+                if not messages:
                     return None
             if not await self._may_still_send(target):
+                await self._release(target, batch)
                 return None
-            messages, texts = await self._recovery.record(batch.messages, batch.texts)
-            if not messages:  # cancelled meanwhile: the next ones, if any
-                batch = await self._next_batch(target)
-                return await self._hand_off(target, runtime, batch) if batch.messages else None
+            texts = batch.texts
+            if batch.claimed_at is None:
+                messages, texts = await self._recovery.record(batch.messages, batch.texts)
+                if not messages:  # cancelled meanwhile: the next ones, if any
+                    batch = await self._next_batch(target)
+                    return await self._hand_off(target, runtime, batch) if batch.messages else None
             delivery = await self._delivery(target, runtime, batch)
+            calling = True
             mode = await runtime.hand_off(target, prepared, texts, delivery=delivery)
         except HandOffError as e:
             if outcomes.ended_late(target, messages, f"failed: {e}"):
                 return None
+            if not calling:  # failed getting ready: its intents never stood for a call
+                await self._release(target, batch)
             await outcomes.record_failure(target, messages, e)
             return None
         except StorageError:
@@ -251,6 +338,8 @@ class TargetDrain:
         except Exception:
             # a bug of ours, not the delivery's: never charged to the messages
             log.failure("delivery to {target} hit an error", target=target)
+            if not calling:
+                await self._release(target, batch)
             outcomes.metrics.failures.labels("internal").inc()
             outcomes.hold(target, messages, "an internal error (see the traceback above)")
             return None
@@ -258,6 +347,11 @@ class TargetDrain:
         if outcomes.ended_late(target, messages, f"taken by {runtime.name}"):
             return None
         seen = runtime.transcripts is None  # nothing to verify it in: it was seen when made
-        if not await outcomes.record_hand_off(target, messages, mode, seen=seen):
+        # the next head, read and claimed with the record, unless nothing may be due there or
+        # the runtime may steer into the turn this prompt starts (that waits for a kick)
+        ahead = not runtime.steers and (batch.more or target in self._state.kicked_in_flight)
+        then = self._next_read(target) if ahead and not self._state.stopping else None
+        answer = await outcomes.record_hand_off(target, messages, mode, seen=seen, then=then)
+        if answer is None:
             return None
-        return prepared
+        return prepared, None if then is None else self._claimed(target, answer, outcomes.now_ms())

@@ -21,6 +21,7 @@ from twisted.python.failure import Failure
 
 from pigeond.model import HandoffMode, StoredMessage
 from pigeond.storage import SwarmRepository
+from pigeond.storage.drain_steps import DrainStep
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -92,13 +93,69 @@ class HandOffRecord:
     mode: HandoffMode
 
 
-def record_hand_offs(repo: SwarmRepository, records: Sequence[HandOffRecord]) -> list[list[str]]:
-    """Every record's hand-off in one transaction and one commit
-    (:meth:`~SwarmRepository.mark_handed_off_groups`); a record alone as
-    :meth:`~SwarmRepository.mark_handed_off_many` records it."""
-    if len(records) == 1:
-        [r] = records
-        return [repo.mark_handed_off_many(r.msg_ids, r.now_ms, r.verify_by, r.mode)]
-    return repo.mark_handed_off_groups(
-        [(r.msg_ids, r.now_ms, r.verify_by, r.mode) for r in records]
-    )
+# The part of a due head that goes as one batch, with its envelopes (pigeond/delivery/drain.py)
+Cut = Callable[[list[StoredMessage]], tuple[list[StoredMessage], list[str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class NextRead:
+    """Read the target's due head (at most ``limit``) and claim ``cut`` of it."""
+
+    limit: int
+    cut: Cut
+
+
+@dataclass(frozen=True, slots=True)
+class StepAsk:
+    """One drain step's trip (:class:`~pigeond.storage.drain_steps.DrainStep`): the prompt
+    just taken, intents marked ahead to clear, the next head to read and claim."""
+
+    target: str
+    now_ms: int
+    handed_off: HandOffRecord | None = None
+    released: tuple[str, ...] = ()
+    next: NextRead | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepAnswer:
+    """The hand-off's ids recorded; the head read; the messages claimed (their intent
+    committed: the only ones to send) and their envelopes, in order."""
+
+    handed_off: list[str]
+    due: list[StoredMessage]
+    messages: list[StoredMessage]
+    texts: list[str]
+
+
+def drain_steps(repo: SwarmRepository, asks: Sequence[StepAsk]) -> list[StepAnswer]:
+    """Every ask's step in one transaction and one commit
+    (:meth:`~SwarmRepository.drain_steps`), each head cut as its ask says."""
+    cuts: dict[int, tuple[list[StoredMessage], list[str]]] = {}
+
+    def choose(i: int, due: list[StoredMessage]) -> list[str]:
+        read = asks[i].next
+        if read is None:
+            return []
+        cuts[i] = read.cut(due)
+        return [m.msg_id for m in cuts[i][0]]
+
+    steps = [
+        DrainStep(
+            a.target, a.now_ms,
+            handed_off=None if a.handed_off is None else (
+                a.handed_off.msg_ids, a.handed_off.now_ms, a.handed_off.verify_by,
+                a.handed_off.mode,
+            ),
+            released=a.released, read_limit=0 if a.next is None else a.next.limit,
+        )
+        for a in asks
+    ]  # fmt: skip
+    answers = []
+    for i, result in enumerate(repo.drain_steps(steps, choose)):
+        claimed = set(result.claimed)
+        kept = [(m, t) for m, t in zip(*cuts.get(i, ([], [])), strict=True) if m.msg_id in claimed]
+        answers.append(
+            StepAnswer(result.handed_off, result.due, [m for m, _ in kept], [t for _, t in kept])
+        )
+    return answers

@@ -22,7 +22,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from pigeond.delivery.failures import FailureKind, HandOffError
-from pigeond.delivery.grouping import Grouped, HandOffRecord
+from pigeond.delivery.grouping import Grouped, HandOffRecord, NextRead, StepAnswer, StepAsk
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import DeadlineExceeded, OpencodeError, SessionNotFound
 from pigeond.delivery.policy import (
@@ -70,7 +70,7 @@ class HandOffOutcomes:
     def __init__(
         self,
         db: Database,
-        hand_off_writes: Grouped[HandOffRecord, list[str]],
+        hand_off_writes: Grouped[StepAsk, StepAnswer],
         state: DrainState,
         policy: Callable[[], DeliveryPolicy],
         registry: DirectoryResolver,
@@ -122,16 +122,19 @@ class HandOffOutcomes:
         mode: HandoffMode = NO_MODE,
         *,
         seen: bool = False,
-    ) -> bool:
+        then: NextRead | None = None,
+    ) -> StepAnswer | None:
         """Record a batch its runtime took; if the database cannot, keep it in memory and
-        hold ``target`` until it can (False): sending the batch again would run another
+        hold ``target`` until it can (None): sending the batch again would run another
         turn.  ``seen``: the runtime has no transcript to verify it in (a pull-only member
-        read it through pigeond itself), so it is seen now."""
+        read it through pigeond itself), so it is seen now.  ``then``: the target's next
+        head is read and claimed in the same transaction (one trip for the drain's step)."""
         now_ms = self.now_ms()
         verify_by = now_ms + int(self._policy.verify_grace_s * 1000)
         ids = [m.msg_id for m in batch]
+        record = HandOffRecord(tuple(ids), now_ms, verify_by, mode)
         try:
-            await self._hand_off_writes(HandOffRecord(tuple(ids), now_ms, verify_by, mode))
+            answer = await self._hand_off_writes(StepAsk(target, now_ms, record, next=then))
         except StorageError as e:
             self._state.unrecorded[target] = UnrecordedHandOff(
                 target, tuple(ids), now_ms, verify_by, mode, str(e)
@@ -141,7 +144,7 @@ class HandOffOutcomes:
                 " holding {target} and trying to record it every tick",
                 msg_ids=ids, target=target, error=str(e),
             )  # fmt: skip
-            return False
+            return None
         self._log_handed_off(target, ids, mode)
         if seen:
             try:
@@ -149,7 +152,7 @@ class HandOffOutcomes:
             except StorageError as e:  # the verifier would never see it: said, not retried
                 log.error("{msg_ids} handed off to {target} could not be marked seen: {error}",
                           msg_ids=ids, target=target, error=str(e))  # fmt: skip
-        return True
+        return answer
 
     async def retry_record(self, target: str) -> bool:
         """Try again to record ``target``'s unrecorded hand-off, as of when it happened."""

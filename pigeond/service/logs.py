@@ -5,15 +5,24 @@ or keys (JSON), so ``journalctl -u pigeond | grep msg_id=msg_...`` finds a
 message's whole story.  An unexpected error carries its traceback: in text, on
 the same line with its line breaks written ``\n`` (one journal entry per
 event); in JSON, as ``traceback``.
+
+Lines at ``info`` and ``debug`` logged on the reactor thread are written together once per
+reactor turn, one write to the pipe for all of them (a busy daemon logs a few lines per
+message, and one write and flush each cost more than the line's formatting); a warning
+or worse, a line from another thread and the lines of the last turn at exit are written
+at once.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import sys
+import threading
 from typing import IO, Any
 
 from constantly import NamedConstant
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import (
     FilteringLogObserver,
     ILogFilterPredicate,
@@ -42,11 +51,12 @@ def event_text(event: dict[str, Any]) -> str:
 
     A plain format (no ``{call()}``, Twisted's own addition) goes through
     ``str.format_map``, which does the same in C at a twelfth of the cost: every
-    accepted send logs a line, so this is on the hot path.  Anything else, or a
+    accepted send logs a line, so this is on the hot path.  A parenthesis in the text
+    itself ("(batch of {n})") is plain: only ``()`` marks a call.  Anything else, or a
     format that does not fit its fields, is left to ``formatEvent`` and its
     "Unable to format event" text."""
     fmt = event.get("log_format")
-    if isinstance(fmt, str) and "(" not in fmt and "log_flattened" not in event:
+    if isinstance(fmt, str) and "()" not in fmt and "log_flattened" not in event:
         try:
             return fmt.format_map(event)
         except (KeyError, IndexError, AttributeError, TypeError, ValueError):
@@ -90,18 +100,52 @@ def format_json(event: dict[str, Any]) -> str:
     return json.dumps(record, default=str, ensure_ascii=False)
 
 
+# Lines written at once, whatever thread or turn: what an operator must see even if the
+# process is killed right after.
+AT_ONCE = frozenset({LogLevel.warn, LogLevel.error, LogLevel.critical})
+
+
 @implementer(ILogObserver)
 class LineObserver:
-    def __init__(self, out: IO[str], json_lines: bool) -> None:
+    def __init__(self, out: IO[str], json_lines: bool, clock: IReactorTime | None = None) -> None:
+        """``clock``: the reactor whose turns the lines logged on its thread wait for
+        (None: every line is written at once)."""
         self._out = out
         self._format = format_json if json_lines else format_text
+        self._clock = clock
+        self._thread = threading.get_ident()  # the reactor's: the one that starts logging
+        self._lock = threading.Lock()
+        self._pending: list[str] = []
 
     def __call__(self, event: dict[str, Any]) -> None:
         try:
-            self._out.write(self._format(event) + "\n")
-            self._out.flush()
+            line = self._format(event) + "\n"
+            later = (
+                self._clock is not None
+                and event.get("log_level") not in AT_ONCE
+                and threading.get_ident() == self._thread
+            )
+            with self._lock:
+                self._pending.append(line)
+                if later and len(self._pending) > 1:
+                    return  # the turn's write is already asked for
+            if later and self._clock is not None:
+                self._clock.callLater(0, self.flush)
+            else:
+                self.flush()
         except Exception:  # a log line must never take the daemon down
             pass
+
+    def flush(self) -> None:
+        """Write the lines still waiting, in the order they were logged."""
+        with self._lock:
+            lines, self._pending = self._pending, []
+        if lines:
+            try:
+                self._out.write("".join(lines))
+                self._out.flush()
+            except Exception:  # a log line must never take the daemon down
+                pass
 
 
 class LogSettings:
@@ -136,10 +180,13 @@ class WithoutFactoryChatter:
 without_factory_chatter = WithoutFactoryChatter()
 
 
-def start_logging(level: str, fmt: str, out: IO[str] = sys.stdout) -> LogSettings:
+def start_logging(
+    level: str, fmt: str, out: IO[str] = sys.stdout, clock: IReactorTime | None = None
+) -> LogSettings:
+    """Log to ``out`` from now on; ``clock``: the reactor, whose turns info lines wait for."""
     settings = LogSettings(level)
-    observer = FilteringLogObserver(
-        LineObserver(out, fmt == "json"), [without_factory_chatter, settings.predicate]
-    )
+    lines = LineObserver(out, fmt == "json", clock)
+    atexit.register(lines.flush)
+    observer = FilteringLogObserver(lines, [without_factory_chatter, settings.predicate])
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
     return settings

@@ -220,7 +220,7 @@ def run(
         return _fail(
             f"cannot open the database {redacted(config.db)}: {e.strerror or e}", EXIT_RUNTIME
         )
-    logs = start_logging(config.log_level, config.log_format)
+    logs = start_logging(config.log_level, config.log_format, clock=clock)
     apply_open_files_limit(config.max_connections)  # each connection costs a descriptor
     notifier = notifier_from(os.environ)
     status = StatusReporter(

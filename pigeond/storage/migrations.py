@@ -22,6 +22,7 @@ from pigeond.storage.addressing_schema import (
     V14_CHANNELS,
 )
 from pigeond.storage.costs_schema import V19_TURNS
+from pigeond.storage.queue_bytes_schema import V24_QUEUE_BYTES_SQLITE
 from pigeond.storage.sender_proof_schema import V22_SENDER_PROOF
 from pigeond.storage.steer_schema import V23_STEER
 from pigeond.storage.thread_schema import V17_THREADS, V18_BRAKES
@@ -346,6 +347,7 @@ MIGRATIONS: list[Migration] = [
     _script(PAIR_HISTORY_INDEX),
     _script(V22_SENDER_PROOF),
     _script(V23_STEER),
+    _script(V24_QUEUE_BYTES_SQLITE),
 ]
 
 __all__ = [

@@ -9,15 +9,15 @@ the ones waiting for their sender's proof.  A channel's own row (``fanned_out``,
 is not counted; each member's copy is.  An accept whose message (each copy counted) would take
 the queue past the bound stores nothing (:attr:`AcceptOutcome.QUEUE_FULL`).
 
-The sum is taken once per transaction, at the first accept of a group commit that has a
-bound, and carried forward in memory as the group's accepts are stored: one walk of the
-queued rows per commit, never one per send.  The walk is of the queued rows only, so its cost
-follows the queue's length, not the history's, but it reads each queued row's payload
-(bench/queue_bytes_table.py: 0.04 ms with none queued, 0.3 ms with 1,000, 150 ms with
-100,000 on a loaded two-core machine).  A sum maintained by triggers (a schema migration)
-would make it constant.  On PostgreSQL, where several daemons may accept at
-once, the transaction first takes an advisory lock held to its end, so two daemons' accepts
-cannot both fit under the bound the other's fills: they take turns, only while a bound is on.
+The queue's bytes are a number the database keeps (``swarm_queue_bytes``, kept in step by
+triggers in the transaction of every write: pigeond/storage/queue_bytes_schema.py), read
+once per transaction, at the first accept of a group commit that has a bound, and carried
+forward in memory as the group's accepts are stored: one row read per commit, whatever the
+queue holds.  (The sum over the queued rows it replaces cost 0.3 ms with 1,000 queued and
+150 ms with 100,000: bench/queue_bytes_table.py.)  On PostgreSQL, where several daemons may
+accept at once, the transaction first takes an advisory lock held to its end, so two
+daemons' accepts cannot both fit under the bound the other's fills: they take turns, only
+while a bound is on.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from typing import Final
 from pigeond.storage.engines import Engine, EngineSql, engine_of
 from pigeond.storage.engines.base import Connection
 
-# The queue's bytes, as each engine counts a text's UTF-8 bytes (SQLite's length() of a
-# text counts characters; of a blob, bytes).
+# The queue's bytes summed over its rows, as each engine counts a text's UTF-8 bytes
+# (SQLite's length() of a text counts characters; of a blob, bytes): what the kept number
+# must always equal (the tests compare them; the bench times the sum).
 QUEUED_BYTES_SQL: Final = EngineSql(
     sqlite=(
         "SELECT COALESCE(SUM(length(CAST(payload AS BLOB))), 0) FROM swarm_messages"
@@ -45,9 +46,14 @@ def payload_bytes(payload: str) -> int:
     return len(payload.encode("utf-8", "surrogatepass"))
 
 
-def queued_bytes(conn: Connection) -> int:
-    """The payload bytes of every message still to be delivered."""
+def summed_queued_bytes(conn: Connection) -> int:
+    """The payload bytes of every message still to be delivered, summed over the rows."""
     return int(conn.execute(engine_of(conn).sql(QUEUED_BYTES_SQL)).fetchone()[0])
+
+
+def queued_bytes(conn: Connection) -> int:
+    """The payload bytes of every message still to be delivered, as the database keeps them."""
+    return int(conn.execute("SELECT total FROM swarm_queue_bytes").fetchone()[0])
 
 
 class QueueBytes:

@@ -26,6 +26,7 @@ from pigeond.storage.brake_holds import BrakeHolds
 from pigeond.storage.channels import Channels
 from pigeond.storage.costs import Costs
 from pigeond.storage.delivery import DEFAULT_NOTICE_TTL_MS, DeliveryTransitions
+from pigeond.storage.drain_steps import DrainSteps
 from pigeond.storage.intents import HandOffIntents
 from pigeond.storage.members import Members
 from pigeond.storage.names import Names
@@ -132,6 +133,7 @@ def inbox_entry_bytes_at_most(message: StoredMessage) -> int:
 
 
 class SwarmRepository(
+    DrainSteps,
     DeliveryTransitions,
     HandOffIntents,
     OperatorActions,

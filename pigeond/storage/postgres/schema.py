@@ -27,6 +27,7 @@ from typing import Final
 
 from pigeond.storage.addressing_schema import PRUNABLE_SQL
 from pigeond.storage.migrations import PAIR_HISTORY_INDEX, PRIORITY_RANK_SQL
+from pigeond.storage.queue_bytes_schema import V24_QUEUE_BYTES_POSTGRES
 from pigeond.storage.steer_schema import V23_STEER
 
 # The channel an accept notifies with each target that got a message, and the SQL it
@@ -303,7 +304,7 @@ BASELINE: Final = _MESSAGES + _OBLIGATIONS + _ADDRESSING + _THREADS
 
 # Each migration after the baseline (version BASELINE_VERSION + 1 onwards), in order, each
 # the same change as SQLite's of that version; each is run as one script in one transaction.
-PG_MIGRATIONS: Final[tuple[str, ...]] = (V23_STEER,)
+PG_MIGRATIONS: Final[tuple[str, ...]] = (V23_STEER, V24_QUEUE_BYTES_POSTGRES)
 
 # The version a PostgreSQL database is brought to: always SQLite's schema version.
 PG_SCHEMA_VERSION: Final = BASELINE_VERSION + len(PG_MIGRATIONS)
