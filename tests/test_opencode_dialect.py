@@ -112,9 +112,9 @@ def test_the_1x_watchers_leave_a_2x_alone(
     tmp_path: Path, clock: Clock, log_capture: LogCapture
 ) -> None:
     """In turn delivery, ten minutes after a hand-off to a 2.x: nothing but its transcript,
-    its session and its pending permission requests is read, each by its 2.x route (no
-    event stream, turn or permission polls of 1.x routes), and nothing is logged as a
-    warning or an error."""
+    its session, its pending permission requests and its own event stream is read, each
+    by its 2.x route (no 1.x event stream, turn or permission polls of 1.x routes), and
+    nothing is logged as a warning or an error."""
     standin = OpencodeV2StandIn(mode="2.x")
     daemon = build(tmp_path, clock, standin, delivery="turn")
     send(daemon, "msg_1")
@@ -126,6 +126,7 @@ def test_the_1x_watchers_leave_a_2x_alone(
         ("GET", "/api/session/ses_known/message"),
         ("GET", "/api/session/ses_known"),
         ("GET", "/api/permission/request"),
+        ("GET", "/api/event"),
     }
     loud = [t for level, t in log_capture.events if level in (LogLevel.warn, LogLevel.error)]
     assert loud == []
