@@ -12,6 +12,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel
 
+from pigeond.delivery.opencode_v2_events import VERDICT_LOOK_S
 from pigeond.service.daemon import Daemon
 from tests.api_dialect_helpers import OUTAGE_RETRY_S, build, health, held, send
 from tests.conftest import LogCapture
@@ -43,14 +44,16 @@ def test_a_2x_is_handed_off_through_its_queue(tmp_path: Path, clock: Clock, deli
 
 
 def test_health_and_status_line_name_a_2x(tmp_path: Path, clock: Clock) -> None:
-    """/health: opencode ok with its 2.x version, no sentence of an unsupported API, no
-    1.x event stream; systemd's STATUS= line says opencode ok."""
+    """/health: opencode ok with its 2.x version, no sentence of an unsupported API, its
+    own event stream (``/api/event``) connected; systemd's STATUS= line says opencode ok."""
     standin = OpencodeV2StandIn(mode="2.x")
     daemon = build(tmp_path, clock, standin, delivery="turn")
     send(daemon, "msg_1")
     answer = health(daemon)
     assert (answer["opencode"], answer["opencode_version"]) == ("ok", "2.3.0")
-    assert "opencode_problem" not in answer and answer["event_stream"] == "off"
+    clock.advance(VERDICT_LOOK_S)  # the stream is opened once opencode is found a 2.x
+    answer = health(daemon)
+    assert "opencode_problem" not in answer and answer["event_stream"] == "connected"
     line = result_of(Deferred.fromCoroutine(daemon.status_line()))
     assert line == "queued 0, failed 0, in flight 0, opencode ok"
 

@@ -214,7 +214,8 @@ class Daemon:
     def delivery_health(self) -> DeliveryHealth:
         """What /health and /metrics tell of delivery."""
         client = None if self.delivery is None else self.delivery.client
-        return delivery_health_with_api(self.arbiter, client, self.events)
+        v2 = None if self.delivery is None or self.delivery.v2 is None else self.delivery.v2.events
+        return delivery_health_with_api(self.arbiter, client, self.events, v2)
 
     def alive(self, within_s: float) -> bool:
         """For the watchdog: the arbiter ticks (or, with delivery off, timers run at all) and

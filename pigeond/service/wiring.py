@@ -209,7 +209,11 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         config,
         on_accepted=accepted_then(kick, proofs),
         delivery_health=functools.partial(
-            delivery_health_with_api, arbiter, None if delivery is None else delivery.client, events
+            delivery_health_with_api,
+            arbiter,
+            None if delivery is None else delivery.client,
+            events,
+            None if delivery is None or delivery.v2 is None else delivery.v2.events,
         ),
         send_checks=[db_watch.refuse_send],
         admission=flood,
