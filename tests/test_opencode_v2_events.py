@@ -5,14 +5,14 @@ its events tell the verifier and the permission watch."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from pigeond.delivery.events import HEALTHY_S, RECONNECT_BACKOFF_S, ServerSentEvents
-from pigeond.delivery.opencode_v2_events import VERDICT_LOOK_S, V2Events
+from pigeond.delivery.opencode_v2_events import SILENT_S, VERDICT_LOOK_S, V2Events
 
 URL = "http://127.0.0.1:4096"
 
@@ -42,6 +42,12 @@ class Stream:
         assert self.protocol is not None
         event = {"id": "evt_1", "type": kind, "data": data}
         self.protocol.dataReceived(f"data: {json.dumps(event)}\n\n".encode())
+
+    def closed(self) -> bool:
+        """Whether the reader closed it."""
+        assert self.protocol is not None
+        transport = cast(StringTransport, self.protocol.transport)
+        return transport.producerState == "stopped"
 
     def end(self) -> None:
         assert self.protocol is not None
@@ -174,8 +180,7 @@ def test_a_stream_still_open_after_the_verdict_changed_is_left() -> None:
     verdict.v2_version = None
     source.streams[0].send("session.idle", sessionID="ses_a")
     assert idle == []
-    transport = source.streams[0].protocol.transport  # type: ignore[union-attr]
-    assert isinstance(transport, StringTransport) and transport.producerState == "stopped"
+    assert source.streams[0].closed()
 
 
 def test_an_unreachable_opencode_is_waited_for() -> None:
@@ -217,6 +222,27 @@ def test_a_session_is_known_idle_only_until_anything_else_of_it_comes() -> None:
     stream.send("permission.v2.asked", id="per_1", sessionID="ses_a", action="bash",
                 resources=["ls"])  # fmt: skip
     assert not events.known_idle("ses_a")
+
+
+def test_a_silent_stream_is_opened_anew() -> None:
+    """No 2.x heartbeat is known: a stream that sends nothing for SILENT_S is closed (a
+    connection gone without closing would hide every turn end), to be opened again."""
+    clock = Clock()
+    _, source, _, _ = started(clock, Verdict())
+    clock.advance(SILENT_S - 1)
+    assert source.streams[0].closed() is False
+    clock.advance(1)
+    assert source.streams[0].closed() is True
+
+
+def test_a_stream_that_speaks_is_kept() -> None:
+    """Anything received puts the silence's end off."""
+    clock = Clock()
+    _, source, _, _ = started(clock, Verdict())
+    for _ in range(3):
+        clock.advance(SILENT_S - 1)
+        source.streams[0].send("session.updated", sessionID="ses_a")
+    assert source.streams[0].closed() is False
 
 
 def test_stopping_ends_the_stream_and_every_wait() -> None:

@@ -23,8 +23,9 @@ and only while the dialect's verdict is 2.x (a 1.x is never asked anything under
 look at pigeond's own state, asking opencode nothing).  A stream that lasted is reopened
 at once; one that fails soon after opening waits each step of a bounded backoff in turn
 (the 1.x stream's, :data:`RECONNECT_BACKOFF_S`); while opencode is unreachable it waits
-for its return.  No 2.x heartbeat is known, so a silent stream is
-not taken for a dead one.
+for its return.  No 2.x heartbeat is known: a stream silent for :data:`SILENT_S` is
+opened anew (once every five minutes on a quiet server), so that a connection gone
+without closing hides turn ends for that long at most.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.web.iweb import IResponse
@@ -48,6 +49,9 @@ log = Logger(namespace="pigeond.delivery.events")  # one story with the 1.x stre
 
 VERDICT_LOOK_S = 1.0
 """How often the verdict is looked at while opencode is not found to be a 2.x."""
+SILENT_S = 300.0
+"""A stream silent this long is opened anew: no 2.x heartbeat is known, and a connection
+gone without closing would hide every turn end (the verifier waits for one to look)."""
 IDLE_EVENTS = ("session.idle",)
 PERMISSION_EVENTS = ("permission.v2.asked", "permission.v2.replied")
 
@@ -115,6 +119,8 @@ class V2Events:
         self._sleep: Deferred[None] | None = None
         self._stopped = True
         self._trouble = False  # the stream's failure was said (once per spell)
+        self._heard_at = 0.0  # when the stream last sent anything
+        self._watch: IDelayedCall | None = None  # the next look at its silence
         self.connected = False
 
     def listen(self, on_idle: Callable[[str], None], on_permission: Callable[[], None]) -> None:
@@ -209,14 +215,31 @@ class V2Events:
 
     async def _listen_once(self) -> None:
         response = await self._source.open_v2_event_stream()
-        protocol = ServerSentEvents(self._handle, lambda: None)
+        protocol = ServerSentEvents(self._handle, self._heard)
         self._protocol = protocol
         response.deliverBody(protocol)
         self._set_connected(True)
+        self._heard()
+        self._watch = self._clock.callLater(SILENT_S, self._silent, protocol)
         try:
             await protocol.finished
         finally:
             self._protocol = None
+            if self._watch.active():
+                self._watch.cancel()
+
+    def _heard(self) -> None:
+        self._heard_at = self._clock.seconds()
+
+    def _silent(self, protocol: ServerSentEvents) -> None:
+        """A stream silent for :data:`SILENT_S` is opened anew (a connection that died
+        without closing would hide every turn end); otherwise looked at again then."""
+        quiet_s = self._clock.seconds() - self._heard_at
+        if quiet_s < SILENT_S:
+            self._watch = self._clock.callLater(SILENT_S - quiet_s, self._silent, protocol)
+            return
+        log.debug("2.x event stream silent for {s} s; opening it anew", s=SILENT_S)
+        protocol.close()
 
     def _set_connected(self, connected: bool) -> None:
         if connected == self.connected:
