@@ -104,6 +104,11 @@ class EventHub:
             if subscriber in self._subscribers:
                 self._subscribers.remove(subscriber)
 
+    def readers(self) -> int:
+        """How many readers the stream has now (a test waits for pigeond's)."""
+        with self._lock:
+            return len(self._subscribers)
+
     def publish(self, kind: str, data: dict[str, Any]) -> None:
         event = {"id": f"evt_{next(self._ids):08d}", "type": kind, "data": data}
         with self._lock:
@@ -274,6 +279,9 @@ class StandInSession:
                 self.running = True
                 read = self._start()
                 self._changed.notify_all()  # a test waiting for the turn to run
+            self.events.publish(
+                "session.status", {"sessionID": self.id, "status": {"type": "busy"}}
+            )
             self._run_turn(read)
 
     def close(self) -> None:

@@ -21,7 +21,11 @@ this.  What it keeps from the protocol:
   answered (``POST /api/session/{id}/permission/{requestID}/reply``; an unknown one is
   404 ``PermissionNotFoundError``);
 * ``GET /api/event`` is volatile: a reader that falls ``event_capacity`` events behind is
-  dropped, and nothing is replayed.
+  dropped, and nothing is replayed.  It tells ``server.connected`` on opening, an
+  input admitted (``session.next.prompt.admitted``), a turn starting (``session.status``
+  busy) and ending (``session.idle``), and a permission asked and answered
+  (``permission.v2.asked``, ``permission.v2.replied``), each in the v2 types' shape
+  (``{"id", "type", "data"}``).
 
 Bodies follow the v2 types published in npm ``@opencode-ai/sdk`` (a test checks them);
 the prompt's text is nested (``{"prompt": {"text": ...}}``) as those types declare, or
@@ -181,6 +185,8 @@ class OpencodeV2StandIn:
                 "id": request_id, "sessionID": session.id, "action": action,
                 "resources": list(resources), "save": [f"{action} *"], "source": source,
             }  # fmt: skip
+            asked = dict(self.permissions[request_id])
+        self.events.publish("permission.v2.asked", asked)
         return request_id
 
     def take_reply(self, session_id: str, request_id: str, reply: str) -> bool:
@@ -191,7 +197,9 @@ class OpencodeV2StandIn:
                 return False
             del self.permissions[request_id]
             self.permission_replies.append((request_id, reply))
-            return True
+        replied = {"sessionID": session_id, "requestID": request_id, "reply": reply}
+        self.events.publish("permission.v2.replied", replied)
+        return True
 
     def session_info(self, session: StandInSession) -> dict[str, Any]:
         return {

@@ -10,7 +10,8 @@ In both, ``/api/*`` answers ``{"data": []}``: no 2.x's health, so neither API.
 ``mode = "v1"`` turns it into a (minimal) opencode 1.x that knows one session, and
 ``mode = "2.x"`` into a (minimal) opencode 2.x that knows it (its health, the session,
 admissions, a transcript of what was admitted and of the messages a test puts in
-``transcript``, no permission request), for tests where opencode is replaced
+``transcript`` (never answered while ``hang_reads``), no permission request, an event
+stream that stays open and tells nothing), for tests where opencode is replaced
 while pigeond runs.  Every request is recorded, so a test can show what pigeond sent
 under ``/api/``.  A twisted.web Resource: served in memory (StubTreq) or over real HTTP
 (a Site on 127.0.0.1).  The full 2.x stand-in is :mod:`testkit.opencode_v2_standin`.
@@ -38,8 +39,9 @@ class OpencodeV2StandIn(Resource):
         self.seen: list[tuple[str, str]] = []  # (method, path) of every request
         self.admitted: list[dict[str, object]] = []  # the 2.x admissions' bodies
         self.transcript: list[dict[str, object]] = []  # the 2.x transcript's other messages
+        self.hang_reads = False  # while True, a 2.x transcript read is never answered
 
-    def render(self, request: server.Request) -> bytes:
+    def render(self, request: server.Request) -> bytes | int:
         method = (request.method or b"").decode()
         path = (request.path or b"").decode()
         self.seen.append((method, path))
@@ -69,7 +71,7 @@ class OpencodeV2StandIn(Resource):
         not_found = {"name": "NotFoundError", "data": {"message": f"Session not found: {path}"}}
         return self._json(request, 404, not_found)
 
-    def _v2(self, request: server.Request, method: str, path: str) -> bytes:
+    def _v2(self, request: server.Request, method: str, path: str) -> bytes | int:
         session = f"/api/session/{self.session}"
         if path == "/api/health":
             return self._json(request, 200, {"healthy": True, "version": "2.3.0", "pid": 1})
@@ -81,6 +83,8 @@ class OpencodeV2StandIn(Resource):
             if body not in self.admitted:
                 self.admitted.append(body)
             return self._json(request, 200, {"data": {"id": body["id"], "admittedSeq": 1}})
+        if path == session + "/message" and self.hang_reads:
+            return server.NOT_DONE_YET
         if path == session + "/message":
             inputs = [{"type": "user", "id": b["id"], "text": b.get("text", "")}
                       for b in self.admitted]  # fmt: skip
@@ -88,6 +92,10 @@ class OpencodeV2StandIn(Resource):
             if request.args.get(b"order") == [b"desc"]:
                 messages.reverse()  # newest first, as a 2.x answers it
             return self._json(request, 200, {"data": messages, "cursor": {}})
+        if path == "/api/event":  # open, with nothing to tell
+            request.setHeader(b"content-type", b"text/event-stream")
+            request.write(b'data: {"id": "evt_1", "type": "server.connected", "data": {}}\n\n')
+            return server.NOT_DONE_YET
         if path == "/api/permission/request":
             location = {"directory": self.directory, "project": {"id": "prj", "directory": "/"}}
             return self._json(request, 200, {"location": location, "data": []})

@@ -12,6 +12,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel
 
+from pigeond.delivery.opencode_v2_events import VERDICT_LOOK_S
 from pigeond.service.daemon import Daemon
 from tests.api_dialect_helpers import OUTAGE_RETRY_S, build, health, held, send
 from tests.conftest import LogCapture
@@ -43,14 +44,16 @@ def test_a_2x_is_handed_off_through_its_queue(tmp_path: Path, clock: Clock, deli
 
 
 def test_health_and_status_line_name_a_2x(tmp_path: Path, clock: Clock) -> None:
-    """/health: opencode ok with its 2.x version, no sentence of an unsupported API, no
-    1.x event stream; systemd's STATUS= line says opencode ok."""
+    """/health: opencode ok with its 2.x version, no sentence of an unsupported API, its
+    own event stream (``/api/event``) connected; systemd's STATUS= line says opencode ok."""
     standin = OpencodeV2StandIn(mode="2.x")
     daemon = build(tmp_path, clock, standin, delivery="turn")
     send(daemon, "msg_1")
     answer = health(daemon)
     assert (answer["opencode"], answer["opencode_version"]) == ("ok", "2.3.0")
-    assert "opencode_problem" not in answer and answer["event_stream"] == "off"
+    clock.advance(VERDICT_LOOK_S)  # the stream is opened once opencode is found a 2.x
+    answer = health(daemon)
+    assert "opencode_problem" not in answer and answer["event_stream"] == "connected"
     line = result_of(Deferred.fromCoroutine(daemon.status_line()))
     assert line == "queued 0, failed 0, in flight 0, opencode ok"
 
@@ -112,9 +115,9 @@ def test_the_1x_watchers_leave_a_2x_alone(
     tmp_path: Path, clock: Clock, log_capture: LogCapture
 ) -> None:
     """In turn delivery, ten minutes after a hand-off to a 2.x: nothing but its transcript,
-    its session and its pending permission requests is read, each by its 2.x route (no
-    event stream, turn or permission polls of 1.x routes), and nothing is logged as a
-    warning or an error."""
+    its session, its pending permission requests and its own event stream is read, each
+    by its 2.x route (no 1.x event stream, turn or permission polls of 1.x routes), and
+    nothing is logged as a warning or an error."""
     standin = OpencodeV2StandIn(mode="2.x")
     daemon = build(tmp_path, clock, standin, delivery="turn")
     send(daemon, "msg_1")
@@ -126,6 +129,7 @@ def test_the_1x_watchers_leave_a_2x_alone(
         ("GET", "/api/session/ses_known/message"),
         ("GET", "/api/session/ses_known"),
         ("GET", "/api/permission/request"),
+        ("GET", "/api/event"),
     }
     loud = [t for level, t in log_capture.events if level in (LogLevel.warn, LogLevel.error)]
     assert loud == []

@@ -90,7 +90,7 @@ def test_answers_conform_to_the_sdk_types(sdk: SdkTypes) -> None:
         record("GET", session_path + "/message", here + "/message?order=asc")
         record("POST", "/api/session", "/api/session", {})
         status, health = call(url, "GET", "/api/health")
-        streamed = read_events(events, count=3)
+        streamed = read_events(events, count=4)
     assert [a[2] for a in answers] == [200, 404, 200, 200, 409, 400, 401, 204, 200, 200, 200]
     for method, template, status, answer in answers:
         declared = sdk.answer(sdk.operation(method, template), status)
@@ -110,6 +110,7 @@ def test_answers_conform_to_the_sdk_types(sdk: SdkTypes) -> None:
     assert [e["type"] for e in streamed] == [
         "server.connected",
         "session.next.prompt.admitted",
+        "session.status",
         "session.idle",
     ]
     for event in streamed:
@@ -137,6 +138,28 @@ def test_a_tool_call_in_the_transcript_conforms_to_the_sdk_types(sdk: SdkTypes) 
     fixture = json.loads(V2_TOOL_CALLS.read_text("utf-8"))
     for answer in (during, after, {"data": fixture, "cursor": {}}):
         assert sdk.errors(answer, declared) == [], answer
+
+
+def test_permission_events_conform_to_the_sdk_types(sdk: SdkTypes) -> None:
+    """A permission asked and answered is told on the event stream as the SDK's
+    ``permission.v2.asked`` and ``permission.v2.replied``."""
+    event_type = sdk.answer(sdk.operation("GET", "/api/event"), 200)
+    server = OpencodeV2StandIn(PASSWORD)
+    with server.serve() as url:
+        session = server.create_session()
+        events = open_events(url)
+        request_id = server.ask_permission(session, "bash", ["rm -rf build"], "call_1")
+        reply = f"/api/session/{session.id}/permission/{request_id}/reply"
+        call(url, "POST", reply, {"reply": "once"})
+        streamed = read_events(events, count=3)
+    assert [e["type"] for e in streamed] == [
+        "server.connected",
+        "permission.v2.asked",
+        "permission.v2.replied",
+    ]
+    assert streamed[1]["data"]["id"] == streamed[2]["data"]["requestID"] == request_id
+    for event in streamed:
+        assert sdk.errors(event, event_type) == [], event
 
 
 def test_permission_answers_conform_to_the_sdk_types(sdk: SdkTypes) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
+import treq
 from treq.client import HTTPClient
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.interfaces import IReactorTime
@@ -31,6 +32,7 @@ from pigeond.delivery.api_support import (
 )
 from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.http_exchange import HttpExchange
+from pigeond.delivery.opencode_dialect import missing_v2_route
 from pigeond.delivery.opencode_errors import (
     CLOSED_BEFORE_ANSWER,
     CONNECTION_GONE,
@@ -112,9 +114,35 @@ class OpencodeClient:
         other answer is read and raised as a ConnectionError."""
         what = "GET /global/event"
         self._refuse_on_v2(what)
+        response = await self._open_stream("/global/event")
+        if response.code != 200 or _is_page(response):
+            await self._refuse_missing_route(int(response.code), await treq.content(response))
+            raise ConnectionError(f"{what} answered HTTP {response.code}")
+        self.api.saw_v1()
+        return response
+
+    async def open_v2_event_stream(self) -> IResponse:
+        """``GET /api/event``, a 2.x's stream, as :meth:`open_event_stream` opens the 1.x
+        one (with the password); asked only while opencode is found to be a 2.x (a 1.x is
+        never asked anything under ``/api/``).  A route found missing makes the verdict
+        again; any other answer than the stream is raised as a ConnectionError."""
+        what = "GET /api/event"
+        if self.api.v2_version is None:
+            raise ConnectionError(f"{what}: opencode at {self._base} is not found to be a 2.x")
+        response = await self._open_stream("/api/event")
+        if response.code != 200 or _is_page(response):
+            body = await treq.content(response)
+            if missing_v2_route(int(response.code), body):
+                await self.api.verdict()
+            raise ConnectionError(f"{what} answered HTTP {response.code}: {short_text(body)}")
+        return response
+
+    async def _open_stream(self, path: str) -> IResponse:
+        """An event stream's response, its body not read, told to reachability."""
+        what = f"GET {path}"
         try:
-            response = await self._http.request(
-                "GET", self._base + "/global/event", unbuffered=True,
+            response: IResponse = await self._http.request(
+                "GET", self._base + path, unbuffered=True,
                 headers=Headers({b"accept": [b"text/event-stream"]}), **self.request_options(),
             )  # fmt: skip
         except CONNECTION_GONE as e:
@@ -123,13 +151,7 @@ class OpencodeClient:
             self.reachability.failed(f"{what}: {describe_transport_error(e)}")
             raise
         self._note_answer(what, int(response.code))
-        content_type = b"".join(response.headers.getRawHeaders(b"content-type", []))
-        if response.code != 200 or b"text/html" in content_type.lower():
-            await self._refuse_missing_route(int(response.code), await response.content())
-            raise ConnectionError(f"GET /global/event answered HTTP {response.code}")
-        self.api.saw_v1()
-        stream: IResponse = response
-        return stream
+        return response
 
     def request_options(self) -> dict[str, Any]:
         """Keyword arguments every request to opencode carries (auth, no redirects)."""
@@ -159,7 +181,7 @@ class OpencodeClient:
         if data is not None:
             kwargs["data"] = data
         response = await self._http.request(method, self._base + path, **kwargs)
-        content = await response.content()
+        content = await treq.content(response)
         return int(response.code), content
 
     def _note_answer(self, what: str, status: int) -> None:
@@ -431,3 +453,9 @@ def user_texts_of(messages: Sequence[Mapping[str, Any]]) -> list[str]:
             ):
                 texts.append(part["text"])
     return texts
+
+
+def _is_page(response: IResponse) -> bool:
+    """A web page (opencode's web app) where an event stream was asked for."""
+    content_type = b"".join(response.headers.getRawHeaders(b"content-type", []))
+    return b"text/html" in content_type.lower()

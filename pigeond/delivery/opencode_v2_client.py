@@ -49,6 +49,7 @@ from pigeond.delivery.opencode_errors import (
     short_text,
     status_error,
 )
+from pigeond.delivery.transcript_reads import TranscriptReadWatch
 
 T = TypeVar("T")
 PROMPT_SHAPES = ("flat", "nested")
@@ -104,9 +105,18 @@ def health_version(status: int, body: bytes) -> str | None:
 class OpencodeV2Client:
     """Calls to one opencode 2.x server, each within ``timeout_s``."""
 
-    def __init__(self, exchange: Exchange, clock: IReactorTime, timeout_s: float) -> None:
+    def __init__(
+        self,
+        exchange: Exchange,
+        clock: IReactorTime,
+        timeout_s: float,
+        reads: TranscriptReadWatch | None = None,
+    ) -> None:
+        """``reads`` is told each transcript read that passes its deadline, and each that
+        does not (the 1.x client's, so that ``/health`` tells both alike)."""
         self._exchange = exchange
         self._clock = clock
+        self._reads = reads or TranscriptReadWatch(clock)
         self.timeout_s = timeout_s
         self._shape = PROMPT_SHAPES[0]
         self.synthetic: bool | None = None
@@ -162,7 +172,12 @@ class OpencodeV2Client:
         None).  A session the server does not have is an empty one."""
         path = f"/api/session/{quote(session_id, safe='')}/message"
         query = "?order=asc" if limit is None else f"?order=desc&limit={limit}"
-        status, body = await self._call("GET", path + query)
+        try:
+            status, body = await self._call("GET", path + query)
+        except DeadlineExceeded as e:
+            self._reads.timed_out(session_id, str(e))
+            raise
+        self._reads.succeeded(session_id)  # answered: nothing hangs
         if status == 404:
             return []
         if status != 200:

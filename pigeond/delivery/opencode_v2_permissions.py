@@ -21,8 +21,10 @@ has been asked):
   not read for it (the 1.x client refuses the read), so the watch takes the newest
   hand-off the session handles.
 
-2.x's events (``permission.v2.asked``) are not read: pigeond reads no 2.x event stream,
-so the watch polls (every ``verify_interval_s``, while a session handles a message).
+The watch polls (every ``verify_interval_s``, while a session handles a message); the 2.x
+event stream (:mod:`pigeond.delivery.opencode_v2_events`) is only a hint: a
+``permission.v2.asked`` or ``…replied`` makes the next tick poll, and a session it last
+said idle has its still-listed requests closed as stale (its turn ended).
 """
 
 from __future__ import annotations

@@ -30,13 +30,20 @@ is meant for the turn that runs.  Whether a
 hand-off was seen and answered is read from the transcript
 (:mod:`pigeond.delivery.opencode_v2_transcript`), never taken from the event stream,
 which is volatile by contract.
+
+What a hand-off records as its agent and model (the hand-off's mode, as a 1.x's records
+what its prompt named) is what the session runs with: the newest ``assistant`` message's
+``agent`` and ``model`` in the transcript last read (the verifier's reads, or the newest
+:data:`MODE_READ` messages read after the admission while none showed them).  pigeond
+never sets them (no ``…/agent`` or ``…/model`` call).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
@@ -51,7 +58,10 @@ from pigeond.model import NO_MODE, HandoffMode, Runtime
 log = Logger(namespace="pigeond.delivery.arbiter")  # one story in the logs with the arbiter's
 
 ADMISSION_ID_CHARS = 26  # as long as opencode's own ids after ``msg_``
-REMEMBERED_DELIVERIES = 4096  # admission ids whose delivery a retry repeats
+REMEMBERED_DELIVERIES = 4096  # admission ids whose delivery a retry repeats (and targets
+# whose agent and model are remembered)
+MODE_READ = 8  # the newest messages read for a session's agent and model, if none was read
+SESSION_OWN_NOTE = "the session's own, as its newest turn ran (a 2.x input names neither)"
 
 
 def admission_id(target: str, texts: Sequence[str]) -> str:
@@ -76,11 +86,36 @@ class Admission:
     seq: object = None
 
 
-class OpencodeV2Transcripts:
-    """A 2.x session's transcript (:class:`~pigeond.delivery.runtime.TranscriptSource`)."""
+def session_mode(messages: Sequence[Mapping[str, Any]]) -> HandoffMode | None:
+    """The agent and model the session runs with, as the newest assistant message of
+    ``messages`` (oldest first) shows them (``agent``, ``model``: ``{"id", "providerID",
+    "variant"?}``); None when no assistant message is there, or it names neither."""
+    for message in reversed(messages):
+        if message.get("type") != "assistant":
+            continue
+        agent, model = message.get("agent"), message.get("model")
+        model = model if isinstance(model, dict) else {}
+        provider, model_id, variant = model.get("providerID"), model.get("id"), model.get("variant")
+        if not isinstance(agent, str) or not (
+            isinstance(provider, str) and isinstance(model_id, str)
+        ):
+            return None
+        variant = variant if isinstance(variant, str) else None
+        return HandoffMode(agent, provider, model_id, variant, SESSION_OWN_NOTE)
+    return None
 
-    def __init__(self, client: OpencodeV2Client) -> None:
+
+class OpencodeV2Transcripts:
+    """A 2.x session's transcript (:class:`~pigeond.delivery.runtime.TranscriptSource`);
+    each read is shown to ``on_read`` (the agent and model its newest turn ran with)."""
+
+    def __init__(
+        self,
+        client: OpencodeV2Client,
+        on_read: Callable[[str, list[dict[str, Any]]], None] = lambda target, messages: None,
+    ) -> None:
         self._client = client
+        self._on_read = on_read
 
     async def read(self, target: str, limit: int | None) -> OpencodeV2Transcript:
         """The newest ``limit`` messages, or more: a read that would begin inside a turn
@@ -92,6 +127,7 @@ class OpencodeV2Transcripts:
         while limit is not None and len(messages) >= limit > 0 and not begins_a_turn(messages):
             limit *= 2
             messages = await self._client.messages(target, limit)
+        self._on_read(target, messages)
         return OpencodeV2Transcript(messages, limit is None or len(messages) < limit)
 
 
@@ -108,9 +144,10 @@ class OpencodeV2Runtime:
         hand-off; None: ``call`` delivery (no wait)."""
         self._client = client
         self._turn_timeout_s = turn_timeout_s
-        self.transcripts: TranscriptSource | None = OpencodeV2Transcripts(client)
+        self.transcripts: TranscriptSource | None = OpencodeV2Transcripts(client, self._observe)
         self._waits: set[Deferred[bool]] = set()
         self._deliveries: dict[str, Delivery] = {}  # admission id → its delivery, oldest first
+        self._modes: dict[str, HandoffMode] = {}  # target → its agent and model, newest first
 
     def may_take_now(self, target: str) -> bool:
         return True  # pushed: the server queues the input behind a running turn
@@ -139,7 +176,29 @@ class OpencodeV2Runtime:
         admission.seq = receipt.get("admittedSeq")
         log.debug("{target}: admitted as {id} ({delivery}, seq {seq})", target=target,
                   id=admission.id, delivery=delivery.value, seq=admission.seq)  # fmt: skip
-        return NO_MODE
+        return await self._mode_of(target)
+
+    async def _mode_of(self, target: str) -> HandoffMode:
+        """The agent and model ``target`` runs with, as the transcript last read showed them
+        (its newest messages read now if none showed them yet); NO_MODE when none does.
+        Only a record: the input named neither, and a failed read fails no hand-off."""
+        if target not in self._modes:
+            try:
+                self._observe(target, await self._client.messages(target, MODE_READ))
+            except HandOffError as e:
+                log.debug("{target}: its agent and model not read: {error}", target=target,
+                          error=str(e))  # fmt: skip
+        return self._modes.get(target, NO_MODE)
+
+    def _observe(self, target: str, messages: list[dict[str, Any]]) -> None:
+        """A read of ``target``'s transcript: the agent and model its newest turn ran with."""
+        mode = session_mode(messages)
+        if mode is None:
+            return
+        self._modes.pop(target, None)
+        self._modes[target] = mode
+        while len(self._modes) > REMEMBERED_DELIVERIES:
+            del self._modes[next(iter(self._modes))]
 
     def _remembered(self, admission: str, delivery: Delivery) -> Delivery:
         """The delivery ``admission`` went with before, if it went; else ``delivery``,

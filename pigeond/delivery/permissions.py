@@ -184,6 +184,11 @@ class PermissionWatch:
         if connected:
             self._recheck = True
 
+    def poll_soon(self) -> None:
+        """A hint that a request was asked or answered (a 2.x's event stream): poll at the
+        next tick, not ``verify_interval_s`` after the last poll."""
+        self._last_poll = None
+
     def _serially(self, step: Callable[..., Awaitable[None]], *args: Any) -> Deferred[None]:
         async def run() -> None:
             try:

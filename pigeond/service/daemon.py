@@ -116,6 +116,8 @@ class Daemon:
             return
         if self.events is not None:
             self.events.start()
+        if self.delivery is not None and self.delivery.v2 is not None:
+            self.delivery.v2.events.start()
         self.arbiter.start()
         log.info(
             "arbiter started: opencode {url}, delivery {delivery}, tick {tick_ms} ms",
@@ -137,6 +139,8 @@ class Daemon:
         await self._finished_in_time(self.site.close_connections())  # answers sent first
         if self.events is not None:
             self.events.stop()
+        if self.delivery is not None and self.delivery.v2 is not None:
+            self.delivery.v2.events.stop()
         if self.arbiter is not None:
             if not await self._finished_in_time(self.arbiter.stop()):
                 log.warn(
@@ -210,7 +214,8 @@ class Daemon:
     def delivery_health(self) -> DeliveryHealth:
         """What /health and /metrics tell of delivery."""
         client = None if self.delivery is None else self.delivery.client
-        return delivery_health_with_api(self.arbiter, client, self.events)
+        v2 = None if self.delivery is None or self.delivery.v2 is None else self.delivery.v2.events
+        return delivery_health_with_api(self.arbiter, client, self.events, v2)
 
     def alive(self, within_s: float) -> bool:
         """For the watchdog: the arbiter ticks (or, with delivery off, timers run at all) and

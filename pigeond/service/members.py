@@ -19,6 +19,7 @@ from twisted.internet.threads import deferToThreadPool
 from pigeond.delivery.claude_runtime import ClaudeRuntime, ClaudeTranscripts, McpRuntime
 from pigeond.delivery.member_doors import TranscriptPaths
 from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.opencode_v2_events import V2Events
 from pigeond.delivery.opencode_v2_tool_calls import V2Messages
 from pigeond.delivery.pull_slots import PullSlots
 from pigeond.delivery.registry import SessionDirectoryRegistry
@@ -87,13 +88,17 @@ class NoDelivery:
 
 
 def turns_ended_of(
-    claude: ClaudeRuntime, turns: TurnTracker | None
+    claude: ClaudeRuntime, turns: TurnTracker | None, v2: V2Events | None = None
 ) -> Callable[[str], TurnCount | None]:
-    """Each target's turn-end count, from its own runtime (see the verifier)."""
+    """Each target's turn-end count, from its own runtime (see the verifier): an opencode
+    target's from the 2.x event stream while opencode is found to be a 2.x (``v2``),
+    else from the 1.x tracker."""
 
     def turns_ended(target: str) -> TurnCount | None:
         if _runtime(target) is Runtime.CLAUDE:
             return claude.turns_ended(target)
+        if v2 is not None and v2.active:
+            return v2.turns_ended(target)
         return turns.turns_ended(target) if turns is not None else None
 
     return turns_ended

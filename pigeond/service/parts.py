@@ -21,6 +21,7 @@ from pigeond.delivery.arbiter import Arbiter
 from pigeond.delivery.events import EventStream
 from pigeond.delivery.http_exchange import HttpExchange
 from pigeond.delivery.opencode_client import OpencodeClient
+from pigeond.delivery.opencode_v2_events import V2Events
 from pigeond.delivery.reachability import Reach
 from pigeond.delivery.transcript_reads import TranscriptReadWatch
 from pigeond.model import Runtime
@@ -123,15 +124,20 @@ def access_policy(config: Config) -> tuple[AccessPolicy, list[str]]:
 
 
 def delivery_health_with_api(
-    arbiter: Arbiter | None, client: OpencodeClient | None, events: EventStream | None
+    arbiter: Arbiter | None,
+    client: OpencodeClient | None,
+    events: EventStream | None,
+    v2_events: V2Events | None = None,
 ) -> DeliveryHealth:
-    """:func:`delivery_health_of`, and which API opencode speaks: a 2.x (its version;
-    the 1.x event stream is not used), or one pigeond does not speak."""
+    """:func:`delivery_health_of`, and which API opencode speaks: a 2.x (its version, and
+    its own event stream's state, ``v2_events``, not the 1.x one's), or one pigeond does
+    not speak."""
     health = delivery_health_of(arbiter, client, events)
     if client is None or health is DELIVERY_OFF:
         return health
     if client.api.v2_version is not None:
-        return replace(health, opencode_version=client.api.v2_version, event_stream="off")
+        stream = "off" if v2_events is None else ("connected" if v2_events.connected else "down")
+        return replace(health, opencode_version=client.api.v2_version, event_stream=stream)
     if client.api.problem is None:
         return health
     return replace(health, opencode="unsupported", problem=client.api.problem)

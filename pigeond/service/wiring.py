@@ -132,7 +132,8 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         routing = None if shared is None else shared.routing
         permissions = PermissionWatch(
             db, v2.permissions, reactor, config, directory_of=registry.resolve,
-            known_idle=turns.known_idle if turns is not None else (lambda session: False),
+            known_idle=lambda session: (turns is not None and turns.known_idle(session))
+            or v2.events.known_idle(session),
             stream_connected=lambda: events is not None and events.connected,
             mine=None if routing is None else routing.mine, opencode_down=opencode_down,
         )  # fmt: skip
@@ -156,7 +157,7 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         reach.on_back(arbiter.opencode_back)
         verifier = Verifier(
             db, arbiter.runtimes.transcripts_of, reactor, config, on_requeued=arbiter.kick,
-            turns_ended=turns_ended_of(members.claude, turns),
+            turns_ended=turns_ended_of(members.claude, turns, v2.events),
             routing=routing, opencode_down=opencode_down,
         )  # fmt: skip
 
@@ -165,6 +166,8 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
                 verifier.tick()
                 permissions.tick()
 
+        # a 2.x session gone idle: its transcript looked at now, its permissions polled
+        v2.events.listen(verifier.check_soon, permissions.poll_soon)
         ticker.add("verify", unless_quiet(gate, verify))
         doors = MemberDoors(
             reactor, members.slots, members.claude, members.paths, arbiter,
@@ -206,7 +209,11 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         config,
         on_accepted=accepted_then(kick, proofs),
         delivery_health=functools.partial(
-            delivery_health_with_api, arbiter, None if delivery is None else delivery.client, events
+            delivery_health_with_api,
+            arbiter,
+            None if delivery is None else delivery.client,
+            events,
+            None if delivery is None or delivery.v2 is None else delivery.v2.events,
         ),
         send_checks=[db_watch.refuse_send],
         admission=flood,
