@@ -12,10 +12,13 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel
 
+from pigeond.delivery.failures import FailureKind
+from pigeond.delivery.opencode_dialect import V2Exchange
+from pigeond.delivery.opencode_errors import OpencodeError
 from pigeond.service.daemon import Daemon
 from tests.api_dialect_helpers import OUTAGE_RETRY_S, build, health, held, send
 from tests.conftest import LogCapture
-from tests.http_helpers import result_of
+from tests.http_helpers import failure_of, result_of
 from tests.opencode_v2_standin import OpencodeV2StandIn
 
 V1_PROMPT = ("POST", "/session/ses_known/prompt_async")
@@ -129,3 +132,31 @@ def test_the_1x_watchers_leave_a_2x_alone(
     }
     loud = [t for level, t in log_capture.events if level in (LogLevel.warn, LogLevel.error)]
     assert loud == []
+
+
+class FoundV1:
+    """A verdict that found a 1.x (another drain's call made it since a hand-off began)."""
+
+    v2_version: str | None = None
+    problem: str | None = None
+
+    async def verdict(self) -> str | None:
+        return None
+
+
+def test_a_2x_call_is_never_sent_once_a_1x_is_found() -> None:
+    """A 2.x prompt prepared while the server was 2.x, sent after the verdict found a 1.x:
+    an outage for that call, and nothing reaches the server."""
+    sent: list[str] = []
+
+    async def call(
+        method: str, path: str, headers: dict[str, str], body: bytes | None, _: float | None
+    ) -> tuple[int, bytes]:
+        sent.append(path)
+        return 200, b'{"data": {}}'
+
+    exchange = V2Exchange(call, FoundV1(), "http://127.0.0.1:4096")
+    prompt = exchange.request("POST", "/api/session/ses_1/synthetic", {}, b"{}")
+    error = failure_of(Deferred.fromCoroutine(prompt)).value
+    assert isinstance(error, OpencodeError) and error.kind is FailureKind.OUTAGE
+    assert sent == []
