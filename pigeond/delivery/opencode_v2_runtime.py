@@ -83,9 +83,10 @@ class OpencodeV2Transcripts:
         self._client = client
 
     async def read(self, target: str, limit: int | None) -> OpencodeV2Transcript:
-        """The newest ``limit`` messages, or more: a read that would begin inside a turn
-        reads back (twice as many each time) to where that turn began.  A 2.x step names
-        no input, so only the input before it tells whose turn it is; without it, a turn
+        """The newest ``limit`` messages, or more: a read that may begin inside a turn
+        reads back (twice as many each time) to where the turn before it ended.  A 2.x
+        step names no input, so only the inputs before it tell whose turn it is, and an
+        input may be a steer that came in the middle of a turn; without that, a turn
         longer than ``limit`` (many tool steps) would never show its answer and its
         usage, as the verifier reads."""
         messages = await self._client.messages(target, limit)
