@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
@@ -14,6 +15,7 @@ from pigeond.consent import Policy
 from pigeond.delivery.arbiter import Arbiter, DeliveryPolicy
 from pigeond.delivery.opencode_transcript import envelope_ids
 from pigeond.delivery.runtime import Delivery, Prepared, TranscriptSource
+from pigeond.delivery.steering import steering_allowed
 from pigeond.model import NO_MODE, HandoffMode, Runtime
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
@@ -68,12 +70,36 @@ class SteeringRuntime:
                 wait.callback(None)
 
 
-def arbiter_with(repo: SwarmRepository, clock: Clock, runtime: SteeringRuntime) -> Arbiter:
+def arbiter_with(
+    repo: SwarmRepository, clock: Clock, runtime: SteeringRuntime, db: InlineDatabase | None = None
+) -> Arbiter:
     policy = DeliveryPolicy(tick_s=0.5, max_attempts=10, batch_max=10)
     return Arbiter(
-        InlineDatabase(repo), FakeRegistry(), InMemoryOpencode(), clock, policy=policy,
+        db or InlineDatabase(repo), FakeRegistry(), InMemoryOpencode(), clock, policy=policy,
         runtimes=[runtime],
     )  # fmt: skip
+
+
+class HeldPolicyReads(InlineDatabase):
+    """Reads whether a target allows steering (the last step of a drain's look at its
+    queue) when asked, and answers only when the test releases it."""
+
+    def __init__(self, repo: SwarmRepository) -> None:
+        super().__init__(repo)
+        self.held: list[tuple[Deferred[Any], Any]] = []
+
+    def read(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        if call is not steering_allowed:
+            return super().read(call, *args, **kwargs)
+        answer: Deferred[Any] = Deferred()
+        self.held.append((answer, call(self.repo, *args, **kwargs)))
+        return answer
+
+    def release(self) -> None:
+        """Answer every held read, and those asked meanwhile."""
+        while self.held:
+            answer, result = self.held.pop(0)
+            answer.callback(result)
 
 
 def accept(repo: SwarmRepository, clock: Clock, **fields: object) -> str:
@@ -146,3 +172,22 @@ def test_a_kick_that_brings_no_steer_leaves_the_wait_alone(
     assert (len(runtime.handed), runtime.cancelled) == (1, 0)
     runtime.idle()
     assert runtime.handed[1:] == [([second], Delivery.QUEUE)]
+
+
+def test_a_kick_while_the_queue_is_looked_at_is_heard(repo: SwarmRepository, clock: Clock) -> None:
+    """A steer sent while the drain is still looking at its queue for the kick before (the
+    policy read then said no) is looked at once that look ends: it goes at once."""
+    allow_steering(repo, clock, steer=False)
+    first = accept(repo, clock)
+    db = HeldPolicyReads(repo)
+    runtime = SteeringRuntime()
+    arbiter = arbiter_with(repo, clock, runtime, db)
+    arbiter.kick(TARGET)
+    early = accept(repo, clock, priority="urgent", steer=True)
+    arbiter.kick(TARGET)  # looked at: the policy read is held, and says no
+    allow_steering(repo, clock)
+    late = accept(repo, clock, priority="urgent", steer=True)
+    arbiter.kick(TARGET)  # during that look
+    db.release()
+    assert runtime.handed == [([first], Delivery.QUEUE), (sorted([early, late]), Delivery.STEER)]
+    assert runtime.cancelled == 1

@@ -196,10 +196,16 @@ class TargetDrain:
         ended: Deferred[None] = Deferred()
         waiting.addBoth(_passing, ended)
         kicks = self._state.kicks
+        # each wait for a kick is taken before the look that may miss it; a kick since the
+        # batch was read (before any wait was taken) makes a first look at once
+        kicked = kicks.next(target)
+        look = target in self._state.kicked_in_flight
         try:
             while not waiting.called:
-                kicked = kicks.next(target)
-                await DeferredList([ended, kicked], fireOnOneCallback=True)
+                if not look:
+                    await DeferredList([ended, kicked], fireOnOneCallback=True)
+                    kicked = kicks.next(target)
+                look = False
                 if not waiting.called and await self._steer_due(target):
                     waiting.cancel()
         finally:
