@@ -15,11 +15,15 @@ from twisted.logger import LogLevel
 from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.opencode_dialect import V2Exchange
 from pigeond.delivery.opencode_errors import OpencodeError
+from pigeond.delivery.opencode_v2_client import OpencodeV2Client
+from pigeond.delivery.opencode_v2_runtime import OpencodeV2Runtime
+from pigeond.delivery.runtime import Prepared
 from pigeond.service.daemon import Daemon
 from tests.api_dialect_helpers import OUTAGE_RETRY_S, build, health, held, send
 from tests.conftest import LogCapture
 from tests.http_helpers import failure_of, result_of
 from tests.opencode_v2_standin import OpencodeV2StandIn
+from tests.test_opencode_client import FakeOpencodeResource, client_for
 
 V1_PROMPT = ("POST", "/session/ses_known/prompt_async")
 V2_PROMPT = ("POST", "/api/session/ses_known/prompt")
@@ -160,3 +164,21 @@ def test_a_2x_call_is_never_sent_once_a_1x_is_found() -> None:
     error = failure_of(Deferred.fromCoroutine(prompt)).value
     assert isinstance(error, OpencodeError) and error.kind is FailureKind.OUTAGE
     assert sent == []
+
+
+class Found2x(FoundV1):
+    v2_version: str | None = "2.3.0"
+
+
+def test_a_2x_wait_a_steer_ends_is_not_logged_as_run_out_or_failed(
+    clock: Clock, logged: list[str]
+) -> None:
+    """The wait after a 2.x hand-off, cancelled (a steer goes into the turn), ends quietly:
+    neither "still running" (a wait that ran out) nor "not known idle" (one that failed)."""
+    opencode = client_for(FakeOpencodeResource(hang=True), clock)
+    exchange = V2Exchange(opencode.exchange_bytes, Found2x(), "http://127.0.0.1:4096")
+    runtime = OpencodeV2Runtime(OpencodeV2Client(exchange, clock, 30), turn_timeout_s=lambda: 600)
+    waiting = Deferred.fromCoroutine(runtime.after_hand_off("ses_a", Prepared(False, None)))
+    waiting.cancel()
+    assert result_of(waiting) is None
+    assert [line for line in logged if "after its hand-off" in line] == []

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError, Deferred, fail
 from twisted.internet.task import Clock
 
 from pigeond.consent import Policy
@@ -17,7 +17,7 @@ from pigeond.delivery.opencode_transcript import envelope_ids
 from pigeond.delivery.runtime import Delivery, Prepared, TranscriptSource
 from pigeond.delivery.steering import steering_allowed
 from pigeond.model import NO_MODE, HandoffMode, Runtime
-from pigeond.storage import SwarmRepository
+from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from testkit.messages import new_message
 from tests.arbiter_harness import FakeRegistry, InMemoryOpencode
@@ -191,3 +191,27 @@ def test_a_kick_while_the_queue_is_looked_at_is_heard(repo: SwarmRepository, clo
     db.release()
     assert runtime.handed == [([first], Delivery.QUEUE), (sorted([early, late]), Delivery.STEER)]
     assert runtime.cancelled == 1
+
+
+class FailingPolicyReads(InlineDatabase):
+    """A database whose read of whether a target allows steering fails."""
+
+    def read(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        if call is steering_allowed:
+            return fail(StorageError("the database is locked"))
+        return super().read(call, *args, **kwargs)
+
+
+def test_a_look_that_fails_ends_the_wait_with_the_drain(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """A look at the queue whose read fails pauses the drain, and cancels the runtime's
+    wait after its hand-off: nothing of that drain keeps running."""
+    first = accept(repo, clock)
+    runtime = SteeringRuntime()
+    arbiter = arbiter_with(repo, clock, runtime, FailingPolicyReads(repo))
+    arbiter.kick(TARGET)
+    accept(repo, clock, priority="urgent", steer=True)
+    arbiter.kick(TARGET)
+    assert (runtime.handed, runtime.cancelled) == ([([first], Delivery.QUEUE)], 1)
+    assert arbiter.drained(TARGET) is None

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.internet.defer import CancelledError, Deferred, DeferredList, succeed
 from twisted.logger import Logger
 
 from pigeond.delivery.failures import HandOffError
@@ -210,6 +210,9 @@ class TargetDrain:
                     waiting.cancel()
         finally:
             kicks.forget(target)
+            if not waiting.called:  # the look failed (the database): the wait ends with it
+                waiting.addErrback(lambda failure: failure.trap(CancelledError) and None)
+                waiting.cancel()
         await waiting
 
     async def _steer_due(self, target: str) -> bool:

@@ -252,13 +252,25 @@ class OpencodeClient:
             timed_out = True
             return result
 
+        cancelled = False
+
+        def caller_cancels(_: Deferred[T]) -> None:
+            nonlocal cancelled
+            cancelled = True
+            d.cancel()
+
         d: Deferred[T] = Deferred.fromCoroutine(work)
         d.addTimeout(timeout_s, self._clock, onTimeoutCancel=on_timeout)
+        answer: Deferred[T] = Deferred(caller_cancels)
+        d.chainDeferred(answer)
         try:
-            return await d
+            return await answer
         except OpencodeError:
             raise
         except Exception as e:
+            if cancelled and not timed_out:
+                # its caller gave up on it (a 2.x wait a steer ends, a stop): no deadline passed
+                raise CancelledError() from e
             if timed_out or isinstance(e, TimeoutError | CancelledError):
                 raise DeadlineExceeded(
                     f"{what}: no complete answer within {timeout_s:g} s",
