@@ -19,9 +19,10 @@ SYNTHETIC, PROMPT = "/api/session/ses_t/synthetic", "/api/session/ses_t/prompt"
 
 
 class ScriptedExchange:
-    """Answers each call with the next scripted (status, body); None: never answers."""
+    """Answers each call with the next scripted (status, body); None: never answers; an
+    exception: raised (no answer)."""
 
-    def __init__(self, *answers: tuple[int, bytes] | None) -> None:
+    def __init__(self, *answers: tuple[int, bytes] | Exception | None) -> None:
         self._answers = list(answers)
         self.bodies: list[Any] = []
         self.paths: list[str] = []
@@ -35,6 +36,8 @@ class ScriptedExchange:
         if answer is None:
             never: Deferred[tuple[int, bytes]] = Deferred()
             return await never
+        if isinstance(answer, Exception):
+            raise answer
         return answer
 
 

@@ -14,6 +14,8 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.internet.error import ConnectError
+from twisted.internet.task import Clock
 from twisted.web import server
 
 from pigeond.credentials import BasicAuth
@@ -27,18 +29,22 @@ from pigeond.delivery.opencode_v2_runtime import (
     joined,
 )
 from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript
-from pigeond.delivery.runtime import Delivery
+from pigeond.delivery.runtime import Delivery, Prepared
+from pigeond.model import HandoffMode
 from testkit.opencode_v2_session import StandInSession
 from testkit.opencode_v2_standin import USER
 from testkit.polling import PATIENCE_S, wait_until
+from tests.http_helpers import failure_of, result_of
 from tests.opencode_stub import RecordingOpencode
 from tests.opencode_v2_calls import PASSWORD, prompt, running, wait_idle
+from tests.test_opencode_v2_client import RECEIPT, ScriptedExchange
 
 TEXTS = [
     '<swarm_message from="ses_a" msg_id="msg_1" priority="normal">first</swarm_message>',
     '<swarm_message from="ses_b" msg_id="msg_2" priority="urgent">second</swarm_message>',
 ]
 TIMEOUT_S = 10.0
+SESSION = "ses_t"
 
 
 @contextlib.contextmanager
@@ -291,3 +297,27 @@ async def test_a_retried_steer_sends_the_same_body_and_gets_the_same_receipt() -
         input_id = admission_id(session.id, TEXTS)
         assert (seqs, session.admission_requests[input_id]) == ([1, 1], 2)
         assert session.admitted[input_id].delivery == "steer"
+
+
+@pytest.mark.parametrize(
+    ("first", "retried"), [(ConnectError(), "queue"), ((503, b"{}"), "queue"), (None, "steer")]
+)
+def test_a_retry_repeats_the_steer_only_where_the_server_may_hold_it(
+    first: tuple[int, bytes] | Exception | None, retried: str
+) -> None:
+    """A steer that never got there (opencode unreachable, or a refusal) is retried as the
+    drain asks then (queued: steering turned off meanwhile); one not answered in time may
+    be admitted, so its retry repeats its body, steer and all."""
+    clock = Clock()
+    exchange = ScriptedExchange(first, (200, RECEIPT))
+    runtime = OpencodeV2Runtime(OpencodeV2Client(exchange, clock, 5.0), turn_timeout_s=None)
+
+    def handed(delivery: Delivery) -> Deferred[HandoffMode]:
+        prepared = Prepared(False, Admission())
+        d = Deferred.fromCoroutine(runtime.hand_off(SESSION, prepared, TEXTS, delivery=delivery))
+        clock.advance(5.0)
+        return d
+
+    assert isinstance(failure_of(handed(Delivery.STEER)).value, HandOffError)
+    result_of(handed(Delivery.QUEUE))
+    assert [body["delivery"] for body in exchange.bodies] == ["steer", retried]

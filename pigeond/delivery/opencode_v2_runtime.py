@@ -18,9 +18,12 @@ second turn.  A 409 (opencode holds another input under that id: its record and
 pigeond's disagree) is logged and the target held; the same body is all that ever goes
 under that id.
 
-A retry of an admission sends the very body admitted before, its delivery too (the
-delivery an admission id went with is remembered, so a policy changed meanwhile cannot
-turn a retry into a 409).
+A retry of an admission sends the very body that may have been admitted before, its
+delivery too: the delivery an admission id went with is remembered once the server may
+have taken it (a receipt, or no answer in time), so a policy changed meanwhile cannot
+turn a retry into a 409.  One that surely never got there (opencode unreachable, or a
+refusal) is not: its retry goes with the delivery in force then (steering turned off
+meanwhile: queued).
 
 pigeond still sends one batch at a time: after a hand-off it waits until the session is
 idle (``POST …/wait``) before the next; its own queue stays the truth.  This runtime
@@ -41,7 +44,7 @@ from dataclasses import dataclass
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 
-from pigeond.delivery.failures import HandOffError
+from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.opencode_transcript import envelope_ids
 from pigeond.delivery.opencode_v2_client import AdmissionConflict, OpencodeV2Client
 from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript, begins_a_turn
@@ -74,6 +77,15 @@ class Admission:
 
     id: str = ""
     seq: object = None
+
+
+def may_have_admitted(error: HandOffError) -> bool:
+    """Whether an admission that failed with ``error`` may be on the server all the same:
+    no answer in time, or one cut or unreadable; not when opencode could not be reached,
+    nor when it answered a refusal (a status other than 2xx)."""
+    if error.kind is FailureKind.OUTAGE:
+        return False
+    return error.status is None or 200 <= error.status < 300
 
 
 class OpencodeV2Transcripts:
@@ -131,24 +143,27 @@ class OpencodeV2Runtime:
         admission = prepared.detail
         assert isinstance(admission, Admission)
         admission.id = admission_id(target, texts)
-        delivery = self._remembered(admission.id, delivery)
+        delivery = self._deliveries.get(admission.id, delivery)
         try:
             receipt = await self._client.admit(target, admission.id, joined(texts), delivery)
         except AdmissionConflict as e:
             log.error("{target}: {error}", target=target, error=str(e))
             raise
+        except HandOffError as e:
+            if may_have_admitted(e):
+                self._remember(admission.id, delivery)
+            raise
+        self._remember(admission.id, delivery)
         admission.seq = receipt.get("admittedSeq")
         log.debug("{target}: admitted as {id} ({delivery}, seq {seq})", target=target,
                   id=admission.id, delivery=delivery.value, seq=admission.seq)  # fmt: skip
         return NO_MODE
 
-    def _remembered(self, admission: str, delivery: Delivery) -> Delivery:
-        """The delivery ``admission`` went with before, if it went; else ``delivery``,
-        remembered for its retries."""
-        known = self._deliveries.setdefault(admission, delivery)
+    def _remember(self, admission: str, delivery: Delivery) -> None:
+        """``admission`` may be on the server with ``delivery``: its retries repeat it."""
+        self._deliveries.setdefault(admission, delivery)
         while len(self._deliveries) > REMEMBERED_DELIVERIES:
             del self._deliveries[next(iter(self._deliveries))]
-        return known
 
     async def after_hand_off(self, target: str, prepared: Prepared) -> None:
         if self._turn_timeout_s is None:
