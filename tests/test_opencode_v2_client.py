@@ -8,9 +8,10 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
+from pigeond.delivery.api_support import health_version
 from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.opencode_errors import DeadlineExceeded
-from pigeond.delivery.opencode_v2_client import OpencodeV2Client, health_version
+from pigeond.delivery.opencode_v2_client import OpencodeV2Client
 from tests.http_helpers import failure_of, result_of
 
 RECEIPT = json.dumps({"data": {"id": "msg_x", "admittedSeq": 1}}).encode()

@@ -11,16 +11,20 @@ from typing import Any
 
 import pytest
 import pytest_twisted
+from treq.client import HTTPClient
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.error import ConnectError
 from twisted.internet.task import Clock
 from twisted.web import server
+from twisted.web.client import Agent
 
+from pigeond.config import Config
 from pigeond.credentials import BasicAuth
 from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.http_exchange import HttpExchange
+from pigeond.delivery.opencode_client import OpencodeClient
 from pigeond.delivery.opencode_v2_client import AdmissionConflict, OpencodeV2Client
 from pigeond.delivery.opencode_v2_runtime import (
     Admission,
@@ -166,11 +170,25 @@ async def test_stopping_cuts_the_wait_for_the_turn_short() -> None:
         assert list(session.admitted) == [admission_id(session.id, TEXTS)]
 
 
+@contextlib.contextmanager
+def recognising(url: str) -> Iterator[OpencodeClient]:
+    """The 1.x client pigeond recognises an opencode with (its verdict: ``api``)."""
+    auth = BasicAuth(USER, PASSWORD)
+    exchange = HttpExchange(reactor, url, auth=auth)
+    config = Config(handoff_timeout_s=TIMEOUT_S)
+    try:
+        yield OpencodeClient(HTTPClient(Agent(reactor)), url, reactor, config, auth=auth,
+                             exchange=exchange)  # fmt: skip
+    finally:
+        exchange.close()
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_2x_server_is_told_by_its_health() -> None:
-    """``GET /api/health`` names a 2.x server's version."""
-    with running() as (url, _), runtime_at(url) as (_, client):
-        assert (await client.version() or "").startswith("2.")
+    """A server without 1.x's routes whose ``GET /api/health`` names a 2.x is that 2.x."""
+    with running() as (url, _), recognising(url) as client:
+        await client.api.verdict()
+        assert (client.api.v2_version or "").startswith("2.")
 
 
 @contextlib.asynccontextmanager
@@ -183,15 +201,16 @@ async def served(resource: RecordingOpencode) -> AsyncIterator[str]:
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_1x_server_is_asked_its_health_and_no_v2_route(tmp_path: Path) -> None:
-    """Telling a 1.x server sends it one read, ``GET /api/health`` with Basic auth, and
-    finds no 2.x there."""
+async def test_a_1x_server_is_asked_no_v2_route(tmp_path: Path) -> None:
+    """Telling a 1.x server sends it one read of 1.x's own route, with Basic auth, and
+    nothing under ``/api/``: no 2.x there."""
     opencode = RecordingOpencode(tmp_path)
     async with served(opencode) as url:
-        with runtime_at(url) as (_, client):
-            assert await client.version() is None
+        with recognising(url) as client:
+            assert await client.api.verdict() is None
+            assert client.api.v2_version is None
     auth = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-    assert opencode.seen == [("/api/health", auth)]
+    assert opencode.seen == [("/session/status", auth)]
 
 
 @pytest_twisted.ensureDeferred

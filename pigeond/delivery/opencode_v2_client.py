@@ -1,10 +1,10 @@
-"""The calls pigeond makes to an opencode 2.x server: whether it is one, admitting a
-prompt, reading a transcript, waiting until a session is idle.
+"""The calls pigeond makes to an opencode 2.x server: admitting a prompt, reading a
+transcript, waiting until a session is idle.
 
-A 2.x server is told by ``GET /api/health``, a read that acts on nothing: a 1.x answers
-it with its web app (an HTML page), a 2.x with ``{"healthy": true, "version": "2…"}``.
-No v2 route is ever tried on a server not found to be 2.x that way: on 1.18 the
-preview ``POST /api/session/<id>/prompt`` starts a second agent loop beside the first.
+Whether a server is a 2.x is :mod:`pigeond.delivery.api_support`'s verdict (1.x's own
+route asked first, then ``GET /api/health``, a read that acts on nothing).  No v2 route
+is ever tried on a server not found to be 2.x that way: on 1.18 the preview ``POST
+/api/session/<id>/prompt`` starts a second agent loop beside the first.
 
 A 2.x server always asks for HTTP Basic auth (user ``opencode``); the exchange given
 carries it (:class:`~pigeond.http_exchange.HttpExchange`'s ``auth``), and nothing here
@@ -87,20 +87,6 @@ def prompt_body(
     return {"id": admission_id, "text": text, "delivery": delivery}
 
 
-def health_version(status: int, body: bytes) -> str | None:
-    """The version a ``GET /api/health`` answer names when it is a 2.x server's, else None."""
-    if status != 200:
-        return None
-    try:
-        answer = json.loads(body)
-    except ValueError:
-        return None  # a 1.x: its web app's page
-    if not isinstance(answer, dict) or answer.get("healthy") is not True:
-        return None
-    version = answer.get("version")
-    return version if isinstance(version, str) and version.startswith("2.") else None
-
-
 class OpencodeV2Client:
     """Calls to one opencode 2.x server, each within ``timeout_s``."""
 
@@ -111,12 +97,6 @@ class OpencodeV2Client:
         self._shape = PROMPT_SHAPES[0]
         self.synthetic: bool | None = None
         """Whether the server has ``/synthetic`` (None: not known yet)."""
-
-    async def version(self) -> str | None:
-        """The server's version when it is a 2.x (``GET /api/health``), else None; an
-        outage raises HandOffError (kind OUTAGE)."""
-        status, body = await self._call("GET", "/api/health")
-        return health_version(status, body)
 
     async def admit(
         self, session_id: str, admission_id: str, text: str, delivery: str = "queue"
