@@ -111,6 +111,29 @@ def test_a_missing_synthetic_route_is_remembered_and_prompt_used() -> None:
     assert client.synthetic is False
 
 
+def test_a_405_or_a_web_page_on_synthetic_is_a_missing_route_too() -> None:
+    """What the verdict calls a missing route (a 405, a web page) sends the input to
+    ``/prompt`` as a 404 does."""
+    for missing in ((405, b'"Method Not Allowed"'), (200, b"<!doctype html><html>")):
+        exchange = ScriptedExchange(missing, (200, RECEIPT))
+        client = OpencodeV2Client(exchange, Clock(), 5.0)
+        result_of(admitted(client))
+        assert (exchange.paths, client.synthetic) == ([SYNTHETIC, PROMPT], False)
+
+
+def test_what_is_learnt_of_synthetic_is_forgotten_when_the_verdict_changes() -> None:
+    """A server found missing ``/synthetic`` and then replaced (another 2.x version found)
+    is asked ``/synthetic`` again."""
+    found = ["2.2.0"]
+    exchange = ScriptedExchange(NO_ROUTE, (200, RECEIPT), (200, RECEIPT))
+    client = OpencodeV2Client(exchange, Clock(), 5.0, lambda: found[0])
+    result_of(admitted(client))
+    found[0] = "2.3.0"
+    assert client.synthetic is None
+    result_of(admitted(client))
+    assert exchange.paths == [SYNTHETIC, PROMPT, SYNTHETIC]
+
+
 def test_a_session_not_found_on_synthetic_is_no_missing_route() -> None:
     """``SessionNotFoundError`` from ``/synthetic`` fails the hand-off for good, and the
     server is known to have the route: nothing goes to ``/prompt``."""

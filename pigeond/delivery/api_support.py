@@ -73,6 +73,20 @@ def missing_route(status: int, body: bytes) -> bool:
     return status in (404, 405) and not is_opencode_not_found(body)
 
 
+def missing_v2_route(status: int, body: bytes) -> bool:
+    """An answer to a 2.x call saying its route is not there: a web page, or a 404 or 405
+    that is not one of 2.x's own errors (which name themselves in ``_tag``)."""
+    if is_html(body):
+        return True
+    if status not in (404, 405):
+        return False
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return True
+    return not (isinstance(answer, dict) and isinstance(answer.get("_tag"), str))
+
+
 def health_version(status: int, body: bytes) -> str | None:
     """The version a ``GET /api/health`` answer names when it is a 2.x server's, else None."""
     if status != 200:

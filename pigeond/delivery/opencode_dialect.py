@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import quote
 
-from pigeond.delivery.api_support import is_html
+from pigeond.delivery.api_support import missing_v2_route
 from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.opencode_errors import (
     OpencodeError,
@@ -80,20 +80,6 @@ WAIT_DEADLINE_S = 86_400.0
 """The 1.x client's own deadline on a ``POST …/wait``: as long as the longest
 ``turn_timeout_s``, since the 2.x client bounds that wait itself (a turn outlasts
 ``handoff_timeout_s``, each other call's deadline)."""
-
-
-def missing_v2_route(status: int, body: bytes) -> bool:
-    """An answer to a 2.x call saying its route is not there: a web page, or a 404 or 405
-    that is not one of 2.x's own errors (which name themselves in ``_tag``)."""
-    if is_html(body):
-        return True
-    if status not in (404, 405):
-        return False
-    try:
-        answer = json.loads(body)
-    except ValueError:
-        return True
-    return not (isinstance(answer, dict) and isinstance(answer.get("_tag"), str))
 
 
 class V2Exchange:

@@ -26,7 +26,9 @@ class OpencodeV2Parts:
 
     def __init__(self, config: Config, v1: OpencodeClient, clock: IReactorTime) -> None:
         exchange = V2Exchange(v1.exchange_bytes, v1.api, v1.base_url)
-        self.client = OpencodeV2Client(exchange, clock, config.handoff_timeout_s)
+        self.client = OpencodeV2Client(
+            exchange, clock, config.handoff_timeout_s, lambda: v1.api.v2_version
+        )
         self.lookup = SwitchingDirectoryLookup(v1, V2Sessions(exchange), v1.api)
         # the permission watch's calls, made of the 2.x once it is found to be one
         self.permissions = SwitchingPermissions(v1, V2Permissions(exchange), v1.api)
