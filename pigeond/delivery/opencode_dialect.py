@@ -41,6 +41,7 @@ from pigeond.delivery.opencode_errors import (
     short_text,
     status_error,
 )
+from pigeond.delivery.registry import DirectoryLookup
 from pigeond.delivery.runtime import (
     AgentRuntime,
     Delivery,
@@ -118,10 +119,6 @@ class V2Exchange:
                     status, FailureKind.OUTAGE,
                 )  # fmt: skip
         return status, answer
-
-
-class DirectoryLookup(Protocol):
-    async def session_directory(self, session_id: str) -> str: ...
 
 
 class V2Sessions:
