@@ -37,7 +37,7 @@ from pigeond.delivery.policy import DeliveryPolicy, within_bytes
 from pigeond.delivery.recovery import HandOffRecovery
 from pigeond.delivery.routing import Routing
 from pigeond.delivery.runtime import AgentRuntime, Delivery, Prepared, Runtimes
-from pigeond.delivery.steering import same_ask
+from pigeond.delivery.steering import asks_to_steer, same_ask
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError
 
@@ -218,8 +218,8 @@ class TargetDrain:
     async def _steer_due(self, target: str) -> bool:
         """Whether the head of the queue would go as a steer now."""
         due = await self._ready_reads(ReadyAsk(target, self._outcomes.now_ms(), 1))
-        head = same_ask(due, [""] * len(due))
-        return head[2] and not self._state.stopping and await self._steer_allowed(target)
+        steers = bool(due) and asks_to_steer(due[0])
+        return steers and not self._state.stopping and await self._steer_allowed(target)
 
     async def _delivery(self, target: str, runtime: AgentRuntime, batch: Batch) -> Delivery:
         """STEER for a batch that asks it on a runtime that steers, to a target whose
