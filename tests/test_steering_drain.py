@@ -4,7 +4,7 @@ after a hand-off; on the arbiter, a fake clock and a real repository."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ from twisted.internet.task import Clock
 
 from pigeond.consent import Policy
 from pigeond.delivery.arbiter import Arbiter, DeliveryPolicy
+from pigeond.delivery.grouping import record_hand_offs
 from pigeond.delivery.opencode_transcript import envelope_ids
 from pigeond.delivery.runtime import Delivery, Prepared, TranscriptSource
 from pigeond.delivery.steering import steering_allowed
@@ -80,23 +81,26 @@ def arbiter_with(
     )  # fmt: skip
 
 
-class HeldPolicyReads(InlineDatabase):
-    """Reads whether a target allows steering (the last step of a drain's look at its
-    queue) when asked, and answers only when the test releases it."""
+class HeldCalls(InlineDatabase):
+    """Runs each read or write of ``held`` (a repository call) when asked, and answers it
+    only when the test releases it; the others at once."""
 
-    def __init__(self, repo: SwarmRepository) -> None:
+    def __init__(self, repo: SwarmRepository, held: Callable[..., Any]) -> None:
         super().__init__(repo)
+        self._call = held
         self.held: list[tuple[Deferred[Any], Any]] = []
 
     def read(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
-        if call is not steering_allowed:
+        if call is not self._call:
             return super().read(call, *args, **kwargs)
         answer: Deferred[Any] = Deferred()
         self.held.append((answer, call(self.repo, *args, **kwargs)))
         return answer
 
+    write = read
+
     def release(self) -> None:
-        """Answer every held read, and those asked meanwhile."""
+        """Answer every held call, and those asked meanwhile."""
         while self.held:
             answer, result = self.held.pop(0)
             answer.callback(result)
@@ -179,7 +183,7 @@ def test_a_kick_while_the_queue_is_looked_at_is_heard(repo: SwarmRepository, clo
     policy read then said no) is looked at once that look ends: it goes at once."""
     allow_steering(repo, clock, steer=False)
     first = accept(repo, clock)
-    db = HeldPolicyReads(repo)
+    db = HeldCalls(repo, steering_allowed)
     runtime = SteeringRuntime()
     arbiter = arbiter_with(repo, clock, runtime, db)
     arbiter.kick(TARGET)
@@ -215,3 +219,21 @@ def test_a_look_that_fails_ends_the_wait_with_the_drain(
     arbiter.kick(TARGET)
     assert (runtime.handed, runtime.cancelled) == ([([first], Delivery.QUEUE)], 1)
     assert arbiter.drained(TARGET) is None
+
+
+def test_a_kick_before_the_wait_after_a_hand_off_began_is_heard(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """A steer sent while the queued hand-off before it is still being recorded (the drain
+    not yet waiting for its turn) goes at once once the record is written."""
+    allow_steering(repo, clock)
+    first = accept(repo, clock)
+    db = HeldCalls(repo, record_hand_offs)
+    runtime = SteeringRuntime()
+    arbiter = arbiter_with(repo, clock, runtime, db)
+    arbiter.kick(TARGET)  # handed off; its record held
+    steer = accept(repo, clock, priority="urgent", steer=True)
+    arbiter.kick(TARGET)
+    db.release()
+    assert runtime.handed == [([first], Delivery.QUEUE), ([steer], Delivery.STEER)]
+    assert runtime.cancelled == 1
