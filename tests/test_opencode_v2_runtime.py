@@ -230,14 +230,14 @@ async def test_the_answer_is_found_in_the_transcript() -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_the_newest_messages_are_read_oldest_first() -> None:
-    """A read of the newest messages (from the end of a turn on) has them oldest first
-    and says it is not whole."""
+    """A read of the newest messages has them oldest first and says it is not whole; one
+    that begins with an input reads one message more, the end of the turn before it."""
     with running() as (url, session), runtime_at(url) as (runtime, _):
         for n in range(3):
             prompt(url, session.id, f"input {n}", id=f"msg_in{n}")
         wait_idle(url, session)
         assert runtime.transcripts is not None
-        view = await runtime.transcripts.read(session.id, 3)
+        view = await runtime.transcripts.read(session.id, 2)
         assert isinstance(view, OpencodeV2Transcript)
         assert [m["id"] for m in view.messages] == [m["id"] for m in session.messages[-3:]]
         assert not view.complete

@@ -47,7 +47,11 @@ from twisted.logger import Logger
 from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.opencode_transcript import envelope_ids
 from pigeond.delivery.opencode_v2_client import AdmissionConflict, OpencodeV2Client
-from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript, begins_a_turn
+from pigeond.delivery.opencode_v2_transcript import (
+    INPUT_TYPES,
+    OpencodeV2Transcript,
+    begins_a_turn,
+)
 from pigeond.delivery.runtime import Delivery, Prepared, TranscriptSource
 from pigeond.model import NO_MODE, HandoffMode, Runtime
 
@@ -96,14 +100,15 @@ class OpencodeV2Transcripts:
 
     async def read(self, target: str, limit: int | None) -> OpencodeV2Transcript:
         """The newest ``limit`` messages, or more: a read that may begin inside a turn
-        reads back (twice as many each time) to where the turn before it ended.  A 2.x
-        step names no input, so only the inputs before it tell whose turn it is, and an
-        input may be a steer that came in the middle of a turn; without that, a turn
-        longer than ``limit`` (many tool steps) would never show its answer and its
-        usage, as the verifier reads."""
+        reads back to where the turn before it ended: one message more when it begins
+        with an input (what came before it tells whether it began its turn, or was a
+        steer read in the middle of one), twice as many when it begins with a step.  A
+        2.x step names no input, so only the inputs before it tell whose turn it is;
+        without that, a turn longer than ``limit`` (many tool steps) would never show
+        its answer and its usage, as the verifier reads."""
         messages = await self._client.messages(target, limit)
         while limit is not None and len(messages) >= limit > 0 and not begins_a_turn(messages):
-            limit *= 2
+            limit = limit + 1 if messages[0].get("type") in INPUT_TYPES else limit * 2
             messages = await self._client.messages(target, limit)
         return OpencodeV2Transcript(messages, limit is None or len(messages) < limit)
 
