@@ -466,6 +466,15 @@ def test_bad_opencode_url_is_an_error(tmp_path: Path, url: str) -> None:
         load(base_env(tmp_path), {"opencode_url": url})
 
 
+@pytest.mark.parametrize("url", ["http://opencode:s3cret@h:4096", "https://s3cret@h"])
+def test_an_opencode_url_with_a_user_or_password_is_an_error(tmp_path: Path, url: str) -> None:
+    """A ``user:password@`` in opencode_url is refused, naming where the password goes,
+    and the error never repeats it."""
+    with pytest.raises(ConfigError, match="opencode_password_file") as raised:
+        load(base_env(tmp_path), {"opencode_url": url})
+    assert "s3cret" not in str(raised.value)
+
+
 def test_https_opencode_url_is_accepted(tmp_path: Path) -> None:
     """An https:// opencode URL is valid."""
     config = load(base_env(tmp_path), {"opencode_url": "https://opencode.internal:8443"})

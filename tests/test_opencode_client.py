@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 import pytest_twisted
 from treq.client import HTTPClient
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import CancelledError, Deferred, fail
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.error import ConnectionDone
 from twisted.internet.protocol import Factory
@@ -408,3 +408,12 @@ def test_a_reload_raising_max_session_lookups_lets_waiting_lookups_go(clock: Clo
         held.callback(f"/srv/{session}")
     assert [result_of(d) for d in resolving] == ["/srv/ses_0", "/srv/ses_1", "/srv/ses_2"]
     assert registry.asking == 0
+
+
+def test_a_call_its_caller_cancels_is_cancelled_not_past_its_deadline(clock: Clock) -> None:
+    """A call cancelled by its caller (a 2.x wait a steer ends) fails as cancelled, never
+    as one that got no answer within its deadline."""
+    client = client_for(FakeOpencodeResource(hang=True), clock)
+    d = run(clock, client.exchange_bytes("POST", "/api/session/ses_a/wait", {}, b"", None))
+    d.cancel()
+    assert failure_of(d).check(CancelledError)

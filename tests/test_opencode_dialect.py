@@ -12,12 +12,19 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel
 
+from pigeond.delivery.failures import FailureKind
+from pigeond.delivery.opencode_dialect import V2Exchange
+from pigeond.delivery.opencode_errors import OpencodeError
+from pigeond.delivery.opencode_v2_client import OpencodeV2Client
 from pigeond.delivery.opencode_v2_events import VERDICT_LOOK_S
+from pigeond.delivery.opencode_v2_runtime import OpencodeV2Runtime
+from pigeond.delivery.runtime import Prepared
 from pigeond.service.daemon import Daemon
 from tests.api_dialect_helpers import OUTAGE_RETRY_S, build, health, held, send
 from tests.conftest import LogCapture
-from tests.http_helpers import result_of
+from tests.http_helpers import failure_of, result_of
 from tests.opencode_v2_standin import OpencodeV2StandIn
+from tests.test_opencode_client import FakeOpencodeResource, client_for
 
 V1_PROMPT = ("POST", "/session/ses_known/prompt_async")
 V2_PROMPT = ("POST", "/api/session/ses_known/prompt")
@@ -133,3 +140,49 @@ def test_the_1x_watchers_leave_a_2x_alone(
     }
     loud = [t for level, t in log_capture.events if level in (LogLevel.warn, LogLevel.error)]
     assert loud == []
+
+
+class FoundV1:
+    """A verdict that found a 1.x (another drain's call made it since a hand-off began)."""
+
+    v2_version: str | None = None
+    problem: str | None = None
+
+    async def verdict(self) -> str | None:
+        return None
+
+
+def test_a_2x_call_is_never_sent_once_a_1x_is_found() -> None:
+    """A 2.x prompt prepared while the server was 2.x, sent after the verdict found a 1.x:
+    an outage for that call, and nothing reaches the server."""
+    sent: list[str] = []
+
+    async def call(
+        method: str, path: str, headers: dict[str, str], body: bytes | None, _: float | None
+    ) -> tuple[int, bytes]:
+        sent.append(path)
+        return 200, b'{"data": {}}'
+
+    exchange = V2Exchange(call, FoundV1(), "http://127.0.0.1:4096")
+    prompt = exchange.request("POST", "/api/session/ses_1/synthetic", {}, b"{}")
+    error = failure_of(Deferred.fromCoroutine(prompt)).value
+    assert isinstance(error, OpencodeError) and error.kind is FailureKind.OUTAGE
+    assert sent == []
+
+
+class Found2x(FoundV1):
+    v2_version: str | None = "2.3.0"
+
+
+def test_a_2x_wait_a_steer_ends_is_not_logged_as_run_out_or_failed(
+    clock: Clock, logged: list[str]
+) -> None:
+    """The wait after a 2.x hand-off, cancelled (a steer goes into the turn), ends quietly:
+    neither "still running" (a wait that ran out) nor "not known idle" (one that failed)."""
+    opencode = client_for(FakeOpencodeResource(hang=True), clock)
+    exchange = V2Exchange(opencode.exchange_bytes, Found2x(), "http://127.0.0.1:4096")
+    runtime = OpencodeV2Runtime(OpencodeV2Client(exchange, clock, 30), turn_timeout_s=lambda: 600)
+    waiting = Deferred.fromCoroutine(runtime.after_hand_off("ses_a", Prepared(False, None)))
+    waiting.cancel()
+    assert result_of(waiting) is None
+    assert [line for line in logged if "after its hand-off" in line] == []

@@ -8,9 +8,10 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
+from pigeond.delivery.api_support import health_version
 from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.opencode_errors import DeadlineExceeded
-from pigeond.delivery.opencode_v2_client import OpencodeV2Client, health_version
+from pigeond.delivery.opencode_v2_client import OpencodeV2Client
 from tests.http_helpers import failure_of, result_of
 
 RECEIPT = json.dumps({"data": {"id": "msg_x", "admittedSeq": 1}}).encode()
@@ -19,9 +20,10 @@ SYNTHETIC, PROMPT = "/api/session/ses_t/synthetic", "/api/session/ses_t/prompt"
 
 
 class ScriptedExchange:
-    """Answers each call with the next scripted (status, body); None: never answers."""
+    """Answers each call with the next scripted (status, body); None: never answers; an
+    exception: raised (no answer)."""
 
-    def __init__(self, *answers: tuple[int, bytes] | None) -> None:
+    def __init__(self, *answers: tuple[int, bytes] | Exception | None) -> None:
         self._answers = list(answers)
         self.bodies: list[Any] = []
         self.paths: list[str] = []
@@ -35,6 +37,8 @@ class ScriptedExchange:
         if answer is None:
             never: Deferred[tuple[int, bytes]] = Deferred()
             return await never
+        if isinstance(answer, Exception):
+            raise answer
         return answer
 
 
@@ -105,6 +109,29 @@ def test_a_missing_synthetic_route_is_remembered_and_prompt_used() -> None:
     result_of(admitted(client))
     assert exchange.paths == [SYNTHETIC, PROMPT, PROMPT]
     assert client.synthetic is False
+
+
+def test_a_405_or_a_web_page_on_synthetic_is_a_missing_route_too() -> None:
+    """What the verdict calls a missing route (a 405, a web page) sends the input to
+    ``/prompt`` as a 404 does."""
+    for missing in ((405, b'"Method Not Allowed"'), (200, b"<!doctype html><html>")):
+        exchange = ScriptedExchange(missing, (200, RECEIPT))
+        client = OpencodeV2Client(exchange, Clock(), 5.0)
+        result_of(admitted(client))
+        assert (exchange.paths, client.synthetic) == ([SYNTHETIC, PROMPT], False)
+
+
+def test_what_is_learnt_of_synthetic_is_forgotten_when_the_verdict_changes() -> None:
+    """A server found missing ``/synthetic`` and then replaced (another 2.x version found)
+    is asked ``/synthetic`` again."""
+    found = ["2.2.0"]
+    exchange = ScriptedExchange(NO_ROUTE, (200, RECEIPT), (200, RECEIPT))
+    client = OpencodeV2Client(exchange, Clock(), 5.0, version=lambda: found[0])
+    result_of(admitted(client))
+    found[0] = "2.3.0"
+    assert client.synthetic is None
+    result_of(admitted(client))
+    assert exchange.paths == [SYNTHETIC, PROMPT, SYNTHETIC]
 
 
 def test_a_session_not_found_on_synthetic_is_no_missing_route() -> None:

@@ -11,14 +11,20 @@ from typing import Any
 
 import pytest
 import pytest_twisted
+from treq.client import HTTPClient
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.internet.error import ConnectError
+from twisted.internet.task import Clock
 from twisted.web import server
+from twisted.web.client import Agent
 
+from pigeond.config import Config
 from pigeond.credentials import BasicAuth
 from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.http_exchange import HttpExchange
+from pigeond.delivery.opencode_client import OpencodeClient
 from pigeond.delivery.opencode_v2_client import AdmissionConflict, OpencodeV2Client
 from pigeond.delivery.opencode_v2_runtime import (
     Admission,
@@ -27,18 +33,22 @@ from pigeond.delivery.opencode_v2_runtime import (
     joined,
 )
 from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript
-from pigeond.delivery.runtime import Delivery
+from pigeond.delivery.runtime import Delivery, Prepared
+from pigeond.model import HandoffMode
 from testkit.opencode_v2_session import StandInSession
 from testkit.opencode_v2_standin import USER
 from testkit.polling import PATIENCE_S, wait_until
+from tests.http_helpers import failure_of, result_of
 from tests.opencode_stub import RecordingOpencode
 from tests.opencode_v2_calls import PASSWORD, prompt, running, wait_idle
+from tests.test_opencode_v2_client import RECEIPT, ScriptedExchange
 
 TEXTS = [
     '<swarm_message from="ses_a" msg_id="msg_1" priority="normal">first</swarm_message>',
     '<swarm_message from="ses_b" msg_id="msg_2" priority="urgent">second</swarm_message>',
 ]
 TIMEOUT_S = 10.0
+SESSION = "ses_t"
 
 
 @contextlib.contextmanager
@@ -160,11 +170,25 @@ async def test_stopping_cuts_the_wait_for_the_turn_short() -> None:
         assert list(session.admitted) == [admission_id(session.id, TEXTS)]
 
 
+@contextlib.contextmanager
+def recognising(url: str) -> Iterator[OpencodeClient]:
+    """The 1.x client pigeond recognises an opencode with (its verdict: ``api``)."""
+    auth = BasicAuth(USER, PASSWORD)
+    exchange = HttpExchange(reactor, url, auth=auth)
+    config = Config(handoff_timeout_s=TIMEOUT_S)
+    try:
+        yield OpencodeClient(HTTPClient(Agent(reactor)), url, reactor, config, auth=auth,
+                             exchange=exchange)  # fmt: skip
+    finally:
+        exchange.close()
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_2x_server_is_told_by_its_health() -> None:
-    """``GET /api/health`` names a 2.x server's version."""
-    with running() as (url, _), runtime_at(url) as (_, client):
-        assert (await client.version() or "").startswith("2.")
+    """A server without 1.x's routes whose ``GET /api/health`` names a 2.x is that 2.x."""
+    with running() as (url, _), recognising(url) as client:
+        await client.api.verdict()
+        assert (client.api.v2_version or "").startswith("2.")
 
 
 @contextlib.asynccontextmanager
@@ -177,15 +201,16 @@ async def served(resource: RecordingOpencode) -> AsyncIterator[str]:
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_1x_server_is_asked_its_health_and_no_v2_route(tmp_path: Path) -> None:
-    """Telling a 1.x server sends it one read, ``GET /api/health`` with Basic auth, and
-    finds no 2.x there."""
+async def test_a_1x_server_is_asked_no_v2_route(tmp_path: Path) -> None:
+    """Telling a 1.x server sends it one read of 1.x's own route, with Basic auth, and
+    nothing under ``/api/``: no 2.x there."""
     opencode = RecordingOpencode(tmp_path)
     async with served(opencode) as url:
-        with runtime_at(url) as (_, client):
-            assert await client.version() is None
+        with recognising(url) as client:
+            assert await client.api.verdict() is None
+            assert client.api.v2_version is None
     auth = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-    assert opencode.seen == [("/api/health", auth)]
+    assert opencode.seen == [("/session/status", auth)]
 
 
 @pytest_twisted.ensureDeferred
@@ -205,7 +230,8 @@ async def test_the_answer_is_found_in_the_transcript() -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_the_newest_messages_are_read_oldest_first() -> None:
-    """A read of the newest messages has them oldest first and says it is not whole."""
+    """A read of the newest messages has them oldest first and says it is not whole; one
+    that begins with an input reads one message more, the end of the turn before it."""
     with running() as (url, session), runtime_at(url) as (runtime, _):
         for n in range(3):
             prompt(url, session.id, f"input {n}", id=f"msg_in{n}")
@@ -213,7 +239,7 @@ async def test_the_newest_messages_are_read_oldest_first() -> None:
         assert runtime.transcripts is not None
         view = await runtime.transcripts.read(session.id, 2)
         assert isinstance(view, OpencodeV2Transcript)
-        assert [m["id"] for m in view.messages] == [m["id"] for m in session.messages[-2:]]
+        assert [m["id"] for m in view.messages] == [m["id"] for m in session.messages[-3:]]
         assert not view.complete
 
 
@@ -290,3 +316,28 @@ async def test_a_retried_steer_sends_the_same_body_and_gets_the_same_receipt() -
         input_id = admission_id(session.id, TEXTS)
         assert (seqs, session.admission_requests[input_id]) == ([1, 1], 2)
         assert session.admitted[input_id].delivery == "steer"
+
+
+@pytest.mark.parametrize(
+    ("first", "retried"), [(ConnectError(), "queue"), ((503, b"{}"), "queue"), (None, "steer")]
+)
+def test_a_retry_repeats_the_steer_only_where_the_server_may_hold_it(
+    first: tuple[int, bytes] | Exception | None, retried: str
+) -> None:
+    """A steer that never got there (opencode unreachable, or a refusal) is retried as the
+    drain asks then (queued: steering turned off meanwhile); one not answered in time may
+    be admitted, so its retry repeats its body, steer and all."""
+    clock = Clock()
+    # the retry's receipt, then the read of the session's agent and model (none yet)
+    exchange = ScriptedExchange(first, (200, RECEIPT), (200, b'{"data": []}'))
+    runtime = OpencodeV2Runtime(OpencodeV2Client(exchange, clock, 5.0), turn_timeout_s=None)
+
+    def handed(delivery: Delivery) -> Deferred[HandoffMode]:
+        prepared = Prepared(False, Admission())
+        d = Deferred.fromCoroutine(runtime.hand_off(SESSION, prepared, TEXTS, delivery=delivery))
+        clock.advance(5.0)
+        return d
+
+    assert isinstance(failure_of(handed(Delivery.STEER)).value, HandOffError)
+    result_of(handed(Delivery.QUEUE))
+    assert [b["delivery"] for b in exchange.bodies if b is not None] == ["steer", retried]

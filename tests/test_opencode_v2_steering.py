@@ -17,7 +17,7 @@ from testkit.messages import new_message
 from testkit.opencode_v2_session import StandInSession
 from testkit.polling import PATIENCE_S
 from tests.arbiter_harness import FakeRegistry, InMemoryOpencode
-from tests.opencode_v2_calls import running
+from tests.opencode_v2_calls import prompt, running, wait_idle
 from tests.test_opencode_v2_runtime import runtime_at
 
 
@@ -63,3 +63,25 @@ async def test_an_allowed_steer_goes_into_the_turn_pigeond_waits_for(tmp_path: P
         ]  # fmt: skip
         await arbiter.stop()
     repo.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_steer_read_after_a_tool_step_is_answered_by_that_turn() -> None:
+    """The stand-in writes a steer read at a step boundary after the turn's step of tool
+    calls; the runtime's read (reading back past it) finds both inputs answered by that
+    turn, as one ended turn."""
+    with running() as (url, session), runtime_at(url) as (runtime, _):
+        with session.turns_held():
+            first = prompt(url, session.id, '<swarm_message msg_id="m1">a</swarm_message>')
+            with session.tool_running("read", {"filePath": "notes.md"}):
+                steer = prompt(url, session.id, '<swarm_message msg_id="m2">b</swarm_message>',
+                               delivery="steer")  # fmt: skip
+        wait_idle(url, session)
+        kinds = [m["type"] for m in session.transcript()]
+        assert kinds == ["user", "assistant", "user", "assistant"]
+        assert runtime.transcripts is not None
+        view = await runtime.transcripts.read(session.id, 2)
+        where = {"m1": first["id"], "m2": steer["id"]}
+        answer = session.transcript()[-1]["id"]
+        assert view.answers(where) == {"m1": answer, "m2": answer}
+        assert [t.msg_ids for t in view.turns(where)] == [("m1", "m2")]

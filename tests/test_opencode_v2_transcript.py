@@ -62,11 +62,25 @@ def test_a_read_beginning_inside_a_turn_marks_it_partial() -> None:
     assert [t.partial for t in view.turns({"m1": "in1"})] == [True]
 
 
-def test_messages_begin_a_turn_at_an_input_or_after_an_idle_marker_only() -> None:
-    """An input or an idle marker first is where a turn begins; a step first is not."""
+def test_messages_show_a_turns_beginning_after_an_idle_marker_or_an_ended_step_only() -> None:
+    """An idle marker or a step that ended its turn, then more, shows where the next turn
+    begins; an input first (maybe a steer mid-turn), a step of a turn going on, or an
+    ended step alone (its turn's input before it) does not."""
     idle = {"id": "idle1", "type": "idle"}
-    assert begins_a_turn([user("in1"), assistant("a1")]) and begins_a_turn([idle, user("in1")])
-    assert not begins_a_turn([assistant("a1"), user("in2")])
+    assert begins_a_turn([idle, user("in1")]) and begins_a_turn([assistant("a1"), user("in2")])
+    assert not begins_a_turn([user("in1"), assistant("a1")])
+    assert not begins_a_turn([assistant("a1", finish="tool-calls"), user("in2")])
+    assert not begins_a_turn([assistant("a1")])
+
+
+def test_a_steer_read_mid_turn_is_answered_by_that_turn() -> None:
+    """A steer written after a step of tool calls joins the turn going on: that turn's
+    answer answers both inputs, and its usage counts every step once."""
+    steps = [user("in1", "m1"), assistant("a1", finish="tool-calls"), user("in2", "m2")]
+    view = OpencodeV2Transcript([*steps, assistant("a2")], True)
+    where = {"m1": "in1", "m2": "in2"}
+    assert view.answers(where) == {"m1": "a2", "m2": "a2"}
+    assert [(t.key, t.msg_ids) for t in view.turns(where)] == [("in1", ("m1", "m2"))]
 
 
 def test_an_envelope_is_found_only_at_a_lines_start_of_an_input() -> None:

@@ -189,6 +189,21 @@ def test_a_policy_written_elsewhere_is_picked_up_by_the_refresh(
         daemon.jobs.stopService()
 
 
+def test_a_put_omitting_steer_and_allow_keeps_what_another_process_stored(
+    daemon: Daemon, clock: Clock
+) -> None:
+    """An operator's ``pigeon policy set --steer`` (another process), then the session's own
+    change of its policy alone, before the daemon's refresh: steering and the allow-list
+    stay as the operator left them."""
+    assert put(daemon, {"policy": "accept"})[0] == 200  # the daemon knows B: no steering
+    repo_of(daemon).set_policy(B, Policy.ACCEPT, (A,), int(clock.seconds() * 1000),
+                               "operator", steer=True)  # fmt: skip
+    status, answer = put(daemon, {"policy": "hold"})
+    assert status == 200, answer
+    stored = repo_of(daemon).policy_of(B)
+    assert (stored.policy, stored.allow, stored.steer) == (Policy.HOLD, (A,), True)
+
+
 def test_policies_lists_every_session_that_set_one(daemon: Daemon) -> None:
     """GET /swarm/policies lists the stored policies with their held counts."""
     put(daemon, {"policy": "hold"})

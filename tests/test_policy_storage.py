@@ -141,6 +141,18 @@ def test_a_policy_is_stored_with_its_allow_list_and_author(repo: SwarmRepository
     }  # fmt: skip
 
 
+def test_an_allow_list_or_steering_given_as_none_stays_as_stored(repo: SwarmRepository) -> None:
+    """set_policy with no allow-list and no steering changes the policy alone (the row as it
+    is in the write's transaction); on a session with no row, they are the defaults."""
+    repo.set_policy(B, Policy.HOLD, None, NOW_MS, "session", None)
+    assert (repo.policy_of(B).allow, repo.policy_of(B).steer) == ((), False)
+    repo.set_policy(B, Policy.ACCEPT, (FRIEND,), NOW_MS, "operator", steer=True)
+    change = repo.set_policy(B, Policy.REFUSE, None, NOW_MS + 1, "session", None)
+    stored = repo.policy_of(B)
+    assert change.policy == stored
+    assert (stored.policy, stored.allow, stored.steer) == (Policy.REFUSE, (FRIEND,), True)
+
+
 def test_hold_spares_what_a_listed_name_sent(repo: SwarmRepository) -> None:
     """Switching to hold with ``@builder`` listed holds the nameless sender's message, not
     the one builder's holder sent."""

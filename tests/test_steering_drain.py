@@ -4,18 +4,21 @@ after a hand-off; on the arbiter, a fake clock and a real repository."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError, Deferred, fail
 from twisted.internet.task import Clock
 
 from pigeond.consent import Policy
 from pigeond.delivery.arbiter import Arbiter, DeliveryPolicy
+from pigeond.delivery.grouping import drain_steps
 from pigeond.delivery.opencode_transcript import envelope_ids
 from pigeond.delivery.runtime import Delivery, Prepared, TranscriptSource
+from pigeond.delivery.steering import steering_allowed
 from pigeond.model import NO_MODE, HandoffMode, Runtime
-from pigeond.storage import SwarmRepository
+from pigeond.storage import StorageError, SwarmRepository
 from pigeond.storage.database import InlineDatabase
 from testkit.messages import new_message
 from tests.arbiter_harness import FakeRegistry, InMemoryOpencode
@@ -68,12 +71,44 @@ class SteeringRuntime:
                 wait.callback(None)
 
 
-def arbiter_with(repo: SwarmRepository, clock: Clock, runtime: SteeringRuntime) -> Arbiter:
+def arbiter_with(
+    repo: SwarmRepository, clock: Clock, runtime: SteeringRuntime, db: InlineDatabase | None = None
+) -> Arbiter:
     policy = DeliveryPolicy(tick_s=0.5, max_attempts=10, batch_max=10)
     return Arbiter(
-        InlineDatabase(repo), FakeRegistry(), InMemoryOpencode(), clock, policy=policy,
+        db or InlineDatabase(repo), FakeRegistry(), InMemoryOpencode(), clock, policy=policy,
         runtimes=[runtime],
     )  # fmt: skip
+
+
+class HeldCalls(InlineDatabase):
+    """Runs each read or write of ``held`` (a repository call) when asked, and answers it
+    only when the test releases it (all but its first ``passed`` calls); the others at
+    once."""
+
+    def __init__(self, repo: SwarmRepository, held: Callable[..., Any], passed: int = 0) -> None:
+        super().__init__(repo)
+        self._call = held
+        self._passed = passed
+        self.held: list[tuple[Deferred[Any], Any]] = []
+
+    def read(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        if call is self._call and self._passed > 0:
+            self._passed -= 1
+            return super().read(call, *args, **kwargs)
+        if call is not self._call:
+            return super().read(call, *args, **kwargs)
+        answer: Deferred[Any] = Deferred()
+        self.held.append((answer, call(self.repo, *args, **kwargs)))
+        return answer
+
+    write = read
+
+    def release(self) -> None:
+        """Answer every held call, and those asked meanwhile."""
+        while self.held:
+            answer, result = self.held.pop(0)
+            answer.callback(result)
 
 
 def accept(repo: SwarmRepository, clock: Clock, **fields: object) -> str:
@@ -146,3 +181,65 @@ def test_a_kick_that_brings_no_steer_leaves_the_wait_alone(
     assert (len(runtime.handed), runtime.cancelled) == (1, 0)
     runtime.idle()
     assert runtime.handed[1:] == [([second], Delivery.QUEUE)]
+
+
+def test_a_kick_while_the_queue_is_looked_at_is_heard(repo: SwarmRepository, clock: Clock) -> None:
+    """A steer sent while the drain is still looking at its queue for the kick before (the
+    policy read then said no) is looked at once that look ends: it goes at once."""
+    allow_steering(repo, clock, steer=False)
+    first = accept(repo, clock)
+    db = HeldCalls(repo, steering_allowed)
+    runtime = SteeringRuntime()
+    arbiter = arbiter_with(repo, clock, runtime, db)
+    arbiter.kick(TARGET)
+    early = accept(repo, clock, priority="urgent", steer=True)
+    arbiter.kick(TARGET)  # looked at: the policy read is held, and says no
+    allow_steering(repo, clock)
+    late = accept(repo, clock, priority="urgent", steer=True)
+    arbiter.kick(TARGET)  # during that look
+    db.release()
+    assert runtime.handed == [([first], Delivery.QUEUE), (sorted([early, late]), Delivery.STEER)]
+    assert runtime.cancelled == 1
+
+
+class FailingPolicyReads(InlineDatabase):
+    """A database whose read of whether a target allows steering fails."""
+
+    def read(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        if call is steering_allowed:
+            return fail(StorageError("the database is locked"))
+        return super().read(call, *args, **kwargs)
+
+
+def test_a_look_that_fails_ends_the_wait_with_the_drain(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """A look at the queue whose read fails pauses the drain, and cancels the runtime's
+    wait after its hand-off: nothing of that drain keeps running."""
+    first = accept(repo, clock)
+    runtime = SteeringRuntime()
+    arbiter = arbiter_with(repo, clock, runtime, FailingPolicyReads(repo))
+    arbiter.kick(TARGET)
+    accept(repo, clock, priority="urgent", steer=True)
+    arbiter.kick(TARGET)
+    assert (runtime.handed, runtime.cancelled) == ([([first], Delivery.QUEUE)], 1)
+    assert arbiter.drained(TARGET) is None
+
+
+def test_a_kick_before_the_wait_after_a_hand_off_began_is_heard(
+    repo: SwarmRepository, clock: Clock
+) -> None:
+    """A steer sent while the queued hand-off before it is still being recorded (the drain
+    not yet waiting for its turn) goes at once once the record is written."""
+    allow_steering(repo, clock)
+    first = accept(repo, clock)
+    db = HeldCalls(repo, drain_steps, passed=1)  # the first: the batch's read
+    runtime = SteeringRuntime()
+    arbiter = arbiter_with(repo, clock, runtime, db)
+    arbiter.kick(TARGET)  # handed off; its record held
+    assert runtime.handed == [([first], Delivery.QUEUE)] and db.held
+    steer = accept(repo, clock, priority="urgent", steer=True)
+    arbiter.kick(TARGET)
+    db.release()
+    assert runtime.handed == [([first], Delivery.QUEUE), ([steer], Delivery.STEER)]
+    assert runtime.cancelled == 1

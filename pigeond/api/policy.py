@@ -221,9 +221,9 @@ class PolicyRoutes:
         try:
             body = decode_json_object(read_body(request))
             policy = parse_policy(body.get("policy"))
-            was = self._book.policy_of(session)
-            allow = was.allow if body.get("allow") is None else parse_allow(body["allow"])
-            steer = was.steer if body.get("steer") is None else parse_steer(body["steer"])
+            # omitted: as stored when written (not this daemon's copy, which may be older)
+            allow = None if body.get("allow") is None else parse_allow(body["allow"])
+            steer = None if body.get("steer") is None else parse_steer(body["steer"])
         except (InvalidRequest, ValueError) as e:
             raise HttpError(400, str(e)) from e
         call_id = call_id_of(body.get(CALL_ID_FIELD))
@@ -234,7 +234,7 @@ class PolicyRoutes:
         self._book.remember(change)
         log.info("{session}'s inbound policy is now {policy}, steering {steer} (by {by}):"
                  " {held} held, {released} released", session=session, policy=policy.value,
-                 steer="allowed" if steer else "off", by=by, held=change.held,
+                 steer="allowed" if change.policy.steer else "off", by=by, held=change.held,
                  released=change.released)  # fmt: skip
         return JsonResponse(
             200, change.policy.view() | {"held": change.held, "released": change.released}

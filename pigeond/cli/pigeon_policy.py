@@ -94,17 +94,16 @@ def cmd_policy(repo: SwarmRepository, args: argparse.Namespace, now_ms: int) -> 
     try:
         session = _session(args.session) if verb != "ls" else ""
         if verb == "set":
-            current = repo.policy_of(session)
-            allow = () if args.clear_allow else current.allow
+            # None: as stored when written (merged in the write's transaction)
+            allow: tuple[str, ...] | None = () if args.clear_allow else None
             if args.allow:
                 allow = parse_allow(args.allow)
-            steer = current.steer if args.steer is None else args.steer
             change = repo.set_policy(
-                session, parse_policy(args.policy), allow, now_ms, OPERATOR, steer
+                session, parse_policy(args.policy), allow, now_ms, OPERATOR, args.steer
             )
             print(
                 f"{visible(session)} {change.policy.policy.value}"
-                f"{', steering allowed' if steer else ''}:"
+                f"{', steering allowed' if change.policy.steer else ''}:"
                 f" {change.held} held, {change.released} released"
             )
             return EXIT_OK

@@ -69,10 +69,17 @@ def one_of(allowed: tuple[str, ...]) -> Check:
 
 
 def http_url(name: str, value: Any) -> None:
-    """An http(s) URL with a host and no query or fragment, or empty (delivery off)."""
+    """An http(s) URL with a host and no query or fragment, or empty (delivery off).  No
+    ``user:password@`` in it: the URL is logged and shown, a password never is."""
     if value == "":
         return
     parts = urlsplit(value)
+    if "@" in parts.netloc:  # said without the URL, which would show the password
+        raise ConfigError(
+            f"{name} must not hold a user or password (user:password@): set the password"
+            " in opencode_password_file, OPENCODE_SERVER_PASSWORD or OPENCODE_PASSWORD,"
+            " and the user (when not opencode) in OPENCODE_SERVER_USERNAME"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{name} must be an http:// or https:// URL or empty, not {value!r}")
     if parts.query or parts.fragment:

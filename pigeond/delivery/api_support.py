@@ -35,7 +35,6 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.delivery.opencode_errors import OUTAGE_STATUSES
-from pigeond.delivery.opencode_v2_client import health_version
 
 log = Logger()
 
@@ -72,6 +71,34 @@ def missing_route(status: int, body: bytes) -> bool:
     if 200 <= status < 300:
         return is_html(body)
     return status in (404, 405) and not is_opencode_not_found(body)
+
+
+def missing_v2_route(status: int, body: bytes) -> bool:
+    """An answer to a 2.x call saying its route is not there: a web page, or a 404 or 405
+    that is not one of 2.x's own errors (which name themselves in ``_tag``)."""
+    if is_html(body):
+        return True
+    if status not in (404, 405):
+        return False
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return True
+    return not (isinstance(answer, dict) and isinstance(answer.get("_tag"), str))
+
+
+def health_version(status: int, body: bytes) -> str | None:
+    """The version a ``GET /api/health`` answer names when it is a 2.x server's, else None."""
+    if status != 200:
+        return None
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return None  # a 1.x: its web app's page
+    if not isinstance(answer, dict) or answer.get("healthy") is not True:
+        return None
+    version = answer.get("version")
+    return version if isinstance(version, str) and version.startswith("2.") else None
 
 
 # One probe: (status, body), or None when it got no answer (an outage decides nothing).

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
-from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.internet.defer import CancelledError, Deferred, DeferredList, succeed
 from twisted.logger import Logger
 
 from pigeond.delivery.failures import HandOffError
@@ -37,7 +37,7 @@ from pigeond.delivery.policy import DeliveryPolicy, within_bytes
 from pigeond.delivery.recovery import HandOffRecovery
 from pigeond.delivery.routing import Routing
 from pigeond.delivery.runtime import AgentRuntime, Delivery, Prepared, Runtimes
-from pigeond.delivery.steering import same_ask
+from pigeond.delivery.steering import asks_to_steer, same_ask
 from pigeond.model import StoredMessage
 from pigeond.storage import StorageError
 
@@ -265,21 +265,30 @@ class TargetDrain:
         ended: Deferred[None] = Deferred()
         waiting.addBoth(_passing, ended)
         kicks = self._state.kicks
+        # each wait for a kick is taken before the look that may miss it; a kick since the
+        # batch was read (before any wait was taken) makes a first look at once
+        kicked = kicks.next(target)
+        look = target in self._state.kicked_in_flight
         try:
             while not waiting.called:
-                kicked = kicks.next(target)
-                await DeferredList([ended, kicked], fireOnOneCallback=True)
+                if not look:
+                    await DeferredList([ended, kicked], fireOnOneCallback=True)
+                    kicked = kicks.next(target)
+                look = False
                 if not waiting.called and await self._steer_due(target):
                     waiting.cancel()
         finally:
             kicks.forget(target)
+            if not waiting.called:  # the look failed (the database): the wait ends with it
+                waiting.addErrback(lambda failure: failure.trap(CancelledError) and None)
+                waiting.cancel()
         await waiting
 
     async def _steer_due(self, target: str) -> bool:
         """Whether the head of the queue would go as a steer now."""
         due = await self._ready_reads(ReadyAsk(target, self._outcomes.now_ms(), 1))
-        head = same_ask(due, [""] * len(due))
-        return head[2] and not self._state.stopping and await self._steer_allowed(target)
+        steers = bool(due) and asks_to_steer(due[0])
+        return steers and not self._state.stopping and await self._steer_allowed(target)
 
     async def _delivery(self, target: str, runtime: AgentRuntime, batch: Batch) -> Delivery:
         """STEER for a batch that asks it on a runtime that steers, to a target whose

@@ -1,22 +1,19 @@
 """The calls pigeond makes to ``opencode serve``, each under one deadline.
 
-The deadline covers the whole exchange (connect, headers and body): a server
-that accepts the connection and then hangs must not hold a target's delivery
-slot forever.  Every failure is classified, because the arbiter treats them
-differently (see :mod:`pigeond.delivery.opencode_errors`), and every call tells
-:mod:`pigeond.delivery.reachability` whether opencode answered.
+The deadline covers the whole exchange, and every failure is classified, because the
+arbiter treats them differently (:mod:`pigeond.delivery.opencode_deadline`); every call
+tells :mod:`pigeond.delivery.reachability` whether opencode answered.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import treq
 from treq.client import HTTPClient
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IResponse
@@ -29,10 +26,11 @@ from pigeond.delivery.api_support import (
     ApiSupport,
     is_html,
     missing_route,
+    missing_v2_route,
 )
 from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.http_exchange import HttpExchange
-from pigeond.delivery.opencode_dialect import missing_v2_route
+from pigeond.delivery.opencode_deadline import within_deadline
 from pigeond.delivery.opencode_errors import (
     CLOSED_BEFORE_ANSWER,
     CONNECTION_GONE,
@@ -50,8 +48,6 @@ from pigeond.delivery.opencode_errors import (
 )
 from pigeond.delivery.reachability import OpencodeReachability, Reach
 from pigeond.delivery.transcript_reads import TranscriptReadWatch
-
-T = TypeVar("T")
 
 # the errors are declared in opencode_errors; every caller imports them from here
 __all__ = [
@@ -235,10 +231,12 @@ class OpencodeClient:
         # A read that gets no answer delivered nothing: opencode is not serving
         # (e.g. still starting).  A prompt that gets no answer may have been taken.
         on_timeout = FailureKind.OUTAGE if method == "GET" else FailureKind.ATTEMPT
+        timeout_s = self.timeout_s if deadline_s is None else deadline_s
         try:
-            status, content = await self._with_deadline(
-                what, self._exchange(method, path, headers, data), on_timeout, deadline_s
-            )
+            status, content = await within_deadline(
+                what, self._exchange(method, path, headers, data), self._clock, timeout_s,
+                on_timeout,
+            )  # fmt: skip
         except DeadlineExceeded:
             raise
         except OpencodeError as e:
@@ -247,51 +245,15 @@ class OpencodeClient:
                 self._note_failure(e)
                 raise
             try:
-                status, content = await self._with_deadline(
-                    what,
-                    self._exchange(method, path, headers, data, fresh=True),
-                    on_timeout,
-                    deadline_s,
-                )
+                status, content = await within_deadline(
+                    what, self._exchange(method, path, headers, data, fresh=True),
+                    self._clock, timeout_s, on_timeout,
+                )  # fmt: skip
             except OpencodeError as again:
                 self._note_failure(again)
                 raise
         self._note_answer(what, status)
         return status, content
-
-    async def _with_deadline(
-        self,
-        what: str,
-        work: Coroutine[Any, Any, T],
-        timeout_kind: FailureKind = FailureKind.ATTEMPT,
-        deadline_s: float | None = None,
-    ) -> T:
-        timeout_s = self.timeout_s if deadline_s is None else deadline_s
-        timed_out = False
-
-        def on_timeout(result: object, timeout: float) -> object:
-            nonlocal timed_out
-            timed_out = True
-            return result
-
-        d: Deferred[T] = Deferred.fromCoroutine(work)
-        d.addTimeout(timeout_s, self._clock, onTimeoutCancel=on_timeout)
-        try:
-            return await d
-        except OpencodeError:
-            raise
-        except Exception as e:
-            if timed_out or isinstance(e, TimeoutError | CancelledError):
-                raise DeadlineExceeded(
-                    f"{what}: no complete answer within {timeout_s:g} s",
-                    kind=timeout_kind,
-                ) from e
-            kind = (
-                FailureKind.OUTAGE
-                if isinstance(e, CONNECTION_GONE + CLOSED_BEFORE_ANSWER)
-                else FailureKind.ATTEMPT
-            )
-            raise OpencodeError(f"{what}: {describe_transport_error(e)}", kind=kind) from e
 
     async def _get_json(
         self, path: str, directory: str | None = None, *, names_session: bool = True

@@ -8,8 +8,10 @@ what it switches between through Protocols:
 * :class:`SwitchingRuntime`, opencode's runtime on the delivery seam: a hand-off goes
   through the 1.x runtime (``prompt_async``) until a 1.x call finds the server to be
   2.x, then through the 2.x one (an admission to the session's queue).  The verdict is
-  made again before each 2.x hand-off, so a 2.x replaced by a 1.x is never sent a 2.x
-  prompt (on 1.18 it would start a second agent loop beside the first);
+  made again before each 2.x hand-off, and every 2.x call is refused unless the verdict
+  in force then says 2.x (:class:`V2Exchange`: another drain may find a 1.x between a
+  hand-off's preparation and its prompt), so a 2.x replaced by a 1.x is never sent a 2.x
+  prompt nor a wait (on 1.18 a prompt would start a second agent loop beside the first);
 * :class:`SwitchingTranscripts`, where the verifier, the recovery and the costs read a
   target's transcript;
 * :class:`SwitchingDirectoryLookup`, how the registry (and with it the send-time target
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import quote
 
-from pigeond.delivery.api_support import is_html
+from pigeond.delivery.api_support import missing_v2_route
 from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.opencode_errors import (
     OpencodeError,
@@ -39,6 +41,7 @@ from pigeond.delivery.opencode_errors import (
     short_text,
     status_error,
 )
+from pigeond.delivery.registry import DirectoryLookup
 from pigeond.delivery.runtime import (
     AgentRuntime,
     Delivery,
@@ -80,24 +83,13 @@ WAIT_DEADLINE_S = 86_400.0
 ``handoff_timeout_s``, each other call's deadline)."""
 
 
-def missing_v2_route(status: int, body: bytes) -> bool:
-    """An answer to a 2.x call saying its route is not there: a web page, or a 404 or 405
-    that is not one of 2.x's own errors (which name themselves in ``_tag``)."""
-    if is_html(body):
-        return True
-    if status not in (404, 405):
-        return False
-    try:
-        answer = json.loads(body)
-    except ValueError:
-        return True
-    return not (isinstance(answer, dict) and isinstance(answer.get("_tag"), str))
-
-
 class V2Exchange:
     """The 2.x client's exchange (:class:`~pigeond.delivery.opencode_v2_client.Exchange`),
-    made of the 1.x client's calls; a missing route makes the verdict again, and a server
-    no longer found to be 2.x is an outage for this call (the next goes as it speaks)."""
+    made of the 1.x client's calls.  Nothing is sent unless the verdict in force says 2.x
+    (the mirror of the 1.x client's refusal of a 2.x): a hand-off prepared before another
+    call found a 1.x is an outage, never a 2.x prompt to a 1.x.  A missing route makes the
+    verdict again, and a server no longer found to be 2.x is an outage for this call (the
+    next goes as it speaks)."""
 
     def __init__(self, call: BytesCall, dialect: Dialect, url: str) -> None:
         self._call = call
@@ -107,6 +99,14 @@ class V2Exchange:
     async def request(
         self, method: str, path: str, headers: dict[str, str], body: bytes | None = None
     ) -> tuple[int, bytes]:
+        if self._dialect.v2_version is None:
+            # the verdict changed since this call's hand-off was prepared (another drain
+            # found a 1.x): on 1.18 a 2.x prompt would start a second agent loop
+            raise OpencodeError(
+                f"{method} {path.partition('?')[0]}: opencode at {self._url} is not known"
+                " to be 2.x now; nothing sent",
+                kind=FailureKind.OUTAGE,
+            )
         waits = method == "POST" and path.partition("?")[0].endswith("/wait")
         deadline_s = WAIT_DEADLINE_S if waits else None
         status, answer = await self._call(method, path, headers, body, deadline_s)
@@ -119,10 +119,6 @@ class V2Exchange:
                     status, FailureKind.OUTAGE,
                 )  # fmt: skip
         return status, answer
-
-
-class DirectoryLookup(Protocol):
-    async def session_directory(self, session_id: str) -> str: ...
 
 
 class V2Sessions:

@@ -1,10 +1,10 @@
-"""The calls pigeond makes to an opencode 2.x server: whether it is one, admitting a
-prompt, reading a transcript, waiting until a session is idle.
+"""The calls pigeond makes to an opencode 2.x server: admitting a prompt, reading a
+transcript, waiting until a session is idle.
 
-A 2.x server is told by ``GET /api/health``, a read that acts on nothing: a 1.x answers
-it with its web app (an HTML page), a 2.x with ``{"healthy": true, "version": "2…"}``.
-No v2 route is ever tried on a server not found to be 2.x that way: on 1.18 the
-preview ``POST /api/session/<id>/prompt`` starts a second agent loop beside the first.
+Whether a server is a 2.x is :mod:`pigeond.delivery.api_support`'s verdict (1.x's own
+route asked first, then ``GET /api/health``, a read that acts on nothing).  No v2 route
+is ever tried on a server not found to be 2.x that way: on 1.18 the preview ``POST
+/api/session/<id>/prompt`` starts a second agent loop beside the first.
 
 A 2.x server always asks for HTTP Basic auth (user ``opencode``); the exchange given
 carries it (:class:`~pigeond.http_exchange.HttpExchange`'s ``auth``), and nothing here
@@ -14,13 +14,14 @@ Swarm messages are not a person's turn, so an input goes as ``POST
 /api/session/{id}/synthetic`` (``{"id", "text", "delivery"}``, input that is no user
 turn; released 2.3.0) where the server has that route, and as ``/prompt`` where it does
 not.  Which it is, is learnt without risk from the first admission: ``/synthetic`` is
-tried, and a 404 that is not ``SessionNotFoundError`` (no such route: nothing admitted)
-is remembered, and that input and every later one go to ``/prompt``.  Any other answer
-means the server has the route, and it is used from then on.  Since a server that has
-the route always has it, an admission id only ever goes to one route: a retry after a
-crash tries ``/synthetic`` first again and, on a server that has it, re-admits the same
-input there.  The v2 types of npm ``@opencode-ai/sdk`` 1.19.6 lack ``/synthetic``; the
-released 2.3.0 protocol has it.
+tried, and an answer saying its route is missing (a web page, or a 404 or 405 that is
+none of 2.x's own errors: nothing admitted) is remembered, and that input and every later
+one go to ``/prompt``.  Any other answer means the server has the route, and it is used
+from then on, until the verdict on the server changes (another server may be there).
+Since a server that has the route always has it, an admission id only ever goes to one
+route: a retry after a crash tries ``/synthetic`` first again and, on a server that has
+it, re-admits the same input there.  The v2 types of npm ``@opencode-ai/sdk`` 1.19.6
+lack ``/synthetic``; the released 2.3.0 protocol has it.
 
 The prompt body: the released protocol's is flat (``{"id", "text", "delivery"}``), the
 v2 types of npm ``@opencode-ai/sdk`` 1.19.6 nest the text (``{"id", "prompt": {"text"},
@@ -32,7 +33,7 @@ retry of an admission sends the very body that was admitted, and gets its receip
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
@@ -40,6 +41,7 @@ from twisted.internet.defer import Deferred, TimeoutError
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.client import ResponseFailed
 
+from pigeond.delivery.api_support import missing_v2_route
 from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.opencode_errors import (
     CLOSED_BEFORE_ANSWER,
@@ -88,20 +90,6 @@ def prompt_body(
     return {"id": admission_id, "text": text, "delivery": delivery}
 
 
-def health_version(status: int, body: bytes) -> str | None:
-    """The version a ``GET /api/health`` answer names when it is a 2.x server's, else None."""
-    if status != 200:
-        return None
-    try:
-        answer = json.loads(body)
-    except ValueError:
-        return None  # a 1.x: its web app's page
-    if not isinstance(answer, dict) or answer.get("healthy") is not True:
-        return None
-    version = answer.get("version")
-    return version if isinstance(version, str) and version.startswith("2.") else None
-
-
 class OpencodeV2Client:
     """Calls to one opencode 2.x server, each within ``timeout_s``."""
 
@@ -110,23 +98,27 @@ class OpencodeV2Client:
         exchange: Exchange,
         clock: IReactorTime,
         timeout_s: float,
+        *,
         reads: TranscriptReadWatch | None = None,
+        version: Callable[[], str | None] = lambda: None,
     ) -> None:
         """``reads`` is told each transcript read that passes its deadline, and each that
-        does not (the 1.x client's, so that ``/health`` tells both alike)."""
+        does not (the 1.x client's, so that ``/health`` tells both alike).  ``version``
+        gives the 2.x version the verdict in force found (what is learnt of the server
+        holds for that verdict only: a server replaced is learnt anew)."""
         self._exchange = exchange
         self._clock = clock
         self._reads = reads or TranscriptReadWatch(clock)
         self.timeout_s = timeout_s
+        self._version = version
         self._shape = PROMPT_SHAPES[0]
-        self.synthetic: bool | None = None
-        """Whether the server has ``/synthetic`` (None: not known yet)."""
+        self._synthetic: tuple[str | None, bool] | None = None
 
-    async def version(self) -> str | None:
-        """The server's version when it is a 2.x (``GET /api/health``), else None; an
-        outage raises HandOffError (kind OUTAGE)."""
-        status, body = await self._call("GET", "/api/health")
-        return health_version(status, body)
+    @property
+    def synthetic(self) -> bool | None:
+        """Whether the server has ``/synthetic`` (None: not known of the server found now)."""
+        known = self._synthetic
+        return known[1] if known is not None and known[0] == self._version() else None
 
     async def admit(
         self, session_id: str, admission_id: str, text: str, delivery: str = "queue"
@@ -139,7 +131,8 @@ class OpencodeV2Client:
         if self.synthetic is not False:
             request = json.dumps(prompt_body("flat", admission_id, text, delivery)).encode()
             status, body = await self._call("POST", path, request)
-            self.synthetic = status != 404 or _tag(body) == "SessionNotFoundError"
+            # any answer but a missing route's says the route is there
+            self._synthetic = (self._version(), not missing_v2_route(status, body))
         if self.synthetic is False:
             path = f"/api/session/{session}/prompt"
             status, body = await self._prompt(path, admission_id, text, delivery)

@@ -18,9 +18,12 @@ second turn.  A 409 (opencode holds another input under that id: its record and
 pigeond's disagree) is logged and the target held; the same body is all that ever goes
 under that id.
 
-A retry of an admission sends the very body admitted before, its delivery too (the
-delivery an admission id went with is remembered, so a policy changed meanwhile cannot
-turn a retry into a 409).
+A retry of an admission sends the very body that may have been admitted before, its
+delivery too: the delivery an admission id went with is remembered once the server may
+have taken it (a receipt, or no answer in time), so a policy changed meanwhile cannot
+turn a retry into a 409.  One that surely never got there (opencode unreachable, or a
+refusal) is not: its retry goes with the delivery in force then (steering turned off
+meanwhile: queued).
 
 pigeond still sends one batch at a time: after a hand-off it waits until the session is
 idle (``POST …/wait``) before the next; its own queue stays the truth.  This runtime
@@ -48,10 +51,14 @@ from typing import Any
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 
-from pigeond.delivery.failures import HandOffError
+from pigeond.delivery.failures import FailureKind, HandOffError
 from pigeond.delivery.opencode_transcript import envelope_ids
 from pigeond.delivery.opencode_v2_client import AdmissionConflict, OpencodeV2Client
-from pigeond.delivery.opencode_v2_transcript import OpencodeV2Transcript, begins_a_turn
+from pigeond.delivery.opencode_v2_transcript import (
+    INPUT_TYPES,
+    OpencodeV2Transcript,
+    begins_a_turn,
+)
 from pigeond.delivery.runtime import Delivery, Prepared, TranscriptSource
 from pigeond.model import NO_MODE, HandoffMode, Runtime
 
@@ -105,6 +112,15 @@ def session_mode(messages: Sequence[Mapping[str, Any]]) -> HandoffMode | None:
     return None
 
 
+def may_have_admitted(error: HandOffError) -> bool:
+    """Whether an admission that failed with ``error`` may be on the server all the same:
+    no answer in time, or one cut or unreadable; not when opencode could not be reached,
+    nor when it answered a refusal (a status other than 2xx)."""
+    if error.kind is FailureKind.OUTAGE:
+        return False
+    return error.status is None or 200 <= error.status < 300
+
+
 class OpencodeV2Transcripts:
     """A 2.x session's transcript (:class:`~pigeond.delivery.runtime.TranscriptSource`);
     each read is shown to ``on_read`` (the agent and model its newest turn ran with)."""
@@ -118,14 +134,16 @@ class OpencodeV2Transcripts:
         self._on_read = on_read
 
     async def read(self, target: str, limit: int | None) -> OpencodeV2Transcript:
-        """The newest ``limit`` messages, or more: a read that would begin inside a turn
-        reads back (twice as many each time) to where that turn began.  A 2.x step names
-        no input, so only the input before it tells whose turn it is; without it, a turn
-        longer than ``limit`` (many tool steps) would never show its answer and its
-        usage, as the verifier reads."""
+        """The newest ``limit`` messages, or more: a read that may begin inside a turn
+        reads back to where the turn before it ended: one message more when it begins
+        with an input (what came before it tells whether it began its turn, or was a
+        steer read in the middle of one), twice as many when it begins with a step.  A
+        2.x step names no input, so only the inputs before it tell whose turn it is;
+        without that, a turn longer than ``limit`` (many tool steps) would never show
+        its answer and its usage, as the verifier reads."""
         messages = await self._client.messages(target, limit)
         while limit is not None and len(messages) >= limit > 0 and not begins_a_turn(messages):
-            limit *= 2
+            limit = limit + 1 if messages[0].get("type") in INPUT_TYPES else limit * 2
             messages = await self._client.messages(target, limit)
         self._on_read(target, messages)
         return OpencodeV2Transcript(messages, limit is None or len(messages) < limit)
@@ -167,12 +185,17 @@ class OpencodeV2Runtime:
         admission = prepared.detail
         assert isinstance(admission, Admission)
         admission.id = admission_id(target, texts)
-        delivery = self._remembered(admission.id, delivery)
+        delivery = self._deliveries.get(admission.id, delivery)
         try:
             receipt = await self._client.admit(target, admission.id, joined(texts), delivery)
         except AdmissionConflict as e:
             log.error("{target}: {error}", target=target, error=str(e))
             raise
+        except HandOffError as e:
+            if may_have_admitted(e):
+                self._remember(admission.id, delivery)
+            raise
+        self._remember(admission.id, delivery)
         admission.seq = receipt.get("admittedSeq")
         log.debug("{target}: admitted as {id} ({delivery}, seq {seq})", target=target,
                   id=admission.id, delivery=delivery.value, seq=admission.seq)  # fmt: skip
@@ -200,13 +223,11 @@ class OpencodeV2Runtime:
         while len(self._modes) > REMEMBERED_DELIVERIES:
             del self._modes[next(iter(self._modes))]
 
-    def _remembered(self, admission: str, delivery: Delivery) -> Delivery:
-        """The delivery ``admission`` went with before, if it went; else ``delivery``,
-        remembered for its retries."""
-        known = self._deliveries.setdefault(admission, delivery)
+    def _remember(self, admission: str, delivery: Delivery) -> None:
+        """``admission`` may be on the server with ``delivery``: its retries repeat it."""
+        self._deliveries.setdefault(admission, delivery)
         while len(self._deliveries) > REMEMBERED_DELIVERIES:
             del self._deliveries[next(iter(self._deliveries))]
-        return known
 
     async def after_hand_off(self, target: str, prepared: Prepared) -> None:
         if self._turn_timeout_s is None:

@@ -5,7 +5,9 @@ A 2.x transcript is a flat list, oldest first, of ``user`` (and ``synthetic``) i
 each with its ``text``, and ``assistant`` messages with their ``content`` parts and
 ``finish``.  An input is written when a turn reads it, so a turn is a run of inputs
 followed by the assistant messages that answer them (two steers read together are one
-turn; queued inputs are a turn each).  The protocol also writes an ``idle`` marker when
+turn; queued inputs are a turn each).  A steer read in the middle of a turn (at a step
+boundary) is written after that turn's steps so far, and belongs to it: an input begins
+a turn only once the one before has ended.  The protocol also writes an ``idle`` marker when
 the session goes idle ("every step since the previous marker belongs to one turn"):
 where there is one, it ends the turn too.  A turn has ended once an assistant message of
 it is completed with a finish that stops the loop (not ``tool-calls``), or at its idle
@@ -72,7 +74,7 @@ def _turns(messages: Sequence[Mapping[str, Any]]) -> list[_Turn]:
     for message in messages:
         kind, message_id = message.get("type"), message.get("id")
         if kind in INPUT_TYPES and isinstance(message_id, str):
-            if not turns or turns[-1].steps or turns[-1].idle:
+            if not turns or turns[-1].ended:  # else read together, or a steer mid-turn
                 turns.append(_Turn())
             turns[-1].inputs.append(message_id)
         elif kind == "assistant":
@@ -85,9 +87,17 @@ def _turns(messages: Sequence[Mapping[str, Any]]) -> list[_Turn]:
 
 
 def begins_a_turn(messages: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether ``messages`` (oldest first) begin where a turn does: with an input, or
-    after the session's idle marker; not with a step of a turn whose input came before."""
-    return not messages or messages[0].get("type") in (*INPUT_TYPES, "idle")
+    """Whether ``messages`` (oldest first) show a turn begin: they begin with the
+    session's idle marker or a step that ended its turn, and go on past it (the turns
+    after it are whole).  An input first is not enough: it may be a steer read in the
+    middle of a turn whose steps came before it."""
+    if not messages:
+        return True
+    first = messages[0]
+    ended = first.get("type") == "idle" or (
+        first.get("type") == "assistant" and _Turn(steps=[first]).ended
+    )
+    return ended and len(messages) > 1
 
 
 def envelope_homes_v2(messages: Sequence[Mapping[str, Any]]) -> dict[str, str | None]:

@@ -5,7 +5,11 @@ A batch *steers* (:class:`~pigeond.delivery.runtime.Delivery` STEER) only on a r
 that ``steers`` (opencode 2.x), and only when every message of it is urgent and asked to
 steer, and the target's policy allows steering when the batch is handed off (read then,
 from the database: the truth, whatever the daemon's copy says).  Anything else is queued:
-a turn of its own after the running one.  So that the two never share a batch, a drain on
+a turn of its own after the running one.  One exception: a retry of a batch the server may
+already hold (its admission answered, or not answered in time) goes as it went the first
+time, since opencode binds an admission's id to its body
+(:mod:`pigeond.delivery.opencode_v2_runtime`); a batch that surely never reached it
+goes as the policy says at its retry.  So that the two never share a batch, a drain on
 such a runtime cuts its batch where the messages stop asking what its head asks
 (:func:`same_ask`); other runtimes' batches are formed as they always were.
 

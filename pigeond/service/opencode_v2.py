@@ -29,7 +29,11 @@ class OpencodeV2Parts:
         exchange = V2Exchange(v1.exchange_bytes, v1.api, v1.base_url)
         # its transcript reads past their deadline told to /health as the 1.x client's
         self.client = OpencodeV2Client(
-            exchange, clock, config.handoff_timeout_s, v1.transcript_reads
+            exchange,
+            clock,
+            config.handoff_timeout_s,
+            reads=v1.transcript_reads,
+            version=lambda: v1.api.v2_version,
         )
         self.lookup = SwitchingDirectoryLookup(v1, V2Sessions(exchange), v1.api)
         # the permission watch's calls, made of the 2.x once it is found to be one

@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from treq.client import HTTPClient
-from twisted.application.internet import TimerService
 from twisted.internet.interfaces import IListeningPort, IReactorTCP, IReactorTime
 from twisted.web.client import Agent, HTTPConnectionPool
 
@@ -25,16 +24,6 @@ from pigeond.delivery.opencode_v2_events import V2Events
 from pigeond.delivery.reachability import Reach
 from pigeond.delivery.transcript_reads import TranscriptReadWatch
 from pigeond.model import Runtime
-
-
-def timer_job(
-    name: str, every_s: float, job: Callable[[], object], clock: IReactorTime
-) -> TimerService:
-    """A periodic job on ``clock`` (the reactor, or a test's Clock), named for logs."""
-    service = TimerService(every_s, job)
-    service.clock = clock
-    service.setName(name)
-    return service
 
 
 def both(first: Callable[[bool], None], second: Callable[[bool], None]) -> Callable[[bool], None]:

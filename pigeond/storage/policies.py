@@ -100,27 +100,31 @@ class Policies(RepositoryBase):
         self,
         session: str,
         policy: Policy,
-        allow: tuple[str, ...],
+        allow: tuple[str, ...] | None,
         now_ms: int,
         updated_by: str | None,
-        steer: bool = False,
+        steer: bool | None = False,
     ) -> PolicyChange:
         """Store ``session``'s policy and apply it to its waiting messages, in one
-        transaction.  The default (``accept``, no allow-list, no steering) deletes the
-        row: it needs none."""
-        stored = InboundPolicy(session, policy, allow, now_ms, updated_by, steer)
+        transaction.  ``allow`` or ``steer`` None keeps what is stored (merged in this
+        transaction: a change another writer made since the caller read is kept, never
+        put back).  The default (``accept``, no allow-list, no steering) deletes the row:
+        it needs none."""
         with self._write() as conn:
+            row = conn.execute(
+                f"INSERT INTO swarm_policies ({POLICY_COLUMNS}) VALUES (:session, :policy,"
+                " coalesce(:allow, '[]'), :now, :by, coalesce(:steer, 0))"
+                " ON CONFLICT (session) DO UPDATE SET policy = excluded.policy,"
+                " allow = coalesce(:allow, swarm_policies.allow),"
+                " updated_at = excluded.updated_at, updated_by = excluded.updated_by,"
+                f" steer = coalesce(:steer, swarm_policies.steer) RETURNING {POLICY_COLUMNS}",
+                {"session": session, "policy": policy.value, "now": now_ms, "by": updated_by,
+                 "allow": None if allow is None else json.dumps(list(allow)),
+                 "steer": None if steer is None else int(steer)},
+            ).fetchone()  # fmt: skip
+            stored = _row_to_policy(row)
             if stored.is_default:
                 conn.execute("DELETE FROM swarm_policies WHERE session = ?", (session,))
-            else:
-                conn.execute(
-                    f"INSERT INTO swarm_policies ({POLICY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (session) DO UPDATE SET policy = excluded.policy,"
-                    " allow = excluded.allow, updated_at = excluded.updated_at,"
-                    " updated_by = excluded.updated_by, steer = excluded.steer",
-                    (session, policy.value, json.dumps(list(allow)), now_ms, updated_by,
-                     int(steer)),
-                )  # fmt: skip
             held, released = self._apply(conn, stored, now_ms)
         return PolicyChange(stored, held, released)
 

@@ -248,10 +248,13 @@ async def test_a_whole_read_is_complete_and_a_cut_one_is_not(
     under_test: RuntimeUnderTest,
 ) -> None:
     """``complete`` is true for a read of everything (or of more than there is), false
-    when ``limit`` cut it."""
+    when ``limit`` cut it (a read of the last turn after an earlier one)."""
     batch, whole = await one_batch_answered(under_test)
     session = batch[0].to_session
     assert session is not None and whole.complete
+    later = batch_for(session)
+    await deliver(under_test, session, later)
+    await answered_view(under_test, session, later)
     assert (await under_test.transcripts.read(session, 1000)).complete
     assert not (await under_test.transcripts.read(session, 1)).complete
 
