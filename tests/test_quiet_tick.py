@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from pigeond.api.policy import REFRESH_S
@@ -18,6 +19,7 @@ from pigeond.storage import SwarmRepository, open_database
 from pigeond.storage.repository import Accept
 from testkit.messages import new_message
 from tests.fixed_time import now_ms
+from tests.http_helpers import result_of
 from tests.storage_helpers import CountingDatabase
 
 TICK_S = 0.5
@@ -104,3 +106,22 @@ def test_a_due_reminder_comes_on_time_after_quiet_ticks(daemon: Daemon, clock: C
     clock.advance(TICK_S)
     obligation = other.obligation("msg_task")
     assert obligation is not None and obligation.state == Owed.REMINDED
+
+
+def status_of(daemon: Daemon) -> str:
+    return result_of(Deferred.fromCoroutine(daemon.status_line()))
+
+
+def test_the_status_line_reads_the_database_only_after_a_write(
+    daemon: Daemon, clock: Clock
+) -> None:
+    """systemd's status line, asked on every tick, counts again only once a write came."""
+    assert status_of(daemon).startswith("queued 0")
+    calls_of(daemon).clear()
+    for _ in range(10):
+        clock.advance(TICK_S)
+        status_of(daemon)
+    assert calls_of(daemon) == []
+    other_connection(daemon).accept(new_message(WORKER), now_ms(clock), now_ms(clock) + 60_000)
+    clock.advance(TICK_S)
+    assert status_of(daemon).startswith("queued 1")

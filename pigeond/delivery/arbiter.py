@@ -295,6 +295,8 @@ class Arbiter:
         self.last_tick_at = self._clock.seconds()
         if self._state.closed or self._tick_running or self._database_vanished():
             return
+        if not self._state.unrecorded and self._nothing_due():
+            return  # an idle tick: no step has anything to do
         self._tick_running = True
         steps = Deferred.fromCoroutine(self._tick_steps())
         steps.addErrback(lambda f: log.failure("arbiter tick failed", f))

@@ -234,5 +234,5 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         config=config, db=db, site=site, arbiter=arbiter, events=events, pool=pool,
         reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
         notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs, channels=channels,
-        brakes=brakes, authority=authority, proofs=proofs,
+        brakes=brakes, authority=authority, proofs=proofs, ticker=ticker, quiet=gate,
     )  # fmt: skip
