@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from typing import Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -151,3 +152,16 @@ def on_change(gate: QuietGate, job: Callable[[], object]) -> Callable[[], object
         return job()
 
     return run
+
+
+class Hurried(Protocol):
+    """What waits less once work is open (opencode's probe: see
+    :class:`~pigeond.delivery.reachability.OpencodeReachability`)."""
+
+    def hurry(self) -> None: ...
+
+
+def hurry_unless_quiet(gate: QuietGate, waiting: Hurried) -> None:
+    """A tick's call: once the gate is busy (a write, open work), ``waiting`` hurries."""
+    if not gate.quiet:
+        waiting.hurry()

@@ -53,7 +53,7 @@ from pigeond.service.parts import (
     opencode_client,
 )
 from pigeond.service.pruner import Pruner
-from pigeond.service.quiet import QuietGate, on_change, unless_quiet
+from pigeond.service.quiet import QuietGate, hurry_unless_quiet, on_change, unless_quiet
 from pigeond.service.sender_proofs import accepted_then, sender_proof_job
 from pigeond.service.shared_db import seen_status, shared_database_parts
 from pigeond.service.side_routes import install_side_routes
@@ -115,6 +115,9 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         v2 = OpencodeV2Parts(config, client, reactor)  # the same URL, found to be a 2.x
         registry = SessionDirectoryRegistry(v2.lookup, reactor, config)
         reach = client.reachability  # an outage of opencode: everything waits for its end
+        # probed every 2 s while anything is open (queued, to verify), else every 30 s
+        reach.needed_while(lambda: not gate.quiet)
+        ticker.add("probe-pace", functools.partial(hurry_unless_quiet, gate, reach))
 
         def opencode_down() -> bool:
             return reach.down
