@@ -16,11 +16,15 @@ without SQL, when nothing can have become due:
 While both hold, :attr:`QuietGate.quiet` is true and the jobs skip their reads.  A
 change seen marks the gate busy at once (the jobs of that same tick read as before), and
 one read looks again; every ``SAFETY_NET_S`` it looks again anyway.  On PostgreSQL there
-is no file to watch: the gate is never quiet and the jobs read every tick, as before.
+is no file to watch: every write transaction notifies ``pigeond_changed`` at its commit,
+and the daemon's listener counts what it hears (pigeond/storage/postgres/notify.py), which
+the gate compares instead (:meth:`QuietGate.watch`); while the listener is not connected
+a write may go unheard, so the gate stays busy and the jobs read every tick.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -42,7 +46,7 @@ log = Logger()
 # tick of the file system's clock) is seen within this bound.
 SAFETY_NET_S = 30.0
 
-Signature = tuple[tuple[int, int, int] | None, ...]
+Signature = tuple[object, ...]
 
 
 def file_signature(path: str, stat: Stat = os.stat) -> Signature:
@@ -75,18 +79,28 @@ class QuietGate:
         answer (the verifier's ``turn_timeout_s``), so its look counts as open work."""
         self._db = db
         self._clock = clock
-        self._path = path
-        self._stat = stat
         self._window_ms = answer_window_ms
         self._safety_net_s = safety_net_s
         # a file to watch: not PostgreSQL, nor SQLite's in-memory database
-        self.watching = not is_postgres_url(path) and file_signature(path, stat)[0] is not None
+        self._signature: Callable[[], Signature | None] | None = None
+        if not is_postgres_url(path) and file_signature(path, stat)[0] is not None:
+            self._signature = functools.partial(file_signature, path, stat)
         self._seen: Signature | None = None
         self._looked_at = -math.inf
         self.changes = 0  # changes seen so far: a job's own "anything new since I read?"
         self._looked_for = -1  # the change the last look's answer was for
         self._looking: Deferred[None] | None = None
         self._quiet_until = 0.0  # seconds on the clock; 0: busy, inf: until a change
+
+    @property
+    def watching(self) -> bool:
+        """Whether writes can be seen without SQL at all (else the gate is never quiet)."""
+        return self._signature is not None
+
+    def watch(self, changes: Callable[[], Signature | None]) -> None:
+        """Where no file shows a write (PostgreSQL): ``changes`` says what has been heard
+        of the writes so far; None while they cannot be heard (the gate stays busy)."""
+        self._signature = changes
 
     @property
     def quiet(self) -> bool:
@@ -100,10 +114,14 @@ class QuietGate:
     def tick(self) -> None:
         """Compare the files with the last tick's; on a change (or the safety net), busy
         at once and one read to look again.  First on every tick."""
-        if not self.watching:
+        if self._signature is None:
             return
         now = self._clock.seconds()
-        signature = file_signature(self._path, self._stat)
+        signature = self._signature()
+        if signature is None:  # a write may go unheard: busy, and the jobs read
+            self._seen, self._quiet_until = None, 0.0
+            self.changes += 1
+            return
         due = 0 < self._quiet_until <= now  # an owed reply's step: look again after it
         if due or signature != self._seen or now - self._looked_at >= self._safety_net_s:
             self._seen = signature

@@ -181,7 +181,7 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
             permissions, v2,
         )  # fmt: skip
         if shared is not None:
-            shared.listen(arbiter.kick)
+            gate.watch(shared.listen(arbiter.kick).changes)  # PostgreSQL's writes, heard
     # owed replies: reminders and overdue notices, kicked at once when delivery runs
     reminders = ReminderSweep(db, reactor, arbiter.kick if arbiter is not None else _no_kick)
     ticker.add("reminders", unless_quiet(gate, reminders.sweep))

@@ -36,6 +36,12 @@ from pigeond.storage.steer_schema import V23_STEER
 DUE_CHANNEL: Final = "pigeond_due"
 NOTIFY_SQL: Final = f"SELECT pg_notify('{DUE_CHANNEL}', t) FROM unnest(?::text[]) AS t"
 
+# The channel every write transaction notifies (once: PostgreSQL folds a transaction's
+# equal notifications into one), at its commit; a daemon's quiet tick reads again when it
+# hears it (pigeond/service/quiet.py), as it does on SQLite when the file changes.
+CHANGED_CHANNEL: Final = "pigeond_changed"
+CHANGED_SQL: Final = f"SELECT pg_notify('{CHANGED_CHANNEL}', '')"
+
 # The advisory lock key daemons take to migrate one at a time ("pigeond" in ASCII).
 MIGRATION_LOCK: Final = 0x7069_6765_6F6E_64
 
