@@ -99,9 +99,13 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
     # every periodic job on one tick, each skipping its reads while nothing can be due
     ticker = Ticker(reactor, config.tick_ms / 1000)
     jobs.addService(JobService("ticker", ticker))
-    gate = QuietGate(db, reactor, config.db, lambda: int(config.turn_timeout_s * 1000))
-    ticker.add("db-watch", db_watch.check)  # first, as said above
-    ticker.add("quiet", gate.tick)
+    # the gate's stat of the file is the database watch's check too: one stat, not two
+    gate = QuietGate(
+        db, reactor, config.db, lambda: int(config.turn_timeout_s * 1000), stat=db_watch.stat
+    )
+    if not gate.watching:
+        ticker.add("db-watch", db_watch.check)  # first, as said above
+    ticker.add("quiet", gate.tick)  # first, with the check in its stat
     metrics = DeliveryMetrics()  # its registry also holds /metrics' gauges
     sweeper = ExpirySweeper(db, reactor)
     ticker.add("sweep", unless_quiet(gate, sweeper.sweep))
