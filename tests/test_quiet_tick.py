@@ -4,6 +4,7 @@ another process, a due expiry and a due owed reply are seen on time."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from twisted.internet.defer import Deferred
@@ -13,9 +14,10 @@ from pigeond.api.policy import REFRESH_S
 from pigeond.config import Config
 from pigeond.owed_replies import Owed
 from pigeond.service.daemon import Daemon
-from pigeond.service.quiet import SAFETY_NET_S
+from pigeond.service.quiet import SAFETY_NET_S, QuietGate
 from pigeond.service.wiring import build_daemon
 from pigeond.storage import SwarmRepository, open_database
+from pigeond.storage.database import InlineDatabase
 from pigeond.storage.repository import Accept
 from testkit.messages import new_message
 from tests.fixed_time import now_ms
@@ -125,3 +127,37 @@ def test_the_status_line_reads_the_database_only_after_a_write(
     other_connection(daemon).accept(new_message(WORKER), now_ms(clock), now_ms(clock) + 60_000)
     clock.advance(TICK_S)
     assert status_of(daemon).startswith("queued 1")
+
+
+class LaterDatabase(InlineDatabase):
+    """Reads answered when the test says (as the daemon's reader thread answers later)."""
+
+    def __init__(self, repo: SwarmRepository) -> None:
+        super().__init__(repo)
+        self.waiting: list[tuple[Deferred[Any], Any]] = []
+
+    def read(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        answer: Deferred[Any] = Deferred()
+        self.waiting.append((answer, call(self.repo, *args, **kwargs)))
+        return answer
+
+    def answer_all(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for answer, result in waiting:
+            answer.callback(result)
+
+
+def test_the_safety_net_s_look_leaves_the_tick_quiet(tmp_path: Path, clock: Clock) -> None:
+    """Still file, no open work: while the safety net's one read is under way the tick
+    stays quiet (the jobs do not read with it), and quiet after its answer."""
+    db = LaterDatabase(SwarmRepository(open_database(tmp_path / "p.db")))
+    gate = QuietGate(db, clock, str(tmp_path / "p.db"), lambda: 60_000)
+    gate.tick()
+    db.answer_all()
+    assert gate.quiet
+    for _ in range(int(SAFETY_NET_S / TICK_S)):
+        clock.advance(TICK_S)
+        gate.tick()
+    assert len(db.waiting) == 1 and gate.quiet
+    db.answer_all()
+    assert gate.quiet

@@ -15,7 +15,9 @@ without SQL, when nothing can have become due:
 
 While both hold, :attr:`QuietGate.quiet` is true and the jobs skip their reads.  A
 change seen marks the gate busy at once (the jobs of that same tick read as before), and
-one read looks again; every ``SAFETY_NET_S`` it looks again anyway.  On PostgreSQL there
+one read looks again; every ``SAFETY_NET_S`` it looks again anyway, with that one read
+(the gate turns busy if it finds work due, and the jobs of :func:`on_change` read again),
+not with every job's on the same tick.  On PostgreSQL there
 is no file to watch: every write transaction notifies ``pigeond_changed`` at its commit,
 and the daemon's listener counts what it hears (pigeond/storage/postgres/notify.py), which
 the gate compares instead (:meth:`QuietGate.watch`); while the listener is not connected
@@ -123,11 +125,13 @@ class QuietGate:
             self.changes += 1
             return
         due = 0 < self._quiet_until <= now  # an owed reply's step: look again after it
-        if due or signature != self._seen or now - self._looked_at >= self._safety_net_s:
+        changed = due or signature != self._seen
+        if changed or now - self._looked_at >= self._safety_net_s:
             self._seen = signature
             self._looked_at = now
             self.changes += 1
-            self._quiet_until = 0.0
+            if changed:  # busy at once; the safety net's look alone makes it busy, if due
+                self._quiet_until = 0.0
         if self._looking is None and self._looked_for != self.changes:
             self._looking = Deferred.fromCoroutine(self._look(self.changes))
             self._looking.addErrback(self._look_failed)
