@@ -324,3 +324,13 @@ def test_daemon_refuses_a_repeated_host_or_authorization(
     response = parse_response(socket_exchange(daemon.port, with_token(daemon, request)))
     assert (response.status, response.is_json_error) == (400, True)
     assert "more than one" in response.json()["error"]
+
+
+def test_a_started_site_sets_no_timer(site: Site, clock: Clock) -> None:
+    """Listening, the site schedules nothing: an idle daemon is not woken for an access
+    log's timestamp (it writes no access log)."""
+    site.doStart()
+    try:
+        assert clock.getDelayedCalls() == []
+    finally:
+        site.doStop()

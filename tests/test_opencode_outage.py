@@ -14,7 +14,7 @@ from twisted.internet.task import Clock
 from twisted.logger import LogLevel
 
 from pigeond.config import DEFAULTS, Config
-from pigeond.delivery.reachability import JITTER, PROBE_BACKOFF_S
+from pigeond.delivery.reachability import IDLE_PROBE_BACKOFF_S, JITTER, PROBE_BACKOFF_S
 from pigeond.service.daemon import Daemon
 from tests.http_helpers import daemon_call, result_of
 from tests.openapi_check import check_body
@@ -24,6 +24,7 @@ from tests.storage_helpers import clock_daemon, repo_of
 URL = "http://127.0.0.1:4096"
 TEN_MINUTES_S = 600.0
 STEP_S = 0.05
+TICK_S = DEFAULTS.tick_ms / 1000
 SEND = {"from": "ses_a", "to": "ses_t", "payload": "hi", "msg_id": "msg_1"}
 
 
@@ -169,3 +170,50 @@ def test_the_status_line_says_opencode_is_unreachable(
     sent_during_an_outage(daemon, opencode, clock)
     line = result_of(Deferred.fromCoroutine(daemon.status_line()))
     assert line == "queued 1, failed 0, in flight 0, opencode unreachable"
+
+
+def idle_outage(tmp_path: Path, clock: Clock, opencode: SwitchableOpencode) -> Daemon:
+    """opencode gone, nothing queued: a daemon in turn delivery (its event stream finds the
+    outage), ten minutes on."""
+    opencode.up = False
+    daemon = daemon_with(tmp_path, clock, opencode, delivery="turn")
+    run_for(clock, TEN_MINUTES_S)
+    return daemon
+
+
+def test_an_idle_daemon_asks_a_missing_opencode_every_30_s_at_most(
+    tmp_path: Path, clock: Clock, opencode: SwitchableOpencode
+) -> None:
+    """Nothing queued: ten minutes without opencode cost a probe every 30 s at most (the
+    event stream waits for the probe), not one every 2 s."""
+    idle_outage(tmp_path, clock, opencode)
+    slowest = max(IDLE_PROBE_BACKOFF_S) * (1 - JITTER)
+    assert opencode.refused <= 1 + len(IDLE_PROBE_BACKOFF_S) + TEN_MINUTES_S / slowest
+
+
+def test_an_idle_daemon_notices_the_return_of_opencode_within_30_s(
+    tmp_path: Path, clock: Clock, opencode: SwitchableOpencode
+) -> None:
+    """Nothing queued, a long outage: opencode's return is seen within the idle pace."""
+    daemon = idle_outage(tmp_path, clock, opencode)
+    came_back = clock.seconds()
+    opencode.up = True
+    while health(daemon)[1]["opencode"] != "ok":
+        clock.advance(STEP_S)
+        assert clock.seconds() - came_back <= max(IDLE_PROBE_BACKOFF_S) + STEP_S
+
+
+def test_a_message_sent_in_an_idle_outage_goes_within_a_tick_and_two_seconds_of_the_return(
+    tmp_path: Path, clock: Clock, opencode: SwitchableOpencode
+) -> None:
+    """After ten idle minutes, a message sent (its own attempt refused) and opencode back
+    right after: the probes are at their 2 s pace again from the next tick, so it goes
+    within a tick and 2 s, as during any outage, never after the idle 30 s."""
+    daemon = idle_outage(tmp_path, clock, opencode)
+    assert daemon_call(daemon, "POST", "/swarm/send", SEND)[0] == 202
+    sent = clock.seconds()
+    opencode.up = True
+    while state_of(daemon, "msg_1") == "queued":
+        clock.advance(STEP_S)
+        assert clock.seconds() - sent <= TICK_S + max(PROBE_BACKOFF_S) + STEP_S
+    assert state_of(daemon, "msg_1") == "handed_off"

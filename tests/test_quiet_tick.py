@@ -4,20 +4,24 @@ another process, a due expiry and a due owed reply are seen on time."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from pigeond.api.policy import REFRESH_S
 from pigeond.config import Config
 from pigeond.owed_replies import Owed
 from pigeond.service.daemon import Daemon
-from pigeond.service.quiet import SAFETY_NET_S
+from pigeond.service.quiet import SAFETY_NET_S, QuietGate
 from pigeond.service.wiring import build_daemon
 from pigeond.storage import SwarmRepository, open_database
+from pigeond.storage.database import InlineDatabase
 from pigeond.storage.repository import Accept
 from testkit.messages import new_message
 from tests.fixed_time import now_ms
+from tests.http_helpers import result_of
 from tests.storage_helpers import CountingDatabase
 
 TICK_S = 0.5
@@ -122,3 +126,56 @@ def test_a_message_held_for_consent_leaves_the_ticks_quiet(daemon: Daemon, clock
     clock.advance(TICK_S)
     stored = other.get("msg_held")
     assert stored is not None and stored.state == "expired"
+
+
+def status_of(daemon: Daemon) -> str:
+    return result_of(Deferred.fromCoroutine(daemon.status_line()))
+
+
+def test_the_status_line_reads_the_database_only_after_a_write(
+    daemon: Daemon, clock: Clock
+) -> None:
+    """systemd's status line, asked on every tick, counts again only once a write came."""
+    assert status_of(daemon).startswith("queued 0")
+    calls_of(daemon).clear()
+    for _ in range(10):
+        clock.advance(TICK_S)
+        status_of(daemon)
+    assert calls_of(daemon) == []
+    other_connection(daemon).accept(new_message(WORKER), now_ms(clock), now_ms(clock) + 60_000)
+    clock.advance(TICK_S)
+    assert status_of(daemon).startswith("queued 1")
+
+
+class LaterDatabase(InlineDatabase):
+    """Reads answered when the test says (as the daemon's reader thread answers later)."""
+
+    def __init__(self, repo: SwarmRepository) -> None:
+        super().__init__(repo)
+        self.waiting: list[tuple[Deferred[Any], Any]] = []
+
+    def read(self, call: Any, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        answer: Deferred[Any] = Deferred()
+        self.waiting.append((answer, call(self.repo, *args, **kwargs)))
+        return answer
+
+    def answer_all(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for answer, result in waiting:
+            answer.callback(result)
+
+
+def test_the_safety_net_s_look_leaves_the_tick_quiet(tmp_path: Path, clock: Clock) -> None:
+    """Still file, no open work: while the safety net's one read is under way the tick
+    stays quiet (the jobs do not read with it), and quiet after its answer."""
+    db = LaterDatabase(SwarmRepository(open_database(tmp_path / "p.db")))
+    gate = QuietGate(db, clock, str(tmp_path / "p.db"), lambda: 60_000)
+    gate.tick()
+    db.answer_all()
+    assert gate.quiet
+    for _ in range(int(SAFETY_NET_S / TICK_S)):
+        clock.advance(TICK_S)
+        gate.tick()
+    assert len(db.waiting) == 1 and gate.quiet
+    db.answer_all()
+    assert gate.quiet

@@ -3,12 +3,15 @@ bounded rate, and its end noticed within 2 s (pigeond/delivery/reachability.py).
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from twisted.internet.defer import CancelledError
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel
 
 from pigeond.delivery.reachability import (
+    IDLE_PROBE_BACKOFF_S,
     JITTER,
     PROBE_BACKOFF_S,
     OpencodeReachability,
@@ -99,7 +102,7 @@ def test_an_outage_is_two_log_lines_however_long(
     lasted = how_long(opencode.probed_at[-1] - started)  # the answering probe ended it
     assert said == [
         (LogLevel.warn, f"opencode at {URL} unreachable ({REFUSED}); delivery waits for it,"
-                        " asking again every 2 s at most"),
+                        " asking again every 2 s at most (30 s while nothing waits)"),
         (LogLevel.info, f"opencode at {URL} answers again after {lasted}; delivery resumes"),
     ]  # fmt: skip
 
@@ -189,3 +192,31 @@ def test_stop_ends_the_probing(opencode: ProbedOpencode, clock: Clock) -> None:
 def test_durations_read_as_an_operator_reads_them(seconds: float, shown: str) -> None:
     """Seconds with a tenth under a minute, then minutes and seconds, then hours and minutes."""
     assert how_long(seconds) == shown
+
+
+def test_while_nothing_needs_opencode_the_probes_slow_to_one_every_30_s(
+    opencode: ProbedOpencode, clock: Clock
+) -> None:
+    """Nothing waits for opencode: after the first quick probes, one every 30 s at most."""
+    opencode.reach.needed_while(lambda: False)
+    opencode.reach.failed(REFUSED)
+    run_for(clock, TEN_MINUTES_S)
+    gaps = [b - a for a, b in zip(opencode.probed_at, opencode.probed_at[1:], strict=False)]
+    assert min(gaps[len(IDLE_PROBE_BACKOFF_S) :]) >= max(IDLE_PROBE_BACKOFF_S) * (1 - JITTER)
+    assert max(gaps) <= max(IDLE_PROBE_BACKOFF_S) + STEP_S
+
+
+def test_hurry_cuts_a_long_wait_to_the_2_s_pace(opencode: ProbedOpencode, clock: Clock) -> None:
+    """Idle probing, then something needs opencode: the next probe comes within 2 s, and
+    the ones after it every 2 s at most."""
+    needed = [False]
+    opencode.reach.needed_while(lambda: needed[0])
+    opencode.reach.failed(REFUSED)
+    run_for(clock, TEN_MINUTES_S)
+    needed[0] = True
+    opencode.reach.hurry()
+    hurried_at, probes = clock.seconds(), len(opencode.probed_at)
+    run_for(clock, 60)
+    assert opencode.probed_at[probes] - hurried_at <= max(PROBE_BACKOFF_S) + STEP_S
+    gaps = [b - a for a, b in itertools.pairwise(opencode.probed_at[probes:])]
+    assert max(gaps) <= max(PROBE_BACKOFF_S) + STEP_S

@@ -27,6 +27,7 @@ from pigeond.service.systemd import (
     Watchdog,
     watchdog_period_s,
 )
+from pigeond.service.ticker import Ticker
 
 
 class Recorder:
@@ -88,14 +89,35 @@ def test_watchdog_pings_every_half_period_while_alive(clock: Clock) -> None:
 
 
 def test_status_reports_changes_only(clock: Clock) -> None:
-    """STATUS= is sent when the status line changes, checked every few seconds."""
+    """STATUS= is sent when the status line changes, checked on the daemon's tick."""
     notifier, line = Recorder(), ["queued 0"]
-    reporter = StatusReporter(notifier, clock, lambda: succeed(line[0]), 5.0)
+    reporter = StatusReporter(notifier, lambda: succeed(line[0]))
+    ticker = Ticker(clock, 0.5)
+    ticker.add("status", reporter.report, every_s=1.0)
+    ticker.start()
     reporter.start()
-    clock.advance(5)
+    clock.advance(1)
     line[0] = "queued 3"
-    clock.advance(5)
+    clock.advance(1)
     assert notifier.sent == ["STATUS=queued 0", "STATUS=queued 3"]
+
+
+def test_status_has_no_timer_of_its_own(clock: Clock) -> None:
+    """Started, the reporter schedules nothing: only the daemon's tick calls it."""
+    reporter = StatusReporter(Recorder(), lambda: succeed("queued 0"))
+    reporter.start()
+    assert clock.getDelayedCalls() == []
+
+
+def test_status_is_not_reported_after_stop(clock: Clock) -> None:
+    """Stopped (shutdown), a tick's call sends nothing more."""
+    notifier, line = Recorder(), ["queued 0"]
+    reporter = StatusReporter(notifier, lambda: succeed(line[0]))
+    reporter.start()
+    reporter.stop()
+    line[0] = "queued 3"
+    reporter.report()
+    assert notifier.sent == ["STATUS=queued 0"]
 
 
 def test_text_line_has_fields_and_no_newline() -> None:

@@ -293,7 +293,11 @@ class Arbiter:
 
         Never raises: an exception would stop the ticking service for good."""
         self.last_tick_at = self._clock.seconds()
-        if self._state.closed or self._tick_running or self._database_vanished():
+        if self._state.closed or self._tick_running:
+            return
+        if not self._state.unrecorded and self._nothing_due():
+            return  # an idle tick: no step has anything to do (a replaced file is a change)
+        if self._database_vanished():
             return
         self._tick_running = True
         steps = Deferred.fromCoroutine(self._tick_steps())

@@ -7,7 +7,12 @@ opencode is not there (:meth:`~OpencodeReachability.failed`: refused, reset, 502
 cause), ``/health`` says ``unreachable`` with since when and the last error, and from then
 on a single probe at a time (``GET /session/status``) asks opencode again:
 :data:`PROBE_BACKOFF_S` after the failure, then every 2 s at most (each wait shortened at
-random by up to :data:`JITTER`, so daemons started together do not ask in step).
+random by up to :data:`JITTER`, so daemons started together do not ask in step).  While
+nothing needs opencode (:meth:`~OpencodeReachability.needed_while`: nothing queued, nothing
+to verify) the waits go on growing, to :data:`IDLE_PROBE_BACKOFF_S`'s 30 s, so an idle
+daemon beside no opencode wakes for a probe twice a minute, not every 2 s; the moment
+something needs it, :meth:`~OpencodeReachability.hurry` cuts a longer wait to the 2 s
+pace.
 Meanwhile little else calls it: the arbiter tries each target once per
 ``outage_retry_s`` (its queue's head says why it waits), the verifier reads no
 transcript, a turn wait polls no status, the event stream waits.  So a ten-minute outage
@@ -28,7 +33,6 @@ from typing import Final
 
 from twisted.internet.defer import CancelledError, Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
-from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 log = Logger()
@@ -37,6 +41,8 @@ log = Logger()
 # a refused connection costs microseconds, so the cap bounds the delay after its return.
 PROBE_BACKOFF_S: Final = (0.25, 0.5, 1.0, 2.0)
 JITTER: Final = 0.25  # each wait is shortened at random by up to this fraction
+# ... and while nothing needs opencode: the same, then longer, to a bounded 30 s
+IDLE_PROBE_BACKOFF_S: Final = (*PROBE_BACKOFF_S, 5.0, 10.0, 30.0)
 
 
 class Reach(Enum):
@@ -67,15 +73,18 @@ class OpencodeReachability:
         probe: Callable[[], Awaitable[None]],
         *,
         backoff_s: tuple[float, ...] = PROBE_BACKOFF_S,
+        idle_backoff_s: tuple[float, ...] = IDLE_PROBE_BACKOFF_S,
         jitter: Callable[[], float] = random.random,
     ) -> None:
         """``probe`` makes one call to opencode (its outcome comes back through
         :meth:`answered` or :meth:`failed`, as any call's); ``jitter`` gives a number in
-        [0, 1) per wait."""
+        [0, 1) per wait.  ``idle_backoff_s``: the waits while nothing needs opencode."""
         self._url = url
         self._clock = clock
         self._probe = probe
         self._backoff_s = backoff_s
+        self._idle_backoff_s = idle_backoff_s
+        self._needed: Callable[[], bool] = lambda: True
         self._jitter = jitter
         self.state = Reach.NOT_CONTACTED
         self.since: float | None = None  # when the outage began (clock seconds)
@@ -85,6 +94,7 @@ class OpencodeReachability:
         self._waiters: list[Deferred[None]] = []
         self._probing: Deferred[None] | None = None
         self._sleep: Deferred[None] | None = None
+        self._wake: IDelayedCall | None = None  # the end of the probe's wait under way
         self._notify: IDelayedCall | None = None
         self._stopped = False
 
@@ -111,12 +121,28 @@ class OpencodeReachability:
             return
         self.state, self.since = Reach.UNREACHABLE, self._clock.seconds()
         log.warn("opencode at {url} unreachable ({error}); delivery waits for it, asking again"
-                 " every {cap:g} s at most", url=self._url, error=error,
-                 cap=max(self._backoff_s))  # fmt: skip
+                 " every {cap:g} s at most ({idle:g} s while nothing waits)", url=self._url,
+                 error=error, cap=max(self._backoff_s),
+                 idle=max(self._idle_backoff_s))  # fmt: skip
         if not self._stopped and self._probing is None:
             self._probing = Deferred.fromCoroutine(self._probe_until_back())
             self._probing.addErrback(lambda f: log.failure("probing opencode stopped", f))
             self._probing.addBoth(self._probing_ended)
+
+    def needed_while(self, needed: Callable[[], bool]) -> None:
+        """Probe at the 2 s pace only while ``needed()`` (something waits for opencode);
+        otherwise the waits grow to :data:`IDLE_PROBE_BACKOFF_S`'s last.  Unset, it is
+        always needed."""
+        self._needed = needed
+
+    def hurry(self) -> None:
+        """Something needs opencode now: a probe's wait longer than the 2 s pace ends
+        within it (a shorter one is left as it is)."""
+        wake = self._wake
+        if wake is None or not wake.active():
+            return
+        if wake.getTime() - self._clock.seconds() > self._backoff_s[-1]:
+            wake.reset(self._backoff_s[-1] * (1 - JITTER * self._jitter()))
 
     def on_back(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` at the end of every outage."""
@@ -154,21 +180,26 @@ class OpencodeReachability:
     def _probing_ended(self, _: object) -> None:
         self._probing = None
 
+    def _wait(self, seconds: float) -> Deferred[None]:
+        """A wait :meth:`hurry` may shorten; cancelling it cancels its timer."""
+        done: Deferred[None] = Deferred(lambda d: self._wake.cancel() if self._wake else None)
+        self._wake = self._clock.callLater(seconds, done.callback, None)
+        return done
+
     async def _probe_until_back(self) -> None:
         """One probe at a time, after the backoff's wait, until an answer ends the outage."""
         step = 0
         while self.down and not self._stopped:
-            wait_s = self._backoff_s[min(step, len(self._backoff_s) - 1)]
-            step += 1
-            self._sleep = deferLater(
-                self._clock, wait_s * (1 - JITTER * self._jitter()), lambda: None
-            )
+            waits = self._backoff_s if self._needed() else self._idle_backoff_s
+            wait_s = waits[min(step, len(waits) - 1)]
+            step = min(step + 1, len(self._idle_backoff_s))  # needed: at most the 2 s pace
+            self._sleep = self._wait(wait_s * (1 - JITTER * self._jitter()))
             try:
                 await self._sleep
             except CancelledError:
                 return  # the outage ended (another call got an answer), or pigeond stops
             finally:
-                self._sleep = None
+                self._sleep = self._wake = None
             self.probes += 1
             try:
                 await self._probe()

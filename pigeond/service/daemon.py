@@ -37,7 +37,9 @@ from pigeond.service.parts import (
     describe_address,
 )
 from pigeond.service.pruner import Pruner
+from pigeond.service.quiet import QuietGate
 from pigeond.service.reload import RESTART_ONLY, config_changes, needing_restart
+from pigeond.service.ticker import Ticker
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
 
@@ -78,6 +80,11 @@ class Daemon:
     authority: SessionAuthority | None = None
     # who really sent each message (pigeond/delivery/sender_proof.py)
     proofs: SenderProofJob | None = None
+    # the one tick of every periodic job, and whether a write may have come since a read
+    ticker: Ticker | None = None
+    quiet: QuietGate | None = None
+    # the status line's counts, and the gate's change they were read at
+    status_counts: tuple[int, dict[str, int]] | None = field(default=None, init=False)
 
     async def listen(self) -> IListeningPort:
         """Listen on ``config.listen`` (``unix:`` private by default, a passed Unix socket
@@ -187,7 +194,7 @@ class Daemon:
         problem = self.database_problem()
         if problem is not None:
             return f"{problem}; restart pigeond"
-        counts = await self.db.read(SwarmRepository.count_open)
+        counts = await self.open_counts()
         parts = [f"queued {counts.get('queued', 0)}", f"failed {counts.get('failed', 0)}"]
         health = self.delivery_health()
         if health is DELIVERY_OFF:
@@ -199,10 +206,21 @@ class Daemon:
             parts.append(f"{health.unrecorded} hand-off(s) not yet recorded (database full?)")
         return ", ".join(parts)
 
+    async def open_counts(self) -> dict[str, int]:
+        """The open messages by state, read again only when a write may have come since the
+        last read (every call where the gate watches nothing)."""
+        seen = -1 if self.quiet is None else self.quiet.changes
+        kept = self.status_counts
+        if kept is not None and self.quiet is not None and not self.quiet.changed_since(kept[0]):
+            return kept[1]
+        counts = await self.db.read(SwarmRepository.count_open)
+        self.status_counts = (seen, counts)
+        return counts
+
     def reconfigurable(self) -> list[Reconfigurable]:
         """Every part a reload reaches; each takes the new settings through ``configure``."""
         parts: list[Reconfigurable] = [self.site, self.routes, self.db, self.pruner, *self.brakes]
-        optional = (self.flood, self.access, self.arbiter, self.channels, self.proofs)
+        optional = (self.flood, self.access, self.arbiter, self.channels, self.proofs, self.quiet)
         parts += [p for p in optional if p is not None]
         if self.delivery is not None:
             d = self.delivery

@@ -13,6 +13,7 @@ on disk): sends get 503, ``/health`` is not ok, delivery stops, and one
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -74,23 +75,31 @@ class DatabaseWatch:
         """Why the file at the path is not the database opened at start; None while it is."""
         if self.problem is not None or not self.watching:
             return self.problem
+        with contextlib.suppress(OSError):  # a missing file is said by stat; else no proof
+            self.stat(self.path)
+        return self.problem
+
+    def stat(self, path: str) -> os.stat_result:
+        """``os.stat(path)``; when ``path`` is the database's, also the check of its identity
+        (so the quiet tick's own stat of the file is the watch's: one stat a tick)."""
+        ours = path == self.path and self.watching and self.problem is None
         try:
-            now = identity_of(self.path, self._stat)
+            st = self._stat(path)
         except (FileNotFoundError, NotADirectoryError):
-            how = "deleted (or moved away)"
-        except OSError:
-            return None  # cannot look (a permission changed): no proof the file is gone
-        else:
-            if now == self._opened:
-                return None
-            how = "replaced by another file"
+            if ours:
+                self._gone("deleted (or moved away)")
+            raise
+        if ours and (st.st_dev, st.st_ino) != self._opened:
+            self._gone("replaced by another file")
+        return st
+
+    def _gone(self, how: str) -> None:
         self.problem = f"database file {self.path} was {how} while pigeond ran"
         log.critical(
             "{error}: nothing is stored or delivered from now on; restart pigeond"
             " (messages accepted before went with the old file)",
             error=self.problem,
         )
-        return self.problem
 
     def refuse_send(self, request: server.Request, message: NewMessage) -> None:
         """A send check: 503 once the file is gone, so no 202 promises a lost message."""

@@ -223,9 +223,9 @@ def run(
     logs = start_logging(config.log_level, config.log_format, clock=clock)
     apply_open_files_limit(config.max_connections)  # each connection costs a descriptor
     notifier = notifier_from(os.environ)
-    status = StatusReporter(
-        notifier, clock, lambda: Deferred.fromCoroutine(daemon.status_line()), STATUS_EVERY_S
-    )
+    status = StatusReporter(notifier, lambda: Deferred.fromCoroutine(daemon.status_line()))
+    if daemon.ticker is not None:  # on the one tick: no wake-up of its own
+        daemon.ticker.add("status", status.report, every_s=STATUS_EVERY_S)
     period = watchdog_period_s(os.environ, os.getpid())
     watchdog = None
     if period is not None:

@@ -31,10 +31,12 @@ class SharedDatabaseParts:
     reactor: IReactorFromThreads
     listener: DueListener | None = None
 
-    def listen(self, kick: Callable[[str], None]) -> None:
-        """Kick the arbiter for each target a send anywhere was accepted for (NOTIFY)."""
+    def listen(self, kick: Callable[[str], None]) -> DueListener:
+        """Kick the arbiter for each target a send anywhere was accepted for (NOTIFY); the
+        listener also counts every write it hears of (the quiet tick's on PostgreSQL)."""
         self.listener = DueListener(self.url, self.reactor, kick)
         self.listener.start()
+        return self.listener
 
     def close(self) -> None:
         if self.listener is not None:

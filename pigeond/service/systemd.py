@@ -182,34 +182,31 @@ class Watchdog:
 
 
 class StatusReporter:
-    """Keeps systemd's ``STATUS=`` current (``systemctl status pigeond`` shows it)."""
+    """Keeps systemd's ``STATUS=`` current (``systemctl status pigeond`` shows it).
 
-    def __init__(
-        self,
-        notifier: Notifier,
-        clock: IReactorTime,
-        status: Callable[[], Deferred[str]],
-        every_s: float,
-    ) -> None:
+    It has no timer of its own: the daemon's one tick calls :meth:`report` (every second
+    at most), so it never wakes an idle daemon; the status itself reads the database only
+    when a write may have come (see :meth:`pigeond.service.daemon.Daemon.status_line`)."""
+
+    def __init__(self, notifier: Notifier, status: Callable[[], Deferred[str]]) -> None:
         """``status`` may answer later (it reads the database off the reactor thread)."""
         self._notifier = notifier
         self._status = status
-        self._loop = LoopingCall(self.report)
-        self._loop.clock = clock
-        self._every_s = every_s
+        self._running = False
         self._last = ""
         self._asking: Deferred[None] | None = None
 
     def start(self) -> None:
-        self._loop.start(self._every_s, now=True)
+        self._running = True
+        self.report()
 
     def stop(self) -> None:
-        if self._loop.running:
-            self._loop.stop()
+        self._running = False
 
     def report(self) -> None:
-        """Ask for the status and send it if it changed; one question at a time."""
-        if self._asking is not None:
+        """Ask for the status and send it if it changed; one question at a time, and none
+        before :meth:`start` or after :meth:`stop`."""
+        if self._asking is not None or not self._running:
             return
         asking = (
             maybeDeferred(self._status)

@@ -56,16 +56,21 @@ class Ticker:
 
     def tick(self) -> None:
         now = self._clock.seconds()
+        running, next_at = self._running, self._next_at
         for name, every_s, job in self._jobs:
-            if name in self._running or now < self._next_at.get(name, now):
+            if running and name in running:
                 continue
-            self._next_at[name] = now + every_s
+            if every_s:  # a job of its own pace: the first tick once it is due
+                if now < next_at.get(name, now):
+                    continue
+                next_at[name] = now + every_s
             try:
                 result = job()
             except Exception:
                 log.failure("periodic job {name} failed; called again next tick", name=name)
                 continue
-            if isinstance(result, Deferred) and not result.called:
+            # an idle tick's jobs mostly answer None: no isinstance (an ABC's, slow) for it
+            if result is not None and isinstance(result, Deferred) and not result.called:
                 self._running[name] = result
                 result.addErrback(self._failed, name)
                 result.addBoth(self._ended, name)

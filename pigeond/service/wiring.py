@@ -53,7 +53,7 @@ from pigeond.service.parts import (
     opencode_client,
 )
 from pigeond.service.pruner import Pruner
-from pigeond.service.quiet import QuietGate, on_change, unless_quiet
+from pigeond.service.quiet import QuietGate, hurry_unless_quiet, on_change, unless_quiet
 from pigeond.service.sender_proofs import accepted_then, sender_proof_job
 from pigeond.service.shared_db import seen_status, shared_database_parts
 from pigeond.service.side_routes import install_side_routes
@@ -99,9 +99,13 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
     # every periodic job on one tick, each skipping its reads while nothing can be due
     ticker = Ticker(reactor, config.tick_ms / 1000)
     jobs.addService(JobService("ticker", ticker))
-    gate = QuietGate(db, reactor, config.db, lambda: int(config.turn_timeout_s * 1000))
-    ticker.add("db-watch", db_watch.check)  # first, as said above
-    ticker.add("quiet", gate.tick)
+    # the gate's stat of the file is the database watch's check too: one stat, not two
+    gate = QuietGate(
+        db, reactor, config.db, lambda: int(config.turn_timeout_s * 1000), stat=db_watch.stat
+    )
+    if not gate.watching:
+        ticker.add("db-watch", db_watch.check)  # first, as said above
+    ticker.add("quiet", gate.tick)  # first, with the check in its stat
     metrics = DeliveryMetrics()  # its registry also holds /metrics' gauges
     sweeper = ExpirySweeper(db, reactor)
     ticker.add("sweep", unless_quiet(gate, sweeper.sweep))
@@ -115,6 +119,9 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         v2 = OpencodeV2Parts(config, client, reactor)  # the same URL, found to be a 2.x
         registry = SessionDirectoryRegistry(v2.lookup, reactor, config)
         reach = client.reachability  # an outage of opencode: everything waits for its end
+        # probed every 2 s while anything is open (queued, to verify), else every 30 s
+        reach.needed_while(lambda: not gate.quiet)
+        ticker.add("probe-pace", functools.partial(hurry_unless_quiet, gate, reach))
 
         def opencode_down() -> bool:
             return reach.down
@@ -178,7 +185,7 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
             permissions, v2,
         )  # fmt: skip
         if shared is not None:
-            shared.listen(arbiter.kick)
+            gate.watch(shared.listen(arbiter.kick).changes)  # PostgreSQL's writes, heard
     # owed replies: reminders and overdue notices, kicked at once when delivery runs
     reminders = ReminderSweep(db, reactor, arbiter.kick if arbiter is not None else _no_kick)
     ticker.add("reminders", unless_quiet(gate, reminders.sweep))
@@ -238,5 +245,5 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         config=config, db=db, site=site, arbiter=arbiter, events=events, pool=pool,
         reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
         notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs, channels=channels,
-        brakes=brakes, authority=authority, proofs=proofs,
+        brakes=brakes, authority=authority, proofs=proofs, ticker=ticker, quiet=gate,
     )  # fmt: skip

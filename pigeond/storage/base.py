@@ -104,6 +104,7 @@ class RepositoryBase:
         try:
             yield self._conn
             self._index_pending(self._conn)
+            self.engine.notify_changed(self._conn)
             self._conn.execute("COMMIT")
         except UNAVAILABLE_ERRORS as e:
             self._rollback()

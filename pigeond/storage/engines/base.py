@@ -162,6 +162,10 @@ class Engine(Protocol):
     def notify_due(self, conn: Connection, targets: Sequence[str]) -> None:
         """At the commit, wake the daemons that deliver to ``targets``."""
 
+    def notify_changed(self, conn: Connection) -> None:
+        """At the commit, tell every daemon that the database changed (its quiet tick reads
+        again: pigeond/service/quiet.py), where no file shows it."""
+
     def file_size(self, conn: Connection) -> FileSize:
         """The database's size."""
 

@@ -19,7 +19,7 @@ from pigeond.storage.columns import COLUMNS
 from pigeond.storage.engines.base import Connection, EngineSql, FileSize
 from pigeond.storage.existing import open_existing_postgres
 from pigeond.storage.postgres import open_postgres
-from pigeond.storage.postgres.schema import NOTIFY_ACCEPTED_SQL, NOTIFY_SQL
+from pigeond.storage.postgres.schema import CHANGED_SQL, NOTIFY_ACCEPTED_SQL, NOTIFY_SQL
 from pigeond.storage.schema import EventLog
 from pigeond.storage.search_text import check_searchable, search_words
 
@@ -94,6 +94,9 @@ class PostgresEngine:
     def notify_due(self, conn: Connection, targets: Sequence[str]) -> None:
         if targets:
             conn.execute(NOTIFY_SQL, (list(targets),))
+
+    def notify_changed(self, conn: Connection) -> None:
+        conn.execute(CHANGED_SQL)
 
     def file_size(self, conn: Connection) -> FileSize:
         """Its pages as pg_database_size counts them, none free here: PostgreSQL's own

@@ -104,6 +104,9 @@ class SqliteEngine:
     def notify_due(self, conn: Connection, targets: Sequence[str]) -> None:
         pass
 
+    def notify_changed(self, conn: Connection) -> None:
+        pass  # every write changes the file or its -wal: the quiet tick stats them
+
     def file_size(self, conn: Connection) -> FileSize:
         def pragma(name: str) -> int:
             return int(conn.execute(f"PRAGMA {name}").fetchone()[0])

@@ -43,6 +43,12 @@ NOTIFY_ACCEPTED_SQL: Final = (
     " FROM swarm_messages WHERE accept_seq BETWEEN ? AND ? AND to_session IS NOT NULL) AS due"
 )
 
+# The channel every write transaction notifies (once: PostgreSQL folds a transaction's
+# equal notifications into one), at its commit; a daemon's quiet tick reads again when it
+# hears it (pigeond/service/quiet.py), as it does on SQLite when the file changes.
+CHANGED_CHANNEL: Final = "pigeond_changed"
+CHANGED_SQL: Final = f"SELECT pg_notify('{CHANGED_CHANNEL}', '')"
+
 # The advisory lock key daemons take to migrate one at a time ("pigeond" in ASCII).
 MIGRATION_LOCK: Final = 0x7069_6765_6F6E_64
 
