@@ -29,6 +29,7 @@ from pigeond.delivery.opencode_client import (
     OpencodeError,
     SessionNotFound,
 )
+from pigeond.delivery.opencode_transcript import user_texts_of
 from pigeond.delivery.registry import SessionDirectoryRegistry
 from tests.http_helpers import failure_of, result_of, stub_client
 
@@ -263,8 +264,8 @@ class TranscriptResource(Resource):
         return json.dumps(self.body).encode()
 
 
-def test_user_texts_reads_user_text_parts(clock: Clock) -> None:
-    """Only non-synthetic text parts of user messages are returned, oldest first."""
+def test_user_texts_of_a_read_are_its_user_text_parts(clock: Clock) -> None:
+    """Only non-synthetic text parts of user messages are taken, oldest first."""
     transcript = [
         {"info": {"role": "user"}, "parts": [{"type": "text", "text": "one"},
                                              {"type": "text", "text": "hidden", "synthetic": True},
@@ -275,7 +276,7 @@ def test_user_texts_reads_user_text_parts(clock: Clock) -> None:
     ]  # fmt: skip
     fake = TranscriptResource(transcript)
     client = client_for(fake, clock)
-    texts = result_of(run(clock, client.user_texts("ses_a", "/srv/a", limit=50)))
+    texts = user_texts_of(result_of(run(clock, client.messages("ses_a", "/srv/a", limit=50))))
     assert texts == ["one", "two"]
     assert fake.paths == ["/session/ses_a/message?limit=50"]
     assert fake.directories == ["/srv/a"]

@@ -52,7 +52,7 @@ from pigeond.delivery.transcript_reads import TranscriptReadWatch
 # the errors are declared in opencode_errors; every caller imports them from here
 __all__ = [
     "DeadlineExceeded", "FailureKind", "OpencodeClient", "OpencodeError", "SessionNotFound",
-    "SpeaksV2", "UnsupportedApi", "user_texts_of",
+    "SpeaksV2", "UnsupportedApi",
 ]  # fmt: skip
 
 
@@ -388,33 +388,6 @@ class OpencodeClient:
     ) -> list[dict[str, Any]]:
         """Each message's ``info`` (role, agent, model, ...), oldest first."""
         return [m["info"] for m in await self.messages(session_id, directory, limit)]
-
-    async def user_texts(
-        self, session_id: str, directory: str, limit: int | None = None
-    ) -> list[str]:
-        """The text parts of the user messages in the transcript, oldest first.
-
-        With ``limit`` only the newest ``limit`` messages are read.
-        """
-        return user_texts_of(await self.messages(session_id, directory, limit))
-
-
-def user_texts_of(messages: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The non-synthetic text parts of the user messages, in order."""
-    texts: list[str] = []
-    for message in messages:
-        info = message.get("info")
-        if not isinstance(info, dict) or info.get("role") != "user":
-            continue
-        for part in message.get("parts") or []:
-            if (
-                isinstance(part, dict)
-                and part.get("type") == "text"
-                and not part.get("synthetic")
-                and isinstance(part.get("text"), str)
-            ):
-                texts.append(part["text"])
-    return texts
 
 
 def _is_page(response: IResponse) -> bool:

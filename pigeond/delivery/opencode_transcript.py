@@ -8,10 +8,27 @@ payload is escaped and can never begin a part with a tag.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from pigeond.delivery.opencode_client import user_texts_of
+
+def user_texts_of(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The non-synthetic text parts of the user messages, in order."""
+    texts: list[str] = []
+    for message in messages:
+        info = message.get("info")
+        if not isinstance(info, dict) or info.get("role") != "user":
+            continue
+        for part in message.get("parts") or []:
+            if (
+                isinstance(part, dict)
+                and part.get("type") == "text"
+                and not part.get("synthetic")
+                and isinstance(part.get("text"), str)
+            ):
+                texts.append(part["text"])
+    return texts
+
 
 _OPENING_MSG_ID = re.compile(r'^<swarm_message [^>]*\bmsg_id="([^"]*)"')
 # The newest messages read first: an envelope handed off lately, and its answer, are there.

@@ -30,8 +30,8 @@ from twisted.logger import Logger
 from pigeond.delivery.claude_runtime import ClaudeTranscript
 from pigeond.delivery.claude_transcript import person_prompt_at as claude_prompt_at
 from pigeond.delivery.failures import HandOffError
-from pigeond.delivery.opencode_client import SessionNotFound, SpeaksV2, user_texts_of
-from pigeond.delivery.opencode_transcript import TranscriptReader, envelope_ids
+from pigeond.delivery.opencode_client import SessionNotFound, SpeaksV2
+from pigeond.delivery.opencode_transcript import TranscriptReader, envelope_ids, user_texts_of
 from pigeond.delivery.opencode_v2_tool_calls import V2Messages
 from pigeond.delivery.opencode_v2_transcript import ENVELOPE_AT_LINE_START
 from pigeond.delivery.registry import DirectoryResolver

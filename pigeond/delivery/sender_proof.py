@@ -114,7 +114,7 @@ class SenderProofJob:
             self._soon = self._clock.callLater(0, self.tick)
 
     def tick(self) -> Deferred[None]:
-        """One pass; never fails (a failure would stop its TimerService for good)."""
+        """One pass; never fails (what fails is said here, once, not by the tick)."""
         if self._running is not None and not self._running.called:
             self._again = True
             return self._running

@@ -27,7 +27,7 @@ class ExpirySweeper:
         self._last_error: str | None = None
 
     def sweep(self) -> Deferred[None]:
-        """One sweep; never fails (a failure would stop its TimerService for good)."""
+        """One sweep; never fails (what fails is said here, once, not by the tick)."""
         return Deferred.fromCoroutine(self._sweep())
 
     async def _sweep(self) -> None:

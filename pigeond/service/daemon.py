@@ -72,7 +72,7 @@ class Daemon:
     ports: list[IListeningPort] = field(default_factory=list)
     db_watch: DatabaseWatch | None = None
     # the services beside the arbiter's tick, on the injected clock, started and stopped
-    # together: the database watch, the pruner, then each periodic job's TimerService
+    # together: the database watch, the pruner and the one tick every periodic job runs on
     jobs: MultiService = field(default_factory=MultiService)
     # the conversation brakes, in the order a send is judged (pigeond/brakes/)
     brakes: tuple[Brake, ...] = ()

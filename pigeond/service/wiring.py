@@ -91,7 +91,7 @@ def _no_kick(target: str) -> None:
 
 def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Database) -> Daemon:
     jobs = MultiService()
-    # first, so a deleted database is noticed before any other job runs
+    # its check runs first on the tick (below), so a deleted database is noticed first
     db_watch = DatabaseWatch(config.db, reactor, interval_s=None)  # on the ticker, below
     jobs.addService(JobService("db-watch", db_watch))
     pruner = Pruner(db, reactor, retention_days=config.retention_days)
