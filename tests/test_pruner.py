@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from twisted.internet.task import Clock
 
 from pigeond.config import Config
 from pigeond.service.daemon import Daemon, stop_later
-from pigeond.service.pruner import Pruner, PruneRun
+from pigeond.service.pruner import IDLE_INTERVAL_S, Pruner, PruneRun
 from pigeond.storage import SwarmRepository, connect, open_database
 from pigeond.storage.database import InlineDatabase
 from pigeond.storage.retention import DAY_MS
@@ -46,11 +47,12 @@ def pruner(
     max_batches: int = 2,
     vacuum_pages: int = 512,
     max_vacuum_steps: int = 4,
+    idle: Callable[[], bool] = lambda: False,
 ) -> Pruner:
     return Pruner(
         InlineDatabase(repo), clock, retention_days=retention_days, interval_s=interval_s,
         batch_rows=batch_rows, max_batches=max_batches, vacuum_pages=vacuum_pages,
-        max_vacuum_steps=max_vacuum_steps,
+        max_vacuum_steps=max_vacuum_steps, idle=idle,
     )  # fmt: skip
 
 
@@ -62,6 +64,19 @@ def test_first_run_comes_one_interval_after_start(repo: SwarmRepository, clock: 
     clock.advance(59)
     assert remaining(repo) == 3
     clock.advance(1)
+    assert remaining(repo) == 0
+
+
+def test_an_idle_daemon_prunes_once_an_hour(repo: SwarmRepository, clock: Clock) -> None:
+    """While nothing is written, a run comes every IDLE_INTERVAL_S, not every interval_s:
+    rows that age past the cutoff meanwhile go at the next of those."""
+    job = pruner(repo, clock, interval_s=60, batch_rows=500, idle=lambda: True)
+    job.start()
+    clock.advance(60)  # the first run: nothing to prune yet
+    old_rows(repo, clock, 3)
+    clock.advance(IDLE_INTERVAL_S - 60)
+    assert remaining(repo) == 3
+    clock.advance(60)
     assert remaining(repo) == 0
 
 

@@ -1,7 +1,7 @@
 """The periodic job that keeps history from growing without bound.
 
-Every ``interval_s`` (a minute) it deletes done messages older than
-``retention_days`` (storage/retention.py says what is done, and why
+Every ``interval_s`` (a minute; an hour while nothing is written) it deletes done
+messages older than ``retention_days`` (storage/retention.py says what is done, and why
 ``updated_at`` is a row's age): at most ``max_batches`` batches of
 ``batch_rows`` rows, then at most ``max_vacuum_steps`` times ``vacuum_pages``
 free pages given back to the file system.  It runs on its own ``LoopingCall``
@@ -15,6 +15,7 @@ keeps everything.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from twisted.internet.defer import CancelledError, Deferred
@@ -29,6 +30,11 @@ from pigeond.storage.repository import SwarmRepository
 from pigeond.storage.retention import PruneCounts, cutoff_ms
 
 log = Logger()
+
+# While the daemon is idle (nothing written since the last look: the quiet tick), a run
+# comes this often instead: rows age into the retention cutoff by the clock alone, and
+# pruning them an hour late costs nothing, while a run a minute wakes a database thread.
+IDLE_INTERVAL_S = 3600.0
 
 
 @dataclass
@@ -55,8 +61,13 @@ class Pruner:
         max_batches: int = 4,
         vacuum_pages: int = 512,
         max_vacuum_steps: int = 4,
+        idle: Callable[[], bool] = lambda: False,
     ) -> None:
+        """``idle``: whether nothing was written since the last look (then a run comes
+        every IDLE_INTERVAL_S, not every ``interval_s``)."""
         self._db = db
+        self._idle = idle
+        self._last_run = -IDLE_INTERVAL_S
         self._clock = clock
         self.retention_days = retention_days
         self._interval_s = interval_s
@@ -91,6 +102,7 @@ class Pruner:
         """A new retention (a config reload), used from the next run on."""
         if config.retention_days != self.retention_days:
             self.retention_days = config.retention_days
+            self._last_run = -IDLE_INTERVAL_S  # the next run applies it, idle or not
             log.info("{what}", what=self._describe())
 
     def _describe(self) -> str:
@@ -101,7 +113,11 @@ class Pruner:
             f" every {self._interval_s:g} s"
         )
 
-    def _scheduled(self) -> Deferred[None]:
+    def _scheduled(self) -> Deferred[None] | None:
+        now = self._clock.seconds()
+        if self._idle() and now - self._last_run < IDLE_INTERVAL_S:
+            return None
+        self._last_run = now
         return Deferred.fromCoroutine(self._run_logged())
 
     async def _run_logged(self) -> None:

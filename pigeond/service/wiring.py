@@ -94,15 +94,15 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
     # its check runs first on the tick (below), so a deleted database is noticed first
     db_watch = DatabaseWatch(config.db, reactor, interval_s=None)  # on the ticker, below
     jobs.addService(JobService("db-watch", db_watch))
-    pruner = Pruner(db, reactor, retention_days=config.retention_days)
-    jobs.addService(JobService("pruner", pruner))
-    # every periodic job on one tick, each skipping its reads while nothing can be due
-    ticker = Ticker(reactor, config.tick_ms / 1000)
-    jobs.addService(JobService("ticker", ticker))
     # the gate's stat of the file is the database watch's check too: one stat, not two
     gate = QuietGate(
         db, reactor, config.db, lambda: int(config.turn_timeout_s * 1000), stat=db_watch.stat
     )
+    pruner = Pruner(db, reactor, retention_days=config.retention_days, idle=lambda: gate.quiet)
+    jobs.addService(JobService("pruner", pruner))
+    # every periodic job on one tick, each skipping its reads while nothing can be due
+    ticker = Ticker(reactor, config.tick_ms / 1000)
+    jobs.addService(JobService("ticker", ticker))
     if not gate.watching:
         ticker.add("db-watch", db_watch.check)  # first, as said above
     ticker.add("quiet", gate.tick)  # first, with the check in its stat
