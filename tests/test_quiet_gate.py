@@ -1,4 +1,4 @@
-"""The quiet gate on its own: what it takes for a write, and whose answer window it uses."""
+"""The quiet gate on its own: whose answer window it uses."""
 
 from __future__ import annotations
 
@@ -27,24 +27,6 @@ def gate_on(path: Path, clock: Clock, stat: Stat = os.stat) -> QuietGate:
     gate.tick()
     assert gate.quiet
     return gate
-
-
-def test_a_commit_the_files_stat_does_not_show_still_makes_the_tick_busy(
-    tmp_path: Path, clock: Clock
-) -> None:
-    """A write whose -wal stat looks unchanged (a coarse clock, the -wal rewritten in place)
-    is seen by the wal-index header: the next tick is busy."""
-    frozen = os.stat(tmp_path)  # every file looks the same, whatever is written
-
-    def stat(name: str) -> os.stat_result:
-        return frozen
-
-    gate = gate_on(tmp_path / "p.db", clock, stat=stat)
-    other = SwarmRepository(open_database(tmp_path / "p.db"))
-    other.accept(new_message("ses_w", msg_id="msg_other"), now_ms(clock))
-    clock.advance(TICK_S)
-    gate.tick()
-    assert not gate.quiet
 
 
 def test_a_reload_gives_the_gate_the_new_answer_window(tmp_path: Path, clock: Clock) -> None:

@@ -8,11 +8,8 @@ without SQL, when nothing can have become due:
 
 * no write since the last look: the SQLite file and its ``-wal`` file have the same
   identity, size and modification time (an ``os.stat`` of each, in the event loop's
-  thread), and the wal-index header is the same (pigeond/service/wal_index.py: it
-  changes exactly when a commit becomes visible to a reader, which the stat alone cannot
-  tell: a look made while a commit's frames are written but not yet synced would miss
-  it, and the stat would not change again).  Every write, the daemon's own and any other
-  process's (``pigeon``, sqlite3), changes them;
+  thread).  Every write, the daemon's own and any other process's (``pigeon``, sqlite3),
+  changes one of them;
 * and the last look (:meth:`~pigeond.storage.timed_work.TimedWork.timed_work_at`) found
   no open work the clock could make due, or only owed replies whose next step is later.
 
@@ -42,22 +39,25 @@ from twisted.logger import Logger
 from pigeond.config import Config
 from pigeond.db_url import is_postgres_url
 from pigeond.service.db_watch import Stat
-from pigeond.service.wal_index import wal_index_header
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
 
 log = Logger()
 
 # However still the files look, the gate reads again this often: the bound on a write
-# nothing above showed (none is known).
+# the stat did not show.  Two are known: a commit whose frames were written (the stat
+# changed) but not yet visible to readers when the look read (its sync still running),
+# and, where file times are coarse, a -wal rewritten in place to the same size within one
+# tick of the file system's clock.  SQLite's own commit counter (the wal-index header in
+# -shm) would tell both, but pigeond must not open -shm itself: closing any descriptor of
+# a file drops every POSIX lock the process holds on it, SQLite's included.
 SAFETY_NET_S = 30.0
 
 Signature = tuple[object, ...]
 
 
 def file_signature(path: str, stat: Stat = os.stat) -> Signature:
-    """Identity, modification time (ns) and size of the database and its -wal file, and
-    the wal-index header."""
+    """Identity, modification time (ns) and size of the database and its -wal file."""
     found: list[tuple[int, int, int] | None] = []
     for name in (path, path + "-wal"):
         try:
@@ -66,7 +66,7 @@ def file_signature(path: str, stat: Stat = os.stat) -> Signature:
             found.append(None)
         else:
             found.append((st.st_ino, st.st_mtime_ns, st.st_size))
-    return (*found, wal_index_header(path))
+    return tuple(found)
 
 
 class QuietGate:
