@@ -78,3 +78,15 @@ def test_a_1x_answering_again_ends_a_2x_verdict() -> None:
     verdict(api)
     assert (verdict(api), api.v2_version) == (None, None)
     assert answers.asked == ["/session/status", "/api/health", "/session/status"]
+
+
+def test_what_waits_for_a_2x_is_told_when_one_is_found() -> None:
+    """A wait for a 2.x ends when a verdict finds one, not before (a 1.x found ends none);
+    a wait begun while one is found ends at once."""
+    answers = Answers([V1, MISSING], [HEALTH_2X])
+    api = ApiSupport(URL, answers.probe, answers.health_probe)
+    waiting = api.when_v2()
+    verdict(api)
+    assert not waiting.called
+    verdict(api)
+    assert waiting.called and api.when_v2().called

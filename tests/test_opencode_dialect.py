@@ -16,7 +16,6 @@ from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.opencode_dialect import V2Exchange
 from pigeond.delivery.opencode_errors import OpencodeError
 from pigeond.delivery.opencode_v2_client import OpencodeV2Client
-from pigeond.delivery.opencode_v2_events import VERDICT_LOOK_S
 from pigeond.delivery.opencode_v2_runtime import OpencodeV2Runtime
 from pigeond.delivery.runtime import Prepared
 from pigeond.service.daemon import Daemon
@@ -58,7 +57,6 @@ def test_health_and_status_line_name_a_2x(tmp_path: Path, clock: Clock) -> None:
     send(daemon, "msg_1")
     answer = health(daemon)
     assert (answer["opencode"], answer["opencode_version"]) == ("ok", "2.3.0")
-    clock.advance(VERDICT_LOOK_S)  # the stream is opened once opencode is found a 2.x
     answer = health(daemon)
     assert "opencode_problem" not in answer and answer["event_stream"] == "connected"
     line = result_of(Deferred.fromCoroutine(daemon.status_line()))

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from pigeond.delivery.events import HEALTHY_S, RECONNECT_BACKOFF_S, ServerSentEvents
-from pigeond.delivery.opencode_v2_events import SILENT_S, VERDICT_LOOK_S, V2Events
+from pigeond.delivery.opencode_v2_events import SILENT_S, V2Events
 
 URL = "http://127.0.0.1:4096"
 
@@ -21,8 +21,27 @@ class Verdict:
     """The dialect's verdict, as a test sets it."""
 
     def __init__(self, v2_version: str | None = "2.3.0") -> None:
-        self.v2_version = v2_version
+        self._version = v2_version
         self.problem: str | None = None
+        self._waiters: list[Deferred[None]] = []
+
+    @property
+    def v2_version(self) -> str | None:
+        return self._version
+
+    @v2_version.setter
+    def v2_version(self, version: str | None) -> None:
+        self._version = version
+        if version is not None:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                waiter.callback(None)
+
+    def when_v2(self) -> Deferred[None]:
+        if self._version is not None:
+            return succeed(None)
+        self._waiters.append(Deferred())
+        return self._waiters[-1]
 
     async def verdict(self) -> str | None:
         return self.problem
@@ -98,15 +117,14 @@ def started(
 
 def test_nothing_is_asked_while_opencode_is_not_found_to_be_a_2x() -> None:
     """A 1.x (or a server not recognised yet) is never asked for ``/api/event``; the stream
-    opens within a look of the verdict turning 2.x."""
+    opens the moment the verdict finds a 2.x."""
     clock = Clock()
     verdict = Verdict(None)
     _, source, _, _ = started(clock, verdict)
     clock.advance(600)
     assert source.opened_at == []
     verdict.v2_version = "2.3.0"
-    clock.advance(VERDICT_LOOK_S)
-    assert source.opened_at == [600 + VERDICT_LOOK_S]
+    assert source.opened_at == [600]
 
 
 def test_a_session_going_idle_counts_a_turn_end_and_asks_for_a_look() -> None:

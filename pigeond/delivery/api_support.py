@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -125,6 +125,16 @@ class ApiSupport:
         self.problem: str | None = None
         self.v2_version: str | None = None
         self._waiters: list[Deferred[str | None]] | None = None
+        self._v2_waiters: list[Deferred[None]] = []
+
+    def when_v2(self) -> Deferred[None]:
+        """Fires once a probe finds a 2.x (at once while one is found): what waits for a
+        2.x waits for this, not on a timer."""
+        if self.v2_version is not None:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._v2_waiters.append(waiter)
+        return waiter
 
     def saw_v1(self) -> None:
         """A v1 route answered as v1 does: whatever was found before is gone."""
@@ -175,6 +185,10 @@ class ApiSupport:
             if version != self.v2_version:
                 log.info("{text}", text=v2_text(self._url, version))
             self.problem, self.v2_version = None, version
+            waiters, self._v2_waiters = self._v2_waiters, []
+            for waiter in waiters:
+                if not waiter.called:  # (one cancelled by its waiter is done)
+                    waiter.callback(None)
             return None
         self.v2_version = None
         if self.problem is None:

@@ -19,9 +19,10 @@ is *when* to read:
 
 The stream is opened through the 1.x client's connection to opencode, with the password,
 and only while the dialect's verdict is 2.x (a 1.x is never asked anything under
-``/api/``): while it is not, the verdict is looked at every :data:`VERDICT_LOOK_S` (a
-look at pigeond's own state, asking opencode nothing).  A stream that lasted is reopened
-at once; one that fails soon after opening waits each step of a bounded backoff in turn
+``/api/``): while it is not, it waits for the verdict to find a 2.x (asking opencode
+nothing, and with no timer of its own: an idle daemon wakes for nothing).  A stream
+that lasted is reopened at once; one that fails soon after opening waits each step of a
+bounded backoff in turn
 (the 1.x stream's, :data:`RECONNECT_BACKOFF_S`); while opencode is unreachable it waits
 for its return.  No 2.x heartbeat is known: a stream silent for :data:`SILENT_S` is
 opened anew (once every five minutes on a quiet server), so that a connection gone
@@ -42,18 +43,24 @@ from twisted.logger import Logger
 from twisted.web.iweb import IResponse
 
 from pigeond.delivery.events import HEALTHY_S, RECONNECT_BACKOFF_S, Outages, ServerSentEvents
-from pigeond.delivery.opencode_dialect import Dialect
 from pigeond.delivery.turns import TurnCount
 
 log = Logger(namespace="pigeond.delivery.events")  # one story with the 1.x stream's lines
 
-VERDICT_LOOK_S = 1.0
-"""How often the verdict is looked at while opencode is not found to be a 2.x."""
 SILENT_S = 300.0
 """A stream silent this long is opened anew: no 2.x heartbeat is known, and a connection
 gone without closing would hide every turn end (the verifier waits for one to look)."""
 IDLE_EVENTS = ("session.idle",)
 PERMISSION_EVENTS = ("permission.v2.asked", "permission.v2.replied")
+
+
+class FoundV2(Protocol):
+    """The verdict (:class:`~pigeond.delivery.api_support.ApiSupport`): the 2.x found."""
+
+    @property
+    def v2_version(self) -> str | None: ...
+
+    def when_v2(self) -> Deferred[None]: ...
 
 
 class V2StreamSource(Protocol):
@@ -98,7 +105,7 @@ class V2Events:
     def __init__(
         self,
         source: V2StreamSource,
-        dialect: Dialect,
+        dialect: FoundV2,
         clock: IReactorTime,
         *,
         on_idle: Callable[[str], None] = lambda session: None,
@@ -167,7 +174,7 @@ class V2Events:
         failures = 0
         while not self._ended():
             if self._dialect.v2_version is None:  # a 1.x (or not known): asked nothing
-                if await self._pause(deferLater(self._clock, VERDICT_LOOK_S, lambda: None)):
+                if await self._pause(self._dialect.when_v2()):
                     return
                 continue
             opened_at = self._clock.seconds()
