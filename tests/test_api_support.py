@@ -89,4 +89,4 @@ def test_what_waits_for_a_2x_is_told_when_one_is_found() -> None:
     verdict(api)
     assert not waiting.called
     verdict(api)
-    assert waiting.called and api.when_v2().called
+    assert (waiting.called, api.when_v2().called) == (True, True)
