@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
-from twisted.logger import FilteringLogObserver, LogLevel, formatEvent
+from twisted.logger import LogLevel, formatEvent
 from twisted.python.failure import Failure
 
 from pigeond.service.logs import (
+    LevelFilter,
     LineObserver,
     event_text,
     format_json,
     format_text,
-    without_factory_chatter,
 )
 from pigeond.service.systemd import (
     AlreadyRunning,
@@ -220,11 +220,28 @@ def test_a_warning_goes_at_once_after_the_lines_before_it() -> None:
 def test_factory_chatter_is_dropped_and_the_rest_kept() -> None:
     """Twisted's per-connection "Starting factory" lines are dropped; other events pass."""
     out = io.StringIO()
-    observer = FilteringLogObserver(LineObserver(out, json_lines=False), [without_factory_chatter])
+    observer = LevelFilter(LineObserver(out, json_lines=False), "info")
     for text in ("Starting factory {factory!r}", "Stopping factory {factory!r}", "kept {factory}"):
         observer({"log_level": LogLevel.info, "log_namespace": "n", "log_format": text,
                   "factory": "F"})  # fmt: skip
     assert out.getvalue() == "info n: kept F\n"
+
+
+def test_level_filter_drops_events_below_the_live_level() -> None:
+    """Below the level nothing is written; a new level (SIGHUP) applies to the next event."""
+    out = io.StringIO()
+    observer = LevelFilter(LineObserver(out, json_lines=False), "info")
+    for level in (LogLevel.debug, LogLevel.info, LogLevel.warn, LogLevel.critical):
+        observer({"log_level": level, "log_namespace": "n", "log_format": level.name})
+    observer.set_level("error")
+    observer({"log_level": LogLevel.warn, "log_namespace": "n", "log_format": "late warn"})
+    observer({"log_level": LogLevel.error, "log_namespace": "n", "log_format": "late error"})
+    observer.set_level("debug")
+    observer({"log_level": LogLevel.debug, "log_namespace": "n", "log_format": "late debug"})
+    assert out.getvalue() == (
+        "info n: info\nwarn n: warn\ncritical n: critical\nerror n: late error\n"
+        "debug n: late debug\n"
+    )
 
 
 def test_text_line_does_not_repeat_an_error_already_in_its_text() -> None:
