@@ -249,7 +249,7 @@ def test_a_reply_that_cannot_be_recorded_is_looked_for_again(
     rig.prompt("u1", "msg_a")
     rig.check()
     rig.reply(assistant_entry("a1", "u1"))
-    monkeypatch.setattr(SwarmRepository, "mark_answered", full)
+    monkeypatch.setattr(SwarmRepository, "record_look", full)
     rig.clock.advance(2)
     rig.check()
     monkeypatch.undo()

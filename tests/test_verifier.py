@@ -276,7 +276,7 @@ def test_a_full_disk_while_recording_is_logged_not_raised(
         raise StorageUnavailable("database or disk is full")
 
     s.transcripts.texts["ses_target"] = [s.hand_off("msg_a")]
-    monkeypatch.setattr(SwarmRepository, "mark_verified", full)
+    monkeypatch.setattr(SwarmRepository, "record_look", full)
     s.check()  # does not raise
     monkeypatch.undo()
     s.check()

@@ -31,6 +31,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.config import Config
+from pigeond.costs import EndedTurn
 from pigeond.delivery.failures import HandOffError
 from pigeond.delivery.opencode_transcript import RECENT_MESSAGES
 from pigeond.delivery.routing import Routing
@@ -252,9 +253,7 @@ class Verifier:
         if self.is_closed():
             return  # the database closed while the transcript was read (shutdown)
         try:
-            seen = await self._record(target, waiting, set(homes))
-            await self._record_answers(target, [*(m.msg_id for m in unanswered), *seen],
-                                       transcript, homes, source)  # fmt: skip
+            await self._record(target, waiting, unanswered, transcript, homes, source)
         except StorageError as e:
             # a full or locked disk: nothing is lost, the same check runs again next interval
             log.error("cannot record what {target}'s transcript shows yet: {error}",
@@ -273,32 +272,43 @@ class Verifier:
     def is_closed(self) -> bool:
         return self._closed
 
-    async def _record_answers(
-        self, target: str, awaiting: list[str], transcript: TranscriptView,
-        homes: Mapping[str, str | None], source: TranscriptSource,
+    async def _record(
+        self, target: str, waiting: list[StoredMessage], unanswered: list[StoredMessage],
+        transcript: TranscriptView, homes: Mapping[str, str | None], source: TranscriptSource,
     ) -> None:  # fmt: skip
-        """Record the turns that ended and the answers ``transcript`` shows to the
-        ``awaiting`` msg_ids; remember where the others' envelopes are for the next look."""
+        """Record what ``transcript`` shows, in one write (storage/looks.py): the hand-offs
+        of ``waiting`` seen now, the ended turns that consumed the seen messages, and the
+        answers to them; remember where the unanswered envelopes are for the next look;
+        then requeue (or fail) the overdue rest of ``waiting``."""
+        found = [m.msg_id for m in waiting if m.msg_id in homes]
         known = self._homes.get(target, {})
+        awaiting = [*(m.msg_id for m in unanswered), *found]
         where = {m: h for m in awaiting if (h := homes.get(m) or known.get(m)) is not None}
-        # first: a turn that ended is recorded before its answer stops the looks
-        await self._record_turns(target, where, transcript, source)
+        turns = await self._ended_turns(target, where, transcript, source)
         answers = transcript.answers(where)
-        if answers:
-            answered = await self._db.write(SwarmRepository.mark_answered, answers, self._now_ms())
-            for msg_id in answered:
-                log.info("{msg_id} answered in {target}'s transcript by {answer}",
-                         msg_id=msg_id, target=target, answer=answers[msg_id])  # fmt: skip
+        now_ms = self._now_ms()
+        look = await self._db.write(
+            SwarmRepository.record_look, target, found, turns, answers, now_ms
+        )
+        for msg_id in look.verified:
+            log.info("verified {msg_id} in {target}'s transcript", msg_id=msg_id, target=target)
+        for turn in look.turns:
+            log.debug("{target}'s turn {key} for {msg_ids} used {tokens} tokens",
+                      target=target, key=turn.key, msg_ids=", ".join(turn.msg_ids),
+                      tokens=turn.usage.tokens)  # fmt: skip
+        for msg_id in look.answered:
+            log.info("{msg_id} answered in {target}'s transcript by {answer}",
+                     msg_id=msg_id, target=target, answer=answers[msg_id])  # fmt: skip
         self._homes[target] = {m: h for m, h in where.items() if m not in answers}
+        await self._requeue_overdue(target, waiting, homes, now_ms)
 
-    async def _record_turns(
+    async def _ended_turns(
         self, target: str, where: Mapping[str, str], transcript: TranscriptView,
         source: TranscriptSource,
-    ) -> None:  # fmt: skip
-        """Record the turns that consumed ``where``'s msg_ids and have ended, with their
-        usage.  A turn longer than the newest messages read is counted from the whole
-        transcript, read for it (once: it is recorded then); if that read fails, from
-        what was read."""
+    ) -> list[EndedTurn]:  # fmt: skip
+        """The ended turns that consumed ``where``'s msg_ids, with their usage.  A turn
+        longer than the newest messages read is counted from the whole transcript, read for
+        it (once: it is recorded then); if that read fails, from what was read."""
         turns = transcript.turns(where)
         partial = [m for turn in turns if turn.partial for m in turn.msg_ids]
         if partial and not set(partial) <= await self._db.read(SwarmRepository.linked, partial):
@@ -307,26 +317,13 @@ class Verifier:
             except HandOffError as e:
                 log.info("{target}'s long turn is counted from its newest steps only:"
                          " {error}", target=target, error=str(e))  # fmt: skip
-        if not turns:
-            return
-        recorded = await self._db.write(SwarmRepository.record_turns, target, turns,
-                                        self._now_ms())  # fmt: skip
-        for turn in recorded:
-            log.debug("{target}'s turn {key} for {msg_ids} used {tokens} tokens",
-                      target=target, key=turn.key, msg_ids=", ".join(turn.msg_ids),
-                      tokens=turn.usage.tokens)  # fmt: skip
+        return turns
 
-    async def _record(
-        self, target: str, waiting: list[StoredMessage], found: set[str]
-    ) -> list[str]:
-        """Record what was seen, and requeue (or fail) the overdue rest; returns the
-        msg_ids seen now."""
-        now_ms = self._now_ms()
-        verified = await self._db.write(
-            SwarmRepository.mark_verified, [m.msg_id for m in waiting if m.msg_id in found], now_ms
-        )
-        for msg_id in verified:
-            log.info("verified {msg_id} in {target}'s transcript", msg_id=msg_id, target=target)
+    async def _requeue_overdue(
+        self, target: str, waiting: list[StoredMessage], found: Mapping[str, object],
+        now_ms: int,
+    ) -> None:  # fmt: skip
+        """Requeue (or fail) the hand-offs of ``waiting`` not ``found`` past their time."""
         requeued = False
         for message in waiting:
             if message.msg_id in found or message.verify_by is None or message.verify_by > now_ms:
@@ -351,4 +348,3 @@ class Verifier:
             requeued = requeued or outcome == "queued"
         if requeued:
             self._on_requeued(target)
-        return verified

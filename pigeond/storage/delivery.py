@@ -314,16 +314,21 @@ class DeliveryTransitions(RepositoryBase):
         return [row_to_message(r) for r in rows]
 
     def mark_verified(self, msg_ids: Sequence[str], now_ms: int) -> list[str]:
-        done = []
         with self._write() as conn:
-            for msg_id in msg_ids:
-                cursor = conn.execute(
-                    "UPDATE swarm_messages SET verified_at = ?, verify_by = NULL, updated_at = ?"
-                    " WHERE msg_id = ? AND state = 'handed_off' AND verify_by IS NOT NULL",
-                    (now_ms, now_ms, msg_id),
-                )
-                if cursor.rowcount:
-                    done.append(msg_id)
+            return self._verify(conn, msg_ids, now_ms)
+
+    @staticmethod
+    def _verify(conn: Connection, msg_ids: Sequence[str], now_ms: int) -> list[str]:
+        """Handed off → seen, for those still awaiting it; the msg_ids changed."""
+        done = []
+        for msg_id in msg_ids:
+            cursor = conn.execute(
+                "UPDATE swarm_messages SET verified_at = ?, verify_by = NULL, updated_at = ?"
+                " WHERE msg_id = ? AND state = 'handed_off' AND verify_by IS NOT NULL",
+                (now_ms, now_ms, msg_id),
+            )
+            if cursor.rowcount:
+                done.append(msg_id)
         return done
 
     def requeue_unverified(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pigeond.model import StoredMessage
-from pigeond.storage.base import COLUMNS, RepositoryBase, reads, row_to_message
+from pigeond.storage.base import COLUMNS, Connection, RepositoryBase, reads, row_to_message
 from pigeond.storage.engines import indexed_by
 
 # Seen, unanswered direct messages seen at or after a time: the partial index's own terms,
@@ -50,15 +50,19 @@ class Receipts(RepositoryBase):
         """Seen → answered: each msg_id with opencode's id of the assistant message that
         answered it.  A message not seen, already answered or no longer handed off is
         left alone; returns the msg_ids changed."""
-        done = []
         with self._write() as conn:
-            for msg_id, answer_id in answers.items():
-                cursor = conn.execute(
-                    "UPDATE swarm_messages SET answered_at = ?, answer_message_id = ?,"
-                    " updated_at = ? WHERE msg_id = ? AND state = 'handed_off'"
-                    " AND verified_at IS NOT NULL AND answered_at IS NULL",
-                    (now_ms, answer_id, now_ms, msg_id),
-                )
-                if cursor.rowcount:
-                    done.append(msg_id)
+            return self._answer(conn, answers, now_ms)
+
+    @staticmethod
+    def _answer(conn: Connection, answers: Mapping[str, str], now_ms: int) -> list[str]:
+        done = []
+        for msg_id, answer_id in answers.items():
+            cursor = conn.execute(
+                "UPDATE swarm_messages SET answered_at = ?, answer_message_id = ?,"
+                " updated_at = ? WHERE msg_id = ? AND state = 'handed_off'"
+                " AND verified_at IS NOT NULL AND answered_at IS NULL",
+                (now_ms, answer_id, now_ms, msg_id),
+            )
+            if cursor.rowcount:
+                done.append(msg_id)
         return done

@@ -28,6 +28,7 @@ from pigeond.storage.costs import Costs
 from pigeond.storage.delivery import DEFAULT_NOTICE_TTL_MS, DeliveryTransitions
 from pigeond.storage.drain_steps import DrainSteps
 from pigeond.storage.intents import HandOffIntents
+from pigeond.storage.looks import TranscriptLooks
 from pigeond.storage.members import Members
 from pigeond.storage.names import Names
 from pigeond.storage.obligations import Obligations
@@ -133,6 +134,7 @@ def inbox_entry_bytes_at_most(message: StoredMessage) -> int:
 
 
 class SwarmRepository(
+    TranscriptLooks,
     DrainSteps,
     DeliveryTransitions,
     HandOffIntents,
