@@ -30,12 +30,24 @@ _TEXT_ESCAPES |= {ord(c): f"&#x{ord(c):X};" for c in LOOKALIKES}
 _ATTRIBUTE_ESCAPES = _TEXT_ESCAPES | {ord('"'): "&quot;"}
 
 
+# Every lookalike escaped is outside ASCII: an ASCII value without ``& < >`` (and ``"``, in
+# an attribute) has nothing to escape.  Most values are (ids, kinds, names, many
+# payloads), and str.translate with a mapping looks each character up in it, at several
+# times the cost of these checks; every envelope is rendered when its batch is cut.
+
+
+def _plain(value: str) -> bool:
+    return value.isascii() and "&" not in value and "<" not in value and ">" not in value
+
+
 def escape_attribute(value: str) -> str:
+    if _plain(value) and '"' not in value:
+        return value
     return value.translate(_ATTRIBUTE_ESCAPES)
 
 
 def escape_text(value: str) -> str:
-    return value.translate(_TEXT_ESCAPES)
+    return value if _plain(value) else value.translate(_TEXT_ESCAPES)
 
 
 def opening_tag(message: StoredMessage) -> str:

@@ -9,7 +9,13 @@ from dataclasses import replace
 import pytest
 
 from pigeond.angle_table import GREATER_THAN, LESS_THAN, LOOKALIKES
-from pigeond.envelope import escape_attribute, escape_text, render_envelope
+from pigeond.envelope import (
+    _ATTRIBUTE_ESCAPES,
+    _TEXT_ESCAPES,
+    escape_attribute,
+    escape_text,
+    render_envelope,
+)
 from pigeond.model import StoredMessage
 
 
@@ -152,3 +158,11 @@ def test_over_all_of_unicode_the_look_alike_rule_changes_exactly_its_characters(
             assert not set(shown) & selected, (hex(code), shown)
         assert escape_attribute(char) == ("&quot;" if char == '"' else shown)
     assert changed == selected | {"&"}
+
+
+def test_the_quick_check_for_plain_ascii_escapes_as_the_tables_do() -> None:
+    """Each ASCII character, alone or in a value, comes out as the escape tables say."""
+    for code in range(128):
+        char = chr(code)
+        assert escape_attribute(f"a{char}b") == f"a{char}b".translate(_ATTRIBUTE_ESCAPES)
+        assert escape_text(f"a{char}b") == f"a{char}b".translate(_TEXT_ESCAPES)
