@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -51,10 +52,20 @@ SESSION_ID_RE: Final = re.compile(f"^(?:{OPENCODE_SESSION}|{CLAUDE_SESSION}|{MCP
 
 def runtime_of(session: str) -> Runtime:
     """The runtime a member id belongs to; ValueError for an id of none."""
+    runtime = _runtime_of(session)
+    if runtime is None:
+        raise ValueError(f"{session!r} is not a member id")
+    return runtime
+
+
+# Asked several times for every message handed off (the drain, the verifier, the
+# runtimes), of the same few ids: each answer is three regular expressions at most.
+@functools.lru_cache(maxsize=4096)
+def _runtime_of(session: str) -> Runtime | None:
     for runtime, pattern in RUNTIME_IDS.items():
         if pattern.fullmatch(session):
             return runtime
-    raise ValueError(f"{session!r} is not a member id")
+    return None
 
 
 SENDER_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
