@@ -258,10 +258,10 @@ class TargetDrain:
         """The runtime's wait until the target may take the next batch.  On a runtime that
         steers, each kick meanwhile looks at the queue's head: one that would steer ends
         the wait (the runtime's wait is cancelled), and goes into the turn still running."""
-        waiting = Deferred.fromCoroutine(runtime.after_hand_off(target, handed))
-        if not runtime.steers:
-            await waiting
+        if not runtime.steers:  # nothing ends the wait early: the runtime's own, awaited
+            await runtime.after_hand_off(target, handed)
             return
+        waiting = Deferred.fromCoroutine(runtime.after_hand_off(target, handed))
         ended: Deferred[None] = Deferred()
         waiting.addBoth(_passing, ended)
         kicks = self._state.kicks
