@@ -174,10 +174,10 @@ class HandOffOutcomes:
         return True
 
     def _log_handed_off(self, target: str, ids: list[str], mode: HandoffMode) -> None:
+        described = describe_mode(mode)  # the batch's: said on each message's line
         for msg_id in ids:
             log.info("handed off {msg_id} to {target} (batch of {n}; {mode})",
-                          msg_id=msg_id, target=target, n=len(ids),
-                          mode=describe_mode(mode))  # fmt: skip
+                          msg_id=msg_id, target=target, n=len(ids), mode=described)  # fmt: skip
 
     async def record_failure(
         self, target: str, batch: list[StoredMessage], error: HandOffError
