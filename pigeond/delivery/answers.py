@@ -26,6 +26,7 @@ stays at "seen" rather than claim a reply that nobody wrote.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 # Finishes after which opencode's loop calls the model again: the turn goes on.
@@ -66,23 +67,44 @@ def is_reply(message: Mapping[str, Any]) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Steps:
+    """A transcript (or its newest part) as every question about its turns reads it: its
+    user messages' ids, oldest first, with their positions; each user message's assistant
+    messages, oldest first; and the ids of all its messages.  Built once per transcript
+    read: a look asks for both its ended turns and its answers."""
+
+    users: list[str]
+    position: dict[str, int]
+    steps: dict[str, list[Mapping[str, Any]]]  # parent id -> its assistant messages
+    ids: set[object]
+
+
+def steps_of(messages: Sequence[Mapping[str, Any]]) -> Steps:
+    users: list[str] = []
+    steps: dict[str, list[Mapping[str, Any]]] = {}
+    ids: set[object] = set()
+    for message in messages:
+        info = _info(message)
+        ids.add(info.get("id"))
+        if info.get("role") == "user" and isinstance(info.get("id"), str):
+            users.append(info["id"])
+        elif info.get("role") == "assistant" and isinstance(info.get("parentID"), str):
+            steps.setdefault(info["parentID"], []).append(message)
+    return Steps(users, {user: n for n, user in enumerate(users)}, steps, ids)
+
+
 def consumers_in(
-    messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str]
+    messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str], index: Steps | None = None
 ) -> tuple[dict[str, str], dict[str, list[Mapping[str, Any]]]]:
     """For each pigeond msg_id in ``homes`` (mapped to the id of the user message that
     carried its envelope), the id of the user message whose turn consumed it, when an
     assistant message answers one yet; and, per such user message, its assistant messages
     (oldest first).  ``messages`` is a transcript, or its newest part, oldest first: a user
-    message older than that part still has the assistant messages naming it as parent."""
-    users: list[str] = []
-    steps: dict[str, list[Mapping[str, Any]]] = {}  # parent id -> its assistant messages
-    for message in messages:
-        info = _info(message)
-        if info.get("role") == "user" and isinstance(info.get("id"), str):
-            users.append(info["id"])
-        elif info.get("role") == "assistant" and isinstance(info.get("parentID"), str):
-            steps.setdefault(info["parentID"], []).append(message)
-    position = {user: n for n, user in enumerate(users)}
+    message older than that part still has the assistant messages naming it as parent.
+    ``index``: :func:`steps_of` ``messages``, when already built."""
+    index = steps_of(messages) if index is None else index
+    users, position, steps = index.users, index.position, index.steps
     consumers: dict[str, str] = {}
     for msg_id, home in homes.items():
         consumer = home if home in steps else None
@@ -93,11 +115,13 @@ def consumers_in(
     return consumers, steps
 
 
-def answers_in(messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str]) -> dict[str, str]:
+def answers_in(
+    messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str], index: Steps | None = None
+) -> dict[str, str]:
     """For each pigeond msg_id in ``homes`` (mapped to the id of the user message that
     carried its envelope), opencode's id of the assistant message that answered it, when
     its turn has ended with a reply (see :func:`consumers_in` for ``messages``)."""
-    consumers, steps = consumers_in(messages, homes)
+    consumers, steps = consumers_in(messages, homes, index)
     found: dict[str, str] = {}
     for msg_id, consumer in consumers.items():
         newest = steps[consumer][-1]

@@ -10,7 +10,7 @@ is ``GET /session/<id>/message``, read by :class:`OpencodeTranscripts`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred
@@ -18,7 +18,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from pigeond.costs import EndedTurn
-from pigeond.delivery.answers import answers_in
+from pigeond.delivery.answers import Steps, answers_in, steps_of
 from pigeond.delivery.failures import FailureKind
 from pigeond.delivery.metrics import DeliveryMetrics
 from pigeond.delivery.opencode_client import OpencodeError, SessionNotFound
@@ -135,20 +135,25 @@ class OpencodeRuntime:
 
 @dataclass(frozen=True, slots=True)
 class OpencodeTranscript:
-    """Messages of ``GET /session/<id>/message``, newest ``limit`` (all: ``complete``)."""
+    """Messages of ``GET /session/<id>/message``, newest ``limit`` (all: ``complete``);
+    their turns indexed once, for both the turns and the answers a look asks of them."""
 
     messages: list[dict[str, Any]]
     complete: bool
+    steps: Steps = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", steps_of(self.messages))
 
     @property
     def homes(self) -> Mapping[str, str | None]:
         return envelope_homes(self.messages)
 
     def answers(self, where: Mapping[str, str]) -> dict[str, str]:
-        return answers_in(self.messages, dict(where))
+        return answers_in(self.messages, dict(where), self.steps)
 
     def turns(self, where: Mapping[str, str]) -> list[EndedTurn]:
-        return ended_turns(self.messages, where, complete=self.complete)
+        return ended_turns(self.messages, where, complete=self.complete, index=self.steps)
 
 
 class OpencodeTranscripts:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pigeond.costs import EndedTurn, TurnUsage, usage_sum
-from pigeond.delivery.answers import TURN_GOES_ON, consumers_in
+from pigeond.delivery.answers import TURN_GOES_ON, Steps, consumers_in, steps_of
 
 
 def _number(value: object) -> int:
@@ -59,14 +59,20 @@ def _ended(info: Mapping[str, Any]) -> bool:
 
 
 def ended_turns(
-    messages: Sequence[Mapping[str, Any]], homes: Mapping[str, str], *, complete: bool = True
+    messages: Sequence[Mapping[str, Any]],
+    homes: Mapping[str, str],
+    *,
+    complete: bool = True,
+    index: Steps | None = None,
 ) -> list[EndedTurn]:
     """The ended turns that consumed the msg_ids of ``homes`` (each mapped to the user
     message that carried its envelope), one per consuming user message, with their usage;
     ``partial`` when ``messages`` is not the whole transcript (``complete``) and begins
-    after that user message."""
-    consumers, steps = consumers_in(messages, homes)
-    read_users = {m.get("info", {}).get("id") for m in messages}
+    after that user message.  ``index``: :func:`~pigeond.delivery.answers.steps_of`
+    ``messages``, when already built."""
+    index = steps_of(messages) if index is None else index
+    consumers, steps = consumers_in(messages, homes, index)
+    read_users = index.ids
     by_consumer: dict[str, list[str]] = {}
     for msg_id, consumer in consumers.items():
         by_consumer.setdefault(consumer, []).append(msg_id)
