@@ -43,6 +43,7 @@ SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
 MAX_PEER_GROUPS = 4096
 # The headers the gate decides on, as they are named in its answers: each may come once.
 GATED_HEADERS = ("Host", "Origin", "Authorization", "Content-Type")
+GATED_HEADER_KEYS = tuple((name.lower().encode("ascii"), name) for name in GATED_HEADERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +88,9 @@ def header(request: server.Request, name: bytes) -> str | None:
 def refuse_repeated_headers(request: server.Request) -> None:
     """400 when a header the gate decides on comes more than once (a browser never
     sends two; a client that does is trying which one wins)."""
-    for name in GATED_HEADERS:
-        values = request.requestHeaders.getRawHeaders(name.lower().encode("ascii"))
+    headers = request.requestHeaders
+    for key, name in GATED_HEADER_KEYS:
+        values = headers.getRawHeaders(key)
         if values is not None and len(values) > 1:
             raise HttpError(400, f"the request has more than one {name} header")
 

@@ -32,7 +32,7 @@ import json
 from typing import Any, Protocol
 
 from twisted.internet import interfaces
-from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
+from twisted.internet.interfaces import IAddress, IDelayedCall, IReactorTime, ITransport
 from twisted.logger import Logger
 from twisted.web import http
 
@@ -131,6 +131,9 @@ class LimitedChannel(HookedHTTPChannel):
     length_headers = 0
     # what the header being parsed is, should Twisted refuse it
     problem: str | None = None
+    # the connection's two ends, asked of the socket once rather than for every request
+    host_address: IAddress | None = None
+    peer_address: IAddress | None = None
 
     # -- the connection ------------------------------------------------------------------
 
@@ -146,6 +149,18 @@ class LimitedChannel(HookedHTTPChannel):
         self.deadline = self.closer = None
         self.site.slots.closed(self)
         super().connectionLost(reason)  # type: ignore[no-untyped-call]
+
+    def getHost(self) -> IAddress:
+        """This end's address, which a connection keeps: read once (each request asks)."""
+        if self.host_address is None:
+            self.host_address = super().getHost()  # type: ignore[no-untyped-call]
+        return self.host_address
+
+    def getPeer(self) -> IAddress:
+        """The client's address, as :meth:`getHost`."""
+        if self.peer_address is None:
+            self.peer_address = super().getPeer()  # type: ignore[no-untyped-call]
+        return self.peer_address
 
     def dataReceived(self, data: bytes) -> None:
         if self.refused:
