@@ -196,9 +196,7 @@ class JsonApi(Resource):
     def answer_later(self, request: server.Request, answer: Coroutine[Any, Any, Response]) -> int:
         """Write ``answer`` when it comes, unless the client hung up meanwhile (its work,
         a send's commit included, still runs to the end: a retry is idempotent)."""
-        gone: list[failure.Failure] = []
-        request.notifyFinish().addErrback(gone.append)
-        writing = Deferred.fromCoroutine(answer_when_done(request, answer, gone))
+        writing = Deferred.fromCoroutine(answer_when_done(request, answer))
         if not writing.called:
             self.answering.add(writing)
             writing.addBoth(self.answered_one, writing)
@@ -232,24 +230,27 @@ class JsonApi(Resource):
         return answer
 
 
-async def answer_when_done(
-    request: server.Request, answer: Coroutine[Any, Any, Response], gone: list[failure.Failure]
-) -> None:
+async def answer_when_done(request: server.Request, answer: Coroutine[Any, Any, Response]) -> None:
     """Await the handler's ``answer`` and write it (an error's answer if it raised), in
     one coroutine: no Deferred callbacks per answer beyond the one that drives it."""
     try:
         response = await answer
     except Exception as e:
         response = error_response(request, e)
-    if gone:
+    if getattr(request, "channel", None) is None:  # the client hung up: Twisted let go of it
         return
     try:
-        body = write_response(request, response)
-        request.setHeader(b"content-length", b"%d" % len(body))
-        request.write(body)
-        request.finish()
+        write_answer(request, response)
     except Exception:
         log.failure("cannot write the answer to {path}", path=request.path)
+
+
+def write_answer(request: server.Request, response: Response) -> None:
+    """Write ``response`` whole and finish ``request`` (an answer that came later)."""
+    body = write_response(request, response)
+    request.setHeader(b"content-length", b"%d" % len(body))
+    request.write(body)
+    request.finish()
 
 
 def path_params(raw: dict[str, bytes]) -> dict[str, str]:
