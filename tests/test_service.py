@@ -15,10 +15,10 @@ from twisted.python.failure import Failure
 
 from pigeond.service.logs import (
     LineObserver,
+    LogSettings,
     event_text,
     format_json,
     format_text,
-    without_factory_chatter,
 )
 from pigeond.service.systemd import (
     AlreadyRunning,
@@ -220,11 +220,31 @@ def test_a_warning_goes_at_once_after_the_lines_before_it() -> None:
 def test_factory_chatter_is_dropped_and_the_rest_kept() -> None:
     """Twisted's per-connection "Starting factory" lines are dropped; other events pass."""
     out = io.StringIO()
-    observer = FilteringLogObserver(LineObserver(out, json_lines=False), [without_factory_chatter])
+    observer = FilteringLogObserver(LineObserver(out, json_lines=False), [LogSettings("debug")])
     for text in ("Starting factory {factory!r}", "Stopping factory {factory!r}", "kept {factory}"):
         observer({"log_level": LogLevel.info, "log_namespace": "n", "log_format": text,
                   "factory": "F"})  # fmt: skip
     assert out.getvalue() == "info n: kept F\n"
+
+
+def test_events_below_the_level_are_dropped_and_a_new_level_applies() -> None:
+    """At ``info``, a debug line is dropped and info and worse kept; at ``warn`` (a reload),
+    info is dropped too; an event without a namespace is dropped, as Twisted's filter does."""
+    out = io.StringIO()
+    settings = LogSettings("info")
+    observer = FilteringLogObserver(LineObserver(out, json_lines=False), [settings])
+
+    def log(level: LogLevel, text: str, namespace: str = "n") -> None:
+        observer({"log_level": level, "log_namespace": namespace, "log_format": text})
+
+    log(LogLevel.debug, "d")
+    log(LogLevel.info, "i")
+    log(LogLevel.error, "e")
+    log(LogLevel.info, "no namespace", namespace="")
+    settings.set_level("warn")
+    log(LogLevel.info, "i2")
+    log(LogLevel.warn, "w")
+    assert out.getvalue() == "info n: i\nerror n: e\nwarn n: w\n"
 
 
 def test_text_line_does_not_repeat_an_error_already_in_its_text() -> None:

@@ -29,7 +29,6 @@ from twisted.logger import (
     ILogObserver,
     LogEvent,
     LogLevel,
-    LogLevelFilterPredicate,
     PredicateResult,
     formatEvent,
     globalLogBeginner,
@@ -148,36 +147,38 @@ class LineObserver:
                 pass
 
 
-class LogSettings:
-    """The live log level, so SIGHUP can change it."""
-
-    def __init__(self, level: str) -> None:
-        self.predicate = LogLevelFilterPredicate(defaultLogLevel=LEVELS[level])
-
-    def set_level(self, level: str) -> None:
-        self.predicate.setLogLevelForNamespace("", LEVELS[level])
-
-
 # Twisted logs these for every connection a factory opens and closes: the HTTP client's
 # pool to opencode would write two lines per connection, which say nothing an operator
 # needs (pigeond's own site is not noisy).
 FACTORY_CHATTER = frozenset({"Starting factory {factory!r}", "Stopping factory {factory!r}"})
+# Each level's rank, so that the filter compares integers (LogLevel's own ordering is
+# Python code; every accepted send logs a line through the filter).
+RANKS = {level: rank for rank, level in enumerate(LogLevel.iterconstants())}
 
 
 @implementer(ILogFilterPredicate)
-class WithoutFactoryChatter:
-    """Drops :data:`FACTORY_CHATTER`; leaves every other event to the next predicate."""
+class LogSettings:
+    """The live log level, so SIGHUP can change it, and the one filter every event passes:
+    an event below the level, without a level or a namespace (as Twisted's level filter
+    drops them), or :data:`FACTORY_CHATTER`, is dropped.  One predicate rather than
+    Twisted's per-namespace level filter and a second for the chatter: pigeond sets one
+    level for every namespace."""
+
+    def __init__(self, level: str) -> None:
+        self.rank = RANKS[LEVELS[level]]
+
+    def set_level(self, level: str) -> None:
+        self.rank = RANKS[LEVELS[level]]
 
     def __call__(self, event: LogEvent) -> NamedConstant:
-        verdict: NamedConstant = (
-            PredicateResult.no
-            if event.get("log_format") in FACTORY_CHATTER
-            else PredicateResult.maybe
-        )
-        return verdict
-
-
-without_factory_chatter = WithoutFactoryChatter()
+        rank = RANKS.get(event.get("log_level"), -1)
+        if (
+            rank < self.rank
+            or not event.get("log_namespace")
+            or event.get("log_format") in FACTORY_CHATTER
+        ):
+            return PredicateResult.no
+        return PredicateResult.maybe
 
 
 def start_logging(
@@ -187,6 +188,6 @@ def start_logging(
     settings = LogSettings(level)
     lines = LineObserver(out, fmt == "json", clock)
     atexit.register(lines.flush)
-    observer = FilteringLogObserver(lines, [without_factory_chatter, settings.predicate])
+    observer = FilteringLogObserver(lines, [settings])
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
     return settings
