@@ -35,6 +35,7 @@ from twisted.internet import interfaces
 from twisted.internet.interfaces import IAddress, IDelayedCall, IReactorTime, ITransport
 from twisted.logger import Logger
 from twisted.web import http
+from twisted.web.http_headers import Headers
 
 from pigeond.api.connection_slots import Admission, ConnectionSlots
 from pigeond.config import DEFAULTS
@@ -296,6 +297,24 @@ class LimitedChannel(HookedHTTPChannel):
         ok: bool = super().headerReceived(line)  # type: ignore[no-untyped-call]
         self.problem = None
         return ok
+
+    # -- the answer's head -------------------------------------------------------------------
+
+    def writeHeaders(
+        self, version: bytes, code: bytes, reason: bytes, headers: Headers | Any
+    ) -> None:
+        """The status line and headers as one piece: Twisted hands the transport each name,
+        separator and value apart (some 30 pieces an answer, each checked there)."""
+        if not isinstance(headers, Headers):
+            super().writeHeaders(version, code, reason, headers)  # type: ignore[no-untyped-call]
+            return
+        head = [version, b" ", code, b" ", reason, b"\r\n"]
+        for name, values in headers.getAllRawHeaders():
+            for value in values:
+                head += (name, b": ", value, b"\r\n")
+        head.append(b"\r\n")
+        if self.transport is not None:
+            self.transport.write(b"".join(head))
 
     # -- what the slots ask of it (pigeond.api.connection_slots.Connection) ----------------
 
