@@ -153,14 +153,11 @@ class LimitedChannel(HookedHTTPChannel):
 
     def getHost(self) -> IAddress:
         """This end's address, which a connection keeps: read once (each request asks)."""
-        if self.host_address is None:
-            self.host_address = super().getHost()  # type: ignore[no-untyped-call]
+        self.host_address = self.host_address or super().getHost()  # type: ignore[no-untyped-call]
         return self.host_address
 
     def getPeer(self) -> IAddress:
-        """The client's address, as :meth:`getHost`."""
-        if self.peer_address is None:
-            self.peer_address = super().getPeer()  # type: ignore[no-untyped-call]
+        self.peer_address = self.peer_address or super().getPeer()  # type: ignore[no-untyped-call]
         return self.peer_address
 
     def dataReceived(self, data: bytes) -> None:
@@ -257,13 +254,14 @@ class LimitedChannel(HookedHTTPChannel):
         if self.head_bytes > self.totalHeadersSize:
             self.refuse(431, f"the request headers are larger than {self.totalHeadersSize} bytes")
             return
-        if line and line[:1] not in b" \t":
-            self.head_lines += 1
-            if self.head_lines - 1 > self.maxHeaders:
-                self.refuse(431, f"the request has more than {self.maxHeaders} headers")
-                return
         if line:
-            self.start_deadline_if_idle()  # a pipelined request, parsed from the same read
+            if line[:1] not in b" \t":
+                self.head_lines += 1
+                if self.head_lines - 1 > self.maxHeaders:
+                    self.refuse(431, f"the request has more than {self.maxHeaders} headers")
+                    return
+            if self.deadline is None and not self.serving:
+                self.start_deadline()  # a pipelined request, parsed from the same read
         self.problem = "the request line is malformed" if self.head_lines == 1 else None
         super().lineReceived(line)  # type: ignore[no-untyped-call]
         self.problem = None
@@ -275,9 +273,20 @@ class LimitedChannel(HookedHTTPChannel):
             self.refuse(431, f"a request header line is longer than {self.MAX_LENGTH} bytes")
 
     def headerReceived(self, line: bytes) -> bool:
+        self.problem = "a request header is malformed"
+        # only Content-Length and Transfer-Encoding give a length (a line that begins
+        # with neither letter is no such header: most of a request's lines)
+        if line[:1] in b"cCtT" and not self.length_header(line):
+            return False
+        ok: bool = super().headerReceived(line)  # type: ignore[no-untyped-call]
+        self.problem = None
+        return ok
+
+    def length_header(self, line: bytes) -> bool:
+        """Note a header that gives the body's length, and what Twisted would refuse in it;
+        False when it is refused here (a length longer than any we would read)."""
         name, _, value = line.partition(b":")
         name, value = name.lower(), value.strip(b" \t")
-        self.problem = "a request header is malformed"
         if name == b"content-length" or (
             name == b"transfer-encoding" and value.lower() != b"identity"
         ):
@@ -294,9 +303,7 @@ class LimitedChannel(HookedHTTPChannel):
                 return False
             else:
                 self.problem = "Content-Length must be a whole number of bytes"
-        ok: bool = super().headerReceived(line)  # type: ignore[no-untyped-call]
-        self.problem = None
-        return ok
+        return True
 
     # -- the answer's head -------------------------------------------------------------------
 
