@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet import tcp, unix
-from twisted.python import failure
-from twisted.web import http, server
+from twisted.web import http
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,14 +32,6 @@ class Internal:
 
 
 INTERNALS = (
-    Internal(
-        server.Request,
-        "_handleStar",
-        "Twisted answers `OPTIONS *` and `GET *` itself, before any resource, so they would"
-        " pass the access gate and get a body that is not JSON; overridden to route them"
-        " like any other path",
-        "a public hook (or a Site option) for requests in the asterisk form",
-    ),
     Internal(
         http.HTTPChannel,
         "_respondToBadRequestAndDisconnect",
@@ -80,19 +71,6 @@ INTERNALS = (
         " (no chmod on start, no unlink on stop)",
     ),
 )
-
-
-class StarRoutedRequest(server.Request):
-    """A request that routes ``*`` (``OPTIONS *``, ``GET *``) like any other path, so the
-    access gate and the JSON API answer it."""
-
-    def _handleStar(self) -> None:
-        site = self.site
-        assert site is not None  # set by the Site that made this request
-        try:
-            self.render(site.getResourceFor(self))  # type: ignore[no-untyped-call]
-        except BaseException:
-            self.processingFailed(failure.Failure())  # type: ignore[no-untyped-call]
 
 
 class HookedHTTPChannel(http.HTTPChannel):
@@ -142,5 +120,4 @@ __all__ = [
     "AdoptedUnixPort",
     "HookedHTTPChannel",
     "Internal",
-    "StarRoutedRequest",
 ]

@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
-from twisted.web.server import Site
+from twisted.web.server import Request, Site
 from zope.interface import implementer
 
 from pigeond.api.http_limits import LINGER_MAX_BYTES, LINGER_S
 from pigeond.api.routes import SwarmRoutes
-from pigeond.api.web import JsonApi, make_site
+from pigeond.api.web import JsonApi, JsonResponse, make_site
 from pigeond.config import Config
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import InlineDatabase
@@ -334,3 +335,27 @@ def test_a_started_site_sets_no_timer(site: Site, clock: Clock) -> None:
         assert clock.getDelayedCalls() == []
     finally:
         site.doStop()
+
+
+def test_an_answer_for_a_client_that_hung_up_is_dropped(
+    clock: Clock, logged: list[dict[str, Any]]
+) -> None:
+    """A handler still waiting when its client hangs up finishes; its answer goes nowhere."""
+    waiting: Deferred[None] = Deferred()
+    finished = []
+
+    async def slow(request: Request) -> JsonResponse:
+        await waiting
+        finished.append(True)
+        return JsonResponse(200, {"ok": True})
+
+    api = JsonApi()
+    api.route("GET", "/slow", slow)
+    connection = Connection(make_site(api, Config(), reactor=clock))
+    connection.send(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    connection.close()
+    waiting.callback(None)
+    assert finished == [True]
+    assert connection.output() == b""
+    assert not api.answering
+    assert [e for e in logged if e.get("log_level", LogLevel.info) >= LogLevel.warn] == []

@@ -244,6 +244,16 @@ def test_level_filter_drops_events_below_the_live_level() -> None:
     )
 
 
+def test_level_filter_drops_an_event_without_a_namespace_or_a_level() -> None:
+    """As Twisted's own level filter does: neither can be ranked against the level."""
+    out = io.StringIO()
+    observer = LevelFilter(LineObserver(out, json_lines=False), "debug")
+    observer({"log_level": LogLevel.error, "log_namespace": "", "log_format": "no namespace"})
+    observer({"log_namespace": "n", "log_format": "no level"})
+    observer({"log_level": LogLevel.error, "log_namespace": "n", "log_format": "kept"})
+    assert out.getvalue() == "error n: kept\n"
+
+
 def test_text_line_does_not_repeat_an_error_already_in_its_text() -> None:
     """The ids always end the line; other fields only when the text does not say them."""
     event = {"log_level": LogLevel.info, "log_namespace": "pigeond.delivery.events",

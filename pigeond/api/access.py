@@ -43,6 +43,7 @@ SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
 MAX_PEER_GROUPS = 4096
 # The headers the gate decides on, as they are named in its answers: each may come once.
 GATED_HEADERS = ("Host", "Origin", "Authorization", "Content-Type")
+GATED_HEADER_KEYS = tuple((name.lower().encode("ascii"), name) for name in GATED_HEADERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,18 +80,21 @@ def unix_peer(request: server.Request) -> Peer | None:
     return peer_credentials(handle)
 
 
-def header(request: server.Request, name: bytes) -> str | None:
-    raw = request.getHeader(name)
-    return None if raw is None else raw.decode("latin-1")
-
-
-def refuse_repeated_headers(request: server.Request) -> None:
-    """400 when a header the gate decides on comes more than once (a browser never
-    sends two; a client that does is trying which one wins)."""
-    for name in GATED_HEADERS:
-        values = request.requestHeaders.getRawHeaders(name.lower().encode("ascii"))
-        if values is not None and len(values) > 1:
+def gated_headers(request: server.Request) -> list[str | None]:
+    """The headers the gate decides on, in :data:`GATED_HEADERS`' order (None: absent),
+    each looked up once; 400 when one comes more than once (a browser never sends two; a
+    client that does is trying which one wins)."""
+    headers = request.requestHeaders
+    found: list[str | None] = []
+    for key, name in GATED_HEADER_KEYS:
+        values = headers.getRawHeaders(key)
+        if values is None:
+            found.append(None)
+        elif len(values) > 1:
             raise HttpError(400, f"the request has more than one {name} header")
+        else:
+            found.append(values[0].decode("latin-1"))
+    return found
 
 
 def host_name(header: str) -> str:
@@ -158,19 +162,18 @@ class AccessPolicy:
         self.allow_hosts = frozenset(host_name(h) for h in allow_hosts)
 
     def __call__(self, request: server.Request) -> None:
-        refuse_repeated_headers(request)
-        self._check_host(request)
-        self._check_origin(request)
+        host, origin, authorization, content_type = gated_headers(request)
+        self._check_host(host)
+        self._check_origin(origin)
         peer = unix_peer(request)
         if peer is not None:
             self._check_peer(peer)
         elif not self._public(request):
-            self._check_token(request)
+            self._check_token(authorization)
         if request.method in (b"POST", b"PUT"):
-            self._check_content_type(request)
+            self._check_content_type(content_type)
 
-    def _check_host(self, request: server.Request) -> None:
-        raw = header(request, b"host")
+    def _check_host(self, raw: str | None) -> None:
         if raw is None:
             raise HttpError(421, "a Host header is required")
         name = host_name(raw)
@@ -180,8 +183,7 @@ class AccessPolicy:
                 " (or add it to allow_hosts)",
             )  # fmt: skip
 
-    def _check_origin(self, request: server.Request) -> None:
-        origin = header(request, b"origin")
+    def _check_origin(self, origin: str | None) -> None:
         if origin is None:
             return
         if origin.strip().rstrip("/").lower() not in self.allow_origins:
@@ -218,9 +220,9 @@ class AccessPolicy:
             return True
         return request.path == HEALTH_PATH and request.method in (b"GET", b"HEAD")
 
-    def _check_token(self, request: server.Request) -> None:
+    def _check_token(self, authorization: str | None) -> None:
         assert self._token is not None
-        scheme, _, presented = (header(request, b"authorization") or "").strip().partition(" ")
+        scheme, _, presented = (authorization or "").strip().partition(" ")
         given = presented.strip().encode("latin-1")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given, self._token):
             raise HttpError(
@@ -231,8 +233,8 @@ class AccessPolicy:
             )
 
     @staticmethod
-    def _check_content_type(request: server.Request) -> None:
-        raw = header(request, b"content-type") or ""
+    def _check_content_type(content_type: str | None) -> None:
+        raw = content_type or ""
         media_type = raw.split(";", 1)[0].strip().lower()
         if media_type != JSON_MEDIA_TYPE:
             raise HttpError(

@@ -135,6 +135,7 @@ class FloodGuard:
         """New limits from now on; buckets carry over, capped at the new bursts."""
         self.max_queued_per_target = max_queued_per_target
         self.max_queued_bytes = max_queued_bytes
+        self.queue_limits = QueueLimits(max_queued_per_target, max_queued_bytes)
         self.senders.set_limits(sender_rate_per_s, sender_burst)
         self.callers.set_limits(caller_rate_per_s, caller_burst)
 
@@ -146,7 +147,7 @@ class FloodGuard:
     def limits(self, message: NewMessage) -> QueueLimits:
         """The limits the store applies to ``message`` (to each member's copy of a channel
         message, for the target's cap)."""
-        return QueueLimits(self.max_queued_per_target, self.max_queued_bytes)
+        return self.queue_limits
 
     async def admit(self, message: NewMessage, store: Store, caller: str) -> AcceptOutcome:
         """Store ``message`` through ``store`` if its sender, its ``caller`` (the key of
@@ -155,7 +156,7 @@ class FloodGuard:
         charged = self._charged(message, caller)
         if not charged:
             return self._outcome(message, await store(self.limits(message)))
-        spent = await self._spend_token(message, charged)
+        spent = self._spend_if_all_have(charged) or await self._spend_token(message, charged)
         try:
             outcome = await store(self.limits(message))
         except BaseException:
@@ -175,6 +176,17 @@ class FloodGuard:
             for buckets, key in ((self.senders, message.from_session), (self.callers, caller))
             if buckets.limited
         ]
+
+    def _spend_if_all_have(self, charged: list[tuple[TokenBuckets, str]]) -> bool:
+        """Spend one token of each bucket if each has one (a send within its limits, the
+        usual case: no coroutine to await); False, nothing spent, otherwise."""
+        now = self._clock.seconds()
+        for buckets, key in charged:
+            if buckets.tokens(key, now) < 1:
+                return False
+        for buckets, key in charged:
+            buckets.spend(key, now)
+        return True
 
     async def _spend_token(
         self, message: NewMessage, charged: list[tuple[TokenBuckets, str]]

@@ -32,9 +32,10 @@ import json
 from typing import Any, Protocol
 
 from twisted.internet import interfaces
-from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITransport
+from twisted.internet.interfaces import IAddress, IDelayedCall, IReactorTime, ITransport
 from twisted.logger import Logger
 from twisted.web import http
+from twisted.web.http_headers import Headers
 
 from pigeond.api.connection_slots import Admission, ConnectionSlots
 from pigeond.config import DEFAULTS
@@ -131,6 +132,9 @@ class LimitedChannel(HookedHTTPChannel):
     length_headers = 0
     # what the header being parsed is, should Twisted refuse it
     problem: str | None = None
+    # the connection's two ends, asked of the socket once rather than for every request
+    host_address: IAddress | None = None
+    peer_address: IAddress | None = None
 
     # -- the connection ------------------------------------------------------------------
 
@@ -146,6 +150,15 @@ class LimitedChannel(HookedHTTPChannel):
         self.deadline = self.closer = None
         self.site.slots.closed(self)
         super().connectionLost(reason)  # type: ignore[no-untyped-call]
+
+    def getHost(self) -> IAddress:
+        """This end's address, which a connection keeps: read once (each request asks)."""
+        self.host_address = self.host_address or super().getHost()  # type: ignore[no-untyped-call]
+        return self.host_address
+
+    def getPeer(self) -> IAddress:
+        self.peer_address = self.peer_address or super().getPeer()  # type: ignore[no-untyped-call]
+        return self.peer_address
 
     def dataReceived(self, data: bytes) -> None:
         if self.refused:
@@ -241,13 +254,14 @@ class LimitedChannel(HookedHTTPChannel):
         if self.head_bytes > self.totalHeadersSize:
             self.refuse(431, f"the request headers are larger than {self.totalHeadersSize} bytes")
             return
-        if line and line[:1] not in b" \t":
-            self.head_lines += 1
-            if self.head_lines - 1 > self.maxHeaders:
-                self.refuse(431, f"the request has more than {self.maxHeaders} headers")
-                return
         if line:
-            self.start_deadline_if_idle()  # a pipelined request, parsed from the same read
+            if line[:1] not in b" \t":
+                self.head_lines += 1
+                if self.head_lines - 1 > self.maxHeaders:
+                    self.refuse(431, f"the request has more than {self.maxHeaders} headers")
+                    return
+            if self.deadline is None and not self.serving:
+                self.start_deadline()  # a pipelined request, parsed from the same read
         self.problem = "the request line is malformed" if self.head_lines == 1 else None
         super().lineReceived(line)  # type: ignore[no-untyped-call]
         self.problem = None
@@ -259,9 +273,20 @@ class LimitedChannel(HookedHTTPChannel):
             self.refuse(431, f"a request header line is longer than {self.MAX_LENGTH} bytes")
 
     def headerReceived(self, line: bytes) -> bool:
+        self.problem = "a request header is malformed"
+        # only Content-Length and Transfer-Encoding give a length (a line that begins
+        # with neither letter is no such header: most of a request's lines)
+        if line[:1] in b"cCtT" and not self.length_header(line):
+            return False
+        ok: bool = super().headerReceived(line)  # type: ignore[no-untyped-call]
+        self.problem = None
+        return ok
+
+    def length_header(self, line: bytes) -> bool:
+        """Note a header that gives the body's length, and what Twisted would refuse in it;
+        False when it is refused here (a length longer than any we would read)."""
         name, _, value = line.partition(b":")
         name, value = name.lower(), value.strip(b" \t")
-        self.problem = "a request header is malformed"
         if name == b"content-length" or (
             name == b"transfer-encoding" and value.lower() != b"identity"
         ):
@@ -278,9 +303,25 @@ class LimitedChannel(HookedHTTPChannel):
                 return False
             else:
                 self.problem = "Content-Length must be a whole number of bytes"
-        ok: bool = super().headerReceived(line)  # type: ignore[no-untyped-call]
-        self.problem = None
-        return ok
+        return True
+
+    # -- the answer's head -------------------------------------------------------------------
+
+    def writeHeaders(
+        self, version: bytes, code: bytes, reason: bytes, headers: Headers | Any
+    ) -> None:
+        """The status line and headers as one piece: Twisted hands the transport each name,
+        separator and value apart (some 30 pieces an answer, each checked there)."""
+        if not isinstance(headers, Headers):
+            super().writeHeaders(version, code, reason, headers)  # type: ignore[no-untyped-call]
+            return
+        head = [version, b" ", code, b" ", reason, b"\r\n"]
+        for name, values in headers.getAllRawHeaders():
+            for value in values:
+                head += (name, b": ", value, b"\r\n")
+        head.append(b"\r\n")
+        if self.transport is not None:
+            self.transport.write(b"".join(head))
 
     # -- what the slots ask of it (pigeond.api.connection_slots.Connection) ----------------
 

@@ -115,9 +115,16 @@ def _parse_int(text: str) -> int | OversizedNumber:
     return int(text)
 
 
+# One decoder for every body: json.loads with an argument builds a new one each call.
+BODY_JSON = json.JSONDecoder(parse_int=_parse_int)
+
+
 def decode_json_object(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw.decode("utf-8"), parse_int=_parse_int)
+        text = raw.decode("utf-8")
+        if text.startswith("\ufeff"):  # as json.loads says it
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        body = BODY_JSON.decode(text)
     except UnicodeDecodeError as e:
         raise InvalidRequest("body is not valid UTF-8") from e
     except (json.JSONDecodeError, RecursionError) as e:

@@ -12,25 +12,29 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python import failure
 from twisted.web import http, server
-from twisted.web.resource import Resource
+from twisted.web.resource import Resource, getChildForRequest
 
 from pigeond.api.route_table import Handler, RouteTable
 from pigeond.api.send_request import InvalidRequest
 from pigeond.api.site_limits import LimitedSite
 from pigeond.config import DEFAULTS, Config
 from pigeond.storage import StorageError, StorageUnavailable
-from pigeond.twisted_internals import StarRoutedRequest
 
 DEFAULT_MAX_BODY_BYTES = DEFAULTS.max_body_bytes
+SERVER_NAME = b"pigeond"  # not Twisted's name and version
+# One encoder for every answer: json.dumps with an argument builds a new one each call.
+ANSWER_JSON = json.JSONEncoder(ensure_ascii=False)
 
 log = Logger()
 
@@ -66,7 +70,24 @@ Response = JsonResponse | TextResponse
 Gate = Callable[[server.Request], None]
 
 
-class BoundedRequest(StarRoutedRequest):
+class HttpDate:
+    """The ``Date`` header's value, made once a second rather than for every answer."""
+
+    def __init__(self) -> None:
+        self.second = -1
+        self.value = b""
+
+    def now(self) -> bytes:
+        second = int(time.time())
+        if second != self.second:
+            self.second, self.value = second, http.datetimeToString(second)
+        return self.value
+
+
+HTTP_DATE = HttpDate()
+
+
+class BoundedRequest(server.Request):
     """A request that stops buffering its body past ``max_body_bytes``.
 
     The rest of an oversized body is read and dropped, so memory stays
@@ -78,6 +99,23 @@ class BoundedRequest(StarRoutedRequest):
     max_body_bytes = DEFAULT_MAX_BODY_BYTES
     body_too_large = False
     body_bytes = 0
+
+    def process(self) -> None:
+        """``server.Request.process`` for pigeond's site, whose one resource is a leaf: the
+        ``Server`` header set once (pigeond, not Twisted's name and version), the ``Date``
+        made once a second, and every path routed alike, ``*`` included."""
+        site: server.Site = self.channel.site  # type: ignore[attr-defined]
+        self.site = site
+        headers = self.responseHeaders
+        headers.setRawHeaders(b"server", [SERVER_NAME])
+        headers.setRawHeaders(b"date", [HTTP_DATE.now()])
+        self.prepath = []
+        self.sitepath: list[bytes] = []
+        self.postpath = list(map(unquote_to_bytes, self.path[1:].split(b"/")))
+        try:
+            self.render(getChildForRequest(site.resource, self))  # type: ignore[no-untyped-call]
+        except BaseException:
+            self.processingFailed(failure.Failure())  # type: ignore[no-untyped-call]
 
     def gotLength(self, length: int | None) -> None:
         if length is not None and length > self.max_body_bytes:
@@ -153,39 +191,20 @@ class JsonApi(Resource):
             return write_response(request, error_response(request, e))
         if isinstance(answer, JsonResponse | TextResponse):
             return write_response(request, answer)
-        return self.answer_later(request, Deferred.fromCoroutine(answer))
+        return self.answer_later(request, answer)
 
-    def answer_later(self, request: server.Request, answer: Deferred[Response]) -> int:
+    def answer_later(self, request: server.Request, answer: Coroutine[Any, Any, Response]) -> int:
         """Write ``answer`` when it comes, unless the client hung up meanwhile (its work,
         a send's commit included, still runs to the end: a retry is idempotent)."""
-        gone = []
-        request.notifyFinish().addErrback(lambda _: gone.append(True))
-
-        def write(response: Response) -> None:
-            if gone:
-                return
-            body = write_response(request, response)
-            request.setHeader(b"content-length", str(len(body)).encode("ascii"))
-            request.write(body)
-            request.finish()
-
-        def refuse(failure: failure.Failure) -> Response:
-            error = failure.value
-            if not isinstance(error, Exception):
-                return failure  # type: ignore[return-value]  # BaseException: not ours to answer
-            return error_response(request, error, failure)
-
-        writing = (
-            answer.addErrback(refuse)
-            .addCallback(write)
-            .addErrback(
-                lambda f: log.failure("cannot write the answer to {path}", f, path=request.path)
-            )
-        )
+        writing = Deferred.fromCoroutine(answer_when_done(request, answer))
         if not writing.called:
             self.answering.add(writing)
-            writing.addBoth(lambda _: self.answering.discard(writing))
+            writing.addBoth(self.answered_one, writing)
         return server.NOT_DONE_YET
+
+    def answered_one(self, result: object, writing: Deferred[None]) -> object:
+        self.answering.discard(writing)
+        return result
 
     def answered(self) -> Deferred[None]:
         """Fires once every request being answered now has its answer written: at shutdown,
@@ -209,6 +228,29 @@ class JsonApi(Resource):
             raise HttpError(405, f"method not allowed; use {allowed.decode('ascii')}")
         answer: Response | Coroutine[Any, Any, Response] = handler(request, **path_params(raw))
         return answer
+
+
+async def answer_when_done(request: server.Request, answer: Coroutine[Any, Any, Response]) -> None:
+    """Await the handler's ``answer`` and write it (an error's answer if it raised), in
+    one coroutine: no Deferred callbacks per answer beyond the one that drives it."""
+    try:
+        response = await answer
+    except Exception as e:
+        response = error_response(request, e)
+    if getattr(request, "channel", None) is None:  # the client hung up: Twisted let go of it
+        return
+    try:
+        write_answer(request, response)
+    except Exception:
+        log.failure("cannot write the answer to {path}", path=request.path)
+
+
+def write_answer(request: server.Request, response: Response) -> None:
+    """Write ``response`` whole and finish ``request`` (an answer that came later)."""
+    body = write_response(request, response)
+    request.setHeader(b"content-length", b"%d" % len(body))
+    request.write(body)
+    request.finish()
 
 
 def path_params(raw: dict[str, bytes]) -> dict[str, str]:
@@ -250,14 +292,13 @@ def write_response(request: server.Request, response: Response) -> bytes:
     """Set ``response``'s status and headers on ``request``; its body, to write."""
     request.setResponseCode(response.status)
     request.setHeader(b"cache-control", b"no-store")
-    request.setHeader(b"server", b"pigeond")  # not Twisted's name and version
     if isinstance(response, TextResponse):
         request.setHeader(b"content-type", response.content_type.encode("ascii"))
         return response.text.encode("utf-8")
     request.setHeader(b"content-type", b"application/json; charset=utf-8")
     for name, value in response.headers.items():
         request.setHeader(name.encode("ascii"), value.encode("ascii"))
-    return json.dumps(response.body, ensure_ascii=False).encode("utf-8") + b"\n"
+    return ANSWER_JSON.encode(response.body).encode("utf-8") + b"\n"
 
 
 class QuietSite(LimitedSite):

@@ -170,9 +170,12 @@ class LevelFilter:
         self._least = _RANK[LEVELS[level]]
 
     def __call__(self, event: LogEvent) -> None:
-        if _RANK.get(event.get("log_level"), self._least) < self._least:
-            return
-        if event.get("log_format") in FACTORY_CHATTER:
+        # an event without a level or a namespace is dropped, as Twisted's filter drops it
+        if (
+            _RANK.get(event.get("log_level"), -1) < self._least
+            or not event.get("log_namespace")
+            or event.get("log_format") in FACTORY_CHATTER
+        ):
             return
         self._observer(event)
 
