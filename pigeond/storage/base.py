@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
@@ -72,9 +72,23 @@ def reads(method: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+class SharedWriteSpoiled(Exception):
+    """A call inside :meth:`RepositoryBase.write_together` failed: the whole transaction
+    is rolled back (its caller runs each call alone)."""
+
+
+class _Together:
+    """The one transaction :meth:`RepositoryBase.write_together` runs, and whether one of
+    its calls failed."""
+
+    def __init__(self) -> None:
+        self.spoiled = False
+
+
 class RepositoryBase:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
+        self._together: _Together | None = None  # write_together's, while it runs
         # SQLite or PostgreSQL: each query the engines cannot share is asked of it
         self.engine = engine_of(conn)
         self._search_upkeep = False  # whether the schema has the search index yet
@@ -96,7 +110,15 @@ class RepositoryBase:
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        """One durable write transaction; storage failures become StorageUnavailable."""
+        """One durable write transaction; storage failures become StorageUnavailable.
+        Inside :meth:`write_together` it is a part of that one transaction instead."""
+        if self._together is not None:
+            try:
+                yield self._conn
+            except BaseException:
+                self._together.spoiled = True  # even if its caller catches it
+                raise
+            return
         try:
             self._conn.execute(self.engine.begin_write)
         except UNAVAILABLE_ERRORS as e:
@@ -112,6 +134,22 @@ class RepositoryBase:
         except BaseException:
             self._rollback()
             raise
+
+    def write_together(self, calls: Sequence[Callable[[], R]]) -> list[R]:
+        """Run ``calls`` (each doing its writes in :meth:`_write`) in one transaction and
+        one commit; their results in order.  If any call raises, even one that catches its
+        own error, or the commit fails, the whole transaction is rolled back and this
+        raises: the caller runs each alone then (pigeond/storage/write_queue.py)."""
+        results: list[R] = []
+        with self._write():
+            together = self._together = _Together()
+            try:
+                results = [call() for call in calls]
+            finally:
+                self._together = None
+            if together.spoiled:
+                raise SharedWriteSpoiled("a call failed inside a shared write transaction")
+        return results
 
     def _index_pending(self, conn: Connection) -> None:
         """Index, at the commit, the rows this transaction inserted, where the engine does

@@ -41,6 +41,7 @@ from pigeond.storage.base import (
 from pigeond.storage.engines import indexed_by, unlikely
 from pigeond.storage.migrations import PRIORITY_RANK_SQL
 from pigeond.storage.threads import count_turns
+from pigeond.storage.write_marks import shares_commit
 
 # unlikely(): with ANALYZE statistics and thousands of queued messages waiting out a
 # backoff, SQLite would rather walk idx_swarm_target_head whole (3.6 ms a tick) to spare
@@ -313,6 +314,7 @@ class DeliveryTransitions(RepositoryBase):
         ).fetchall()
         return [row_to_message(r) for r in rows]
 
+    @shares_commit
     def mark_verified(self, msg_ids: Sequence[str], now_ms: int) -> list[str]:
         done = []
         with self._write() as conn:
