@@ -21,6 +21,7 @@ from pigeond.model import (
 from pigeond.storage.columns import COLUMNS as COLUMNS
 from pigeond.storage.engines import engine_of
 from pigeond.storage.engines.base import Connection as Connection
+from pigeond.storage.engines.base import Cursor
 from pigeond.storage.errors import UNAVAILABLE_ERRORS, StorageUnavailable
 
 # How many messages wait for one target, counted no further than a limit: every
@@ -186,10 +187,15 @@ class RepositoryBase:
         Read by an update that changes nothing: it locks the row until the commit, so on
         PostgreSQL another daemon's group waits for this one and then reads its last number
         (a plain read would give both groups the same numbers)."""
-        row = conn.execute(
+        return int(self._ask_sequence_value(conn, name).fetchone()[0])
+
+    @staticmethod
+    def _ask_sequence_value(conn: Connection, name: str) -> Cursor:
+        """:meth:`_sequence_value`'s statement, its answer not read yet: on PostgreSQL it
+        goes out with the next statement whose answer is read, one round trip for both."""
+        return conn.execute(
             "UPDATE swarm_sequences SET value = value WHERE name = ? RETURNING value", (name,)
-        ).fetchone()
-        return int(row[0])
+        )
 
     def _set_sequence(self, conn: Connection, name: str, value: int) -> None:
         conn.execute("UPDATE swarm_sequences SET value = ? WHERE name = ?", (value, name))
