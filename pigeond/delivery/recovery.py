@@ -36,7 +36,7 @@ from pigeond.delivery.runtime import TranscriptSource
 from pigeond.model import Runtime, StoredMessage, runtime_of
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
-from pigeond.storage.write_queue import urgent
+from pigeond.storage.write_marks import urgent
 
 log = Logger(namespace="pigeond.delivery.arbiter")  # one story in the logs with the arbiter's
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
@@ -21,6 +21,7 @@ from pigeond.model import (
 from pigeond.storage.columns import COLUMNS as COLUMNS
 from pigeond.storage.engines import engine_of
 from pigeond.storage.engines.base import Connection as Connection
+from pigeond.storage.engines.base import Cursor
 from pigeond.storage.errors import UNAVAILABLE_ERRORS, StorageUnavailable
 
 # How many messages wait for one target, counted no further than a limit: every
@@ -72,9 +73,23 @@ def reads(method: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+class SharedWriteSpoiled(Exception):
+    """A call inside :meth:`RepositoryBase.write_together` failed: the whole transaction
+    is rolled back (its caller runs each call alone)."""
+
+
+class _Together:
+    """The one transaction :meth:`RepositoryBase.write_together` runs, and whether one of
+    its calls failed."""
+
+    def __init__(self) -> None:
+        self.spoiled = False
+
+
 class RepositoryBase:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
+        self._together: _Together | None = None  # write_together's, while it runs
         # SQLite or PostgreSQL: each query the engines cannot share is asked of it
         self.engine = engine_of(conn)
         self._search_upkeep = False  # whether the schema has the search index yet
@@ -96,7 +111,15 @@ class RepositoryBase:
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        """One durable write transaction; storage failures become StorageUnavailable."""
+        """One durable write transaction; storage failures become StorageUnavailable.
+        Inside :meth:`write_together` it is a part of that one transaction instead."""
+        if self._together is not None:
+            try:
+                yield self._conn
+            except BaseException:
+                self._together.spoiled = True  # even if its caller catches it
+                raise
+            return
         try:
             self._conn.execute(self.engine.begin_write)
         except UNAVAILABLE_ERRORS as e:
@@ -112,6 +135,22 @@ class RepositoryBase:
         except BaseException:
             self._rollback()
             raise
+
+    def write_together(self, calls: Sequence[Callable[[], R]]) -> list[R]:
+        """Run ``calls`` (each doing its writes in :meth:`_write`) in one transaction and
+        one commit; their results in order.  If any call raises, even one that catches its
+        own error, or the commit fails, the whole transaction is rolled back and this
+        raises: the caller runs each alone then (pigeond/storage/write_queue.py)."""
+        results: list[R] = []
+        with self._write():
+            together = self._together = _Together()
+            try:
+                results = [call() for call in calls]
+            finally:
+                self._together = None
+            if together.spoiled:
+                raise SharedWriteSpoiled("a call failed inside a shared write transaction")
+        return results
 
     def _index_pending(self, conn: Connection) -> None:
         """Index, at the commit, the rows this transaction inserted, where the engine does
@@ -148,10 +187,15 @@ class RepositoryBase:
         Read by an update that changes nothing: it locks the row until the commit, so on
         PostgreSQL another daemon's group waits for this one and then reads its last number
         (a plain read would give both groups the same numbers)."""
-        row = conn.execute(
+        return int(self._ask_sequence_value(conn, name).fetchone()[0])
+
+    @staticmethod
+    def _ask_sequence_value(conn: Connection, name: str) -> Cursor:
+        """:meth:`_sequence_value`'s statement, its answer not read yet: on PostgreSQL it
+        goes out with the next statement whose answer is read, one round trip for both."""
+        return conn.execute(
             "UPDATE swarm_sequences SET value = value WHERE name = ? RETURNING value", (name,)
-        ).fetchone()
-        return int(row[0])
+        )
 
     def _set_sequence(self, conn: Connection, name: str, value: int) -> None:
         conn.execute("UPDATE swarm_sequences SET value = ? WHERE name = ?", (value, name))

@@ -19,6 +19,7 @@ from typing import Any
 from pigeond.costs import NO_COST, CostTotals, EndedTurn
 from pigeond.ids import base36
 from pigeond.storage.base import Connection, RepositoryBase, reads
+from pigeond.storage.write_marks import shares_commit
 
 # The sums of a group of swarm_turns rows, in CostTotals' order.
 _SUMS_SQL = (
@@ -70,6 +71,7 @@ def make_turn_id(now_ms: int) -> str:
 
 
 class Costs(RepositoryBase):
+    @shares_commit
     def record_turns(
         self, session: str, turns: Sequence[EndedTurn], now_ms: int
     ) -> list[EndedTurn]:

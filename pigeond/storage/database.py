@@ -11,6 +11,8 @@ stopped everything, ``/health`` included.  So the daemon never calls
   bookkeeping queued (:mod:`pigeond.storage.write_queue`): SQLite lets one
   writer in at a time anyway, and one thread keeps transactions from queueing
   on the file lock against each other;
+- **bookkeeping** (a call marked ``shares_commit``: verified, answered, turns, routes)
+  queued back to back shares one transaction and one commit;
 - **sends** are writes too, but grouped: sends that queue up while the writer is
   busy share one transaction and one fsync (:mod:`pigeond.storage.group_commit`);
 - **reads** run on a few reader threads, each with its own read-only
@@ -47,7 +49,8 @@ from pigeond.storage.errors import StorageUnavailable
 from pigeond.storage.group_commit import GroupCommit
 from pigeond.storage.repository import Accept, AcceptOutcome, SwarmRepository
 from pigeond.storage.schema import DEFAULT_BUSY_TIMEOUT_MS
-from pigeond.storage.write_queue import WriteQueue, is_urgent
+from pigeond.storage.write_marks import is_urgent
+from pigeond.storage.write_queue import WriteQueue
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -153,7 +156,10 @@ class ThreadedDatabase:
             self._close_connections()
             raise
         # the writes a 202 or a hand-off waits on go first (pigeond/storage/write_queue.py)
-        self._writes = WriteQueue(reactor, name="pigeond-db-writer")
+        # and bookkeeping queued together shares a commit
+        self._writes = WriteQueue(
+            reactor, name="pigeond-db-writer", together=self._writer.write_together
+        )
         self._read_pool = DaemonThreadPool(readers, readers, name="pigeond-db-reader")
         self._closed = False
         self._writes.start()

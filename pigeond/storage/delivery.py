@@ -20,6 +20,7 @@ may have arrived); the transcript ends the doubt (storage/intents.py).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from pigeond.model import (
@@ -38,9 +39,18 @@ from pigeond.storage.base import (
     reads,
     row_to_message,
 )
-from pigeond.storage.engines import indexed_by, unlikely
+from pigeond.storage.engines import indexed_by, json_texts, unlikely
 from pigeond.storage.migrations import PRIORITY_RANK_SQL
 from pigeond.storage.threads import count_turns
+from pigeond.storage.write_marks import shares_commit
+
+# Which of a batch's msg_ids (a JSON array) are still queued: a hand-off records only those.
+_QUEUED_AMONG_SQL = json_texts("?").map(
+    lambda ids: (
+        "SELECT msg_id FROM swarm_messages"
+        f" WHERE msg_id IN (SELECT value FROM {ids}) AND state = 'queued'"
+    )
+)
 
 # unlikely(): with ANALYZE statistics and thousands of queued messages waiting out a
 # backoff, SQLite would rather walk idx_swarm_target_head whole (3.6 ms a tick) to spare
@@ -169,11 +179,16 @@ class DeliveryTransitions(RepositoryBase):
         verify_by: int | None,
         mode: HandoffMode,
     ) -> list[str]:
-        done = []
+        # asked together, read together: on PostgreSQL one round trip for the batch
+        states = conn.execute(self.engine.sql(_QUEUED_AMONG_SQL), (json.dumps(list(msg_ids)),))
+        numbers = self._ask_sequence_value(conn, "handoff")
+        queued = {str(row[0]) for row in states.fetchall()}
+        seq = int(numbers.fetchone()[0])
+        done: list[str] = []
         for msg_id in msg_ids:
-            if not self._is_queued(msg_id):
+            if msg_id not in queued or msg_id in done:
                 continue
-            seq = self._next_sequence(conn, "handoff")
+            seq += 1
             conn.execute(
                 "UPDATE swarm_messages SET state = 'handed_off', handed_off_at = ?,"
                 " updated_at = ?, next_retry_at = NULL, last_error = NULL,"
@@ -184,6 +199,8 @@ class DeliveryTransitions(RepositoryBase):
                  mode.variant, mode.note, msg_id),
             )  # fmt: skip
             done.append(msg_id)
+        if done:
+            self._set_sequence(conn, "handoff", seq)
         count_turns(conn, self.engine, done)  # one prompt: a turn for each of its threads
         return done
 
@@ -313,6 +330,7 @@ class DeliveryTransitions(RepositoryBase):
         ).fetchall()
         return [row_to_message(r) for r in rows]
 
+    @shares_commit
     def mark_verified(self, msg_ids: Sequence[str], now_ms: int) -> list[str]:
         with self._write() as conn:
             return self._verify(conn, msg_ids, now_ms)

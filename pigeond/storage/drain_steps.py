@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from pigeond.model import StoredMessage
 from pigeond.storage.delivery import DeliveryTransitions, HandOffGroup
+from pigeond.storage.engines.base import Cursor
 from pigeond.storage.intents import CLAIM_SQL
 
 # Clearing an intent marked ahead for a batch that was not sent: still queued, due as it was.
@@ -64,7 +65,7 @@ class DrainSteps(DeliveryTransitions):
         """Every step in one transaction and one commit (under load, many targets' steps);
         all or nothing.  A head with a message in doubt is read, never claimed."""
         claim = self.engine.sql(CLAIM_SQL)
-        results = []
+        read: list[tuple[list[str], list[StoredMessage], list[tuple[str, Cursor]]]] = []
         with self._write() as conn:
             for i, step in enumerate(steps):
                 done = self._hand_off(conn, *step.handed_off) if step.handed_off else []
@@ -75,10 +76,16 @@ class DrainSteps(DeliveryTransitions):
                     if step.read_limit > 0
                     else []
                 )
-                claimed = []
+                claims = []
                 if due and all(m.handoff_intent_at is None for m in due):
                     for msg_id in choose(i, due):
-                        if conn.execute(claim, (step.now_ms, step.now_ms, msg_id)).rowcount:
-                            claimed.append(msg_id)
-                results.append(StepResult(done, due, claimed))
-        return results
+                        claims.append(
+                            (msg_id, conn.execute(claim, (step.now_ms, step.now_ms, msg_id)))
+                        )
+                read.append((done, due, claims))
+        # a claim's count read after the commit: on PostgreSQL it came with the COMMIT's
+        # answer rather than in a round trip of its own
+        return [
+            StepResult(done, due, [msg_id for msg_id, cursor in claims if cursor.rowcount])
+            for done, due, claims in read
+        ]

@@ -17,6 +17,17 @@ from enum import Enum
 
 from pigeond.storage.base import Connection, RepositoryBase, reads
 
+# The names two sessions hold (the second may be None): ``(session, name)`` rows.
+HELD_NAMES_SQL = "SELECT session, name FROM swarm_names WHERE session IN (?, ?)"
+
+
+def names_from(
+    rows: list[tuple[str, str]], sender: str, target: str | None
+) -> tuple[str | None, str | None]:
+    """The names ``sender`` and ``target`` hold, from :data:`HELD_NAMES_SQL`'s rows."""
+    held = dict(rows)
+    return held.get(sender), None if target is None else held.get(target)
+
 
 class ClaimOutcome(Enum):
     CLAIMED = "claimed"  # the name was free, or taken from the holder passed as ``replace``
@@ -123,9 +134,4 @@ class Names(RepositoryBase):
     ) -> tuple[str | None, str | None]:
         """The names ``sender`` and ``target`` hold now (None for none): what an accepted
         message records as its ``from_name`` and, unless it was sent to a name, ``to_name``."""
-        held = dict(
-            conn.execute(
-                "SELECT session, name FROM swarm_names WHERE session IN (?, ?)", (sender, target)
-            ).fetchall()
-        )
-        return held.get(sender), None if target is None else held.get(target)
+        return names_from(conn.execute(HELD_NAMES_SQL, (sender, target)).fetchall(), sender, target)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pigeond.model import StoredMessage
 from pigeond.storage.base import COLUMNS, Connection, RepositoryBase, reads, row_to_message
 from pigeond.storage.engines import indexed_by
+from pigeond.storage.write_marks import shares_commit
 
 # Seen, unanswered direct messages seen at or after a time: the partial index's own terms,
 # word for word (SQLite uses a partial index only then), and a range on its first column.
@@ -46,6 +47,7 @@ class Receipts(RepositoryBase):
         ).fetchall()
         return [row_to_message(r) for r in rows]
 
+    @shares_commit
     def mark_answered(self, answers: Mapping[str, str], now_ms: int) -> list[str]:
         """Seen → answered: each msg_id with opencode's id of the assistant message that
         answered it.  A message not seen, already answered or no longer handed off is

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from pigeond.model import Hold, NewMessage, SenderClaim, StoredMessage
+from pigeond.storage.accept_reads import AcceptReads, ask_accept_reads
 from pigeond.storage.base import (
     COLUMNS,
     UNVERIFIED_SENDER,
@@ -186,12 +187,21 @@ class SwarmRepository(
         channel message no member would get a copy of is NO_RECIPIENT; neither stores
         anything."""
         with self._write() as conn:
-            last_seq = self._sequence_value(conn, "accept")
+            # the accept sequence's number and the queue's bytes are asked with the first
+            # accept's reads, and read with them (pigeond/storage/accept_reads.py)
+            numbers = self._ask_sequence_value(conn, "accept")
+            bounded = any(accept.max_queued_bytes > 0 for accept in accepts)
+            queue = QueueBytes(conn, self.engine, bounded=bounded)
+            first = [ask_accept_reads(conn, a.message, a.queue_cap) for a in accepts[:1]]
+            last_seq = int(numbers.fetchone()[0])
             first_seq = last_seq + 1
             outcomes = []
-            queue = QueueBytes(conn, self.engine)
-            for accept in accepts:
-                outcome, numbered = self._accept_one(conn, accept, last_seq + 1, queue)
+            for i, accept in enumerate(accepts):
+                # each after the inserts before it: a msg_id twice in a group sees itself
+                reads = (
+                    first[0] if i == 0 else ask_accept_reads(conn, accept.message, accept.queue_cap)
+                )
+                outcome, numbered = self._accept_one(conn, accept, reads, last_seq + 1, queue)
                 last_seq += numbered
                 outcomes.append(outcome)
             self._set_sequence(conn, "accept", last_seq)
@@ -200,22 +210,22 @@ class SwarmRepository(
             return outcomes
 
     def _accept_one(
-        self, conn: Connection, accept: Accept, seq: int, queue: QueueBytes
+        self, conn: Connection, accept: Accept, reads: AcceptReads, seq: int, queue: QueueBytes
     ) -> tuple[AcceptOutcome, int]:
         """Store ``accept`` numbered ``seq``, unless its msg_id is taken, its target full,
         no member of its channel would get it or the queue has no room for its bytes; a
         channel message is fanned out to its members, numbered after it.  Returns the
         outcome and how many accept numbers were used."""
         message = accept.message
-        existing = self._get(conn, message.msg_id)
+        existing = reads.existing()
         if existing is not None:
             if message.same_content(existing):
                 return AcceptOutcome.DUPLICATE, 0
             return AcceptOutcome.CONFLICT, 0
-        target, cap = message.to_session, accept.queue_cap
-        if cap > 0 and target is not None and self._queued_for(conn, target, cap) >= cap:
+        cap = accept.queue_cap
+        if reads.target_full():
             return AcceptOutcome.TARGET_FULL, 0
-        from_name, target_name = self._names_of(conn, message.from_session, target)
+        from_name, target_name = reads.names()
         plan, copies = None, 1
         if message.channel is not None:
             plan = self._plan_fan_out(

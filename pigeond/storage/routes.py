@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pigeond.storage.base import Connection, RepositoryBase, reads
+from pigeond.storage.write_marks import shares_commit
 
 ROUTE_COLUMNS = "session, daemon, opencode_url, last_seen_at"
 
@@ -56,6 +57,7 @@ class Routes(RepositoryBase):
         ).fetchall()
         return [_route(r) for r in rows]
 
+    @shares_commit
     def record_routes(
         self, sessions: list[str], daemon: str, opencode_url: str, now_ms: int, stale_ms: int
     ) -> list[str]:
