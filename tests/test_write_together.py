@@ -98,8 +98,10 @@ def test_the_connection_writes_alone_again_after_a_spoiled_transaction(
 
 
 def test_the_hand_off_bookkeeping_may_share_a_commit() -> None:
-    """Verified, answered, turns and routes are marked to share; a send or an intent is not."""
+    """A transcript look's record, verified, answered, turns and routes are marked to share;
+    a send or an intent is not."""
     shared: list[Callable[..., object]] = [
+        SwarmRepository.record_look,
         SwarmRepository.mark_verified,
         SwarmRepository.mark_answered,
         SwarmRepository.record_turns,
@@ -109,4 +111,4 @@ def test_the_hand_off_bookkeeping_may_share_a_commit() -> None:
         SwarmRepository.accept_many,
         SwarmRepository.mark_handoff_intents,
     ]
-    assert [may_share_commit(c) for c in shared + alone] == [True] * 4 + [False] * 2
+    assert [may_share_commit(c) for c in shared + alone] == [True] * 5 + [False] * 2

@@ -11,7 +11,8 @@ stopped everything, ``/health`` included.  So the daemon never calls
   bookkeeping queued (:mod:`pigeond.storage.write_queue`): SQLite lets one
   writer in at a time anyway, and one thread keeps transactions from queueing
   on the file lock against each other;
-- **bookkeeping** (a call marked ``shares_commit``: verified, answered, turns, routes)
+- **bookkeeping** (a call marked ``shares_commit``: a transcript look's record, verified,
+  answered, turns, routes)
   queued back to back shares one transaction and one commit;
 - **sends** are writes too, but grouped: sends that queue up while the writer is
   busy share one transaction and one fsync (:mod:`pigeond.storage.group_commit`);

@@ -19,6 +19,7 @@ from pigeond.costs import EndedTurn
 from pigeond.storage.costs import Costs
 from pigeond.storage.delivery import DeliveryTransitions
 from pigeond.storage.receipts import Receipts
+from pigeond.storage.write_marks import shares_commit
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class LookRecorded:
 
 
 class TranscriptLooks(DeliveryTransitions, Receipts, Costs):
+    @shares_commit
     def record_look(
         self,
         target: str,
