@@ -256,6 +256,12 @@ class StandInSession:
         with self._changed:
             return self.running or any(i.wakes for i in self.pending)
 
+    def turn_running(self) -> bool:
+        """A turn runs: its first inputs are read (``busy`` is true earlier, as soon as an
+        input waits that will start one, when a steer sent now would still start it)."""
+        with self._changed:
+            return self.running
+
     def transcript(self) -> list[dict[str, Any]]:
         with self._changed:
             return list(self.messages)

@@ -277,7 +277,7 @@ async def steered_while_running(delivery: Delivery) -> tuple[StandInSession, str
     while it runs.  The session, the person's input id and the batch's, once idle."""
     with running(step_s=2.0) as (url, session), runtime_at(url) as (runtime, _):
         person = prompt(url, session.id, "the person's own prompt", id="msg_person")["id"]
-        wait_until(session.busy, PATIENCE_S, "the person's turn")
+        wait_until(session.turn_running, PATIENCE_S, "the person's turn")
         prepared = await runtime.prepare(session.id)
         assert prepared is not None
         await runtime.hand_off(session.id, prepared, TEXTS, delivery=delivery)

@@ -24,7 +24,7 @@ from tests.test_opencode_v2_runtime import runtime_at
 async def until_busy(session: StandInSession) -> None:
     """Let the reactor run (the drain's calls) until the stand-in's session runs a turn."""
     for _ in range(int(PATIENCE_S / 0.05)):
-        if session.busy():
+        if session.turn_running():
             return
         await deferLater(reactor, 0.05, lambda: None)
     raise AssertionError(f"no turn ran within {PATIENCE_S} s")
