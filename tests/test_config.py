@@ -186,6 +186,7 @@ def test_every_option_has_file_key_env_var_and_flag(tmp_path: Path) -> None:
         "request_timeout_s": ("1.5", "2.5", "3.5"),
         "max_connections": ("10", "20", "30"),
         "max_session_lookups": ("1", "4", "64"),
+        "target_check_wait_s": ("0.5", "8", "20"),
         "retention_days": ("0", "7", "1.5"),
         "auth": ("none", "token", "none"),
         "token_file": ("/t/1", "/t/2", "/t/3"),

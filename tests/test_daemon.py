@@ -199,7 +199,7 @@ def test_reload_reaches_every_part_through_configure(
         ["QuietSite", "SwarmRoutes", "InlineDatabase", "Pruner", "FloodGuard", "AccessPolicy",
          "Arbiter", "OpencodeClient", "SessionDirectoryRegistry", "Verifier", "TurnTracker",
          "ChannelRoutes", "HopBrake", "PairRateBrake", "RepeatBrake", "BudgetBrake",
-         "PermissionWatch", "SenderProofJob", "OpencodeV2Parts", "QuietGate"]
+         "PermissionWatch", "SenderProofJob", "OpencodeV2Parts", "QuietGate", "TargetCheck"]
     )  # fmt: skip
     assert daemon.delivery is not None
     assert (daemon.delivery.client.timeout_s, daemon.delivery.registry.ttl_s) == (7.0, 9.0)

@@ -5,6 +5,7 @@ when opencode cannot be asked, the send is queued as before and the 202 says
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 from unittest.mock import ANY
@@ -17,7 +18,7 @@ from twisted.internet.task import Clock
 from twisted.web import server
 from twisted.web.resource import Resource
 
-from pigeond.api.target_check import CHECK_WAIT_S, TargetCheck
+from pigeond.api.target_check import TargetCheck
 from pigeond.config import Config
 from pigeond.consent import Policy
 from pigeond.service.daemon import Daemon
@@ -162,7 +163,7 @@ def test_the_check_of_a_cached_target_is_a_plain_bool(
     daemon = build(tmp_path, clock, opencode)
     send(daemon, msg_id="msg_1")
     assert daemon.delivery is not None
-    check = TargetCheck(daemon.delivery.registry, URL, clock, daemon.db)
+    check = TargetCheck(daemon.delivery.registry, URL, clock, daemon.db, daemon.config)
     assert check(new_message("ses_known", msg_id="msg_2")) is True
 
 
@@ -241,14 +242,14 @@ def test_a_refused_send_spends_no_flood_token(
 def test_no_answer_within_the_wait_accepts_unchecked_and_still_fills_the_cache(
     tmp_path: Path, clock: Clock, opencode: SessionsOpencode
 ) -> None:
-    """A lookup opencode does not answer within CHECK_WAIT_S: the send goes on, unchecked;
+    """A lookup opencode does not answer within target_check_wait_s: the send goes on, unchecked;
     the answer that comes later is cached, so the next send is checked without a lookup."""
     opencode.mode = "hang"
     daemon = build(tmp_path, clock, opencode)
     api = StubTreq(daemon.site.resource)
     first = send_later(daemon, api, msg_id="msg_1")
     assert not first.called
-    clock.advance(CHECK_WAIT_S)
+    clock.advance(Config().target_check_wait_s)
     api.flush()
     assert result_of(first) == (
         202, {"accepted": True, "msg_id": "msg_1", "thread": ANY, "target_checked": False}
@@ -257,6 +258,23 @@ def test_no_answer_within_the_wait_accepts_unchecked_and_still_fills_the_cache(
     opencode.answer_held()
     assert send(daemon, msg_id="msg_2")[1]["target_checked"] is True
     assert opencode.lookups == ["ses_known"]
+
+
+def test_a_reload_sets_how_long_a_send_waits_for_its_lookup(
+    tmp_path: Path, clock: Clock, opencode: SessionsOpencode
+) -> None:
+    """After a reload to target_check_wait_s 10, a send waits 10 s for opencode, not 3."""
+    opencode.mode = "hang"
+    daemon = build(tmp_path, clock, opencode)
+    assert daemon.reload(replace(daemon.config, target_check_wait_s=10.0)) == []
+    api = StubTreq(daemon.site.resource)
+    waiting = send_later(daemon, api, msg_id="msg_1")
+    clock.advance(9.9)
+    api.flush()
+    assert not waiting.called
+    clock.advance(0.1)
+    api.flush()
+    assert result_of(waiting)[1]["target_checked"] is False
 
 
 def test_sends_to_a_new_target_at_once_share_one_lookup(
@@ -290,7 +308,7 @@ def test_lookups_beyond_the_cap_accept_sends_unchecked_at_once(
 ) -> None:
     """An opencode that never answers and ten sends to ten unknown targets together: at most
     max_session_lookups lookups are open at it; the sends beyond the cap get their 202
-    (target_checked false) at once, the others once CHECK_WAIT_S has passed."""
+    (target_checked false) at once, the others once target_check_wait_s has passed."""
     opencode.mode = "hang"
     daemon = build(tmp_path, clock, opencode, max_session_lookups=3)
     api = StubTreq(daemon.site.resource)
@@ -298,7 +316,7 @@ def test_lookups_beyond_the_cap_accept_sends_unchecked_at_once(
     api.flush()
     assert len(opencode.held) == 3
     assert sum(d.called for d in sends) == 7
-    clock.advance(CHECK_WAIT_S)
+    clock.advance(Config().target_check_wait_s)
     api.flush()
     answers = [result_of(d) for d in sends]
     assert [(status, body["target_checked"]) for status, body in answers] == [(202, False)] * 10

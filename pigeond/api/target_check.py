@@ -13,7 +13,7 @@ target opencode named within ``registry_ttl_s`` (every target a hand-off or a
 send went to lately) one dict lookup, and nothing awaited.  Any other target is
 looked up once (``GET /session/<id>``) through the registry, which caches the
 answer for the hand-off that follows; the send waits for it at most
-:data:`CHECK_WAIT_S`, then goes on unchecked (the lookup still fills the cache).
+``target_check_wait_s`` (3 s), then goes on unchecked (the lookup still fills the cache).
 Lookups of distinct sessions at opencode are capped (``max_session_lookups``, the
 registry's): a send whose target would need a new lookup while the cap is reached is
 accepted unchecked at once, as with opencode down; it never waits for a slot.
@@ -35,16 +35,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pigeond.api.web import HttpError
+from pigeond.config import Config
 from pigeond.model import NewMessage, Runtime, runtime_of
 from pigeond.storage import SwarmRepository
 from pigeond.storage.database import Database
 
 log = Logger()
-
-# opencode answers a session lookup in milliseconds; one that takes longer is busy,
-# starting or hanging, and a send must not wait for it: the plugin's swarm_send gives
-# up on a request after 5 s (and retries), pigeon-send after 10 s.
-CHECK_WAIT_S = 3.0
 
 
 class SessionRegistry(Protocol):
@@ -96,18 +92,26 @@ class TargetCheck:
         opencode_url: str,
         clock: IReactorTime,
         db: Database,
+        config: Config,
         *,
-        wait_s: float = CHECK_WAIT_S,
         shared: SharedRoutes | None = None,
     ) -> None:
-        """``shared``: the database is shared by several daemons (PostgreSQL), whose
-        routes say which sessions the other hosts' opencodes have."""
+        """``config`` gives ``target_check_wait_s`` (see :meth:`configure`); ``shared``: the
+        database is shared by several daemons (PostgreSQL), whose routes say which sessions
+        the other hosts' opencodes have."""
         self._shared = shared
         self._registry = registry
         self._url = opencode_url.rstrip("/")
         self._clock = clock
         self._db = db
-        self.wait_s = wait_s
+        self.configure(config)
+
+    def configure(self, config: Config) -> None:
+        """A reload's wait, for the sends from now on.  opencode answers a session lookup in
+        milliseconds; one that takes longer is busy, starting or hanging, and a send must not
+        wait for it long: the plugin's swarm_send gives up on a request after 5 s (and
+        retries), pigeon-send after 10 s."""
+        self.wait_s = config.target_check_wait_s
 
     def __call__(self, message: NewMessage) -> bool | Awaitable[bool]:
         if self._shared is not None:

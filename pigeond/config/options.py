@@ -103,6 +103,12 @@ class Config:
         " cannot be looked up now is accepted unchecked (target_checked false)",
         between(1, 10_000),
     )
+    target_check_wait_s: float = option(
+        3.0,
+        "how long a send waits for opencode to say whether its target exists, in seconds;"
+        " then it is accepted unchecked (target_checked false)",
+        between(0.1, 60),
+    )
     max_attempts: int = option(
         10, "failed attempts before a message is marked failed", between(1, 1000)
     )

@@ -23,6 +23,7 @@ from pigeond.api.authority import SessionAuthority
 from pigeond.api.channels import ChannelRoutes
 from pigeond.api.flood import FloodGuard
 from pigeond.api.routes import DELIVERY_OFF, DeliveryHealth, SwarmRoutes
+from pigeond.api.target_check import TargetCheck
 from pigeond.api.web import JsonApi, QuietSite
 from pigeond.brakes import Brake
 from pigeond.config import Config
@@ -83,6 +84,8 @@ class Daemon:
     # the one tick of every periodic job, and whether a write may have come since a read
     ticker: Ticker | None = None
     quiet: QuietGate | None = None
+    # refuses a send to a session opencode does not have (None with delivery off)
+    target_check: TargetCheck | None = None
     # the status line's counts, and the gate's change they were read at
     status_counts: tuple[int, dict[str, int]] | None = field(default=None, init=False)
 
@@ -220,7 +223,8 @@ class Daemon:
     def reconfigurable(self) -> list[Reconfigurable]:
         """Every part a reload reaches; each takes the new settings through ``configure``."""
         parts: list[Reconfigurable] = [self.site, self.routes, self.db, self.pruner, *self.brakes]
-        optional = (self.flood, self.access, self.arbiter, self.channels, self.proofs, self.quiet)
+        optional = (self.flood, self.access, self.arbiter, self.channels, self.proofs, self.quiet,
+                    self.target_check)  # fmt: skip
         parts += [p for p in optional if p is not None]
         if self.delivery is not None:
             d = self.delivery

@@ -210,6 +210,14 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         db, reactor, config, ticker, gate, tool_calls, kick,
         None if delivery is None else delivery.routing,
     )  # fmt: skip
+    # unknown targets refused at send; with delivery off there is no opencode to ask
+    target_check = (
+        None
+        if delivery is None
+        else TargetCheck(
+            delivery.liveness, config.opencode_url, reactor, db, config, shared=delivery.routing
+        )
+    )
     routes = SwarmRoutes(
         db,
         reactor,
@@ -227,12 +235,7 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         storage_problem=db_watch.check,
         consent=policies.judge,
         brakes=brakes,
-        # unknown targets refused at send; with delivery off there is no opencode to ask
-        target_check=None
-        if delivery is None
-        else TargetCheck(
-            delivery.liveness, config.opencode_url, reactor, db, shared=delivery.routing
-        ),
+        target_check=target_check,
     )
     access, notes = access_policy(config)
     api = routes.install(JsonApi(gate=access))
@@ -246,4 +249,5 @@ def _wire(config: Config, reactor: IReactorTime, http: HTTPClient | None, db: Da
         reactor=reactor, routes=routes, api=api, delivery=delivery, access=access, flood=flood,
         notes=notes, pruner=pruner, db_watch=db_watch, jobs=jobs, channels=channels,
         brakes=brakes, authority=authority, proofs=proofs, ticker=ticker, quiet=gate,
+        target_check=target_check,
     )  # fmt: skip

@@ -25,9 +25,13 @@ def test_unknown_target_is_refused_while_opencode_is_up(
     stored; pigeon-send exits 1 with the daemon's line."""
     server = opencode_any
     session = server.create_session(server.dirs["dirA"], "target check")
-    server.warm_up()  # a cold opencode may take longer than the check waits (CHECK_WAIT_S)
+    server.warm_up()
     server.get_session(session)
-    daemon = daemons.start(tmp_path / "p.db", opencode_url=server.url)
+    # opencode answers in milliseconds, but on a loaded machine it has taken over the 3 s a
+    # send waits by default; pigeon-send's own request waits 10 s
+    daemon = daemons.start(
+        tmp_path / "p.db", opencode_url=server.url, extra_args=["--target-check-wait-s", "8"]
+    )
     body = {"from": "ses_sender", "payload": "hi"}
     accepted = daemon.request_json(
         "POST", "/swarm/send", body | {"to": session, "msg_id": "msg_ok"}
