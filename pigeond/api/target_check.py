@@ -13,7 +13,7 @@ target opencode named within ``registry_ttl_s`` (every target a hand-off or a
 send went to lately) one dict lookup, and nothing awaited.  Any other target is
 looked up once (``GET /session/<id>``) through the registry, which caches the
 answer for the hand-off that follows; the send waits for it at most
-``target_check_wait_s`` (3 s), then goes on unchecked (the lookup still fills the cache).
+``target_check_wait_s``, then goes on unchecked (the lookup still fills the cache).
 Lookups of distinct sessions at opencode are capped (``max_session_lookups``, the
 registry's): a send whose target would need a new lookup while the cap is reached is
 accepted unchecked at once, as with opencode down; it never waits for a slot.
